@@ -1,0 +1,50 @@
+# weft_component(<name> [DEPENDS <components>...] [LIBS <link libs>...])
+# Builds src/<name>/**.{cpp,cu} as OBJECT library weft_<name>. Tests of a component link only
+# its own objects and those of its dependencies, so one component's build break never blocks
+# another's tests.
+set(WEFT_COMPONENTS "" CACHE INTERNAL "")
+function(weft_component name)
+  cmake_parse_arguments(A "" "" "DEPENDS;LIBS" ${ARGN})
+  file(GLOB_RECURSE _src CONFIGURE_DEPENDS
+    ${PROJECT_SOURCE_DIR}/src/${name}/*.cpp ${PROJECT_SOURCE_DIR}/src/${name}/*.cu)
+  if(NOT _src)  # a component with no sources yet still links (keeps the list of components fixed)
+    set(_src ${PROJECT_BINARY_DIR}/weft_empty_${name}.cpp)
+    file(WRITE ${_src} "// component ${name}: no sources yet\n")
+  endif()
+  add_library(weft_${name} OBJECT ${_src})
+  target_include_directories(weft_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(weft_${name} PUBLIC CUDA::cudart ${A_LIBS})
+  target_compile_options(weft_${name} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:${WEFT_CUDA_FLAGS}>
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
+  if(WEFT_ENABLE_MULTIMEM)
+    target_compile_definitions(weft_${name} PRIVATE WEFT_ENABLE_MULTIMEM=1)
+  endif()
+  set(_closure ${name})
+  set(_libs ${A_LIBS})
+  foreach(d IN LISTS A_DEPENDS)
+    get_target_property(_dc weft_${d} WEFT_CLOSURE)
+    get_target_property(_dl weft_${d} WEFT_LINK_LIBS)
+    list(APPEND _closure ${_dc})
+    if(_dl)
+      list(APPEND _libs ${_dl})
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES _closure)
+  if(_libs)
+    list(REMOVE_DUPLICATES _libs)
+  endif()
+  set_target_properties(weft_${name} PROPERTIES WEFT_CLOSURE "${_closure}" WEFT_LINK_LIBS "${_libs}")
+  set(WEFT_COMPONENTS ${WEFT_COMPONENTS} ${name} CACHE INTERNAL "")
+endfunction()
+
+# Objects (and link libraries) of a component and all it depends on.
+function(weft_link_component target name)
+  get_target_property(_closure weft_${name} WEFT_CLOSURE)
+  get_target_property(_libs weft_${name} WEFT_LINK_LIBS)
+  foreach(c IN LISTS _closure)
+    # Linking an OBJECT library adds its objects to the target (not transitively: hence the closure).
+    target_link_libraries(${target} PRIVATE weft_${c})
+  endforeach()
+  target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas ${_libs})
+endfunction()

@@ -1,0 +1,92 @@
+// Paged KV cache: page pools plus a block-sparse-row (BSR) page table.
+//
+// Pools: k_pages / v_pages, 4-D, same dtype (f16 or bf16) and shape, either
+//   NHD: [num_pages, page_size, num_kv_heads, head_dim]
+//   HND: [num_pages, num_kv_heads, page_size, head_dim]
+// The innermost (head_dim) stride must be 1 and rows 16-byte aligned; other strides are free
+// (so a K/V pool interleaved in one allocation works).
+//
+// Page table of a batch of `batch_size` requests (int32):
+//   kv_indptr[batch+1]      request b owns pages kv_indices[kv_indptr[b] .. kv_indptr[b+1])
+//   kv_indices[nnz]         page ids, each < num_pages
+//   kv_last_page_len[batch] tokens used in the request's last page: in [1, page_size] when
+//                           the request has pages, 0 when it has none (kv_len 0)
+// kv_len(b) = (pages(b) - 1) * page_size + kv_last_page_len[b]   (0 when pages(b) == 0).
+// Token t of request b lives in page kv_indices[kv_indptr[b] + t / page_size], slot t % page_size.
+//
+// Every index array is given twice: a device pointer (read by kernels) and a host mirror (read
+// by validation and planners, so no entry point needs a device->host sync). The caller keeps
+// the two equal.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "weft/tensor.h"
+
+namespace weft {
+
+enum class KVLayout : int32_t { kNHD = 0, kHND = 1 };
+const char* kv_layout_name(KVLayout layout);
+
+// An int32 array with a device copy and a host mirror of the same `size` entries.
+struct IndexArray {
+  const int32_t* device = nullptr;
+  const int32_t* host = nullptr;
+  int64_t size = 0;
+};
+
+struct PageTable {
+  int32_t batch_size = 0;
+  IndexArray indptr;         // batch_size + 1
+  IndexArray indices;        // indptr.host[batch_size]
+  IndexArray last_page_len;  // batch_size
+};
+
+struct PagedKVCache {
+  TensorView k_pages;
+  TensorView v_pages;
+  KVLayout layout = KVLayout::kNHD;
+
+  int64_t num_pages() const { return k_pages.size(0); }
+  int64_t page_size() const { return k_pages.size(layout == KVLayout::kNHD ? 1 : 2); }
+  int64_t num_kv_heads() const { return k_pages.size(layout == KVLayout::kNHD ? 2 : 1); }
+  int64_t head_dim() const { return k_pages.size(3); }
+};
+
+// Sequence length of request b from the host mirror (no validation).
+int64_t kv_len_of(const PageTable& table, int64_t page_size, int32_t b);
+
+// Checks pools (ndim 4, dtypes f16/bf16 and equal, same shape, inner stride 1, 16-byte aligned
+// rows, supported head_dim, page_size >= 1) and the table (indptr monotonic starting at 0,
+// indices < num_pages, last_page_len in range, device pointers present). Throws weft::Error.
+void validate_paged_kv(const PagedKVCache& cache, const PageTable& table);
+
+// Host-side BSR arrays built from vLLM-style block tables.
+struct PageTableHost {
+  std::vector<int32_t> indptr;
+  std::vector<int32_t> indices;
+  std::vector<int32_t> last_page_len;
+  int32_t batch_size() const { return static_cast<int32_t>(last_page_len.size()); }
+};
+
+// block_tables: [batch, max_blocks_per_seq] row-major (host), seq_lens: [batch] (host).
+// Request b uses the first ceil(seq_lens[b] / page_size) entries of its row. Throws weft::Error
+// when a row is too short for its length, a block id is out of [0, num_pages), or a length < 0.
+PageTableHost page_table_from_block_tables(const int32_t* block_tables, int64_t batch,
+                                           int64_t max_blocks_per_seq, const int32_t* seq_lens,
+                                           int64_t page_size, int64_t num_pages);
+
+// Write the new K/V tokens of a ragged batch into their pages.
+//   new_k, new_v: [nnz_tokens, num_kv_heads, head_dim], same dtype as the pools,
+//                 inner stride 1, 16-byte aligned rows.
+//   batch_indices[nnz_tokens]: request of each token; positions[nnz_tokens]: its position in
+//                 that request's sequence. `table` must already describe the sequences after
+//                 the append, so every position < kv_len(batch_indices[i]).
+// One kernel serves NHD and HND. Validates everything first; a rejected call writes nothing.
+void append_paged_kv(const TensorView& new_k, const TensorView& new_v, const IndexArray& batch_indices,
+                     const IndexArray& positions, const PagedKVCache& cache, const PageTable& table,
+                     cudaStream_t stream);
+
+}  // namespace weft

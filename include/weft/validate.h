@@ -1,0 +1,36 @@
+// Validation helpers shared by every entry point. Each throws weft::Error naming `name`.
+// They run on the host, before any launch, so a rejected call writes nothing.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+
+#include "weft/error.h"
+#include "weft/tensor.h"
+
+namespace weft::check {
+
+// t.data non-null (unless t is empty) and on `device`.
+void on_device(const TensorView& t, const char* name, Device device = Device::kCUDA);
+void dtype_is(const TensorView& t, const char* name, DType expected);
+void dtype_in(const TensorView& t, const char* name, std::initializer_list<DType> allowed);
+void same_dtype(const TensorView& a, const char* a_name, const TensorView& b, const char* b_name);
+void ndim_is(const TensorView& t, const char* name, int expected);
+// Exact shape; -1 in `expected` matches any extent.
+void shape_is(const TensorView& t, const char* name, std::initializer_list<int64_t> expected);
+void same_shape(const TensorView& a, const char* a_name, const TensorView& b, const char* b_name);
+// Innermost dimension has stride 1 and every other stride keeps rows `alignment` bytes aligned.
+void inner_contiguous(const TensorView& t, const char* name, std::size_t alignment = 16);
+void contiguous(const TensorView& t, const char* name);
+void aligned(const void* p, const char* name, std::size_t bytes = 16);
+void head_dim_supported(int64_t head_dim, const char* name);  // 64, 128 or 256
+// value in [lo, hi]
+void in_range(int64_t value, const char* name, int64_t lo, int64_t hi);
+// indptr[0] == 0, non-decreasing, indptr[n] <= max_last (max_last < 0: no bound). Host memory.
+void indptr(const int32_t* indptr_host, int64_t batch, const char* name, int64_t max_last = -1);
+// every entry in [0, bound). Host memory.
+void indices_below(const int32_t* values_host, int64_t n, const char* name, int64_t bound);
+void not_null(const void* p, const char* name);
+// Workspace: at least `needed` bytes and 256-byte aligned (the plan layout assumes it).
+void workspace(const void* p, std::size_t bytes, std::size_t needed, const char* name);
+
+}  // namespace weft::check

@@ -1,0 +1,18 @@
+// Compiled by the host C++ compiler only: proves the public headers need no nvcc.
+#include <weft/weft.h>
+
+#include <cstdio>
+#include <cstring>
+
+int main() {
+  weft::TensorView t(nullptr, weft::DType::kBFloat16, {0, 8, 128});
+  if (t.numel() != 0 || std::strcmp(weft::version(), "0.1.0") != 0) return 1;
+  try {
+    weft::check::head_dim_supported(96, "head_dim");
+    return 1;
+  } catch (const weft::Error& e) {
+    if (e.argument() != "head_dim") return 1;
+  }
+  std::printf("public headers OK (weft %s)\n", weft::version());
+  return 0;
+}
