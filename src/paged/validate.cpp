@@ -1,0 +1,110 @@
+// Validation of paged K/V pools and their BSR page table (host only: reads host mirrors,
+// never dereferences a device pointer, so it runs before any launch and needs no sync).
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
+
+#include "weft/paged_kv.h"
+#include "weft/validate.h"
+
+namespace weft {
+
+const char* kv_layout_name(KVLayout layout) {
+  switch (layout) {
+    case KVLayout::kNHD: return "NHD";
+    case KVLayout::kHND: return "HND";
+  }
+  return "unknown";
+}
+
+int64_t kv_len_of(const PageTable& table, int64_t page_size, int32_t b) {
+  const int64_t pages = static_cast<int64_t>(table.indptr.host[b + 1]) - table.indptr.host[b];
+  return pages == 0 ? 0 : (pages - 1) * page_size + table.last_page_len.host[b];
+}
+
+namespace {
+
+// A pool is written by append: no two (page, slot, head, d) may share an address. Sufficient
+// test: sorted by stride, each dim's stride covers the full extent of the next smaller one.
+void check_pool_strides(const TensorView& t, const char* name) {
+  std::array<int, 4> order{0, 1, 2, 3};
+  for (int d = 0; d < 4; ++d)
+    WEFT_CHECK_ARG(t.strides[d] >= 0, name, "strides must be >= 0, got strides[" << d << "] = " << t.strides[d]);
+  if (t.numel() == 0) return;  // nothing to alias
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return t.strides[a] < t.strides[b]; });
+  int64_t covered = 1;  // elements spanned by the dims seen so far
+  for (int i = 0; i < 4; ++i) {
+    const int d = order[i];
+    if (t.shape[d] <= 1) continue;
+    WEFT_CHECK_ARG(t.strides[d] >= covered, name,
+                   "strides make elements overlap (dim " << d << " stride " << t.strides[d]
+                                                         << " < " << covered << ") in " << t.describe());
+    covered = t.strides[d] * t.shape[d];
+  }
+}
+
+void check_pool(const TensorView& t, const char* name) {
+  check::on_device(t, name);
+  check::ndim_is(t, name, 4);
+  check::dtype_in(t, name, {DType::kFloat16, DType::kBFloat16});
+  check::inner_contiguous(t, name, 16);
+  check_pool_strides(t, name);
+}
+
+// device and host copies present (an empty array may have neither), size as expected.
+void check_index_array(const IndexArray& a, int64_t expected_size, const char* name) {
+  WEFT_CHECK_ARG(a.size == expected_size, name,
+                 "expected " << expected_size << " entries, got size " << a.size);
+  if (expected_size == 0) return;
+  WEFT_CHECK_ARG(a.host != nullptr, name, "host mirror is null (" << a.size << " entries expected)");
+  WEFT_CHECK_ARG(a.device != nullptr, name, "device pointer is null (" << a.size << " entries expected)");
+  check::aligned(a.device, name, alignof(int32_t));
+}
+
+}  // namespace
+
+void validate_paged_kv(const PagedKVCache& cache, const PageTable& table) {
+  WEFT_CHECK_ARG(cache.layout == KVLayout::kNHD || cache.layout == KVLayout::kHND, "layout",
+                 "must be NHD or HND, got " << static_cast<int>(cache.layout));
+  check_pool(cache.k_pages, "k_pages");
+  check_pool(cache.v_pages, "v_pages");
+  check::same_dtype(cache.k_pages, "k_pages", cache.v_pages, "v_pages");
+  check::same_shape(cache.k_pages, "k_pages", cache.v_pages, "v_pages");
+  WEFT_CHECK_ARG(cache.k_pages.device_id == cache.v_pages.device_id, "v_pages",
+                 "on device " << cache.v_pages.device_id << ", k_pages on " << cache.k_pages.device_id);
+  check::head_dim_supported(cache.head_dim(), "head_dim");
+  const int64_t page_size = cache.page_size();
+  check::in_range(page_size, "page_size", 1, INT32_MAX);
+  // Bounded so per-token work sizes (2 * heads * head_dim) stay far inside int32.
+  check::in_range(cache.num_kv_heads(), "num_kv_heads", 1, 1 << 16);
+  const int64_t num_pages = cache.num_pages();
+
+  const int64_t batch = table.batch_size;
+  WEFT_CHECK_ARG(batch >= 0, "batch_size", "must be >= 0, got " << batch);
+  check_index_array(table.indptr, batch + 1, "kv_indptr");
+  check::indptr(table.indptr.host, batch, "kv_indptr");
+  const int64_t nnz = table.indptr.host[batch];
+  check_index_array(table.indices, nnz, "kv_indices");
+  check::indices_below(table.indices.host, nnz, "kv_indices", num_pages);
+  check_index_array(table.last_page_len, batch, "kv_last_page_len");
+
+  const int32_t* indptr = table.indptr.host;
+  const int32_t* last = table.last_page_len.host;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t pages = static_cast<int64_t>(indptr[b + 1]) - indptr[b];
+    if (pages == 0) {
+      WEFT_CHECK_ARG(last[b] == 0, "kv_last_page_len",
+                     "request " << b << " has no pages, so its last page length must be 0, got " << last[b]);
+      continue;
+    }
+    WEFT_CHECK_ARG(last[b] >= 1 && last[b] <= page_size, "kv_last_page_len",
+                   "request " << b << " has " << pages << " pages: entry must be in [1, " << page_size
+                              << "], got " << last[b]);
+    const int64_t len = (pages - 1) * page_size + last[b];
+    WEFT_CHECK_ARG(len <= INT32_MAX, "kv_indptr",
+                   "request " << b << " is " << len << " tokens long; at most " << INT32_MAX << " supported");
+  }
+}
+
+}  // namespace weft
