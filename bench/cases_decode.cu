@@ -1,0 +1,165 @@
+// Bench group "decode": BatchDecodeWrapper::run, bf16, page 16, head_dim 128, NHD.
+// Shapes: Llama-3-8B (32 qo / 8 kv heads) and Llama-2-7B (32 / 32), batch x kv_len where the KV
+// cache fits in ~60 GiB, plus a ragged bimodal batch (64 requests, half 512 and half 32K keys).
+// Bytes = KV bytes read (each key/value once) + q read + out written; ceiling "read".
+// Timing: run() is captured once in a CUDA graph and the graph is timed (what a serving engine
+// replays; it also keeps run()'s host-side validation out of the GPU timeline). plan() is timed
+// on the host (including the async copy's enqueue) and reported in extra "plan_us".
+// Pages come from a random permutation of the pool (a fragmented cache).
+// Variants "decode/path/<tc|cc>/..." force each kernel path to set choose_decode_path().
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "weft/decode.h"
+#include "weft/error.h"
+#include "weft/paged_kv.h"
+
+namespace {
+
+using weft::bench::DeviceArray;
+
+constexpr int64_t kHeadDim = 128, kPageSize = 16;
+constexpr double kMaxKVBytes = 60.0 * (1ull << 30);
+
+struct Model {
+  const char* name;
+  int32_t hq, hkv;
+};
+
+void run_decode_case(weft::bench::Context& ctx, const std::string& name, const Model& m,
+                     const std::vector<int32_t>& lens, weft::DecodePath path) {
+  weft::bench::Result r;
+  r.name = name;
+  if (!ctx.wants(r.name)) return;
+  const int64_t batch = lens.size();
+  int64_t total_kv = 0;
+  for (int32_t l : lens) total_kv += l;
+  const double kv_bytes = double(total_kv) * m.hkv * kHeadDim * 2 /*K,V*/ * 2 /*bf16*/;
+  r.params = {{"model", m.name}, {"batch", std::to_string(batch)}, {"total_kv", std::to_string(total_kv)},
+              {"qo_heads", std::to_string(m.hq)}, {"kv_heads", std::to_string(m.hkv)},
+              {"head_dim", std::to_string(kHeadDim)}, {"page_size", std::to_string(kPageSize)},
+              {"dtype", "bf16"}, {"path", weft::decode_path_name(path)}};
+  r.bytes = kv_bytes + 2.0 * batch * m.hq * kHeadDim * 2;
+  r.flops = 4.0 * double(total_kv) * m.hq * kHeadDim;
+  r.ceiling = "read";
+  if (!weft::decode_path_available(path)) {
+    ctx.report_error(r, std::string("path ") + weft::decode_path_name(path) + " not compiled");
+    return;
+  }
+  try {
+    std::vector<int32_t> indptr{0}, last;
+    for (int32_t l : lens) {
+      const int32_t pages = (l + kPageSize - 1) / kPageSize;
+      indptr.push_back(indptr.back() + pages);
+      last.push_back(l == 0 ? 0 : l - (pages - 1) * int32_t(kPageSize));
+    }
+    const int64_t num_pages = indptr.back();
+    std::vector<int32_t> indices(num_pages);
+    std::iota(indices.begin(), indices.end(), 0);
+    std::shuffle(indices.begin(), indices.end(), std::mt19937_64(7));
+    const size_t pool_elems = size_t(num_pages) * kPageSize * m.hkv * kHeadDim;
+    DeviceArray k(pool_elems * 2), v(pool_elems * 2), q(size_t(batch) * m.hq * kHeadDim * 2),
+        out(size_t(batch) * m.hq * kHeadDim * 2), d_indptr(indptr.size() * 4), d_indices(indices.size() * 4),
+        d_last(last.size() * 4);
+    weft::bench::fill_random(k.get(), pool_elems, weft::DType::kBFloat16, 1);
+    weft::bench::fill_random(v.get(), pool_elems, weft::DType::kBFloat16, 2);
+    weft::bench::fill_random(q.get(), size_t(batch) * m.hq * kHeadDim, weft::DType::kBFloat16, 3);
+    WEFT_BENCH_CUDA(cudaMemcpy(d_indptr.get(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+    WEFT_BENCH_CUDA(cudaMemcpy(d_indices.get(), indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
+    WEFT_BENCH_CUDA(cudaMemcpy(d_last.get(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
+
+    weft::PageTable table;
+    table.batch_size = static_cast<int32_t>(batch);
+    table.indptr = {d_indptr.as<int32_t>(), indptr.data(), batch + 1};
+    table.indices = {d_indices.as<int32_t>(), indices.data(), num_pages};
+    table.last_page_len = {d_last.as<int32_t>(), last.data(), batch};
+    weft::PagedKVCache cache;
+    cache.layout = weft::KVLayout::kNHD;
+    cache.k_pages = weft::TensorView(k.get(), weft::DType::kBFloat16, {num_pages, kPageSize, m.hkv, kHeadDim});
+    cache.v_pages = weft::TensorView(v.get(), weft::DType::kBFloat16, {num_pages, kPageSize, m.hkv, kHeadDim});
+    weft::TensorView tq(q.get(), weft::DType::kBFloat16, {batch, m.hq, kHeadDim});
+    weft::TensorView tout(out.get(), weft::DType::kBFloat16, {batch, m.hq, kHeadDim});
+
+    const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(int32_t(batch), m.hq, m.hkv, kHeadDim);
+    DeviceArray ws(ws_bytes);
+    weft::BatchDecodeWrapper w(int32_t(batch), m.hq, m.hkv, kHeadDim, path);
+    cudaStream_t s = ctx.stream();
+    weft::AttentionVariant var;
+    // plan() cost on the host (median of a few; includes enqueueing the async copy).
+    std::vector<double> plan_us;
+    for (int i = 0; i < 7; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      w.plan(table, m.hq, m.hkv, kHeadDim, kPageSize, weft::DType::kBFloat16, weft::KVLayout::kNHD, var, ws.get(),
+             ws_bytes, s);
+      const auto t1 = std::chrono::steady_clock::now();
+      plan_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+    }
+    std::sort(plan_us.begin(), plan_us.end());
+
+    cudaStream_t cap;
+    WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
+    w.run(tq, cache, table, tout, nullptr, cap);
+    WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
+    WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    r.ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(cap);
+    const weft::DecodePlanInfo& info = w.plan_info();
+    r.extra = {{"plan_us", plan_us[plan_us.size() / 2]},
+               {"num_ctas", double(info.num_ctas)},
+               {"num_items", double(info.num_items)},
+               {"num_merges", double(info.num_merges)},
+               {"max_chunk", double(info.max_chunk)}};
+    ctx.report(r);
+  } catch (const std::exception& e) {
+    ctx.report_error(r, e.what());
+  }
+}
+
+}  // namespace
+
+WEFT_BENCH_GROUP(decode) {
+  const Model models[] = {{"llama3-8b", 32, 8}, {"llama2-7b", 32, 32}};
+  std::vector<int32_t> batches = {1, 8, 32, 128, 256};
+  std::vector<int32_t> kvs = {1024, 4096, 16384, 32768, 131072};
+  if (ctx.quick()) {
+    batches = {1, 32, 128};
+    kvs = {4096, 32768};
+  }
+  for (const Model& m : models)
+    for (int32_t b : batches)
+      for (int32_t kv : kvs) {
+        const double bytes = double(b) * kv * m.hkv * kHeadDim * 4;
+        if (bytes > kMaxKVBytes) continue;
+        run_decode_case(ctx, std::string("decode/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
+                        m, std::vector<int32_t>(b, kv), weft::DecodePath::kAuto);
+      }
+  // Ragged bimodal: 64 requests, half 512 and half 32K keys, interleaved by a fixed shuffle.
+  {
+    std::vector<int32_t> lens(64);
+    for (int i = 0; i < 64; ++i) lens[i] = i % 2 ? 32768 : 512;
+    std::shuffle(lens.begin(), lens.end(), std::mt19937_64(11));
+    run_decode_case(ctx, "decode/bimodal64", models[0], lens, weft::DecodePath::kAuto);
+  }
+  // Forced paths at a few shapes (sets kTensorCoreMinGroup in src/decode/wrapper.cpp).
+  const std::pair<int32_t, int32_t> shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}};
+  for (const Model& m : models)
+    for (auto [b, kv] : shapes)
+      for (weft::DecodePath p : {weft::DecodePath::kTensorCore, weft::DecodePath::kCudaCore}) {
+        const char* tag = p == weft::DecodePath::kTensorCore ? "tc" : "cc";
+        run_decode_case(ctx,
+                        std::string("decode/path/") + tag + "/" + m.name + "/b" + std::to_string(b) + "/kv" +
+                            std::to_string(kv),
+                        m, std::vector<int32_t>(b, kv), p);
+      }
+}

@@ -1,0 +1,313 @@
+// weft-bench harness: timing, reporting, device arrays, random fill, group registry.
+#include "harness.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "weft/error.h"
+
+namespace weft::bench {
+
+void check_cuda(cudaError_t e, const char* expr, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  throw ::weft::Error("CUDA", std::string(expr) + " failed: " + cudaGetErrorString(e) + " at " +
+                                  file + ":" + std::to_string(line));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registry
+namespace {
+std::map<std::string, std::vector<GroupFn>>& registry() {
+  static std::map<std::string, std::vector<GroupFn>> r;  // function-local: safe in static init
+  return r;
+}
+}  // namespace
+
+int register_group(const char* name, GroupFn fn) {
+  registry()[name].push_back(fn);
+  return static_cast<int>(registry().size());
+}
+
+std::vector<GroupEntry> registered_groups() {
+  static const char* kOrder[] = {"ceiling_check", "append", "decode", "prefill", "norm", "comm"};
+  std::vector<GroupEntry> out;
+  auto& r = registry();
+  for (const char* n : kOrder) {
+    auto it = r.find(n);
+    if (it != r.end()) out.push_back({it->first, it->second});
+  }
+  for (const auto& kv : r) {  // std::map: the rest alphabetically
+    const std::string& name = kv.first;
+    bool known = std::any_of(std::begin(kOrder), std::end(kOrder),
+                             [&](const char* n) { return name == n; });
+    if (!known) out.push_back({name, kv.second});
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random fill: splitmix64 of (seed, index) -> 24 random bits -> uniform [lo, hi).
+namespace {
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__device__ __forceinline__ float uniform01(uint64_t seed, uint64_t i) {
+  uint64_t h = splitmix64(seed * 0xD1B54A32D192ED03ull ^ splitmix64(i));
+  return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // 24 bits: exact in float
+}
+
+template <class T> __device__ __forceinline__ T cvt(float x);
+template <> __device__ __forceinline__ float cvt<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half cvt<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 cvt<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+template <class T>
+__global__ void fill_kernel(T* out, std::size_t n, uint64_t seed, float lo, float span) {
+  std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    out[i] = cvt<T>(lo + span * uniform01(seed, i));
+}
+
+__global__ void fill_int_kernel(int32_t* out, std::size_t n, uint64_t seed, int32_t lo,
+                                uint32_t span) {
+  std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    out[i] = lo + static_cast<int32_t>(splitmix64(seed * 0xD1B54A32D192ED03ull ^ splitmix64(i)) %
+                                       span);
+}
+
+// Grid for a grid-stride fill: enough blocks to cover every SM several times, capped.
+unsigned fill_blocks(std::size_t n) {
+  std::size_t b = (n + 255) / 256;
+  return static_cast<unsigned>(std::max<std::size_t>(1, std::min<std::size_t>(b, 65536)));
+}
+}  // namespace
+
+void fill_random(void* dev, std::size_t n_elems, weft::DType dtype, uint64_t seed, float lo,
+                 float hi, cudaStream_t stream) {
+  WEFT_CHECK_ARG(hi > lo, "hi", "fill_random needs lo < hi, got lo=" << lo << " hi=" << hi);
+  if (n_elems == 0) return;
+  WEFT_CHECK_ARG(dev != nullptr, "dev", "non-null device pointer");
+  unsigned blocks = fill_blocks(n_elems);
+  float span = hi - lo;
+  switch (dtype) {
+    case weft::DType::kFloat32:
+      fill_kernel<<<blocks, 256, 0, stream>>>(static_cast<float*>(dev), n_elems, seed, lo, span);
+      break;
+    case weft::DType::kFloat16:
+      fill_kernel<<<blocks, 256, 0, stream>>>(static_cast<__half*>(dev), n_elems, seed, lo, span);
+      break;
+    case weft::DType::kBFloat16:
+      fill_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dev), n_elems, seed, lo,
+                                              span);
+      break;
+    default:
+      throw ::weft::Error("dtype", "fill_random supports f16, bf16, f32 (use fill_random_int for "
+                                   "i32), got dtype code " +
+                                       std::to_string(static_cast<int>(dtype)));
+  }
+  WEFT_BENCH_CUDA(cudaGetLastError());
+  if (stream == nullptr) WEFT_BENCH_CUDA(cudaDeviceSynchronize());
+}
+
+void fill_random_int(int32_t* dev, std::size_t n_elems, uint64_t seed, int32_t lo, int32_t hi,
+                     cudaStream_t stream) {
+  WEFT_CHECK_ARG(hi > lo, "hi", "fill_random_int needs lo < hi, got lo=" << lo << " hi=" << hi);
+  if (n_elems == 0) return;
+  WEFT_CHECK_ARG(dev != nullptr, "dev", "non-null device pointer");
+  uint32_t span = static_cast<uint32_t>(static_cast<int64_t>(hi) - lo);
+  fill_int_kernel<<<fill_blocks(n_elems), 256, 0, stream>>>(dev, n_elems, seed, lo, span);
+  WEFT_BENCH_CUDA(cudaGetLastError());
+  if (stream == nullptr) WEFT_BENCH_CUDA(cudaDeviceSynchronize());
+}
+
+// ---------------------------------------------------------------------------------------------
+// DeviceArray
+DeviceArray::DeviceArray(std::size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) {
+    cudaError_t e = cudaMalloc(&ptr_, bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it: an allocation failure is not sticky
+      ptr_ = nullptr;
+      throw ::weft::Error("CUDA", "cudaMalloc(" + std::to_string(bytes) +
+                                      " bytes) failed: " + cudaGetErrorString(e));
+    }
+  }
+}
+DeviceArray::~DeviceArray() {
+  if (ptr_) cudaFree(ptr_);
+}
+DeviceArray::DeviceArray(DeviceArray&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+  o.ptr_ = nullptr;
+  o.bytes_ = 0;
+}
+DeviceArray& DeviceArray::operator=(DeviceArray&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Context
+Context::Context(Options opt) : opt_(std::move(opt)) {
+  WEFT_BENCH_CUDA(cudaGetDevice(&device_));
+  WEFT_BENCH_CUDA(cudaGetDeviceProperties(&props_, device_));
+  WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // 2x the L2 so that nothing a previous run left in L2 survives the flush.
+  flush_bytes_ = std::max<std::size_t>(2 * static_cast<std::size_t>(props_.l2CacheSize),
+                                       std::size_t{8} << 20);
+  WEFT_BENCH_CUDA(cudaMalloc(&flush_buf_, flush_bytes_));
+}
+
+Context::~Context() {
+  for (auto& [a, b] : events_) {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  if (flush_buf_) cudaFree(flush_buf_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+bool Context::wants(const std::string& case_name) const {
+  if (opt_.filters.empty()) return true;
+  for (const auto& f : opt_.filters)
+    if (case_name.find(f) != std::string::npos) return true;
+  return false;
+}
+
+int Context::effective_reps(int reps) const {
+  if (opt_.reps > 0) return opt_.reps;
+  if (opt_.quick) return std::max(5, reps / 2);
+  return std::max(1, reps);
+}
+
+void Context::flush_l2(cudaStream_t stream) {
+  // A memset writes every line of the scratch buffer, evicting whatever the previous run left.
+  // The byte value changes every call (never 0), so no zero-fill shortcut can skip the writes.
+  flush_count_ = (flush_count_ + 1) % 255;
+  WEFT_BENCH_CUDA(cudaMemsetAsync(flush_buf_, 1 + flush_count_, flush_bytes_, stream));
+}
+
+std::vector<double> Context::time_samples_ms(const std::function<void(cudaStream_t)>& fn,
+                                             int warmup, int reps) {
+  const int n = effective_reps(reps);
+  while (static_cast<int>(events_.size()) < n) {
+    cudaEvent_t a, b;
+    WEFT_BENCH_CUDA(cudaEventCreate(&a));
+    WEFT_BENCH_CUDA(cudaEventCreate(&b));
+    events_.emplace_back(a, b);
+  }
+  for (int i = 0; i < warmup; ++i) {
+    flush_l2(stream_);
+    fn(stream_);
+    WEFT_BENCH_CUDA(cudaGetLastError());
+  }
+  WEFT_BENCH_CUDA(cudaStreamSynchronize(stream_));
+  for (int i = 0; i < n; ++i) {
+    flush_l2(stream_);  // outside the bracket
+    WEFT_BENCH_CUDA(cudaEventRecord(events_[i].first, stream_));
+    fn(stream_);
+    WEFT_BENCH_CUDA(cudaEventRecord(events_[i].second, stream_));
+    WEFT_BENCH_CUDA(cudaGetLastError());
+  }
+  WEFT_BENCH_CUDA(cudaStreamSynchronize(stream_));
+  std::vector<double> samples(n);
+  for (int i = 0; i < n; ++i) {
+    float ms = 0;
+    WEFT_BENCH_CUDA(cudaEventElapsedTime(&ms, events_[i].first, events_[i].second));
+    samples[i] = ms;
+  }
+  return samples;
+}
+
+double Context::time_ms(const std::function<void(cudaStream_t)>& fn, int warmup, int reps) {
+  std::vector<double> s = time_samples_ms(fn, warmup, reps);
+  std::sort(s.begin(), s.end());
+  const std::size_t n = s.size();
+  return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+double Context::gb_per_s(const Result& r) {
+  return (r.ms > 0 && r.bytes > 0) ? r.bytes / r.ms / 1e6 : 0.0;
+}
+double Context::tflops(const Result& r) {
+  return (r.ms > 0 && r.flops > 0) ? r.flops / r.ms / 1e9 : 0.0;
+}
+double Context::fraction_of_ceiling(const Result& r) const {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (!r.error.empty()) return nan;
+  double got = 0, ceil = 0;
+  if (r.ceiling == "read") {
+    got = gb_per_s(r);
+    ceil = ceilings_.read_gbps;
+  } else if (r.ceiling == "copy") {
+    got = gb_per_s(r);
+    ceil = ceilings_.copy_gbps;
+  } else if (r.ceiling == "gemm") {
+    got = tflops(r);
+    ceil = ceilings_.gemm_tflops;
+  } else {
+    return nan;
+  }
+  return (ceil > 0 && got > 0) ? got / ceil : nan;
+}
+
+void Context::begin_group(const std::string& group) {
+  group_ = group;
+  header_printed_ = false;
+}
+
+void Context::print_header() {
+  if (header_printed_) return;
+  header_printed_ = true;
+  std::printf("\n== group %s ==\n", group_.c_str());
+  std::printf("%-48s %10s %10s %10s %-5s %7s\n", "case", "ms", "GB/s", "TFLOP/s", "ceil", "frac");
+  std::fflush(stdout);
+}
+
+void Context::report(Result r) {
+  if (r.group.empty()) r.group = group_;
+  print_header();
+  if (!r.error.empty()) {
+    std::printf("%-48s  ERROR: %s\n", r.name.c_str(), r.error.c_str());
+  } else {
+    double frac = fraction_of_ceiling(r);
+    char fbuf[32];
+    if (std::isnan(frac))
+      std::snprintf(fbuf, sizeof fbuf, "%7s", "-");
+    else
+      std::snprintf(fbuf, sizeof fbuf, "%7.3f", frac);
+    std::printf("%-48s %10.4f %10.1f %10.2f %-5s %s\n", r.name.c_str(), r.ms, gb_per_s(r),
+                tflops(r), r.ceiling.empty() ? "-" : r.ceiling.c_str(), fbuf);
+  }
+  std::fflush(stdout);
+  results_.push_back(std::move(r));
+}
+
+void Context::report_error(Result r, const std::string& error) {
+  r.error = error.empty() ? "unknown error" : error;
+  r.ms = 0;
+  report(std::move(r));
+}
+
+}  // namespace weft::bench
