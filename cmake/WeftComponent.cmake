@@ -5,6 +5,18 @@
 set(WEFT_COMPONENTS "" CACHE INTERNAL "")
 function(weft_component name)
   cmake_parse_arguments(A "" "" "DEPENDS;LIBS" ${ARGN})
+  # Families can be switched off at configure time: -DWEFT_DISABLE="prefill;comm".
+  # A component whose dependency is off is off too.
+  if(name IN_LIST WEFT_DISABLE)
+    message(STATUS "weft: component ${name} disabled")
+    return()
+  endif()
+  foreach(d IN LISTS A_DEPENDS)
+    if(NOT TARGET weft_${d})
+      message(STATUS "weft: component ${name} disabled (needs ${d})")
+      return()
+    endif()
+  endforeach()
   file(GLOB_RECURSE _src CONFIGURE_DEPENDS
     ${PROJECT_SOURCE_DIR}/src/${name}/*.cpp ${PROJECT_SOURCE_DIR}/src/${name}/*.cu)
   if(NOT _src)  # a component with no sources yet still links (keeps the list of components fixed)

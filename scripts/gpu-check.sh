@@ -9,7 +9,8 @@
 #                        [--tests-filter "Decode*"] [--sanitizer-filter "*Small*"]
 #                        [--torch-args "--only decode"] [--budget SECONDS]
 # Env: OUT (results folder; default ./gpu-check-out), WEFT_GPU_CHECK_FILTER (gtest filter for the
-#      test step), WEFT_SANITIZER_FILTER (gtest filter under the sanitizer), WEFT_COMMIT.
+#      test step), WEFT_SANITIZER_FILTER (gtest filter under the sanitizer), WEFT_COMMIT,
+#      WEFT_DISABLE (components to leave out of the build, e.g. "prefill;comm").
 # Writes only under $OUT (at most 8 files): gpu-check.log (everything), build.log,
 # sanitizer.log, bench.json, torch.json, summary.txt.
 set -uo pipefail
@@ -186,7 +187,7 @@ step_build() {
   # The architecture is explicit: project() would otherwise fill in nvcc's default (sm_75).
   if ! cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_ARCHITECTURES="${WEFT_CUDA_ARCH:-90a}" \
-      -DWEFT_BUILD_TESTS=ON -DWEFT_BUILD_BENCH=ON >>"$BUILD_LOG" 2>&1; then
+      -DWEFT_BUILD_TESTS=ON -DWEFT_BUILD_BENCH=ON -DWEFT_DISABLE="${WEFT_DISABLE:-}" >>"$BUILD_LOG" 2>&1; then
     tail -n 30 "$BUILD_LOG" | tee -a "$LOG"
     NOTE="cmake configure failed (build.log)"; BUILD_FAILED=1; return 1
   fi
