@@ -1,0 +1,99 @@
+// Batch decode attention on the paged KV cache (one query token per request), load-balanced
+// split-KV, CUDA-graph safe. Host-only header.
+//
+//   size_t ws_bytes = BatchDecodeWrapper::workspace_size(max_batch, Hq, Hkv, D);
+//   void* ws;  cudaMalloc(&ws, ws_bytes);             // 256-byte aligned, kept for the wrapper's life
+//   BatchDecodeWrapper dec(max_batch, Hq, Hkv, D);    // allocates its pinned staging buffer once
+//   per generation step:
+//     dec.plan(table, Hq, Hkv, D, page_size, DType::kBFloat16, KVLayout::kNHD, variant, ws, ws_bytes, s);
+//     per layer: dec.run(q, cache, table, out, &lse_or_nullptr, s);   // capturable in a graph
+//
+// Shapes: q, out [batch, Hq, D] (f16/bf16, inner stride 1, 16-byte aligned rows);
+// lse [batch, Hq] f32 (natural log; kv_len 0 -> -inf, O = 0). Semantics: include/weft/attention.h
+// (sm_scale, logits_soft_cap, window_left; a causal mask is a no-op for one query token).
+//
+// CUDA graphs: run() launches a FIXED grid (persistent CTAs, one per SM slot) that reads its
+// work from the workspace, and every pointer it passes is fixed (workspace offsets never move).
+// A graph captured around run() stays valid after a later plan() with other lengths, as long
+// as batch <= max_batch, the same workspace and the same q/out/lse/page-table buffers are used
+// (the caller updates their contents), and dtype, layout, heads and head_dim are unchanged.
+// plan() copies the plan with cudaMemcpyAsync on `stream` from a pinned staging buffer; it
+// waits (host) for its previous copy to finish before overwriting the staging buffer.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "weft/attention.h"
+#include "weft/dtype.h"
+#include "weft/paged_kv.h"
+#include "weft/tensor.h"
+
+namespace weft {
+
+enum class DecodePath : int32_t {
+  kAuto = 0,        // choose_decode_path()
+  kCudaCore = 1,    // warp-level fp32 dot products
+  kTensorCore = 2,  // mma.sync m16n8k16, GQA group in the M dimension (padded to 16)
+};
+const char* decode_path_name(DecodePath p);
+
+// The heuristic used by kAuto (tunable from bench measurements: "decode/path/...").
+DecodePath choose_decode_path(int32_t group_size, int32_t head_dim, DType dtype);
+// Whether a path is compiled into this build.
+bool decode_path_available(DecodePath p);
+
+// What the current plan looks like (for logs, tests and benches).
+struct DecodePlanInfo {
+  int32_t batch = 0;
+  int32_t num_ctas = 0;     // fixed grid of run()
+  int32_t num_items = 0;
+  int32_t num_merges = 0;   // split outputs merged after the main kernel
+  int32_t max_chunk = 0;    // longest KV chunk of one work item
+  bool split = false;
+  DecodePath path = DecodePath::kAuto;  // resolved path
+};
+
+class BatchDecodeWrapper {
+ public:
+  // Bytes of device workspace for plans of up to `max_batch` requests on the current device.
+  static std::size_t workspace_size(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
+                                    int32_t head_dim);
+
+  // Every later plan() must use these head counts / head_dim and batch <= max_batch.
+  // `path` forces a kernel path (kAuto: choose_decode_path at plan time).
+  BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
+                     DecodePath path = DecodePath::kAuto);
+  ~BatchDecodeWrapper();
+  BatchDecodeWrapper(const BatchDecodeWrapper&) = delete;
+  BatchDecodeWrapper& operator=(const BatchDecodeWrapper&) = delete;
+
+  // Plan from the host mirrors of a page table (indptr, last_page_len).
+  void plan(const PageTable& table, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
+            int32_t page_size, DType dtype, KVLayout layout, const AttentionVariant& variant,
+            void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+  // Plan from KV lengths (host array of `batch` entries).
+  void plan_lengths(const int32_t* kv_lens, int32_t batch, int32_t num_qo_heads, int32_t num_kv_heads,
+                    int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,
+                    const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
+                    cudaStream_t stream);
+
+  // Validates every argument against the plan (weft::Error naming it, nothing launched), then
+  // launches the decode kernel and, when the workspace can hold split outputs, the merge kernel.
+  // lse may be nullptr unless the planned variant has return_lse.
+  void run(const TensorView& q, const PagedKVCache& cache, const PageTable& table, const TensorView& out,
+           const TensorView* lse, cudaStream_t stream);
+
+  const DecodePlanInfo& plan_info() const { return info_; }
+  int32_t num_ctas() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  DecodePlanInfo info_;
+};
+
+}  // namespace weft

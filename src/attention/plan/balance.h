@@ -1,0 +1,183 @@
+// Load-balanced split-KV planner (FlashInfer Algorithm 1). Pure C++: no CUDA headers.
+// Shared by decode and prefill; the interface below is meant to stay stable.
+//
+// Vocabulary
+//   rows       a request's query rows packed with its GQA group, token-major:
+//              row r of request b = (token r / group_size, query head kv_head * group_size +
+//              r % group_size). A request with qo_len tokens has qo_len * group_size rows per
+//              KV head. Decode: qo_len = 1, rows = the group's query heads.
+//   query tile tile_q consecutive rows of one (request, kv_head): [row_begin, row_end).
+//   work item  (request, kv_head, row range, KV range [kv_begin, kv_end)) executed by one CTA.
+//              partial_slot == -1: the item covers its tile's whole KV range and writes the
+//              FINAL output (O in the output dtype, LSE) directly. partial_slot >= 0: it
+//              writes an fp32 partial state (O normalised by its own softmax sum, LSE) into
+//              slot partial_slot of the workspace; a merge entry combines the slots.
+//   merge      one split query tile: its partial slots are merge_indptr[m] ..
+//              merge_indptr[m+1] - 1, CONSECUTIVE and in ascending KV order (chunk 0 first),
+//              so the merge order is fixed by the plan (deterministic results).
+//   kv_len 0   a tile with an empty KV range still gets one item (kv_begin == kv_end) which
+//              must write O = 0, LSE = -inf.
+//
+// Algorithm (deterministic for identical input):
+//   1. total = sum over tiles of the tile's KV range length.
+//   2. L = max(ceil(total / num_ctas), min_chunk, 1) rounded up to kv_granularity.
+//      If no tile's KV range exceeds L (or allow_split is false) nothing is split: every item
+//      is final (no partial writes, no merge pass needed). Otherwise steps 3-5 run both with
+//      and without splitting, and the split plan is kept only if its makespan (max CTA load)
+//      is at least min_gain lower.
+//   3. Each tile's KV range longer than L is cut into n = ceil(len / L) near-equal chunks
+//      (length ceil(len / n) rounded up to kv_granularity, so <= L; the last may be shorter).
+//   4. Chunks are sorted by cost = alpha * rows + beta * kv_length, descending (stable: ties keep
+//      generation order request, kv_head, tile, chunk).
+//   5. Each chunk goes to the CTA with the lowest load (min-heap; ties: lowest CTA index).
+//   Each CTA executes its items in the order assigned. Greedy LPT bounds the imbalance:
+//   max load - min load <= cost of the largest chunk.
+// Bounds (independent of the lengths, so the workspace layout is fixed for a given max_batch):
+//   items <= tiles + num_ctas; split tiles (merges) <= num_ctas; partial slots <= 2 * num_ctas.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace weft::plan {
+
+inline constexpr int32_t kPlanVersion = 1;
+
+struct BalanceConfig {
+  int32_t num_ctas = 0;        // fixed persistent grid (e.g. num_SMs * ctas_per_SM)
+  int32_t num_kv_heads = 0;
+  int32_t group_size = 1;      // query heads per KV head (GQA group)
+  int32_t tile_q = 16;         // rows per query tile
+  int32_t kv_granularity = 1;  // chunk lengths are multiples of this (the kernel's KV tile)
+  int32_t min_chunk = 0;       // never cut chunks shorter than this (merge cost vs parallelism)
+  double alpha = 1.0;          // cost per query row of a chunk
+  double beta = 1.0;           // cost per key of a chunk
+  bool allow_split = true;
+  // Split only when it lowers the planned makespan (max CTA load) by at least this fraction:
+  // splitting costs partial writes and a merge pass that alpha/beta do not model.
+  double min_gain = 0.1;
+};
+
+// Per-request lengths. kv_start (optional, empty = all 0) is the first key any row of the
+// request may attend (e.g. kv_len - 1 - window_left for decode with a sliding window): chunks
+// cover [kv_start, kv_len). Keys outside it are never read.
+struct BatchShape {
+  std::vector<int32_t> qo_len;
+  std::vector<int32_t> kv_len;
+  std::vector<int32_t> kv_start;
+};
+
+// A plan as plain arrays (struct of arrays). Items are flattened by CTA: CTA c executes items
+// cta_indptr[c] .. cta_indptr[c+1] - 1 in that order.
+struct Plan {
+  int32_t version = kPlanVersion;
+  int32_t num_ctas = 0;
+  int32_t num_kv_heads = 0;
+  int32_t group_size = 0;
+  int32_t tile_q = 0;
+  int32_t batch = 0;
+  int32_t max_chunk = 0;      // L (0 when there is no work)
+  bool split = false;         // some tile is split (merge pass required)
+  int32_t num_tiles = 0;
+
+  std::vector<int32_t> cta_indptr;  // num_ctas + 1
+  std::vector<int32_t> item_request, item_kv_head, item_row_begin, item_row_end;
+  std::vector<int32_t> item_kv_begin, item_kv_end, item_partial_slot;
+  std::vector<int32_t> merge_request, merge_kv_head, merge_row_begin, merge_row_end;
+  std::vector<int32_t> merge_indptr;  // num_merges + 1 (slot ranges)
+  std::vector<int32_t> qo_indptr;     // batch + 1: first query token of each request
+  std::vector<int32_t> kv_len;        // batch
+  std::vector<double> cta_cost;       // num_ctas: planned load of each CTA
+
+  int32_t num_items() const { return static_cast<int32_t>(item_request.size()); }
+  int32_t num_merges() const { return static_cast<int32_t>(merge_request.size()); }
+  int32_t num_partial_slots() const { return merge_indptr.empty() ? 0 : merge_indptr.back(); }
+};
+
+// Query tiles of one (request, kv_head): ceil(qo_len * group_size / tile_q).
+int64_t tiles_per_head(int64_t qo_len, int32_t group_size, int32_t tile_q);
+double chunk_cost(const BalanceConfig& cfg, int32_t rows, int32_t kv_length);
+
+// Throws weft::Error naming the offending field on bad input ("shape.kv_len[3]", "cfg.tile_q").
+Plan balance(const BatchShape& shape, const BalanceConfig& cfg);
+
+// ---------------------------------------------------------------------------------------------
+// Workspace layout: every array at a FIXED offset computed from bounds, so the device pointers a
+// kernel (or a captured CUDA graph) reads never change from one plan to the next.
+struct PlanBounds {
+  int32_t max_batch = 0;
+  int32_t max_tiles = 0;     // tiles of the largest batch (decode: max_batch * Hkv * ceil(g/tile_q))
+  int32_t num_ctas = 0;
+  int32_t tile_q = 16;
+  int32_t head_dim = 0;      // partial-state row width (fp32)
+};
+
+// Header at offset 0 of the workspace (read by kernels: counts of the current plan).
+struct PlanHeader {
+  int32_t version;
+  int32_t num_items;
+  int32_t num_merges;
+  int32_t num_ctas;
+  int32_t batch;
+  int32_t tile_q;
+  int32_t group_size;
+  int32_t num_kv_heads;
+  int32_t num_partial_slots;
+  int32_t split;
+  int32_t reserved[6];
+};
+
+// Device-side view: the same arrays, as pointers into the workspace.
+struct PlanPointers {
+  const PlanHeader* header;
+  const int32_t* cta_indptr;
+  const int32_t* item_request;
+  const int32_t* item_kv_head;
+  const int32_t* item_row_begin;
+  const int32_t* item_row_end;
+  const int32_t* item_kv_begin;
+  const int32_t* item_kv_end;
+  const int32_t* item_partial_slot;
+  const int32_t* merge_request;
+  const int32_t* merge_kv_head;
+  const int32_t* merge_row_begin;
+  const int32_t* merge_row_end;
+  const int32_t* merge_indptr;
+  const int32_t* qo_indptr;
+  const int32_t* kv_len;
+  float* partial_o;    // [max_slots, tile_q, head_dim]: slot s row i at (s * tile_q + i) * head_dim
+  float* partial_lse;  // [max_slots, tile_q], BASE-2 log-sum-exp (kernels work in log2)
+};
+
+class WorkspaceLayout {
+ public:
+  static constexpr std::size_t kAlign = 256;
+  WorkspaceLayout() = default;
+  explicit WorkspaceLayout(const PlanBounds& bounds);  // throws weft::Error on bad bounds
+
+  const PlanBounds& bounds() const { return bounds_; }
+  int32_t max_items() const { return max_items_; }
+  int32_t max_merges() const { return max_merges_; }
+  int32_t max_slots() const { return max_slots_; }
+  // Bytes of plan metadata (header + index arrays): what plan() copies host -> device.
+  std::size_t metadata_bytes() const { return metadata_bytes_; }
+  // Total workspace bytes (metadata + fp32 partial states).
+  std::size_t total_bytes() const { return total_bytes_; }
+
+  // Writes `plan` into `dst` (metadata_bytes() bytes, host memory) at the fixed offsets.
+  // Throws weft::Error("plan", ...) when the plan exceeds the bounds or does not match them.
+  void serialize(const Plan& plan, void* dst) const;
+  // Reads a serialized plan back (tests; header + arrays, no partials).
+  Plan deserialize(const void* src) const;
+  // Pointers into a workspace at `base` (device or host).
+  PlanPointers pointers(void* base) const;
+
+ private:
+  PlanBounds bounds_{};
+  int32_t max_items_ = 0, max_merges_ = 0, max_slots_ = 0;
+  std::size_t off_cta_ = 0, off_items_ = 0, off_merges_ = 0, off_qo_ = 0, off_kv_ = 0;
+  std::size_t off_po_ = 0, off_plse_ = 0;
+  std::size_t metadata_bytes_ = 0, total_bytes_ = 0;
+};
+
+}  // namespace weft::plan

@@ -1,0 +1,55 @@
+#include "decode/decode_plan.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "weft/error.h"
+#include "weft/validate.h"
+
+namespace weft::decode {
+
+plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
+                             int32_t grid) {
+  WEFT_CHECK_ARG(max_batch >= 1, "max_batch", "must be >= 1, got " << max_batch);
+  WEFT_CHECK_ARG(num_kv_heads >= 1, "num_kv_heads", "must be >= 1, got " << num_kv_heads);
+  WEFT_CHECK_ARG(num_qo_heads >= 1 && num_qo_heads % num_kv_heads == 0, "num_qo_heads",
+                 "must be a positive multiple of num_kv_heads " << num_kv_heads << ", got " << num_qo_heads);
+  const int32_t group = num_qo_heads / num_kv_heads;
+  WEFT_CHECK_ARG(group <= kPlanTileQ, "num_qo_heads",
+                 "GQA group (Hq / Hkv) must be <= " << kPlanTileQ << ", got " << group);
+  check::head_dim_supported(head_dim, "head_dim");
+  plan::PlanBounds b;
+  b.max_batch = max_batch;
+  const int64_t tiles = int64_t(max_batch) * num_kv_heads * plan::tiles_per_head(1, group, kPlanTileQ);
+  WEFT_CHECK_ARG(tiles <= INT32_MAX / 2, "max_batch", "too large: " << max_batch);
+  b.max_tiles = static_cast<int32_t>(tiles);
+  b.num_ctas = grid;
+  b.tile_q = kPlanTileQ;
+  b.head_dim = head_dim;
+  return b;
+}
+
+plan::BalanceConfig balance_config(int32_t grid, int32_t num_qo_heads, int32_t num_kv_heads) {
+  plan::BalanceConfig cfg;
+  cfg.num_ctas = grid;
+  cfg.num_kv_heads = num_kv_heads;
+  cfg.group_size = num_qo_heads / num_kv_heads;
+  cfg.tile_q = kPlanTileQ;
+  cfg.kv_granularity = kPlanKVTile;
+  cfg.min_chunk = kMinChunk;
+  return cfg;
+}
+
+plan::BatchShape batch_shape(const int32_t* kv_lens, int32_t batch, int32_t window_left) {
+  plan::BatchShape shape;
+  shape.qo_len.assign(batch, 1);
+  shape.kv_len.assign(kv_lens, kv_lens + batch);
+  if (window_left >= 0) {
+    shape.kv_start.resize(batch);
+    for (int32_t b = 0; b < batch; ++b)  // query position p = kv_len - 1 attends j >= p - window_left
+      shape.kv_start[b] = static_cast<int32_t>(std::max<int64_t>(0, int64_t(kv_lens[b]) - 1 - window_left));
+  }
+  return shape;
+}
+
+}  // namespace weft::decode

@@ -1,0 +1,269 @@
+// BatchDecodeWrapper: plan (host, balanced split-KV) and run (validated launch, graph safe).
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "attention/merge.cuh"
+#include "attention/plan/balance.h"
+#include "common/cuda_check.h"
+#include "decode/decode_plan.h"
+#include "decode/launch.h"
+#include "weft/decode.h"
+#include "weft/validate.h"
+
+namespace weft {
+
+namespace {
+
+// Tensor cores pay off once the group fills enough of the 16-row mma M dimension; below it the
+// CUDA-core path (when compiled) does less wasted work. Measured by bench "decode/path/...".
+constexpr int32_t kTensorCoreMinGroup = 4;
+
+struct DeviceInfo {
+  int device = 0;
+  int sms = 0;
+};
+DeviceInfo current_device() {
+  DeviceInfo d;
+  WEFT_CUDA_CHECK(cudaGetDevice(&d.device));
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, d.device));
+  return d;
+}
+
+int32_t grid_for(int32_t head_dim) {
+  check::head_dim_supported(head_dim, "head_dim");
+  const DeviceInfo d = current_device();
+  return d.sms * decode::ctas_per_sm(head_dim, d.device);
+}
+
+}  // namespace
+
+const char* decode_path_name(DecodePath p) {
+  switch (p) {
+    case DecodePath::kAuto: return "auto";
+    case DecodePath::kCudaCore: return "cuda_core";
+    case DecodePath::kTensorCore: return "tensor_core";
+  }
+  return "?";
+}
+
+bool decode_path_available(DecodePath p) {
+  return p == DecodePath::kAuto || decode::path_compiled(p);
+}
+
+DecodePath choose_decode_path(int32_t group_size, int32_t head_dim, DType dtype) {
+  (void)head_dim;
+  (void)dtype;
+  if (group_size < kTensorCoreMinGroup && decode::path_compiled(DecodePath::kCudaCore))
+    return DecodePath::kCudaCore;
+  return DecodePath::kTensorCore;
+}
+
+struct BatchDecodeWrapper::Impl {
+  int32_t max_batch = 0, num_qo_heads = 0, num_kv_heads = 0, head_dim = 0;
+  DecodePath forced = DecodePath::kAuto;
+  int32_t grid = 0;
+  plan::WorkspaceLayout layout;
+  void* staging = nullptr;        // pinned, layout.metadata_bytes()
+  cudaEvent_t staging_done = nullptr;
+  bool staging_pending = false;
+
+  // The current plan.
+  bool planned = false;
+  plan::Plan plan;
+  int32_t page_size = 0;
+  DType dtype = DType::kBFloat16;
+  KVLayout kv_layout = KVLayout::kNHD;
+  AttentionVariant variant;
+  void* workspace = nullptr;
+  DecodePath path = DecodePath::kTensorCore;
+};
+
+std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
+                                               int32_t head_dim) {
+  const plan::PlanBounds b = decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, grid_for(head_dim));
+  return plan::WorkspaceLayout(b).total_bytes();
+}
+
+BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
+                                       int32_t head_dim, DecodePath path)
+    : impl_(new Impl()) {
+  impl_->max_batch = max_batch;
+  impl_->num_qo_heads = num_qo_heads;
+  impl_->num_kv_heads = num_kv_heads;
+  impl_->head_dim = head_dim;
+  impl_->forced = path;
+  WEFT_CHECK_ARG(decode_path_available(path), "path",
+                 "decode path " << decode_path_name(path) << " is not compiled in this build");
+  impl_->grid = grid_for(head_dim);
+  impl_->layout = plan::WorkspaceLayout(decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, impl_->grid));
+  WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, impl_->layout.metadata_bytes(), cudaHostAllocDefault));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->staging_done, cudaEventDisableTiming));
+}
+
+BatchDecodeWrapper::~BatchDecodeWrapper() {
+  if (!impl_) return;
+  if (impl_->staging_done) {
+    cudaEventSynchronize(impl_->staging_done);
+    cudaEventDestroy(impl_->staging_done);
+  }
+  if (impl_->staging) cudaFreeHost(impl_->staging);
+}
+
+int32_t BatchDecodeWrapper::num_ctas() const { return impl_->grid; }
+
+void BatchDecodeWrapper::plan(const PageTable& table, int32_t num_qo_heads, int32_t num_kv_heads,
+                              int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,
+                              const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
+                              cudaStream_t stream) {
+  WEFT_CHECK_ARG(table.batch_size >= 0, "table.batch_size", "must be >= 0, got " << table.batch_size);
+  WEFT_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got " << page_size);
+  check::not_null(table.indptr.host, "table.indptr.host");
+  check::not_null(table.last_page_len.host, "table.last_page_len.host");
+  WEFT_CHECK_ARG(table.indptr.size == table.batch_size + 1, "table.indptr",
+                 "expected " << table.batch_size + 1 << " entries, got " << table.indptr.size);
+  WEFT_CHECK_ARG(table.last_page_len.size == table.batch_size, "table.last_page_len",
+                 "expected " << table.batch_size << " entries, got " << table.last_page_len.size);
+  check::indptr(table.indptr.host, table.batch_size, "table.indptr");
+  std::vector<int32_t> lens(table.batch_size);
+  for (int32_t b = 0; b < table.batch_size; ++b) {
+    const int32_t pages = table.indptr.host[b + 1] - table.indptr.host[b];
+    const int32_t last = table.last_page_len.host[b];
+    WEFT_CHECK_ARG(pages == 0 ? last == 0 : (last >= 1 && last <= page_size),
+                   "table.last_page_len", "entry " << b << " is " << last << " for a request with " << pages
+                                                   << " pages (page_size " << page_size << ")");
+    const int64_t len = kv_len_of(table, page_size, b);
+    WEFT_CHECK_ARG(len <= INT32_MAX, "table.indptr", "request " << b << " too long: " << len);
+    lens[b] = static_cast<int32_t>(len);
+  }
+  plan_lengths(lens.data(), table.batch_size, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout,
+               variant, workspace, workspace_bytes, stream);
+}
+
+void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int32_t num_qo_heads,
+                                      int32_t num_kv_heads, int32_t head_dim, int32_t page_size, DType dtype,
+                                      KVLayout layout, const AttentionVariant& variant, void* workspace,
+                                      std::size_t workspace_bytes, cudaStream_t stream) {
+  Impl& im = *impl_;
+  WEFT_CHECK_ARG(batch >= 0 && batch <= im.max_batch, "batch",
+                 "must be in [0, max_batch = " << im.max_batch << "], got " << batch);
+  WEFT_CHECK_ARG(num_qo_heads == im.num_qo_heads, "num_qo_heads",
+                 "wrapper was built for " << im.num_qo_heads << ", got " << num_qo_heads);
+  WEFT_CHECK_ARG(num_kv_heads == im.num_kv_heads, "num_kv_heads",
+                 "wrapper was built for " << im.num_kv_heads << ", got " << num_kv_heads);
+  WEFT_CHECK_ARG(head_dim == im.head_dim, "head_dim", "wrapper was built for " << im.head_dim << ", got " << head_dim);
+  WEFT_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got " << page_size);
+  WEFT_CHECK_ARG(dtype == DType::kFloat16 || dtype == DType::kBFloat16, "dtype",
+                 "expected f16 or bf16, got " << dtype_name(dtype));
+  WEFT_CHECK_ARG(layout == KVLayout::kNHD || layout == KVLayout::kHND, "layout", "unknown KV layout");
+  WEFT_CHECK_ARG(variant.mask != MaskMode::kCustom, "variant.mask", "custom masks are not supported by decode");
+  WEFT_CHECK_ARG(variant.sm_scale >= 0 && std::isfinite(variant.sm_scale), "variant.sm_scale",
+                 "must be finite and >= 0, got " << variant.sm_scale);
+  WEFT_CHECK_ARG(std::isfinite(variant.logits_soft_cap), "variant.logits_soft_cap", "must be finite");
+  WEFT_CHECK_ARG(variant.window_left >= -1, "variant.window_left", "must be >= -1, got " << variant.window_left);
+  check::workspace(workspace, workspace_bytes, im.layout.total_bytes(), "workspace");
+  WEFT_CHECK_ARG(batch == 0 || kv_lens != nullptr, "kv_lens", "must not be null");
+
+  for (int32_t b = 0; b < batch; ++b)
+    WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
+  const plan::BatchShape shape = decode::batch_shape(kv_lens, batch, variant.window_left);
+  const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads);
+  plan::Plan p = plan::balance(shape, cfg);
+
+  // Reuse the staging buffer only once its previous copy has left it.
+  if (im.staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(im.staging_done));
+  im.layout.serialize(p, im.staging);
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, im.staging, im.layout.metadata_bytes(), cudaMemcpyHostToDevice, stream));
+  WEFT_CUDA_CHECK(cudaEventRecord(im.staging_done, stream));
+  im.staging_pending = true;
+
+  im.plan = std::move(p);
+  im.page_size = page_size;
+  im.dtype = dtype;
+  im.kv_layout = layout;
+  im.variant = variant;
+  im.workspace = workspace;
+  im.path = im.forced == DecodePath::kAuto ? choose_decode_path(cfg.group_size, head_dim, dtype) : im.forced;
+  im.planned = true;
+
+  info_.batch = batch;
+  info_.num_ctas = im.grid;
+  info_.num_items = im.plan.num_items();
+  info_.num_merges = im.plan.num_merges();
+  info_.max_chunk = im.plan.max_chunk;
+  info_.split = im.plan.split;
+  info_.path = im.path;
+}
+
+void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, const PageTable& table,
+                             const TensorView& out, const TensorView* lse, cudaStream_t stream) {
+  Impl& im = *impl_;
+  WEFT_CHECK_ARG(im.planned, "plan", "run() called before plan()");
+  const int64_t batch = im.plan.batch;
+  const int64_t hq = im.num_qo_heads, d = im.head_dim;
+  // q / out
+  check::on_device(q, "q");
+  check::shape_is(q, "q", {batch, hq, d});
+  check::dtype_is(q, "q", im.dtype);
+  check::inner_contiguous(q, "q");
+  check::on_device(out, "out");
+  check::shape_is(out, "out", {batch, hq, d});
+  check::dtype_is(out, "out", im.dtype);
+  check::inner_contiguous(out, "out");
+  // lse
+  WEFT_CHECK_ARG(lse != nullptr || !im.variant.return_lse, "lse", "the planned variant has return_lse");
+  if (lse != nullptr) {
+    check::on_device(*lse, "lse");
+    check::shape_is(*lse, "lse", {batch, hq});
+    check::dtype_is(*lse, "lse", DType::kFloat32);
+    WEFT_CHECK_ARG(lse->strides[1] == 1, "lse", "inner stride must be 1, got " << lse->strides[1]);
+  }
+  // cache / table
+  validate_paged_kv(cache, table);
+  check::dtype_is(cache.k_pages, "cache.k_pages", im.dtype);
+  WEFT_CHECK_ARG(cache.layout == im.kv_layout, "cache.layout",
+                 "planned " << kv_layout_name(im.kv_layout) << ", got " << kv_layout_name(cache.layout));
+  WEFT_CHECK_ARG(cache.page_size() == im.page_size, "cache.page_size",
+                 "planned " << im.page_size << ", got " << cache.page_size());
+  WEFT_CHECK_ARG(cache.num_kv_heads() == im.num_kv_heads, "cache.num_kv_heads",
+                 "planned " << im.num_kv_heads << ", got " << cache.num_kv_heads());
+  WEFT_CHECK_ARG(cache.head_dim() == d, "cache.head_dim", "planned " << d << ", got " << cache.head_dim());
+  WEFT_CHECK_ARG(table.batch_size == batch, "table.batch_size", "planned " << batch << ", got " << table.batch_size);
+  for (int32_t b = 0; b < table.batch_size; ++b) {
+    WEFT_CHECK_ARG(kv_len_of(table, im.page_size, b) == im.plan.kv_len[b], "table",
+                   "kv_len of request " << b << " is " << kv_len_of(table, im.page_size, b) << " but the plan has "
+                                        << im.plan.kv_len[b] << " (call plan() again)");
+  }
+
+  const plan::PlanPointers ptrs = im.layout.pointers(im.workspace);
+  decode::LaunchArgs a;
+  a.plan = ptrs;
+  a.q = &q;
+  a.out = &out;
+  a.lse = lse;
+  a.cache = &cache;
+  a.table = &table;
+  a.group_size = im.num_qo_heads / im.num_kv_heads;
+  a.sm_scale = im.variant.sm_scale > 0 ? im.variant.sm_scale : 1.0 / std::sqrt(double(d));
+  a.soft_cap = im.variant.logits_soft_cap > 0 ? im.variant.logits_soft_cap : 0.f;
+  a.dtype = im.dtype;
+  a.head_dim = im.head_dim;
+  a.path = im.path;
+  a.grid = im.grid;
+  decode::launch_decode(a, stream);
+  // Always launched (fixed grid, reads the merge count on the device): a graph captured for a
+  // plan without splits must stay valid after a re-plan that splits.
+  attn::MergeOutput mo;
+  mo.o = out.data;
+  mo.dtype = im.dtype;
+  mo.o_stride_token = out.strides[0];
+  mo.o_stride_head = out.strides[1];
+  mo.lse = lse != nullptr ? static_cast<float*>(lse->data) : nullptr;
+  mo.lse_stride_token = lse != nullptr ? lse->strides[0] : 0;
+  mo.head_dim = im.head_dim;
+  mo.group_size = a.group_size;
+  attn::launch_plan_merge(ptrs, mo, im.layout.max_merges(), stream);
+}
+
+}  // namespace weft

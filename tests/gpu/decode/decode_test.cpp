@@ -1,0 +1,472 @@
+// BatchDecodeWrapper vs the float64 reference (reference/attention.h) on random paged batches.
+// Tests named *Small* form the compute-sanitizer subset (--gtest_filter='*Small*').
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "reference/attention.h"
+#include "tests/common/gpu_util.h"
+#include "tests/common/test_util.h"
+#include "weft/decode.h"
+#include "weft/error.h"
+
+namespace weft {
+namespace {
+
+using test::DeviceBuffer;
+using test::Rng;
+
+struct Case {
+  std::vector<int32_t> lens;
+  int32_t hq = 8, hkv = 2, d = 128;
+  DType dtype = DType::kBFloat16;
+  int32_t page_size = 16;
+  KVLayout layout = KVLayout::kNHD;
+  DecodePath path = DecodePath::kAuto;
+  AttentionVariant var;
+  bool with_lse = true;
+  std::string describe() const {
+    std::ostringstream os;
+    os << "batch " << lens.size() << " Hq " << hq << " Hkv " << hkv << " D " << d << " " << dtype_name(dtype)
+       << " page " << page_size << " " << kv_layout_name(layout) << " path " << decode_path_name(path)
+       << " window " << var.window_left << " cap " << var.logits_soft_cap;
+    return os.str();
+  }
+};
+
+// Host data (already rounded to the dtype) + device copies of one paged batch.
+struct Batch {
+  Case c;
+  int64_t num_pages = 0;
+  std::vector<int32_t> indptr, indices, last;
+  std::vector<float> k, v, q;  // pools in the case's layout; q [batch, hq, d]
+  DeviceBuffer dk, dv, dq, dout, dlse, d_indptr, d_indices, d_last;
+  PageTable table;
+  PagedKVCache cache;
+  TensorView tq, tout, tlse;
+
+  Batch(const Case& cs, Rng& rng, int64_t extra_pages = 3) : c(cs) {
+    const int64_t b = c.lens.size();
+    indptr.assign(b + 1, 0);
+    for (int64_t i = 0; i < b; ++i) {
+      const int64_t pages = (c.lens[i] + c.page_size - 1) / c.page_size;
+      indptr[i + 1] = static_cast<int32_t>(indptr[i] + pages);
+      last.push_back(c.lens[i] == 0 ? 0 : c.lens[i] - (pages - 1) * c.page_size);
+    }
+    num_pages = indptr[b] + extra_pages;
+    indices.resize(indptr[b]);
+    std::vector<int32_t> perm(num_pages);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng.engine());
+    std::copy(perm.begin(), perm.begin() + indices.size(), indices.begin());
+    const size_t pool = size_t(num_pages) * c.page_size * c.hkv * c.d;
+    k = rng.uniform_vec(pool, -1, 1);
+    v = rng.uniform_vec(pool, -1, 1);
+    q = rng.uniform_vec(size_t(b) * c.hq * c.d, -2, 2);
+    test::round_inplace(c.dtype, k);
+    test::round_inplace(c.dtype, v);
+    test::round_inplace(c.dtype, q);
+    dk = DeviceBuffer::from(test::to_half_bits(c.dtype, k));
+    dv = DeviceBuffer::from(test::to_half_bits(c.dtype, v));
+    dq = DeviceBuffer::from(test::to_half_bits(c.dtype, q));
+    dout = DeviceBuffer(std::max<size_t>(2, size_t(b) * c.hq * c.d * 2));
+    dlse = DeviceBuffer(std::max<size_t>(4, size_t(b) * c.hq * 4));
+    d_indptr = DeviceBuffer::from(indptr);
+    d_indices = DeviceBuffer::from(indices.empty() ? std::vector<int32_t>{0} : indices);
+    d_last = DeviceBuffer::from(last.empty() ? std::vector<int32_t>{0} : last);
+    table.batch_size = static_cast<int32_t>(b);
+    table.indptr = {d_indptr.as<int32_t>(), indptr.data(), b + 1};
+    table.indices = {d_indices.as<int32_t>(), indices.data(), int64_t(indices.size())};
+    table.last_page_len = {d_last.as<int32_t>(), last.data(), b};
+    const bool nhd = c.layout == KVLayout::kNHD;
+    cache.layout = c.layout;
+    cache.k_pages = nhd ? TensorView(dk.get(), c.dtype, {num_pages, c.page_size, c.hkv, c.d})
+                        : TensorView(dk.get(), c.dtype, {num_pages, c.hkv, c.page_size, c.d});
+    cache.v_pages = nhd ? TensorView(dv.get(), c.dtype, {num_pages, c.page_size, c.hkv, c.d})
+                        : TensorView(dv.get(), c.dtype, {num_pages, c.hkv, c.page_size, c.d});
+    tq = TensorView(dq.get(), c.dtype, {b, c.hq, c.d});
+    tout = TensorView(dout.get(), c.dtype, {b, c.hq, c.d});
+    tlse = TensorView(dlse.get(), DType::kFloat32, {b, c.hq});
+  }
+
+  ref::PagedKV ref_kv() const {
+    ref::PagedKV r;
+    r.k_pages = k.data();
+    r.v_pages = v.data();
+    r.hnd = c.layout == KVLayout::kHND;
+    r.num_pages = num_pages;
+    r.page_size = c.page_size;
+    r.num_kv_heads = c.hkv;
+    r.head_dim = c.d;
+    r.indptr = indptr;
+    r.indices = indices;
+    r.last_page_len = last;
+    return r;
+  }
+  std::vector<float> out() const {
+    return test::from_half_bits(c.dtype, dout.to_vector<uint16_t>(c.lens.size() * c.hq * c.d));
+  }
+  std::vector<float> lse() const { return dlse.to_vector<float>(c.lens.size() * c.hq); }
+};
+
+struct Workspace {
+  DeviceBuffer buf;
+  size_t bytes = 0;
+  Workspace(int32_t max_batch, const Case& c)
+      : bytes(BatchDecodeWrapper::workspace_size(max_batch, c.hq, c.hkv, c.d)) {
+    buf = DeviceBuffer(bytes);
+  }
+};
+
+void plan_for(BatchDecodeWrapper& w, Batch& bt, Workspace& ws, cudaStream_t s = nullptr) {
+  const Case& c = bt.c;
+  w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.buf.get(), ws.bytes, s);
+}
+
+void run_for(BatchDecodeWrapper& w, Batch& bt, cudaStream_t s = nullptr) {
+  w.run(bt.tq, bt.cache, bt.table, bt.tout, bt.c.with_lse ? &bt.tlse : nullptr, s);
+}
+
+// Compare the batch's outputs with the float64 reference; tolerance from the low-precision
+// emulation of the same computation.
+void check_against_reference(const Batch& bt) {
+  const Case& c = bt.c;
+  ref::RaggedQ rq{bt.q.data(), c.hq, c.d, ref::iota_indptr(int64_t(c.lens.size()))};
+  const ref::PagedKV rkv = bt.ref_kv();
+  const ref::Options opt = ref::options_from(c.var);
+  const ref::Result exact = ref::attention(rq, rkv, opt);
+  const ref::Result low = ref::attention_low_precision(rq, rkv, opt, c.dtype, /*round_p=*/true);
+  const test::Comparison base = test::compare(ref::to_float(low.o), exact.o);
+  const test::Tolerance tol = test::tolerance_from_baseline(base, 4.0, 1e-5, 2e-3);
+  const test::Comparison got = test::compare(bt.out(), exact.o);
+  EXPECT_TRUE(test::within(got, tol)) << c.describe() << "\n got " << got.summary() << "\n baseline "
+                                      << base.summary();
+  if (c.with_lse) {
+    const test::Comparison gl = test::compare(bt.lse(), exact.lse);
+    EXPECT_TRUE(test::within(gl, test::Tolerance{1e-5, 2e-3})) << c.describe() << " lse " << gl.summary();
+  }
+  // kv_len 0 rows: exactly O = 0 and LSE = -inf.
+  const std::vector<float> o = bt.out(), l = bt.lse();
+  for (size_t b = 0; b < c.lens.size(); ++b) {
+    if (c.lens[b] != 0) continue;
+    for (int64_t i = 0; i < int64_t(c.hq) * c.d; ++i) ASSERT_EQ(o[b * c.hq * c.d + i], 0.f) << "request " << b;
+    if (c.with_lse)
+      for (int h = 0; h < c.hq; ++h) ASSERT_TRUE(std::isinf(l[b * c.hq + h]) && l[b * c.hq + h] < 0);
+  }
+}
+
+// Plan, poison outputs, run, compare.
+void run_case(const Case& c, Rng& rng) {
+  SCOPED_TRACE(c.describe());
+  Batch bt(c, rng);
+  Workspace ws(std::max<int32_t>(1, int32_t(c.lens.size())), c);
+  BatchDecodeWrapper w(std::max<int32_t>(1, int32_t(c.lens.size())), c.hq, c.hkv, c.d, c.path);
+  plan_for(w, bt, ws);
+  bt.dout.poison();
+  bt.dlse.poison();
+  run_for(w, bt);
+  WEFT_TEST_CUDA(cudaDeviceSynchronize());
+  check_against_reference(bt);
+}
+
+std::vector<int32_t> lengths(Rng& rng, int n, int32_t max_len, bool zipf) {
+  std::vector<int32_t> v(n);
+  for (int i = 0; i < n; ++i) {
+    const double u = rng.uniform(0, 1);
+    v[i] = static_cast<int32_t>((zipf ? std::pow(u, 4.0) : u) * max_len) + 1;
+  }
+  return v;
+}
+
+const DecodePath kPaths[] = {DecodePath::kTensorCore, DecodePath::kCudaCore};
+
+// Every head dim x dtype x group x page size x layout appears at least once (sampled product).
+TEST(DecodeSmall, SampledConfigurations) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  const int dims[] = {64, 128, 256};
+  const DType dtypes[] = {DType::kFloat16, DType::kBFloat16};
+  const int groups[] = {1, 2, 4, 8, 16};
+  const int pages[] = {1, 8, 16, 32, 64};
+  int n = 0;
+  for (int di = 0; di < 3; ++di)
+    for (int gi = 0; gi < 5; ++gi)
+      for (DecodePath path : kPaths) {
+        if (!decode_path_available(path)) continue;
+        Case c;
+        c.d = dims[di];
+        c.dtype = dtypes[(di + gi) % 2];
+        c.hkv = 1 + (gi + di) % 2;
+        c.hq = c.hkv * groups[gi];
+        c.page_size = pages[(gi + 2 * di) % 5];
+        c.layout = (n % 2) ? KVLayout::kHND : KVLayout::kNHD;
+        c.path = path;
+        c.lens = {0, 1, 17, int32_t(rng.randint(2, 300)), 64, 65, int32_t(rng.randint(300, 700))};
+        run_case(c, rng);
+        ++n;
+      }
+  EXPECT_GE(n, 15);
+}
+
+TEST(DecodeSmall, SplitKVWithEmptyRequests) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (DecodePath path : kPaths) {
+    if (!decode_path_available(path)) continue;
+    Case c;
+    c.hq = 8;
+    c.hkv = 1;
+    c.lens = {0, 3000, 1, 0, 777};
+    c.path = path;
+    run_case(c, rng);
+  }
+}
+
+TEST(Decode, LongUniformAndZipfLengths) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (int zipf = 0; zipf < 2; ++zipf)
+    for (DecodePath path : kPaths) {
+      if (!decode_path_available(path)) continue;
+      Case c;
+      c.hq = 8;
+      c.hkv = 1;
+      c.d = 128;
+      c.page_size = 16;
+      c.lens = lengths(rng, 6, 32768, zipf);
+      c.lens.push_back(0);
+      c.path = path;
+      c.layout = zipf ? KVLayout::kHND : KVLayout::kNHD;
+      run_case(c, rng);
+    }
+}
+
+TEST(Decode, ManyRequestsGqa) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  Case c;
+  c.hq = 32;
+  c.hkv = 8;
+  c.lens = lengths(rng, 48, 2048, false);
+  c.lens[5] = 0;
+  run_case(c, rng);
+}
+
+TEST(DecodeSmall, WindowAndSoftCap) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (DecodePath path : kPaths) {
+    if (!decode_path_available(path)) continue;
+    Case c;
+    c.hq = 16;
+    c.hkv = 2;
+    c.d = 64;
+    c.dtype = DType::kFloat16;
+    c.page_size = 8;
+    c.lens = {1, 100, 2500, 0, 700};
+    c.path = path;
+    c.var.window_left = 128;
+    run_case(c, rng);
+    c.var.window_left = -1;
+    c.var.logits_soft_cap = 5.f;
+    c.var.sm_scale = 0.3;
+    run_case(c, rng);
+    c.var.window_left = 0;  // only the last key
+    run_case(c, rng);
+  }
+}
+
+TEST(DecodeSmall, NoLseMha) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  Case c;
+  c.hq = 4;
+  c.hkv = 4;
+  c.lens = {5, 1000};
+  c.with_lse = false;
+  run_case(c, rng);
+}
+
+// Capture run() in a CUDA graph; re-plan with other lengths (and other content), replay.
+TEST(Decode, GraphReplayAfterReplan) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  Case c;
+  c.hq = 16;
+  c.hkv = 2;
+  c.d = 128;
+  const int32_t max_batch = 8;
+  // Two batches sharing every device buffer the graph sees: q/out/lse/table arrays/pools.
+  c.lens = {100, 200, 50};
+  Case c2 = c;
+  c2.lens = {20000, 0, 7, 3000, 64, 129, 1, 9000};
+  Rng rng2 = Rng::for_current_test(1);
+  Batch big(c2, rng2, 8);
+  // The first batch: a prefix-sized view over the same buffers, built from its own host data.
+  Batch small(c, rng);
+  Workspace ws(max_batch, c);
+  BatchDecodeWrapper w(max_batch, c.hq, c.hkv, c.d);
+  cudaStream_t s;
+  WEFT_TEST_CUDA(cudaStreamCreate(&s));
+  // Stage the small batch into the big batch's buffers (pools are large enough: reuse them).
+  auto upload = [&](Batch& src) {
+    big.dq.upload(test::to_half_bits(c.dtype, src.q).data(), src.q.size() * 2);
+    big.dk.upload(test::to_half_bits(c.dtype, src.k).data(), src.k.size() * 2);
+    big.dv.upload(test::to_half_bits(c.dtype, src.v).data(), src.v.size() * 2);
+    big.d_indptr.upload(src.indptr.data(), src.indptr.size() * 4);
+    big.d_indices.upload(src.indices.data(), src.indices.size() * 4);
+    big.d_last.upload(src.last.data(), src.last.size() * 4);
+  };
+  ASSERT_LE(small.k.size(), big.k.size());
+  upload(small);
+  PageTable t1 = small.table;
+  t1.indptr.device = big.d_indptr.as<int32_t>();
+  t1.indices.device = big.d_indices.as<int32_t>();
+  t1.last_page_len.device = big.d_last.as<int32_t>();
+  PagedKVCache cache1 = small.cache;
+  cache1.k_pages.data = big.dk.get();
+  cache1.v_pages.data = big.dv.get();
+  TensorView q1 = small.tq, o1 = small.tout, l1 = small.tlse;
+  q1.data = big.dq.get();
+  o1.data = big.dout.get();
+  l1.data = big.dlse.get();
+  w.plan(t1, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.buf.get(), ws.bytes, s);
+  cudaGraph_t graph;
+  WEFT_TEST_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  w.run(q1, cache1, t1, o1, &l1, s);
+  WEFT_TEST_CUDA(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  big.dout.poison(s);
+  big.dlse.poison(s);
+  WEFT_TEST_CUDA(cudaGraphLaunch(exec, s));
+  WEFT_TEST_CUDA(cudaStreamSynchronize(s));
+  {
+    // Check the small batch's result from the shared buffers.
+    small.dout.upload(big.dout.to_vector<uint8_t>(small.c.lens.size() * c.hq * c.d * 2).data(),
+                      small.c.lens.size() * c.hq * c.d * 2);
+    small.dlse.upload(big.dlse.to_vector<uint8_t>(small.c.lens.size() * c.hq * 4).data(),
+                      small.c.lens.size() * c.hq * 4);
+    check_against_reference(small);
+  }
+  // Re-plan for the big batch (different lengths, batch, split) and replay the same graph.
+  upload(big);
+  w.plan(big.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.buf.get(), ws.bytes, s);
+  EXPECT_TRUE(w.plan_info().split);
+  big.dout.poison(s);
+  big.dlse.poison(s);
+  WEFT_TEST_CUDA(cudaGraphLaunch(exec, s));
+  WEFT_TEST_CUDA(cudaStreamSynchronize(s));
+  check_against_reference(big);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+TEST(Decode, RepeatedRunsBitwiseIdenticalWithSplit) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  Case c;
+  c.hq = 32;
+  c.hkv = 8;
+  c.lens = {30000, 500, 12000, 1};
+  Batch bt(c, rng);
+  Workspace ws(4, c);
+  BatchDecodeWrapper w(4, c.hq, c.hkv, c.d);
+  plan_for(w, bt, ws);
+  ASSERT_TRUE(w.plan_info().split);
+  std::vector<uint16_t> first;
+  std::vector<float> first_lse;
+  for (int i = 0; i < 20; ++i) {
+    bt.dout.poison();
+    bt.dlse.poison();
+    run_for(w, bt);
+    WEFT_TEST_CUDA(cudaDeviceSynchronize());
+    const auto o = bt.dout.to_vector<uint16_t>(c.lens.size() * c.hq * c.d);
+    const auto l = bt.dlse.to_vector<float>(c.lens.size() * c.hq);
+    if (i == 0) {
+      first = o;
+      first_lse = l;
+    } else {
+      ASSERT_EQ(o, first) << "run " << i;
+      ASSERT_EQ(0, std::memcmp(l.data(), first_lse.data(), l.size() * 4)) << "run " << i;
+    }
+  }
+  check_against_reference(bt);
+}
+
+// Rejected calls throw weft::Error naming the argument and leave the output untouched.
+TEST(DecodeSmall, BadArgumentsThrowAndWriteNothing) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  Case c;
+  c.lens = {10, 300};
+  Batch bt(c, rng);
+  Workspace ws(4, c);
+  BatchDecodeWrapper w(4, c.hq, c.hkv, c.d);
+  auto expect_arg = [&](const std::string& arg, auto&& fn) {
+    bt.dout.poison();
+    WEFT_TEST_CUDA(cudaDeviceSynchronize());
+    try {
+      fn();
+      ADD_FAILURE() << "expected weft::Error for " << arg;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), arg) << e.what();
+    }
+    WEFT_TEST_CUDA(cudaDeviceSynchronize());
+    const auto o = bt.dout.to_vector<uint16_t>(c.lens.size() * c.hq * c.d);
+    for (uint16_t x : o) ASSERT_EQ(x, 0xFFFF) << "output written by a rejected call (" << arg << ")";
+  };
+  expect_arg("plan", [&] { run_for(w, bt); });
+  plan_for(w, bt, ws);
+  TensorView q = bt.tq;
+  q.dtype = DType::kFloat16;
+  expect_arg("q", [&] { w.run(q, bt.cache, bt.table, bt.tout, &bt.tlse, nullptr); });
+  q = bt.tq;
+  q.shape[1] = 4;
+  expect_arg("q", [&] { w.run(q, bt.cache, bt.table, bt.tout, &bt.tlse, nullptr); });
+  TensorView o = bt.tout;
+  o.shape[0] = 3;
+  expect_arg("out", [&] { w.run(bt.tq, bt.cache, bt.table, o, &bt.tlse, nullptr); });
+  TensorView l = bt.tlse;
+  l.dtype = DType::kFloat16;
+  expect_arg("lse", [&] { w.run(bt.tq, bt.cache, bt.table, bt.tout, &l, nullptr); });
+  PagedKVCache cache = bt.cache;
+  cache.layout = KVLayout::kHND;
+  cache.k_pages.shape = {cache.k_pages.shape[0], cache.k_pages.shape[2], cache.k_pages.shape[1], cache.k_pages.shape[3]};
+  cache.v_pages.shape = cache.k_pages.shape;
+  expect_arg("cache.layout", [&] { w.run(bt.tq, cache, bt.table, bt.tout, &bt.tlse, nullptr); });
+  // A table whose lengths differ from the plan.
+  std::vector<int32_t> last = bt.last;
+  last[0] = last[0] == 1 ? 2 : 1;
+  PageTable t = bt.table;
+  t.last_page_len.host = last.data();
+  expect_arg("table", [&] { w.run(bt.tq, bt.cache, t, bt.tout, &bt.tlse, nullptr); });
+  // Plan-time errors.
+  expect_arg("num_qo_heads", [&] {
+    w.plan(bt.table, 16, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.buf.get(), ws.bytes, nullptr);
+  });
+  expect_arg("workspace", [&] {
+    w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.buf.get(), 1024, nullptr);
+  });
+  AttentionVariant var;
+  var.mask = MaskMode::kCustom;
+  expect_arg("variant.mask", [&] {
+    w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, var, ws.buf.get(), ws.bytes, nullptr);
+  });
+  var = AttentionVariant{};
+  var.return_lse = true;
+  w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, var, ws.buf.get(), ws.bytes, nullptr);
+  expect_arg("lse", [&] { w.run(bt.tq, bt.cache, bt.table, bt.tout, nullptr, nullptr); });
+  EXPECT_THROW(BatchDecodeWrapper(4, 12, 5, 128), Error);
+  EXPECT_THROW(BatchDecodeWrapper(4, 8, 2, 96), Error);
+}
+
+}  // namespace
+}  // namespace weft

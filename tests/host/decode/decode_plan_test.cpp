@@ -1,0 +1,69 @@
+// Host tests of how decode drives the planner (no GPU): bounds, windows, split decisions.
+#include "decode/decode_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tests/common/test_util.h"
+#include "weft/error.h"
+
+namespace weft::decode {
+namespace {
+
+TEST(DecodePlan, BoundsHoldForEveryBatchUpToMax) {
+  test::Rng rng = test::Rng::for_current_test();
+  const int32_t grid = 264, max_batch = 64;
+  for (int group : {1, 4, 16}) {
+    const int32_t hkv = 32 / group > 0 ? 32 / group : 1, hq = hkv * group;
+    const plan::WorkspaceLayout layout(plan_bounds(max_batch, hq, hkv, 128, grid));
+    std::vector<char> buf(layout.metadata_bytes());
+    for (int iter = 0; iter < 40; ++iter) {
+      const int32_t batch = static_cast<int32_t>(rng.randint(0, max_batch));
+      std::vector<int32_t> lens(batch);
+      for (auto& l : lens) l = static_cast<int32_t>(rng.randint(0, iter % 2 ? 131072 : 600));
+      const int32_t window = iter % 3 == 0 ? static_cast<int32_t>(rng.randint(0, 4096)) : -1;
+      const plan::Plan p = plan::balance(batch_shape(lens.data(), batch, window), balance_config(grid, hq, hkv));
+      ASSERT_NO_THROW(layout.serialize(p, buf.data()));
+      for (int i = 0; i < p.num_items(); ++i) {
+        const int32_t b = p.item_request[i];
+        if (window >= 0) ASSERT_GE(p.item_kv_begin[i], std::max(0, lens[b] - 1 - window));
+        const int32_t start = window >= 0 ? std::max(0, lens[b] - 1 - window) : 0;
+        if (p.item_partial_slot[i] >= 0) ASSERT_EQ((p.item_kv_begin[i] - start) % kPlanKVTile, 0);
+        ASSERT_EQ(p.item_row_end[i] - p.item_row_begin[i], group);
+      }
+    }
+  }
+}
+
+TEST(DecodePlan, SplitOnlyWhenItHelps) {
+  std::vector<int32_t> lens(128, 4096);
+  plan::Plan p = plan::balance(batch_shape(lens.data(), 128, -1), balance_config(264, 32, 8));
+  EXPECT_FALSE(p.split);  // 1024 tiles for 264 CTAs: no need to split
+  lens = {32768};
+  p = plan::balance(batch_shape(lens.data(), 1, -1), balance_config(264, 32, 8));
+  EXPECT_TRUE(p.split);
+  EXPECT_GE(p.max_chunk, kMinChunk);
+  lens = {200};  // shorter than the minimum chunk: never split
+  p = plan::balance(batch_shape(lens.data(), 1, -1), balance_config(264, 32, 8));
+  EXPECT_FALSE(p.split);
+  // A window shrinks the planned range to the last window_left + 1 keys.
+  lens = {100000};
+  p = plan::balance(batch_shape(lens.data(), 1, 127), balance_config(264, 8, 8));
+  for (int i = 0; i < p.num_items(); ++i) EXPECT_EQ(p.item_kv_begin[i], 100000 - 128);
+}
+
+TEST(DecodePlan, BadShapesThrow) {
+  EXPECT_THROW(plan_bounds(0, 32, 8, 128, 132), Error);
+  EXPECT_THROW(plan_bounds(8, 30, 8, 128, 132), Error);
+  EXPECT_THROW(plan_bounds(8, 64, 2, 128, 132), Error);  // group 32 > 16
+  EXPECT_THROW(plan_bounds(8, 32, 8, 96, 132), Error);
+  try {
+    plan_bounds(8, 30, 8, 128, 132);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "num_qo_heads");
+  }
+}
+
+}  // namespace
+}  // namespace weft::decode
