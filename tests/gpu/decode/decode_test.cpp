@@ -439,8 +439,11 @@ TEST(DecodeSmall, BadArgumentsThrowAndWriteNothing) {
   expect_arg("lse", [&] { w.run(bt.tq, bt.cache, bt.table, bt.tout, &l, nullptr); });
   PagedKVCache cache = bt.cache;
   cache.layout = KVLayout::kHND;
-  cache.k_pages.shape = {cache.k_pages.shape[0], cache.k_pages.shape[2], cache.k_pages.shape[1], cache.k_pages.shape[3]};
-  cache.v_pages.shape = cache.k_pages.shape;
+  {  // a well-formed HND view of the same pools: only the layout disagrees with the plan
+    const auto& k = bt.cache.k_pages;
+    cache.k_pages = TensorView(k.data, k.dtype, {k.shape[0], k.shape[2], k.shape[1], k.shape[3]});
+    cache.v_pages = TensorView(bt.cache.v_pages.data, k.dtype, {k.shape[0], k.shape[2], k.shape[1], k.shape[3]});
+  }
   expect_arg("cache.layout", [&] { w.run(bt.tq, cache, bt.table, bt.tout, &bt.tlse, nullptr); });
   // A table whose lengths differ from the plan.
   std::vector<int32_t> last = bt.last;
