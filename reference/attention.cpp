@@ -1,12 +1,15 @@
-// float64 attention reference and its low-precision emulation. One row routine, templated on the
-// accumulation type (double: exact reference; float: the kernels' fp32 arithmetic), serves both.
+// float64 attention reference and its low-precision emulation: input checks, paged gathering,
+// masks. The rows themselves are computed by detail::run_jobs (attention_blocks.cpp), one engine
+// templated on the accumulation type (double: exact reference; float: the kernels' fp32 arithmetic).
 #include "reference/attention.h"
 
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "reference/attention_detail.h"
 #include "reference/merge.h"
 #include "reference/round.h"
 
@@ -22,10 +25,9 @@ void check_indptr(const std::vector<int32_t>& p, const char* name) {
   }
 }
 
-struct Dims {
-  int64_t batch, hq, hkv, d, group;
-  double scale;
-};
+using detail::Dims;
+using detail::Policy;
+using detail::RequestJob;
 
 Dims check_inputs(const RaggedQ& q, const RaggedKV& kv, const Options& opt) {
   check_indptr(q.qo_indptr, "qo_indptr");
@@ -55,101 +57,19 @@ Dims check_inputs(const RaggedQ& q, const RaggedKV& kv, const Options& opt) {
   return {batch, q.num_qo_heads, kv.num_kv_heads, q.head_dim, q.num_qo_heads / kv.num_kv_heads, scale};
 }
 
-// Whether key j is visible to query i (absolute position p) of request b.
-bool visible(const Options& opt, int64_t b, int64_t i, int64_t j, int64_t p, int64_t kv_len) {
-  if (opt.causal && j > p) return false;
-  if (opt.window_left >= 0 && j < p - opt.window_left) return false;
-  if (opt.custom_mask != nullptr) {
-    const int64_t k = i * kv_len + j;
-    const uint8_t byte = opt.custom_mask[opt.mask_indptr[b] + (k >> 3)];
-    if (((byte >> (k & 7)) & 1) == 0) return false;
-  }
-  return true;
-}
-
-// Precision policy of one computation.
-struct Policy {
-  bool low = false;          // float32 arithmetic (else double)
-  Rounding p_round = Rounding::kNone;
-  Rounding o_round = Rounding::kNone;
-};
-
-// One (query row, head) over keys [kb, ke) of request b. T: double (exact) or float (emulation).
-template <class T>
-void row(const RaggedQ& q, const RaggedKV& kv, const Options& opt, const Dims& dm, const Policy& pol,
-         int64_t b, int64_t i, int64_t h, int64_t kb, int64_t ke, double* o_out, double* lse_out) {
-  const int64_t q0 = q.qo_indptr[b], q_len = q.qo_indptr[b + 1] - q0;
-  const int64_t k0 = kv.kv_indptr[b], kv_len = kv.kv_indptr[b + 1] - k0;
-  const int64_t p = kv_len - q_len + i;
-  const int64_t hk = h / dm.group, D = dm.d;
-  const float* qrow = q.data + ((q0 + i) * dm.hq + h) * D;
-  const T scale = static_cast<T>(dm.scale);
-  const T cap = static_cast<T>(opt.logits_soft_cap);
-  const T slope = opt.alibi_slopes.empty() ? T(0) : static_cast<T>(opt.alibi_slopes[h]);
-
-  std::vector<T> s;
-  std::vector<int64_t> keys;
-  s.reserve(ke - kb);
-  keys.reserve(ke - kb);
-  T m = -std::numeric_limits<T>::infinity();
-  for (int64_t j = kb; j < ke; ++j) {
-    if (!visible(opt, b, i, j, p, kv_len)) continue;
-    const float* krow = kv.k + ((k0 + j) * dm.hkv + hk) * D;
-    T dot = 0;
-    for (int64_t d = 0; d < D; ++d) dot += static_cast<T>(qrow[d]) * static_cast<T>(krow[d]);
-    T x = scale * dot;
-    if (opt.logits_soft_cap > 0) x = cap * std::tanh(x / cap);
-    if (!opt.alibi_slopes.empty()) x += slope * static_cast<T>(j - p);
-    s.push_back(x);
-    keys.push_back(j);
-    if (x > m) m = x;
-  }
-  double* o = o_out;
-  for (int64_t d = 0; d < D; ++d) o[d] = 0;
-  if (keys.empty()) {
-    *lse_out = -std::numeric_limits<double>::infinity();
-    return;
-  }
-  std::vector<T> acc(D, T(0));
-  T l = 0;
-  for (std::size_t n = 0; n < keys.size(); ++n) {
-    const T w = std::exp(s[n] - m);
-    l += w;  // the row sum uses the unrounded probability (as the kernels do)
-    const T wp = static_cast<T>(round_value(pol.p_round, w));
-    const float* vrow = kv.v + ((k0 + keys[n]) * dm.hkv + hk) * D;
-    for (int64_t d = 0; d < D; ++d) acc[d] += wp * static_cast<T>(vrow[d]);
-  }
-  for (int64_t d = 0; d < D; ++d) o[d] = round_value(pol.o_round, static_cast<double>(acc[d] / l));
-  *lse_out = static_cast<double>(m + std::log(l));
-}
-
-void run_request(const RaggedQ& q, const RaggedKV& kv, const Options& opt, const Dims& dm, const Policy& pol,
-                 int64_t b, int64_t kb, int64_t ke, double* o_base, double* lse_base) {
-  const int64_t q_len = q.qo_indptr[b + 1] - q.qo_indptr[b];
-  for (int64_t i = 0; i < q_len; ++i) {
-    for (int64_t h = 0; h < dm.hq; ++h) {
-      double* o = o_base + (i * dm.hq + h) * dm.d;
-      double* lse = lse_base + i * dm.hq + h;
-      if (pol.low) {
-        row<float>(q, kv, opt, dm, pol, b, i, h, kb, ke, o, lse);
-      } else {
-        row<double>(q, kv, opt, dm, pol, b, i, h, kb, ke, o, lse);
-      }
-    }
-  }
-}
-
 Result run(const RaggedQ& q, const RaggedKV& kv, const Options& opt, const Policy& pol) {
   const Dims dm = check_inputs(q, kv, opt);
   const int64_t total_q = q.qo_indptr[dm.batch];
   Result r;
   r.o.assign(total_q * dm.hq * dm.d, 0.0);
   r.lse.assign(total_q * dm.hq, 0.0);
+  std::vector<RequestJob> jobs;
   for (int64_t b = 0; b < dm.batch; ++b) {
     const int64_t q0 = q.qo_indptr[b];
     const int64_t kv_len = kv.kv_indptr[b + 1] - kv.kv_indptr[b];
-    run_request(q, kv, opt, dm, pol, b, 0, kv_len, r.o.data() + q0 * dm.hq * dm.d, r.lse.data() + q0 * dm.hq);
+    jobs.push_back({b, 0, kv_len, r.o.data() + q0 * dm.hq * dm.d, r.lse.data() + q0 * dm.hq});
   }
+  detail::run_jobs(q, kv, opt, dm, pol, jobs.data(), static_cast<int64_t>(jobs.size()));
   return r;
 }
 
@@ -238,7 +158,8 @@ Result attention_kv_range(const RaggedQ& q, const RaggedKV& kv, const Options& o
   Result r;
   r.o.assign(q_len * dm.hq * dm.d, 0.0);
   r.lse.assign(q_len * dm.hq, 0.0);
-  run_request(q, kv, opt, dm, Policy{}, request, kv_begin, kv_end, r.o.data(), r.lse.data());
+  const RequestJob job{request, kv_begin, kv_end, r.o.data(), r.lse.data()};
+  detail::run_jobs(q, kv, opt, dm, Policy{}, &job, 1);
   return r;
 }
 

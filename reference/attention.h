@@ -160,4 +160,11 @@ PackedMask pack_custom_mask_lens(const std::vector<int64_t>& q_lens, const std::
 
 std::vector<float> to_float(const std::vector<double>& v);
 
+// The references run on reference/parallel.h's threads (WEFT_REF_THREADS, set_num_threads) and use
+// the widest SIMD the CPU has (AVX-512 / AVX2 / baseline, never FMA). Results are bit-identical for
+// every thread count and SIMD width; this test hook caps the SIMD level (0: baseline SSE2,
+// 1: up to AVX2, 2: up to AVX-512 = the default; levels the CPU lacks fall back) so that tests
+// can check exactly that.
+void set_reference_simd_limit(int level);
+
 }  // namespace weft::ref
