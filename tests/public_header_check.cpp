@@ -1,5 +1,7 @@
 // Compiled by the host C++ compiler only: proves the public headers need no nvcc.
 #include <weft/weft.h>
+#include <weft/decode.h>
+#include <weft/prefill.h>
 
 #include <cstdio>
 #include <cstring>

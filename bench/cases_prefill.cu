@@ -1,0 +1,178 @@
+// Bench group "prefill": BatchPrefillWrapper, bf16, head_dim 128, 32 qo / 8 kv heads (Llama-3-8B).
+//   prefill/causal/{ragged,paged}/L<n>   one causal prefill, q = kv = n (paged: page 16, NHD)
+//   prefill/mixed                        a batch of mixed causal prefills (paged)
+//   prefill/chunked/c<chunk>/h<hist>     chunked prefill: <chunk> new tokens after <hist> keys
+// FLOPs: 4 * D * Hq per UNMASKED (query, key) pair (causal counted once, bottom-right aligned:
+// pairs = q * (kv - q) + q (q + 1) / 2). Bytes: Q and O once, K and V once. Ceiling "gemm".
+// Timing: run() captured once in a CUDA graph, the graph is timed (L2 flushed before each run);
+// plan() host time in extra "plan_us". Pages: random permutation of the pool.
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "weft/error.h"
+#include "weft/paged_kv.h"
+#include "weft/prefill.h"
+
+namespace {
+
+using weft::bench::DeviceArray;
+constexpr int32_t kHq = 32, kHkv = 8, kD = 128, kPage = 16;
+constexpr weft::DType kBF16 = weft::DType::kBFloat16;
+
+void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
+                      const std::vector<int32_t>& q_lens, const std::vector<int32_t>& kv_lens,
+                      bool paged) {
+  weft::bench::Result r;
+  r.name = name;
+  if (!ctx.wants(r.name)) return;
+  const int32_t batch = static_cast<int32_t>(q_lens.size());
+  std::vector<int32_t> qo{0}, kvp{0};
+  double pairs = 0;
+  for (int32_t b = 0; b < batch; ++b) {
+    qo.push_back(qo.back() + q_lens[b]);
+    kvp.push_back(kvp.back() + kv_lens[b]);
+    const double q = q_lens[b], kv = kv_lens[b];
+    pairs += q * (kv - q) + q * (q + 1) / 2;
+  }
+  const int64_t total_q = qo.back(), total_kv = kvp.back();
+  r.params = {{"batch", std::to_string(batch)}, {"total_q", std::to_string(total_q)},
+              {"total_kv", std::to_string(total_kv)}, {"qo_heads", std::to_string(kHq)},
+              {"kv_heads", std::to_string(kHkv)}, {"head_dim", std::to_string(kD)},
+              {"dtype", "bf16"}, {"mask", "causal"}, {"kv", paged ? "paged16" : "ragged"}};
+  r.flops = 4.0 * pairs * kD * kHq;
+  r.bytes = 2.0 * total_q * kHq * kD * 2 + 2.0 * total_kv * kHkv * kD * 2;
+  r.ceiling = "gemm";
+  try {
+    const size_t q_elems = size_t(total_q) * kHq * kD;
+    DeviceArray q(q_elems * 2), out(q_elems * 2);
+    weft::bench::fill_random(q.get(), q_elems, kBF16, 3);
+    weft::TensorView tq(q.get(), kBF16, {total_q, kHq, kD});
+    weft::TensorView tout(out.get(), kBF16, {total_q, kHq, kD});
+    weft::PrefillBounds bounds;
+    bounds.max_batch = batch;
+    bounds.max_total_q = total_q;
+    bounds.num_qo_heads = kHq;
+    bounds.num_kv_heads = kHkv;
+    bounds.head_dim = kD;
+    const size_t ws_bytes = weft::BatchPrefillWrapper::workspace_size(bounds);
+    DeviceArray ws(ws_bytes);
+    weft::BatchPrefillWrapper w;
+    weft::AttentionVariant var;
+    var.mask = weft::MaskMode::kCausal;
+    cudaStream_t s = ctx.stream();
+
+    // K/V storage.
+    std::vector<int32_t> indptr{0}, last, indices;
+    DeviceArray k, v, d_indptr, d_indices, d_last, d_kv_indptr;
+    weft::PageTable table;
+    weft::PagedKVCache cache;
+    if (paged) {
+      for (int32_t l : kv_lens) {
+        const int32_t pages = (l + kPage - 1) / kPage;
+        indptr.push_back(indptr.back() + pages);
+        last.push_back(l == 0 ? 0 : l - (pages - 1) * kPage);
+      }
+      const int64_t num_pages = indptr.back();
+      indices.resize(num_pages);
+      std::iota(indices.begin(), indices.end(), 0);
+      std::shuffle(indices.begin(), indices.end(), std::mt19937_64(7));
+      const size_t pool = size_t(num_pages) * kPage * kHkv * kD;
+      k = DeviceArray(pool * 2);
+      v = DeviceArray(pool * 2);
+      weft::bench::fill_random(k.get(), pool, kBF16, 1);
+      weft::bench::fill_random(v.get(), pool, kBF16, 2);
+      d_indptr = DeviceArray(indptr.size() * 4);
+      d_indices = DeviceArray(std::max<size_t>(indices.size(), 1) * 4);
+      d_last = DeviceArray(last.size() * 4);
+      WEFT_BENCH_CUDA(cudaMemcpy(d_indptr.get(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+      WEFT_BENCH_CUDA(cudaMemcpy(d_indices.get(), indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
+      WEFT_BENCH_CUDA(cudaMemcpy(d_last.get(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
+      table.batch_size = batch;
+      table.indptr = {d_indptr.as<int32_t>(), indptr.data(), batch + 1};
+      table.indices = {d_indices.as<int32_t>(), indices.data(), num_pages};
+      table.last_page_len = {d_last.as<int32_t>(), last.data(), batch};
+      cache.layout = weft::KVLayout::kNHD;
+      cache.k_pages = weft::TensorView(k.get(), kBF16, {num_pages, kPage, kHkv, kD});
+      cache.v_pages = weft::TensorView(v.get(), kBF16, {num_pages, kPage, kHkv, kD});
+    } else {
+      const size_t kv_elems = size_t(total_kv) * kHkv * kD;
+      k = DeviceArray(kv_elems * 2);
+      v = DeviceArray(kv_elems * 2);
+      weft::bench::fill_random(k.get(), kv_elems, kBF16, 1);
+      weft::bench::fill_random(v.get(), kv_elems, kBF16, 2);
+      d_kv_indptr = DeviceArray(kvp.size() * 4);
+      WEFT_BENCH_CUDA(cudaMemcpy(d_kv_indptr.get(), kvp.data(), kvp.size() * 4, cudaMemcpyHostToDevice));
+    }
+    auto plan = [&] {
+      if (paged)
+        w.plan_paged(qo.data(), table, kPage, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds, s);
+      else
+        w.plan_ragged(qo.data(), kvp.data(), batch, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds, s);
+    };
+    std::vector<double> plan_us;
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      plan();
+      const auto t1 = std::chrono::steady_clock::now();
+      plan_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+    }
+    std::sort(plan_us.begin(), plan_us.end());
+
+    cudaStream_t cap;
+    WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
+    if (paged) {
+      w.run_paged(tq, cache, table, tout, nullptr, cap);
+    } else {
+      const weft::TensorView tk(k.get(), kBF16, {total_kv, kHkv, kD});
+      const weft::TensorView tv(v.get(), kBF16, {total_kv, kHkv, kD});
+      w.run_ragged(tq, tk, tv, d_kv_indptr.as<int32_t>(), tout, nullptr, cap);
+    }
+    WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
+    WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    r.ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(cap);
+    const weft::PrefillPlanInfo& info = w.plan_info();
+    r.extra = {{"plan_us", plan_us[plan_us.size() / 2]}, {"cta_q", double(info.cta_q)},
+               {"cta_kv", double(info.cta_kv)}, {"num_ctas", double(info.num_ctas)},
+               {"num_items", double(info.num_items)}, {"num_merges", double(info.num_merges)}};
+    ctx.report(r);
+  } catch (const std::exception& e) {
+    ctx.report_error(r, e.what());
+  }
+}
+
+}  // namespace
+
+WEFT_BENCH_GROUP(prefill) {
+  std::vector<int32_t> lens = {1024, 2048, 4096, 8192, 16384};
+  if (ctx.quick()) lens = {2048, 8192};
+  for (bool paged : {false, true})
+    for (int32_t L : lens)
+      run_prefill_case(ctx, std::string("prefill/causal/") + (paged ? "paged" : "ragged") + "/L" + std::to_string(L),
+                       {L}, {L}, paged);
+  {
+    // Mixed batch: a fixed spread of prompt lengths (short chats to long documents).
+    const std::vector<int32_t> mix = {8192, 137, 2048, 512, 4000, 1024, 64, 3000, 700, 1500};
+    run_prefill_case(ctx, "prefill/mixed", mix, mix, true);
+  }
+  std::vector<int32_t> chunks = {512, 1024, 2048}, hists = {4096, 8192, 16384};
+  if (ctx.quick()) {
+    chunks = {512};
+    hists = {16384};
+  }
+  for (int32_t c : chunks)
+    for (int32_t h : hists)
+      run_prefill_case(ctx, "prefill/chunked/c" + std::to_string(c) + "/h" + std::to_string(h), {c}, {h + c},
+                       true);
+}

@@ -1,0 +1,162 @@
+// Scheduler role: the persistent batch-prefill kernel. A fixed grid of plan.num_ctas CTAs; CTA c
+// executes work items cta_indptr[c] .. cta_indptr[c+1] - 1 of the plan (longest first, as dealt
+// by attention/plan/balance.h). Included by exactly one instantiation file per configuration.
+//
+// Per item (CTA_Q packed rows x key range), K/V pipeline with 2 stages each; cp.async groups are
+// committed in the fixed order  [Q+K0] [V0] [K1] | per tile t: [V(t+1)] [K(t+2)]  (empty groups
+// when past the end), so "wait until <= 2 groups pending" always means:
+//   at the top of tile t:  Q and K_t have landed   (pending: V_t, K_{t+1})
+//   after S = QK^T:        V_t has landed          (pending: K_{t+1}, V_{t+1})
+// Stage reuse: V_{t+1} overwrites the V stage read by P.V of tile t-1 (all warps passed the
+// barrier at the top of tile t after finishing it); K_{t+2} overwrites the K stage of tile t
+// after the second barrier (all warps finished Q.K^T of tile t).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_check.h"
+#include "common/ptx.cuh"
+#include "prefill/kernel/epilogue.cuh"
+#include "prefill/kernel/load.cuh"
+#include "prefill/kernel/mainloop.cuh"
+#include "prefill/kernel/mask.cuh"
+#include "prefill/kernel/params.h"
+#include "prefill/kernel/traits.cuh"
+
+namespace weft::prefill {
+
+template <class Tr>
+__device__ __forceinline__ ItemGeom item_geometry(const PrefillParams& p, int w) {
+  ItemGeom g;
+  const plan::PlanPointers& pl = p.plan;
+  g.seg = pl.item_request[w];
+  g.kv_head = pl.item_kv_head[w];
+  g.row_begin = pl.item_row_begin[w];
+  g.row_end = pl.item_row_end[w];
+  g.slot = pl.item_partial_slot[w];
+  g.request = p.seg_request[g.seg];
+  g.token_abs0 = pl.qo_indptr[g.seg];
+  g.pos0 = p.seg_pos0[g.seg];
+  g.token0 = p.seg_token0[g.seg];
+  g.real_kv_len = p.real_kv_len[g.request];
+  g.kv_base = p.paged ? 0 : p.kv_indptr[g.request];
+  g.page_base = p.paged ? p.page_indptr[g.request] : 0;
+  trim_kv_range(p, g, pl.item_kv_begin[w], pl.item_kv_end[w]);
+  return g;
+}
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM) batch_prefill_kernel(const PrefillParams p) {
+  using T = typename Tr::Elem;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sq = reinterpret_cast<T*>(smem_raw);
+  T* sk = sq + Tr::kOffK;
+  T* sv = sq + Tr::kOffV;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warp_q = warp / Tr::kWarpsKV;
+  const int warp_kv = warp % Tr::kWarpsKV;
+  const int warp_row0 = warp_q * 16;               // first Q tile row of this warp
+  const int key_off = warp_kv * Tr::kKVPerWarp;    // first key of each KV tile for this warp
+
+  const int w_begin = p.plan.cta_indptr[blockIdx.x];
+  const int w_end = p.plan.cta_indptr[blockIdx.x + 1];
+  for (int w = w_begin; w < w_end; ++w) {
+    ItemGeom g = item_geometry<Tr>(p, w);
+    const int n_tiles = (g.kv_hi - g.kv_lo + Tr::kCtaKV - 1) / Tr::kCtaKV;
+    const RowMask rm = make_row_mask(p, g, warp_row0, lane);
+
+    // Prologue: [Q + K0] [V0] [K1]. `next` holds the page ids of tile t+1 (its V copy is issued
+    // at the top of tile t), `ahead` those of tile t+2 (fetched at the top of tile t, used by the
+    // K copy after the math).
+    KVRows<Tr> next, ahead;
+    load_q_tile<Tr>(sq, p, g, tid);
+    if (n_tiles > 0) {
+      fetch_pages<Tr>(ahead, p, g, g.kv_lo, tid);
+      load_k_tile<Tr>(sk, p, g, ahead, g.kv_lo, tid);
+    }
+    ptx::cp_async_commit();
+    if (n_tiles > 0) load_v_tile<Tr>(sv, p, g, ahead, g.kv_lo, tid);
+    ptx::cp_async_commit();
+    if (n_tiles > 1) {
+      fetch_pages<Tr>(next, p, g, g.kv_lo + Tr::kCtaKV, tid);
+      load_k_tile<Tr>(sk + Tr::kKVTileElems, p, g, next, g.kv_lo + Tr::kCtaKV, tid);
+    }
+    ptx::cp_async_commit();
+
+    SoftmaxState<Tr> st;
+    init_state(st);
+    uint32_t qf[Tr::kQInRegs ? Tr::kKStepsQK : 1][4];
+
+    for (int t = 0; t < n_tiles; ++t) {
+      const int ts = g.kv_lo + t * Tr::kCtaKV;
+      const int stage = t & 1;
+      ptx::cp_async_wait<2>();
+      __syncthreads();
+      if constexpr (Tr::kQInRegs) {
+        if (t == 0) {
+#pragma unroll
+          for (int kk = 0; kk < Tr::kKStepsQK; ++kk)
+            ptx::ldmatrix_x4(qf[kk], sq + swz<Tr::kHeadDim>(warp_row0 + (lane & 15), 2 * kk + (lane >> 4)));
+        }
+      }
+      if (t + 1 < n_tiles)
+        load_v_tile<Tr>(sv + (stage ^ 1) * Tr::kKVTileElems, p, g, next, ts + Tr::kCtaKV, tid);
+      ptx::cp_async_commit();
+      if (t + 2 < n_tiles) fetch_pages<Tr>(ahead, p, g, ts + 2 * Tr::kCtaKV, tid);
+
+      float s[Tr::kFragS][4];
+      compute_qk<Tr>(s, qf, sq, warp_row0, sk + stage * Tr::kKVTileElems, key_off, lane);
+#pragma unroll
+      for (int n = 0; n < Tr::kFragS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = logit_log2(p, s[n][e]);
+      if (tile_needs_mask(p, g, ts, Tr::kCtaKV)) apply_mask<Tr::kFragS>(s, p, g, rm, ts + key_off, lane);
+      online_softmax<Tr>(s, st);
+
+      ptx::cp_async_wait<2>();
+      __syncthreads();
+      if (t + 2 < n_tiles) load_k_tile<Tr>(sk + stage * Tr::kKVTileElems, p, g, ahead, ts + 2 * Tr::kCtaKV, tid);
+      ptx::cp_async_commit();
+#pragma unroll
+      for (int i = 0; i < KVRows<Tr>::kRowsPerThread; ++i) next.page[i] = ahead.page[i];
+      compute_pv<Tr>(s, st, sv + stage * Tr::kKVTileElems, key_off, lane);
+    }
+    ptx::cp_async_wait<0>();
+    __syncthreads();
+
+    reduce_row_sums(st);
+    if constexpr (Tr::kWarpsKV > 1) {
+      merge_kv_warps<Tr>(st, reinterpret_cast<float*>(sk), warp_q, warp_kv, lane);
+      if (warp_kv == 0) write_item<Tr>(st, p, g, warp_row0, lane);
+    } else {
+      write_item<Tr>(st, p, g, warp_row0, lane);
+    }
+    __syncthreads();  // shared memory (Q, K/V, merge scratch) is reused by the next item
+  }
+}
+
+// Host launcher of one instantiation (defined in the instantiation's .cu file). The dynamic
+// shared-memory opt-in was set by occupancy_batch_prefill() during plan(), so run() issues only
+// the launch (nothing but stream work: safe under graph capture).
+template <class Tr>
+void launch_batch_prefill(const PrefillParams& p, int num_ctas, cudaStream_t stream) {
+  batch_prefill_kernel<Tr><<<num_ctas, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+// Resident CTAs per SM of one instantiation (for the persistent grid size); also opts the kernel
+// in to more than 48 KB of dynamic shared memory on the current device.
+template <class Tr>
+int occupancy_batch_prefill() {
+  auto kernel = batch_prefill_kernel<Tr>;
+  WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Tr::kSmemBytes));
+  int blocks = 0;
+  WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Tr::kThreads,
+                                                                Tr::kSmemBytes));
+  return blocks;
+}
+
+}  // namespace weft::prefill

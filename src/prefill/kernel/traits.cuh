@@ -1,0 +1,60 @@
+// Compile-time shape of one prefill kernel instantiation and its shared-memory layout.
+#pragma once
+#include <cstdint>
+
+#include "common/ptx.cuh"
+#include "prefill/prefill_config.h"
+
+namespace weft::prefill {
+
+template <int HEAD_DIM, int CTA_Q, int CTA_KV, class T>
+struct PrefillTraits {
+  using Elem = T;
+  static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr int kCtaQ = CTA_Q;
+  static constexpr int kCtaKV = CTA_KV;
+  static constexpr int kWarpsQ = warps_q_of(CTA_Q);             // 16 query rows per warp
+  static constexpr int kWarpsKV = warps_kv_of(CTA_Q, CTA_KV);   // warps sharing one row block
+  static constexpr int kWarps = kWarpsQ * kWarpsKV;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kKVPerWarp = CTA_KV / kWarpsKV;          // keys per warp per KV tile
+  static constexpr int kFragS = kKVPerWarp / 8;                 // n8 blocks of S per warp
+  static constexpr int kFragO = HEAD_DIM / 8;                   // n8 blocks of O per warp
+  static constexpr int kKStepsQK = HEAD_DIM / 16;               // k16 steps of Q.K^T
+  static constexpr int kKStepsPV = kKVPerWarp / 16;             // k16 steps of P.V
+  static constexpr int kChunks = HEAD_DIM / 8;                  // 16-byte chunks per row
+  static constexpr bool kQInRegs = q_in_regs(HEAD_DIM);
+  static constexpr int kStages = kKVStages;
+  // __launch_bounds__ min CTAs per SM = 1 (register cap 255). Measured: the d128 tiles need
+  // ~230-245 registers (O 64 + Q 32 + S 32 accumulators plus hoisted ldmatrix addresses); capping
+  // at 128 (2 CTAs of 256 threads) spills 432 B, at 168 (3 CTAs of 128) 128 B. With 255, 4-warp
+  // tiles still fit 2 CTAs per SM and 8-warp tiles 1 (8 warps per SM either way).
+  static constexpr int kMinCtasPerSM = 1;
+
+  // Shared memory (16-bit elements): Q [CTA_Q][D], K [stages][CTA_KV][D], V [stages][CTA_KV][D],
+  // every row XOR-swizzled on 16-byte chunks (see swz()).
+  static constexpr int kQElems = CTA_Q * HEAD_DIM;
+  static constexpr int kKVTileElems = CTA_KV * HEAD_DIM;
+  static constexpr int kOffK = kQElems;
+  static constexpr int kOffV = kOffK + kStages * kKVTileElems;
+  static constexpr int kSmemBytes = (kOffV + kStages * kKVTileElems) * 2;
+
+  static_assert(kSmemBytes == static_cast<int>(smem_bytes_of(HEAD_DIM, CTA_Q, CTA_KV)), "smem");
+  static_assert(kKVPerWarp % 16 == 0, "each warp needs whole k16 steps of P.V");
+  static_assert(kThreads % kChunks == 0, "loaders assume a fixed chunk column per thread");
+  static_assert(HEAD_DIM % 64 == 0, "swizzle assumes rows of >= 128 bytes");
+  // Cross-warp merge (kWarpsKV > 1) reuses the K/V stages as fp32 scratch.
+  static constexpr int kMergeFloats = kWarps * 32 * (kFragO * 4 + 4);
+  static_assert(kWarpsKV == 1 || kMergeFloats * 4 <= 2 * kStages * kKVTileElems * 2, "merge scratch");
+};
+
+// Swizzled element offset of 16-byte chunk `chunk` of row `row` in a [rows][D] tile: chunk bits
+// 0..2 are XORed with row bits 0..2, so the 8 row addresses of one ldmatrix 8x8 matrix (same
+// logical chunk, 8 consecutive rows) fall in 8 distinct 16-byte bank groups (conflict-free),
+// and a row of >= 128 bytes keeps its chunks inside the row.
+template <int HEAD_DIM>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * HEAD_DIM + ((chunk ^ (row & 7)) << 3);
+}
+
+}  // namespace weft::prefill

@@ -1,0 +1,111 @@
+#include "prefill/prefill_plan.h"
+
+#include <algorithm>
+
+#include "weft/error.h"
+
+namespace weft::prefill {
+
+int32_t segment_tokens(int32_t cta_q, int32_t group_size, bool causal, int32_t window_left) {
+  if (!causal && window_left < 0) return 0;
+  if (group_size <= 0 || cta_q % group_size != 0) return 0;
+  return cta_q / group_size;
+}
+
+SegmentedPlan make_plan(const PlanRequest& r) {
+  WEFT_CHECK_ARG(r.qo_len.size() == r.kv_len.size(), "kv_len",
+                 "size " << r.kv_len.size() << " differs from qo_len size " << r.qo_len.size());
+  const int32_t seg = segment_tokens(r.cta_q, r.group_size, r.causal, r.window_left);
+  SegmentedPlan out;
+  plan::BatchShape shape;
+  const int32_t batch = static_cast<int32_t>(r.qo_len.size());
+  for (int32_t b = 0; b < batch; ++b) {
+    const int32_t ql = r.qo_len[b], kl = r.kv_len[b];
+    WEFT_CHECK_ARG(ql >= 0 && kl >= 0, "qo_len/kv_len", "negative length for request " << b);
+    const int32_t step = seg > 0 ? seg : std::max(ql, 1);
+    int32_t t0 = 0;
+    do {
+      const int32_t n = std::min(step, ql - t0);
+      const int64_t pos0 = int64_t(kl) - ql + t0;
+      // Keys this segment's rows can see: [lo, hi).
+      int64_t hi = kl;
+      if (r.causal) hi = std::clamp<int64_t>(pos0 + n, 0, kl);  // last token's position + 1
+      int64_t lo = 0;
+      if (r.window_left >= 0) lo = std::clamp<int64_t>(pos0 - r.window_left, 0, hi);
+      out.seg_request.push_back(b);
+      out.seg_token0.push_back(t0);
+      out.seg_pos0.push_back(static_cast<int32_t>(pos0));
+      shape.qo_len.push_back(n);
+      shape.kv_len.push_back(static_cast<int32_t>(hi));
+      shape.kv_start.push_back(static_cast<int32_t>(lo));
+      t0 += n;
+    } while (t0 < ql);
+  }
+  plan::BalanceConfig cfg;
+  cfg.num_ctas = r.num_ctas;
+  cfg.num_kv_heads = r.num_kv_heads;
+  cfg.group_size = r.group_size;
+  cfg.tile_q = r.cta_q;
+  cfg.kv_granularity = r.cta_kv;
+  cfg.min_chunk = r.min_chunk;
+  cfg.allow_split = r.allow_split;
+  // Cost of a chunk ~ rows x keys of MMA work for a full tile; alpha covers the per-item fixed
+  // cost (Q load, epilogue) as if the tile had cta_kv more keys.
+  cfg.alpha = static_cast<double>(r.cta_kv) / r.cta_q;
+  cfg.beta = 1.0;
+  out.plan = plan::balance(shape, cfg);
+  return out;
+}
+
+int32_t max_segments(int32_t max_batch, int64_t max_total_q, int32_t cta_q, int32_t group_size) {
+  const int64_t seg = (group_size > 0 && cta_q % group_size == 0) ? cta_q / group_size : 0;
+  const int64_t n = seg > 0 ? max_total_q / seg + max_batch : max_batch;
+  WEFT_CHECK_ARG(n <= INT32_MAX / 4, "max_total_q", "too many query segments: " << n);
+  return static_cast<int32_t>(std::max<int64_t>(n, 1));
+}
+
+plan::PlanBounds plan_bounds(int32_t max_batch, int64_t max_total_q, int32_t num_kv_heads,
+                             int32_t group_size, int32_t cta_q, int32_t head_dim, int32_t num_ctas) {
+  const int32_t segs = max_segments(max_batch, max_total_q, cta_q, group_size);
+  // Tiles per KV head <= ceil(rows / cta_q) + one partial tile per segment.
+  const int64_t rows = max_total_q * group_size;
+  const int64_t tiles = int64_t(num_kv_heads) * ((rows + cta_q - 1) / cta_q + segs);
+  WEFT_CHECK_ARG(tiles <= INT32_MAX / 8, "max_total_q", "too many query tiles: " << tiles);
+  plan::PlanBounds b;
+  b.max_batch = segs;
+  b.max_tiles = static_cast<int32_t>(tiles);
+  b.num_ctas = num_ctas;
+  b.tile_q = cta_q;
+  b.head_dim = head_dim;
+  return b;
+}
+
+namespace {
+std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
+}  // namespace
+
+PrefillWorkspaceLayout make_layout(int32_t max_batch, int64_t max_total_q, int32_t num_kv_heads,
+                                   int32_t group_size, int32_t cta_q, int32_t head_dim,
+                                   int32_t num_ctas) {
+  PrefillWorkspaceLayout l;
+  l.plan = plan::WorkspaceLayout(
+      plan_bounds(max_batch, max_total_q, num_kv_heads, group_size, cta_q, head_dim, num_ctas));
+  l.max_segments = l.plan.bounds().max_batch;
+  l.max_batch = max_batch;
+  constexpr std::size_t kA = plan::WorkspaceLayout::kAlign;
+  std::size_t off = align_up(l.plan.total_bytes(), kA);
+  const std::size_t base = off;
+  l.off_seg_request = off;
+  off = align_up(off + sizeof(int32_t) * l.max_segments, kA);
+  l.off_seg_token0 = off;
+  off = align_up(off + sizeof(int32_t) * l.max_segments, kA);
+  l.off_seg_pos0 = off;
+  off = align_up(off + sizeof(int32_t) * l.max_segments, kA);
+  l.off_real_kv_len = off;
+  off = align_up(off + sizeof(int32_t) * max_batch, kA);
+  l.extra_bytes = off - base;
+  l.total_bytes = off;
+  return l;
+}
+
+}  // namespace weft::prefill

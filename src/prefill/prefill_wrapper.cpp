@@ -1,0 +1,388 @@
+// BatchPrefillWrapper: validation, planning (tile heuristic + balanced segmented plan copied into
+// the workspace at fixed offsets) and launches (persistent prefill kernel, then the plan merge).
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "attention/merge.cuh"
+#include "common/cuda_check.h"
+#include "prefill/kernel/params.h"
+#include "prefill/prefill_config.h"
+#include "prefill/prefill_dispatch.h"
+#include "prefill/prefill_plan.h"
+#include "prefill/prefill_validate.h"
+#include "weft/prefill.h"
+#include "weft/validate.h"
+
+namespace weft {
+
+using prefill::TileConfig;
+
+struct BatchPrefillWrapper::State {
+  DType dtype = DType::kBFloat16;
+  int32_t num_qo_heads = 0, num_kv_heads = 0, head_dim = 0, batch = 0;
+  int64_t total_q = 0;
+  AttentionVariant variant;
+  bool paged = false;
+  int64_t page_size = 0;
+  std::vector<int32_t> kv_len;           // real requests
+  std::vector<int32_t> kv_indptr_host;   // ragged
+  TileConfig cfg;
+  int32_t num_ctas = 0;
+  prefill::PrefillWorkspaceLayout layout;
+  void* workspace = nullptr;
+  prefill::KernelEntry kernel;
+  bool launch_merge = false;
+};
+
+namespace {
+
+int device_of(int32_t d) {
+  if (d >= 0) return d;
+  int cur = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&cur));
+  return cur;
+}
+
+int sm_count(int device) {
+  int n = 0;
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return n;
+}
+
+// Persistent grid of one configuration: every SM filled with as many CTAs as fit.
+int32_t num_ctas_for(const TileConfig& cfg, DType dtype, int device) {
+  int prev = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&prev));
+  if (prev != device) WEFT_CUDA_CHECK(cudaSetDevice(device));
+  const int occ = prefill::find_kernel(cfg, dtype).occupancy();
+  const int sms = sm_count(device);
+  if (prev != device) WEFT_CUDA_CHECK(cudaSetDevice(prev));
+  return std::max(1, occ) * sms;
+}
+
+prefill::PrefillWorkspaceLayout layout_for(const PrefillBounds& b, const TileConfig& cfg,
+                                           int32_t num_ctas) {
+  return prefill::make_layout(b.max_batch, b.max_total_q, b.num_kv_heads,
+                              b.num_qo_heads / b.num_kv_heads, cfg.cta_q, cfg.head_dim, num_ctas);
+}
+
+}  // namespace
+
+BatchPrefillWrapper::BatchPrefillWrapper() : s_(new State) {}
+BatchPrefillWrapper::~BatchPrefillWrapper() { delete s_; }
+
+std::size_t BatchPrefillWrapper::workspace_size(const PrefillBounds& b) {
+  prefill::check_bounds(b);
+  const int device = device_of(b.device);
+  std::size_t need = 0;
+  // Any configuration of this head_dim may be chosen at plan time: size for the largest. The
+  // occupancy (hence the grid) does not depend on the dtype: both dtypes compile alike; take the
+  // max anyway.
+  for (const TileConfig& c : prefill::instantiated_configs()) {
+    if (c.head_dim != b.head_dim) continue;
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      const int32_t ctas = num_ctas_for(c, dt, device);
+      need = std::max(need, layout_for(b, c, ctas).total_bytes);
+    }
+  }
+  return need;
+}
+
+void BatchPrefillWrapper::plan_paged(const int32_t* qo_indptr_host, const PageTable& table,
+                                     int64_t page_size, int32_t num_qo_heads, int32_t num_kv_heads,
+                                     int32_t head_dim, DType dtype, const AttentionVariant& variant,
+                                     void* workspace, std::size_t workspace_bytes,
+                                     const PrefillBounds& bounds, cudaStream_t stream,
+                                     const int32_t* mask_indptr_host, const PrefillPlanOptions& opt) {
+  check::in_range(page_size, "page_size", 1, INT32_MAX);
+  prefill::check_table_host(table, page_size);
+  std::vector<int32_t> kv_len(table.batch_size);
+  for (int32_t b = 0; b < table.batch_size; ++b)
+    kv_len[b] = static_cast<int32_t>(kv_len_of(table, page_size, b));
+  plan_common(qo_indptr_host, table.batch_size, kv_len, true, page_size, num_qo_heads, num_kv_heads,
+              head_dim, dtype, variant, workspace, workspace_bytes, bounds, stream, mask_indptr_host,
+              opt);
+}
+
+void BatchPrefillWrapper::plan_ragged(const int32_t* qo_indptr_host, const int32_t* kv_indptr_host,
+                                      int32_t batch, int32_t num_qo_heads, int32_t num_kv_heads,
+                                      int32_t head_dim, DType dtype, const AttentionVariant& variant,
+                                      void* workspace, std::size_t workspace_bytes,
+                                      const PrefillBounds& bounds, cudaStream_t stream,
+                                      const int32_t* mask_indptr_host,
+                                      const PrefillPlanOptions& opt) {
+  WEFT_CHECK_ARG(batch >= 0, "batch", "must be >= 0, got " << batch);
+  check::not_null(kv_indptr_host, "kv_indptr");
+  check::indptr(kv_indptr_host, batch, "kv_indptr");
+  std::vector<int32_t> kv_len(batch);
+  for (int32_t b = 0; b < batch; ++b) kv_len[b] = kv_indptr_host[b + 1] - kv_indptr_host[b];
+  plan_common(qo_indptr_host, batch, kv_len, false, 0, num_qo_heads, num_kv_heads, head_dim, dtype,
+              variant, workspace, workspace_bytes, bounds, stream, mask_indptr_host, opt);
+  s_->kv_indptr_host.assign(kv_indptr_host, kv_indptr_host + batch + 1);
+}
+
+void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t batch,
+                                      const std::vector<int32_t>& kv_len, bool paged,
+                                      int64_t page_size, int32_t num_qo_heads, int32_t num_kv_heads,
+                                      int32_t head_dim, DType dtype,
+                                      const AttentionVariant& variant, void* workspace,
+                                      std::size_t workspace_bytes, const PrefillBounds& bounds,
+                                      cudaStream_t stream, const int32_t* mask_indptr_host,
+                                      const PrefillPlanOptions& opt) {
+  // ---- validation (nothing is modified before all of it passed) ----
+  prefill::check_bounds(bounds);
+  WEFT_CHECK_ARG(batch <= bounds.max_batch, "batch",
+                 "batch " << batch << " exceeds bounds.max_batch " << bounds.max_batch);
+  WEFT_CHECK_ARG(num_qo_heads == bounds.num_qo_heads, "num_qo_heads",
+                 "expected bounds.num_qo_heads " << bounds.num_qo_heads << ", got " << num_qo_heads);
+  WEFT_CHECK_ARG(num_kv_heads == bounds.num_kv_heads, "num_kv_heads",
+                 "expected bounds.num_kv_heads " << bounds.num_kv_heads << ", got " << num_kv_heads);
+  WEFT_CHECK_ARG(head_dim == bounds.head_dim, "head_dim",
+                 "expected bounds.head_dim " << bounds.head_dim << ", got " << head_dim);
+  WEFT_CHECK_ARG(dtype == DType::kFloat16 || dtype == DType::kBFloat16, "dtype",
+                 "expected f16 or bf16, got " << dtype_name(dtype));
+  check::not_null(qo_indptr_host, "qo_indptr");
+  check::indptr(qo_indptr_host, batch, "qo_indptr", bounds.max_total_q);
+  prefill::check_variant(variant);
+  if (variant.mask == MaskMode::kCustom)
+    prefill::check_mask_indptr(mask_indptr_host, qo_indptr_host, kv_len);
+  WEFT_CHECK_ARG(opt.cta_q == 0 || opt.cta_q == 16 || opt.cta_q == 64 || opt.cta_q == 128,
+                 "opt.cta_q", "expected 0, 16, 64 or 128, got " << opt.cta_q);
+  WEFT_CHECK_ARG(opt.min_chunk >= 0, "opt.min_chunk", "must be >= 0, got " << opt.min_chunk);
+  const int32_t group = num_qo_heads / num_kv_heads;
+  const int64_t total_q = qo_indptr_host[batch];
+
+  // ---- tile configuration ----
+  int64_t active = 0;
+  for (int32_t b = 0; b < batch; ++b) active += qo_indptr_host[b + 1] > qo_indptr_host[b];
+  const double avg_rows = active ? double(total_q) * group / double(active) : 1.0;
+  TileConfig cfg = prefill::choose_tiles(avg_rows, head_dim);
+  if (opt.cta_q != 0) {
+    TileConfig forced{};
+    for (const TileConfig& c : prefill::instantiated_configs())
+      if (c.head_dim == head_dim && c.cta_q == opt.cta_q) forced = c;
+    WEFT_CHECK_ARG(forced.head_dim != 0, "opt.cta_q",
+                   "no kernel with cta_q " << opt.cta_q << " for head_dim " << head_dim);
+    cfg = forced;
+  }
+  const int device = device_of(bounds.device);
+  const prefill::KernelEntry kernel = prefill::find_kernel(cfg, dtype);
+  const int32_t num_ctas = num_ctas_for(cfg, dtype, device);
+  prefill::PrefillWorkspaceLayout layout = layout_for(bounds, cfg, num_ctas);
+  check::workspace(workspace, workspace_bytes, layout.total_bytes, "workspace");
+
+  prefill::PlanRequest req;
+  req.qo_len.resize(batch);
+  for (int32_t b = 0; b < batch; ++b) req.qo_len[b] = qo_indptr_host[b + 1] - qo_indptr_host[b];
+  req.kv_len = kv_len;
+  req.num_kv_heads = num_kv_heads;
+  req.group_size = group;
+  req.causal = variant.mask == MaskMode::kCausal;
+  req.window_left = variant.window_left;
+  req.cta_q = cfg.cta_q;
+  req.cta_kv = cfg.cta_kv;
+  req.num_ctas = num_ctas;
+  req.allow_split = opt.allow_split_kv;
+  req.min_chunk = opt.min_chunk;
+  prefill::SegmentedPlan sp = prefill::make_plan(req);
+
+  // Host image of the metadata, then one copy each (pageable source: the copy has consumed it
+  // when cudaMemcpyAsync returns, so the vectors may die here).
+  std::vector<unsigned char> meta(layout.plan.metadata_bytes());
+  layout.plan.serialize(sp.plan, meta.data());  // throws if the plan exceeds the bounds
+  std::vector<unsigned char> extra(layout.extra_bytes, 0);
+  const std::size_t base = layout.off_seg_request;
+  auto put = [&](std::size_t off, const std::vector<int32_t>& v) {
+    if (!v.empty()) std::memcpy(extra.data() + (off - base), v.data(), v.size() * sizeof(int32_t));
+  };
+  put(layout.off_seg_request, sp.seg_request);
+  put(layout.off_seg_token0, sp.seg_token0);
+  put(layout.off_seg_pos0, sp.seg_pos0);
+  put(layout.off_real_kv_len, kv_len);
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, meta.data(), meta.size(), cudaMemcpyHostToDevice, stream));
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(workspace) + base, extra.data(), extra.size(),
+                                  cudaMemcpyHostToDevice, stream));
+
+  State& s = *s_;
+  s.dtype = dtype;
+  s.num_qo_heads = num_qo_heads;
+  s.num_kv_heads = num_kv_heads;
+  s.head_dim = head_dim;
+  s.batch = batch;
+  s.total_q = total_q;
+  s.variant = variant;
+  s.paged = paged;
+  s.page_size = page_size;
+  s.kv_len = kv_len;
+  s.kv_indptr_host.clear();
+  s.cfg = cfg;
+  s.num_ctas = num_ctas;
+  s.layout = layout;
+  s.workspace = workspace;
+  s.kernel = kernel;
+  // Fixed launch topology for graphs: the merge kernel runs whenever splitting is allowed (it
+  // reads the number of merges from the workspace; zero is a no-op).
+  s.launch_merge = opt.allow_split_kv;
+  info_.cta_q = cfg.cta_q;
+  info_.cta_kv = cfg.cta_kv;
+  info_.num_ctas = num_ctas;
+  info_.num_items = sp.plan.num_items();
+  info_.num_merges = sp.plan.num_merges();
+  info_.split = sp.plan.split;
+  planned_ = true;
+}
+
+void BatchPrefillWrapper::check_common(const TensorView& q, const TensorView& out,
+                                       const TensorView* lse, const CustomMaskDevice* mask) const {
+  WEFT_CHECK_ARG(planned_, "plan", "run called before plan");
+  const State& s = *s_;
+  check::on_device(q, "q");
+  check::dtype_is(q, "q", s.dtype);
+  check::shape_is(q, "q", {s.total_q, s.num_qo_heads, s.head_dim});
+  check::inner_contiguous(q, "q", 16);
+  check::on_device(out, "out");
+  check::dtype_is(out, "out", s.dtype);
+  check::shape_is(out, "out", {s.total_q, s.num_qo_heads, s.head_dim});
+  check::inner_contiguous(out, "out", 16);
+  if (lse != nullptr) {
+    check::on_device(*lse, "lse");
+    check::dtype_is(*lse, "lse", DType::kFloat32);
+    check::shape_is(*lse, "lse", {s.total_q, s.num_qo_heads});
+    WEFT_CHECK_ARG(lse->strides[1] == 1, "lse", "head stride must be 1, got " << lse->strides[1]);
+  }
+  if (s.variant.mask == MaskMode::kCustom) {
+    WEFT_CHECK_ARG(mask != nullptr, "mask", "planned with a custom mask: mask must be given");
+    check::not_null(mask->bits, "mask.bits");
+    check::not_null(mask->indptr, "mask.indptr");
+  }
+}
+
+void BatchPrefillWrapper::launch(const void* params_ptr, const TensorView& out,
+                                 const TensorView* lse, cudaStream_t stream) {
+  const State& s = *s_;
+  prefill::PrefillParams p = *static_cast<const prefill::PrefillParams*>(params_ptr);
+  p.o = out.data;
+  p.o_stride_token = out.strides[0];
+  p.o_stride_head = out.strides[1];
+  p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  p.lse_stride_token = lse ? lse->strides[0] : 0;
+  p.plan = s.layout.plan.pointers(s.workspace);
+  char* ws = static_cast<char*>(s.workspace);
+  p.seg_request = reinterpret_cast<const int32_t*>(ws + s.layout.off_seg_request);
+  p.seg_token0 = reinterpret_cast<const int32_t*>(ws + s.layout.off_seg_token0);
+  p.seg_pos0 = reinterpret_cast<const int32_t*>(ws + s.layout.off_seg_pos0);
+  p.real_kv_len = reinterpret_cast<const int32_t*>(ws + s.layout.off_real_kv_len);
+  p.group_size = s.num_qo_heads / s.num_kv_heads;
+  p.causal = s.variant.mask == MaskMode::kCausal;
+  p.window_left = s.variant.window_left;
+  const double sm_scale = s.variant.sm_scale > 0 ? s.variant.sm_scale : 1.0 / std::sqrt(double(s.head_dim));
+  constexpr double kLog2e = 1.4426950408889634;
+  p.scale_log2 = static_cast<float>(sm_scale * kLog2e);
+  if (s.variant.logits_soft_cap > 0.f) {
+    p.softcap_pre = static_cast<float>(sm_scale / s.variant.logits_soft_cap);
+    p.softcap_post = static_cast<float>(s.variant.logits_soft_cap * kLog2e);
+  }
+  s.kernel.launch(p, s.num_ctas, stream);
+  if (s.launch_merge) {
+    attn::MergeOutput mo;
+    mo.o = out.data;
+    mo.dtype = s.dtype;
+    mo.o_stride_token = out.strides[0];
+    mo.o_stride_head = out.strides[1];
+    mo.lse = p.lse;
+    mo.lse_stride_token = p.lse_stride_token;
+    mo.head_dim = s.head_dim;
+    mo.group_size = p.group_size;
+    attn::launch_plan_merge(p.plan, mo, s.num_ctas, stream);
+  }
+}
+
+void BatchPrefillWrapper::run_paged(const TensorView& q, const PagedKVCache& cache,
+                                    const PageTable& table, const TensorView& out,
+                                    const TensorView* lse, cudaStream_t stream,
+                                    const CustomMaskDevice* mask) {
+  check_common(q, out, lse, mask);
+  const State& s = *s_;
+  WEFT_CHECK_ARG(s.paged, "plan", "planned for ragged K/V (plan_ragged): call run_ragged");
+  validate_paged_kv(cache, table);
+  check::dtype_is(cache.k_pages, "k_pages", s.dtype);
+  WEFT_CHECK_ARG(cache.page_size() == s.page_size, "page_size",
+                 "planned " << s.page_size << ", cache has " << cache.page_size());
+  WEFT_CHECK_ARG(cache.num_kv_heads() == s.num_kv_heads, "num_kv_heads",
+                 "planned " << s.num_kv_heads << ", cache has " << cache.num_kv_heads());
+  WEFT_CHECK_ARG(cache.head_dim() == s.head_dim, "head_dim",
+                 "planned " << s.head_dim << ", cache has " << cache.head_dim());
+  WEFT_CHECK_ARG(table.batch_size == s.batch, "table",
+                 "batch_size " << table.batch_size << " differs from the planned " << s.batch);
+  for (int32_t b = 0; b < s.batch; ++b)
+    WEFT_CHECK_ARG(kv_len_of(table, s.page_size, b) == s.kv_len[b], "table",
+                   "request " << b << " has kv_len " << kv_len_of(table, s.page_size, b)
+                              << ", planned " << s.kv_len[b] << " (re-plan after appending)");
+  prefill::PrefillParams p;
+  p.q = q.data;
+  p.q_stride_token = q.strides[0];
+  p.q_stride_head = q.strides[1];
+  const bool nhd = cache.layout == KVLayout::kNHD;
+  p.k = cache.k_pages.data;
+  p.v = cache.v_pages.data;
+  p.k_page_stride = cache.k_pages.strides[0];
+  p.k_slot_stride = cache.k_pages.strides[nhd ? 1 : 2];
+  p.k_head_stride = cache.k_pages.strides[nhd ? 2 : 1];
+  p.v_page_stride = cache.v_pages.strides[0];
+  p.v_slot_stride = cache.v_pages.strides[nhd ? 1 : 2];
+  p.v_head_stride = cache.v_pages.strides[nhd ? 2 : 1];
+  p.paged = 1;
+  p.page_size = static_cast<int32_t>(s.page_size);
+  p.page_shift = -1;
+  for (int sh = 0; sh < 31; ++sh)
+    if ((int64_t(1) << sh) == s.page_size) p.page_shift = sh;
+  p.page_indptr = table.indptr.device;
+  p.page_indices = table.indices.device;
+  if (s.variant.mask == MaskMode::kCustom) {
+    p.custom_mask = mask->bits;
+    p.mask_indptr = mask->indptr;
+  }
+  launch(&p, out, lse, stream);
+}
+
+void BatchPrefillWrapper::run_ragged(const TensorView& q, const TensorView& k, const TensorView& v,
+                                     const int32_t* kv_indptr, const TensorView& out,
+                                     const TensorView* lse, cudaStream_t stream,
+                                     const CustomMaskDevice* mask) {
+  check_common(q, out, lse, mask);
+  const State& s = *s_;
+  WEFT_CHECK_ARG(!s.paged, "plan", "planned for paged K/V (plan_paged): call run_paged");
+  const int64_t total_kv = s.kv_indptr_host.empty() ? 0 : s.kv_indptr_host.back();
+  for (const auto& [t, name] : {std::pair<const TensorView*, const char*>{&k, "k"}, {&v, "v"}}) {
+    check::on_device(*t, name);
+    check::dtype_is(*t, name, s.dtype);
+    check::shape_is(*t, name, {-1, s.num_kv_heads, s.head_dim});
+    check::inner_contiguous(*t, name, 16);
+    WEFT_CHECK_ARG(t->shape[0] >= total_kv, name,
+                   "has " << t->shape[0] << " rows, the planned kv_indptr needs " << total_kv);
+  }
+  check::not_null(kv_indptr, "kv_indptr");
+  prefill::PrefillParams p;
+  p.q = q.data;
+  p.q_stride_token = q.strides[0];
+  p.q_stride_head = q.strides[1];
+  p.k = k.data;
+  p.v = v.data;
+  p.k_page_stride = k.strides[0];
+  p.k_head_stride = k.strides[1];
+  p.v_page_stride = v.strides[0];
+  p.v_head_stride = v.strides[1];
+  p.paged = 0;
+  p.kv_indptr = kv_indptr;
+  if (s.variant.mask == MaskMode::kCustom) {
+    p.custom_mask = mask->bits;
+    p.mask_indptr = mask->indptr;
+  }
+  launch(&p, out, lse, stream);
+}
+
+}  // namespace weft

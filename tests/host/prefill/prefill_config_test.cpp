@@ -1,0 +1,63 @@
+// Tile heuristic (FlashInfer §3.2.2) and the instantiation list.
+#include <gtest/gtest.h>
+
+#include "prefill/prefill_config.h"
+#include "weft/error.h"
+
+namespace weft::prefill {
+namespace {
+
+TEST(PrefillTiles, QueryTileIsSmallestCoveringAverage) {
+  EXPECT_EQ(choose_tiles(1, 128).cta_q, 16);
+  EXPECT_EQ(choose_tiles(16, 128).cta_q, 16);
+  EXPECT_EQ(choose_tiles(17, 128).cta_q, 64);
+  EXPECT_EQ(choose_tiles(64, 128).cta_q, 64);
+  EXPECT_EQ(choose_tiles(65, 128).cta_q, 128);
+  EXPECT_EQ(choose_tiles(32768, 128).cta_q, 128);
+}
+
+TEST(PrefillTiles, KnownConfigurations) {
+  EXPECT_EQ(choose_tiles(8192 * 4, 128), (TileConfig{128, 128, 64}));
+  EXPECT_EQ(choose_tiles(8192, 64), (TileConfig{64, 128, 128}));
+  EXPECT_EQ(choose_tiles(8192, 256), (TileConfig{256, 64, 32}));  // 128-row d256 tile too big
+  EXPECT_EQ(choose_tiles(4, 128), (TileConfig{128, 16, 64}));
+  EXPECT_EQ(choose_tiles(4, 256), (TileConfig{256, 16, 32}));
+}
+
+TEST(PrefillTiles, EveryChoiceIsInstantiatedAndWithinBudgets) {
+  for (int d : {64, 128, 256}) {
+    int prev_q = 0;
+    for (double avg = 0.5; avg < 1e5; avg *= 1.37) {
+      const TileConfig c = choose_tiles(avg, d);
+      EXPECT_TRUE(is_instantiated(c)) << describe(c) << " avg " << avg;
+      EXPECT_LE(smem_bytes_of(c.head_dim, c.cta_q, c.cta_kv), kSmemBudget) << describe(c);
+      EXPECT_LE(acc_regs_of(c.head_dim, c.cta_q, c.cta_kv), kAccRegBudget) << describe(c);
+      EXPECT_GE(c.cta_q, prev_q) << "query tile must not shrink as queries grow";
+      prev_q = c.cta_q;
+    }
+  }
+}
+
+TEST(PrefillTiles, InstantiationsAreReachableAndWellFormed) {
+  for (const TileConfig& c : instantiated_configs()) {
+    bool reachable = false;
+    for (double avg : {1.0, 40.0, 1000.0}) reachable |= choose_tiles(avg, c.head_dim) == c;
+    EXPECT_TRUE(reachable) << describe(c) << " is compiled but never chosen";
+    EXPECT_EQ(c.cta_q % 16, 0);
+    EXPECT_EQ((c.cta_kv / warps_kv_of(c.cta_q, c.cta_kv)) % 16, 0) << describe(c);
+    EXPECT_EQ(threads_of(c.cta_q, c.cta_kv) % (c.head_dim / 8), 0) << describe(c);
+    EXPECT_GE(threads_of(c.cta_q, c.cta_kv), 64) << describe(c);
+  }
+}
+
+TEST(PrefillTiles, RejectsUnsupportedHeadDim) {
+  try {
+    choose_tiles(100, 96);
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "head_dim");
+  }
+}
+
+}  // namespace
+}  // namespace weft::prefill

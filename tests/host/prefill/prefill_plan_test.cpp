@@ -1,0 +1,176 @@
+// Segmented prefill plans: randomized properties over the shared balanced planner.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "prefill/prefill_plan.h"
+
+namespace weft::prefill {
+namespace {
+
+struct Rand {
+  std::mt19937_64 g;
+  explicit Rand(uint64_t s) : g(s) {}
+  int in(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(g); }
+};
+
+// Checks every structural promise of a plan for `r`:
+//  - segments partition each request's tokens in order (and qo_indptr is absolute);
+//  - every (token, query head) row is covered by exactly one tile;
+//  - each tile's chunks partition the segment's visible key range [kv_start, kv_len);
+//  - the visible range contains every key any row of the segment may attend, and for causal /
+//    window nothing that every row masks;
+//  - merges list consecutive slots in KV order.
+void check_plan(const PlanRequest& r, const SegmentedPlan& sp) {
+  const plan::Plan& p = sp.plan;
+  const int nseg = p.batch;
+  ASSERT_EQ(sp.seg_request.size(), size_t(nseg));
+  std::vector<int> next_token(r.qo_len.size(), 0);
+  int abs_token = 0;
+  for (int s = 0; s < nseg; ++s) {
+    const int b = sp.seg_request[s];
+    ASSERT_EQ(sp.seg_token0[s], next_token[b]) << "segment " << s;
+    ASSERT_EQ(p.qo_indptr[s], abs_token);
+    const int n = p.qo_indptr[s + 1] - p.qo_indptr[s];
+    EXPECT_EQ(sp.seg_pos0[s], r.kv_len[b] - r.qo_len[b] + sp.seg_token0[s]);
+    next_token[b] += n;
+    abs_token += n;
+  }
+  for (size_t b = 0; b < r.qo_len.size(); ++b) EXPECT_EQ(next_token[b], r.qo_len[b]);
+
+  // Rows covered exactly once; chunks partition the tile range.
+  std::map<std::tuple<int, int, int>, std::vector<std::pair<int, int>>> chunks;  // (seg, head, row0)
+  std::map<std::tuple<int, int, int>, int> tile_end;
+  std::vector<int> covered;
+  for (int i = 0; i < p.num_items(); ++i) {
+    const auto key = std::make_tuple(p.item_request[i], p.item_kv_head[i], p.item_row_begin[i]);
+    chunks[key].push_back({p.item_kv_begin[i], p.item_kv_end[i]});
+    tile_end[key] = p.item_row_end[i];
+  }
+  std::map<std::pair<int, int>, int> rows_seen;  // (abs token * Hq + head) -> count
+  for (auto& [key, ch] : chunks) {
+    const auto [s, h, r0] = key;
+    std::sort(ch.begin(), ch.end());
+    const int b = sp.seg_request[s];
+    EXPECT_EQ(ch.front().first, p.kv_len.size() ? 0 + ch.front().first : 0);
+    for (size_t k = 1; k < ch.size(); ++k) EXPECT_EQ(ch[k].first, ch[k - 1].second) << "gap/overlap";
+    const int lo = ch.front().first, hi = ch.back().second;
+    EXPECT_EQ(hi, p.kv_len[s]);
+    // visible range vs the rows of this tile
+    const int r1 = tile_end[key];
+    const int t_first = r0 / r.group_size, t_last = (r1 - 1) / r.group_size;
+    const int p_first = sp.seg_pos0[s] + t_first, p_last = sp.seg_pos0[s] + t_last;
+    const int need_hi = r.causal ? std::clamp(p_last + 1, 0, r.kv_len[b]) : r.kv_len[b];
+    const int need_lo = r.window_left >= 0 ? std::clamp(p_first - r.window_left, 0, need_hi) : 0;
+    EXPECT_LE(lo, need_lo);
+    EXPECT_GE(hi, need_hi);
+    for (int row = r0; row < r1; ++row)
+      rows_seen[{p.qo_indptr[s] + row / r.group_size, h * r.group_size + row % r.group_size}]++;
+  }
+  int expected_rows = 0;
+  for (size_t b = 0; b < r.qo_len.size(); ++b) expected_rows += r.qo_len[b] * r.group_size * r.num_kv_heads;
+  EXPECT_EQ(int(rows_seen.size()), expected_rows);
+  for (auto& [k, n] : rows_seen) EXPECT_EQ(n, 1);
+
+  for (int m = 0; m < p.num_merges(); ++m) {
+    EXPECT_GE(p.merge_indptr[m + 1] - p.merge_indptr[m], 2);
+  }
+}
+
+TEST(PrefillPlan, RandomizedProperties) {
+  Rand rnd(1234);
+  for (int it = 0; it < 300; ++it) {
+    PlanRequest r;
+    const int batch = rnd.in(1, 6);
+    for (int b = 0; b < batch; ++b) {
+      const int q = rnd.in(0, 300);
+      r.qo_len.push_back(q);
+      r.kv_len.push_back(rnd.in(0, 3) == 0 ? rnd.in(0, q) : q + rnd.in(0, 2000));
+    }
+    r.num_kv_heads = rnd.in(1, 3);
+    r.group_size = std::vector<int>{1, 2, 3, 4, 8, 16}[rnd.in(0, 5)];
+    r.causal = rnd.in(0, 1);
+    r.window_left = rnd.in(0, 2) == 0 ? rnd.in(0, 100) : -1;
+    r.cta_q = std::vector<int>{16, 64, 128}[rnd.in(0, 2)];
+    r.cta_kv = std::vector<int>{32, 64, 128}[rnd.in(0, 2)];
+    r.num_ctas = rnd.in(1, 40);
+    r.min_chunk = rnd.in(0, 1) ? 0 : 256;
+    r.allow_split = rnd.in(0, 3) != 0;
+    const SegmentedPlan sp = make_plan(r);
+    check_plan(r, sp);
+    if (HasFailure()) {
+      ADD_FAILURE() << "iteration " << it;
+      return;
+    }
+    // It fits the workspace bounds computed for the same maxima.
+    int64_t total_q = 0;
+    for (int q : r.qo_len) total_q += q;
+    const PrefillWorkspaceLayout l = make_layout(batch, total_q, r.num_kv_heads, r.group_size, r.cta_q,
+                                                 128, r.num_ctas);
+    std::vector<unsigned char> buf(l.plan.metadata_bytes());
+    EXPECT_NO_THROW(l.plan.serialize(sp.plan, buf.data())) << "iteration " << it;
+    EXPECT_LE(int(sp.seg_request.size()), l.max_segments);
+  }
+}
+
+TEST(PrefillPlan, CausalSegmentsDealHeavyTilesFirst) {
+  PlanRequest r;
+  r.qo_len = {8192};
+  r.kv_len = {8192};
+  r.num_kv_heads = 8;
+  r.group_size = 4;
+  r.causal = true;
+  r.cta_q = 128;
+  r.cta_kv = 64;
+  r.num_ctas = 132;
+  const SegmentedPlan sp = make_plan(r);
+  EXPECT_EQ(sp.plan.batch, 8192 / 32);  // 32 tokens (x group 4 = 128 rows) per segment
+  EXPECT_FALSE(sp.plan.split);
+  // Within each CTA, items come longest first; the first item of CTA 0 is a last-row tile.
+  const plan::Plan& p = sp.plan;
+  for (int c = 0; c < p.num_ctas; ++c) {
+    for (int i = p.cta_indptr[c] + 1; i < p.cta_indptr[c + 1]; ++i)
+      EXPECT_GE(p.item_kv_end[i - 1] - p.item_kv_begin[i - 1], p.item_kv_end[i] - p.item_kv_begin[i]);
+  }
+  EXPECT_EQ(p.item_kv_end[0], 8192);
+  // Balanced: max CTA cost within one tile's cost of the min.
+  const auto [mn, mx] = std::minmax_element(p.cta_cost.begin(), p.cta_cost.end());
+  EXPECT_LE(*mx - *mn, 8192.0 + 64.0);
+}
+
+TEST(PrefillPlan, ChunkedPrefillSplitsLongHistory) {
+  PlanRequest r;
+  r.qo_len = {512};
+  r.kv_len = {16384 + 512};
+  r.num_kv_heads = 8;
+  r.group_size = 4;
+  r.causal = true;
+  r.cta_q = 128;
+  r.cta_kv = 64;
+  r.num_ctas = 132;
+  // 16 segments x 8 KV heads = 128 tiles already fill 132 CTAs: no split needed.
+  const SegmentedPlan sp = make_plan(r);
+  EXPECT_GE(sp.plan.num_items(), 128) << "a 512-token chunk must fill the GPU";
+  check_plan(r, sp);
+  // One KV head: 16 tiles for 132 CTAs -> the history is split and merged.
+  r.num_kv_heads = 1;
+  const SegmentedPlan sp1 = make_plan(r);
+  EXPECT_TRUE(sp1.plan.split);
+  EXPECT_GE(sp1.plan.num_items(), 100);
+  check_plan(r, sp1);
+}
+
+TEST(PrefillPlan, SegmentTokens) {
+  EXPECT_EQ(segment_tokens(128, 4, true, -1), 32);
+  EXPECT_EQ(segment_tokens(128, 4, false, -1), 0);   // no mask: whole requests
+  EXPECT_EQ(segment_tokens(128, 4, false, 10), 32);  // window alone also segments
+  EXPECT_EQ(segment_tokens(64, 3, true, -1), 0);     // group does not divide the tile
+  EXPECT_EQ(segment_tokens(16, 16, true, -1), 1);
+}
+
+}  // namespace
+}  // namespace weft::prefill
