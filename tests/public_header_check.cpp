@@ -2,6 +2,7 @@
 #include <weft/weft.h>
 #include <weft/decode.h>
 #include <weft/prefill.h>
+#include <weft/comm.h>
 
 #include <cstdio>
 #include <cstring>

@@ -2,6 +2,7 @@
 #pragma once
 #include "weft/dtype.h"
 #include "weft/error.h"
+#include "weft/norm.h"
 #include "weft/paged_kv.h"
 #include "weft/tensor.h"
 #include "weft/validate.h"

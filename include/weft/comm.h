@@ -1,0 +1,141 @@
+// weft::Communicator and the fused all-reduce + residual add + RMSNorm (TokenWeave, without
+// multicast). Host-only header: needs nccl.h (a host header) and the CUDA runtime API types.
+//
+// Setup. A Communicator wraps an NCCL communicator (borrowed, or created and owned from a
+// ncclUniqueId; one process per GPU or one thread per GPU: construct all ranks concurrently,
+// each thread with its device current). At construction, on every rank (collective calls):
+//   * one symmetric allocation (ncclMemAlloc) registered with ncclCommWindowRegister(...,
+//     NCCL_WIN_COLL_SYMMETRIC): [control | input | output], input and output of
+//     capacity_bytes() = max_tokens * max_hidden * dtype_size each;
+//   * an ncclDevComm with 32 LSA barriers (one per CTA index; num_ctas <= 32);
+//   * a check that every peer is load/store accessible (LSA team size == world size).
+// If anything is missing (NCCL < 2.28, no symmetric memory, a peer not LSA-reachable, world > 8,
+// WEFT_COMM_FORCE_FALLBACK=1 or options.force_fallback) the communicator uses the fallback path
+// (ncclAllReduce, then fused_add_rmsnorm) and says why: path() and path_reason().
+//
+// The fused call, per rank: x [tokens, hidden] holds this rank's partial sums.
+//   residual' = round(residual + sum_over_ranks(x))     (fp32 sum in rank order 0..N-1, then +
+//                                                         residual in fp32, rounded to dtype)
+//   out       = rmsnorm(residual') * weight              (fp32, from the rounded residual)
+// Variants (LSA path):
+//   two-shot: rank r owns a contiguous 1/N slice of the tokens (owned_tokens(); may be empty);
+//     it reads its slice from every peer's input, adds the residual, normalizes and stores the
+//     normalized rows into every peer's output (reduce-scatter + norm + all-gather).
+//     RESIDUAL CONTRACT: only the rows this rank owns are updated in `residual`; the other rows
+//     are left untouched. Ownership is a pure function of (tokens, world_size, rank), so a model
+//     calling this every layer with the same token count keeps each token's residual on its
+//     owner (TokenWeave's layout). The owned rows are bit-identical to what one-shot computes.
+//   one-shot: every rank reduces every token itself (no all-gather); all residual rows updated.
+//     Best for small messages. kAuto picks with select_variant() (bytes and world size).
+//   fallback: ncclAllReduce + fused_add_rmsnorm; all residual rows updated; NCCL's sum order.
+// `out` receives all tokens on every rank; an empty TensorView (ndim 0) means in place into x.
+// x and out must be row-contiguous (stride == hidden); residual may have any 16-byte row stride.
+// Results are deterministic and identical on all ranks (fixed peer order, no atomics).
+// Zero copy: a producer may write x directly into input_buffer() (then pass that pointer as x)
+// and a consumer may read output_buffer() (pass it as out): the copies are skipped. One-shot
+// cannot write its output into input_buffer() (kAuto picks two-shot then; kOneShot throws).
+//
+// Ordering: calls on one communicator must be stream-ordered on each rank (the kernel keeps
+// per-CTA state between calls; x may be written into input_buffer() only after the previous
+// call on that stream). Every call is capturable in a CUDA graph (state lives on the device).
+// Rank agreement: every rank must call with the same tokens, hidden, dtype, variant and
+// num_ctas, in the same order. On the LSA path each call publishes a header (tokens, hidden,
+// dtype, variant, num_ctas, call sequence number) through the symmetric window; after the first
+// barrier every CTA compares all peers' headers with its own; on a mismatch every rank skips the
+// computation (outputs and residual untouched) and records it; check_remote_errors() reports it.
+// A num_ctas mismatch can still hang the CTAs that exist on one rank only (NCCL barriers have
+// no timeout). The fallback path cannot detect mismatches (NCCL may hang).
+//
+// Multicast (NVLS, multimem.ld_reduce / multimem.st as in the paper) would be a second
+// load/store policy of the same kernel behind WEFT_ENABLE_MULTIMEM; it is not implemented.
+#pragma once
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "weft/dtype.h"
+#include "weft/tensor.h"
+
+namespace weft {
+
+enum class CommPath : int32_t {
+  kLsa = 0,           // fused kernel over NCCL symmetric memory (load/store to peers)
+  kNcclFallback = 1,  // ncclAllReduce + fused_add_rmsnorm
+  kSingleRank = 2,    // world size 1: fused_add_rmsnorm only
+};
+const char* comm_path_name(CommPath p);
+
+enum class AllReduceVariant : int32_t { kAuto = 0, kOneShot = 1, kTwoShot = 2 };
+const char* allreduce_variant_name(AllReduceVariant v);
+
+// The fused kernel's CTA count range (LSA barriers are allocated per CTA index).
+constexpr int kCommMaxCtas = 32;
+// Largest world size the fused kernel supports (peers read per row, unrolled).
+constexpr int kCommMaxWorld = 8;
+
+struct CommOptions {
+  // Capacity of the symmetric input / output buffers: max_tokens * max_hidden * bytes(dtype).
+  // Any f16/bf16 call whose x fits in that many bytes is accepted.
+  int64_t max_tokens = 8192;
+  int64_t max_hidden = 8192;
+  DType dtype = DType::kBFloat16;
+  bool force_fallback = false;  // also forced by the environment: WEFT_COMM_FORCE_FALLBACK=1
+  // Selector: one-shot when tokens * hidden * bytes <= this; < 0: built-in table by world size
+  // (also overridable by WEFT_COMM_ONESHOT_MAX_BYTES).
+  int64_t one_shot_max_bytes = -1;
+};
+
+class Communicator {
+ public:
+  // Borrow an existing communicator (not destroyed by ~Communicator). Collective.
+  Communicator(ncclComm_t comm, const CommOptions& options = CommOptions());
+  // Create (ncclCommInitRank) and own a communicator. Collective; the calling thread's current
+  // device is this rank's GPU.
+  Communicator(const ncclUniqueId& id, int rank, int world_size,
+               const CommOptions& options = CommOptions());
+  ~Communicator();  // collective on the LSA path (window deregistration)
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  static ncclUniqueId new_unique_id();
+
+  int rank() const;
+  int world_size() const;
+  int device() const;
+  ncclComm_t nccl_comm() const;
+
+  CommPath path() const;
+  const std::string& path_reason() const;  // why this path (e.g. "LSA team size 2 != world 4")
+
+  std::size_t capacity_bytes() const;
+  void* input_buffer() const;   // symmetric input (null off the LSA path)
+  void* output_buffer() const;  // symmetric output (null off the LSA path)
+
+  // Tokens this rank owns in the two-shot schedule: {begin, count}.
+  std::pair<int64_t, int64_t> owned_tokens(int64_t tokens) const;
+  // kOneShot or kTwoShot for a call of this size (pure function of bytes and world size).
+  AllReduceVariant select_variant(int64_t tokens, int64_t hidden, DType dtype) const;
+
+  // Synchronizes `stream`; throws weft::Error("comm", ...) when a fused call on this rank found
+  // that the ranks disagreed (see "Rank agreement"), then clears the record.
+  void check_remote_errors(cudaStream_t stream);
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// See the header comment. num_ctas in [1, kCommMaxCtas] (TokenWeave: 2-8 SMs suffice).
+// Throws weft::Error naming the argument before any work is enqueued.
+void fused_allreduce_add_rmsnorm(Communicator& comm, const TensorView& x, const TensorView& residual,
+                                 const TensorView& weight, double eps, const TensorView& out,
+                                 int num_ctas, cudaStream_t stream,
+                                 AllReduceVariant variant = AllReduceVariant::kAuto);
+
+}  // namespace weft

@@ -1,0 +1,106 @@
+// LSA path setup: symmetric window + device communicator with one LSA barrier per CTA index.
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "comm/comm_impl.h"
+#include "common/cuda_check.h"
+
+namespace weft::comm_detail {
+
+static_assert(sizeof(ncclDevComm) <= sizeof(Communicator::Impl::devcomm),
+              "Impl::devcomm too small for ncclDevComm");
+
+namespace {
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+std::string version_string(int v) {
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+}  // namespace
+
+std::string lsa_setup(Communicator::Impl& im) {
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess) return "ncclGetVersion failed";
+  if (version < NCCL_VERSION(2, 28, 0))
+    return "NCCL runtime " + version_string(version) + " has no device API (needs >= 2.28)";
+  // The device API is header-only inline code over structs (ncclDevComm, ncclWindow_vidmem)
+  // whose layout changed between 2.28 patch releases: a kernel compiled against other headers
+  // than the runtime library would read the wrong fields (and hang in a barrier).
+  const char* allow = std::getenv("WEFT_COMM_ALLOW_NCCL_MISMATCH");
+  if (version != NCCL_VERSION_CODE && !(allow && std::strcmp(allow, "1") == 0))
+    return "NCCL runtime " + version_string(version) + " differs from the headers weft was built with (" +
+           version_string(NCCL_VERSION_CODE) +
+           "): device-API struct layouts may differ (WEFT_COMM_ALLOW_NCCL_MISMATCH=1 overrides)";
+
+  im.ctrl_off = 0;
+  im.in_off = 4096;  // NCCL_WIN_REQUIRED_ALIGNMENT
+  im.out_off = im.in_off + round_up(im.capacity, 4096);
+  im.sym_bytes = im.out_off + round_up(im.capacity, 4096);
+
+  ncclResult_t r = ncclMemAlloc(&im.sym, im.sym_bytes);
+  if (r != ncclSuccess) {
+    im.sym = nullptr;
+    return std::string("ncclMemAlloc(") + std::to_string(im.sym_bytes) + ") failed: " + ncclGetErrorString(r);
+  }
+  // Call headers start zeroed (a stale header would read as a mismatch).
+  WEFT_CUDA_CHECK(cudaMemset(im.sym, 0, 4096));
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  r = ncclCommWindowRegister(im.comm, im.sym, im.sym_bytes, &im.win, NCCL_WIN_COLL_SYMMETRIC);
+  if (r != ncclSuccess) {
+    ncclMemFree(im.sym);
+    im.sym = nullptr;
+    im.win = nullptr;
+    return std::string("ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC) failed: ") + ncclGetErrorString(r);
+  }
+
+  ncclDevCommRequirements reqs;
+  std::memset(&reqs, 0, sizeof(reqs));
+  reqs.lsaBarrierCount = kCommMaxCtas;  // barrier index = CTA index
+  ncclDevComm* dc = new (im.devcomm) ncclDevComm;
+  std::memset(static_cast<void*>(dc), 0, sizeof(ncclDevComm));
+  r = ncclDevCommCreate(im.comm, &reqs, dc);
+  if (r != ncclSuccess) {
+    lsa_teardown(im);
+    return std::string("ncclDevCommCreate failed: ") + ncclGetErrorString(r);
+  }
+  im.devcomm_created = true;
+
+  std::string why;
+  if (dc->nRanks != im.world || dc->rank != im.rank)
+    why = "device communicator reports rank " + std::to_string(dc->rank) + "/" + std::to_string(dc->nRanks) +
+          ", expected " + std::to_string(im.rank) + "/" + std::to_string(im.world);
+  else if (dc->lsaSize != im.world)
+    why = "LSA team size " + std::to_string(dc->lsaSize) + " != world size " + std::to_string(im.world) +
+          ": not every peer is load/store accessible";
+  else if (dc->lsaRank != im.rank)
+    why = "LSA rank " + std::to_string(dc->lsaRank) + " != world rank " + std::to_string(im.rank);
+  else if (dc->lsaBarrier.nBarriers < kCommMaxCtas)
+    why = "device communicator has " + std::to_string(dc->lsaBarrier.nBarriers) + " LSA barriers, asked " +
+          std::to_string(kCommMaxCtas);
+  if (!why.empty()) {
+    lsa_teardown(im);
+    return why;
+  }
+  return std::string();
+}
+
+void lsa_teardown(Communicator::Impl& im) noexcept {
+  if (im.devcomm_created) {
+    ncclDevCommDestroy(im.comm, reinterpret_cast<ncclDevComm*>(im.devcomm));
+    im.devcomm_created = false;
+  }
+  if (im.win) {
+    ncclCommWindowDeregister(im.comm, im.win);
+    im.win = nullptr;
+  }
+  if (im.sym) {
+    ncclMemFree(im.sym);
+    im.sym = nullptr;
+  }
+}
+
+}  // namespace weft::comm_detail

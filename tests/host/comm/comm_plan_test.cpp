@@ -1,0 +1,155 @@
+// Host tests (no GPU): token ownership and CTA mapping of the two-shot schedule, the
+// one-shot/two-shot selector, and argument validation of fused_allreduce_add_rmsnorm.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "comm/comm_validate.h"
+#include "comm/partition.h"
+#include "comm/selector.h"
+#include "common/test_util.h"
+#include "weft/comm.h"
+#include "weft/error.h"
+
+namespace {
+
+using namespace weft::comm_detail;
+using weft::AllReduceVariant;
+using weft::DType;
+using weft::TensorView;
+
+TEST(CommPartition, SlicesAreContiguousBalancedAndCoverAllTokens) {
+  for (int world = 1; world <= 8; ++world) {
+    for (int64_t tokens : {0, 1, 2, 3, 7, 8, 9, 128, 1000, 4096, 16383, 16384}) {
+      int64_t next = 0, lo = tokens, hi = 0;
+      for (int r = 0; r < world; ++r) {
+        const TokenRange t = owned_range(tokens, world, r);
+        ASSERT_EQ(t.begin, next) << "contiguous, in rank order";
+        ASSERT_GE(t.count, 0);
+        next += t.count;
+        lo = std::min(lo, t.count);
+        hi = std::max(hi, t.count);
+      }
+      ASSERT_EQ(next, tokens);
+      ASSERT_LE(hi - lo, 1) << "balanced";
+      if (tokens < world) ASSERT_EQ(lo, 0) << "some ranks own nothing";
+    }
+  }
+}
+
+TEST(CommPartition, EveryRowHasExactlyOneCta) {
+  for (int ctas : {1, 3, 4, 8, 32})
+    for (int rpc : {1, 2, 8, 16}) {
+      std::vector<int> per(ctas, 0);
+      for (int64_t k = 0; k < 1000; ++k) {
+        const int c = cta_of_row(k, rpc, ctas);
+        ASSERT_GE(c, 0);
+        ASSERT_LT(c, ctas);
+        ASSERT_EQ(c, cta_of_row((k / rpc) * rpc, rpc, ctas)) << "a slot stays on one CTA";
+        ++per[c];
+      }
+      const auto [mn, mx] = std::minmax_element(per.begin(), per.end());
+      ASSERT_LE(*mx - *mn, rpc) << "slots dealt round robin";
+    }
+}
+
+TEST(CommSelector, ThresholdsByWorldSizeAndOverrides) {
+  EXPECT_EQ(select_variant(1, 2, -1), AllReduceVariant::kOneShot);
+  EXPECT_EQ(select_variant(default_one_shot_max_bytes(2), 2, -1), AllReduceVariant::kOneShot);
+  EXPECT_EQ(select_variant(default_one_shot_max_bytes(2) + 1, 2, -1), AllReduceVariant::kTwoShot);
+  // One-shot's traffic grows with N: its threshold never grows with the world size.
+  for (int w = 2; w < 8; ++w) EXPECT_GE(default_one_shot_max_bytes(w), default_one_shot_max_bytes(w + 1));
+  // Monotone in bytes for every world size.
+  for (int w = 2; w <= 8; ++w) {
+    bool two = false;
+    for (int64_t b = 1; b <= (int64_t(64) << 20); b *= 2) {
+      const bool t = select_variant(b, w, -1) == AllReduceVariant::kTwoShot;
+      ASSERT_TRUE(t || !two) << "no switch back to one-shot at " << b;
+      two = t;
+    }
+    EXPECT_TRUE(two);
+  }
+  EXPECT_EQ(select_variant(1 << 20, 4, 0), AllReduceVariant::kTwoShot);
+  EXPECT_EQ(select_variant(1 << 20, 4, int64_t(1) << 30), AllReduceVariant::kOneShot);
+  // 1 token x 8192 bf16 (16 KiB) is one-shot, 8K tokens x 8192 (128 MiB) two-shot, any world.
+  for (int w = 2; w <= 8; ++w) {
+    EXPECT_EQ(select_variant(8192 * 2, w, -1), AllReduceVariant::kOneShot);
+    EXPECT_EQ(select_variant(int64_t(8192) * 8192 * 2, w, -1), AllReduceVariant::kTwoShot);
+  }
+}
+
+TEST(CommSelector, EnvironmentOverride) {
+  ::setenv("WEFT_COMM_ONESHOT_MAX_BYTES", "12345", 1);
+  EXPECT_EQ(one_shot_max_bytes_from_env(-1), 12345);
+  ::setenv("WEFT_COMM_ONESHOT_MAX_BYTES", "junk", 1);
+  EXPECT_EQ(one_shot_max_bytes_from_env(-1), -1);
+  ::setenv("WEFT_COMM_ONESHOT_MAX_BYTES", "-5", 1);
+  EXPECT_EQ(one_shot_max_bytes_from_env(7), 7);
+  ::unsetenv("WEFT_COMM_ONESHOT_MAX_BYTES");
+  EXPECT_EQ(one_shot_max_bytes_from_env(7), 7);
+}
+
+void* fake(uintptr_t mib) { return reinterpret_cast<void*>(mib << 20); }
+
+template <class F>
+std::string rejected_arg(F&& f) {
+  try {
+    f();
+  } catch (const weft::Error& e) {
+    return e.argument();
+  }
+  return "<accepted>";
+}
+
+TEST(CommValidate, RejectsBadArgumentsNamingThem) {
+  const int64_t T = 7, H = 2048;
+  const std::size_t cap = std::size_t(T) * H * 2;
+  TensorView x(fake(1), DType::kBFloat16, {T, H});
+  TensorView res(fake(2), DType::kBFloat16, {T, H});
+  TensorView w(fake(3), DType::kBFloat16, {H});
+  TensorView out(fake(4), DType::kBFloat16, {T, H});
+  TensorView none;
+  auto call = [&](const TensorView& x_, const TensorView& r_, const TensorView& w_, double eps, const TensorView& o_,
+                  int ctas, std::size_t capacity = 0, int dev = 0,
+                  AllReduceVariant v = AllReduceVariant::kAuto) {
+    return rejected_arg([&] { check_fused_args(x_, r_, w_, eps, o_, ctas, v, capacity ? capacity : cap, dev); });
+  };
+  EXPECT_EQ(call(x, res, w, 1e-6, none, 8), "<accepted>");
+  EXPECT_EQ(call(x, res, w, 1e-6, out, 8), "<accepted>");
+  EXPECT_EQ(call(x, res, w, 1e-6, x, 8), "<accepted>");  // explicit in place
+  EXPECT_EQ(call(x, res, w, 1e-6, none, 0), "num_ctas");
+  EXPECT_EQ(call(x, res, w, 1e-6, none, 33), "num_ctas");
+  EXPECT_EQ(call(x, res, w, 1e-6, none, -1), "num_ctas");
+  EXPECT_EQ(call(x, res, w, 1e-6, none, 8, 0, 0, static_cast<AllReduceVariant>(9)), "variant");
+  EXPECT_EQ(call(TensorView(fake(1), DType::kBFloat16, {T, 2044}), res, w, 1e-6, none, 8), "x");
+  EXPECT_EQ(call(TensorView(fake(1), DType::kBFloat16, {T, 16392}), res, w, 1e-6, none, 8), "x");
+  EXPECT_EQ(call(TensorView(fake(1), DType::kFloat32, {T, H}), res, w, 1e-6, none, 8), "x");
+  EXPECT_EQ(call(TensorView(fake(1), DType::kBFloat16, {T, H}, {H + 8, 1}), res, w, 1e-6, none, 8), "x");  // not row-contiguous
+  EXPECT_EQ(call(x, res, w, 1e-6, none, 8, cap - 2), "x");          // over capacity
+  EXPECT_EQ(call(x, res, w, 1e-6, none, 8, 0, /*dev=*/1), "x");     // wrong device
+  EXPECT_EQ(call(x, TensorView(fake(2), DType::kFloat16, {T, H}), w, 1e-6, none, 8), "residual");
+  EXPECT_EQ(call(x, TensorView(fake(2), DType::kBFloat16, {T + 1, H}), w, 1e-6, none, 8), "residual");
+  EXPECT_EQ(call(x, x, w, 1e-6, none, 8), "residual");              // overlaps x
+  EXPECT_EQ(call(x, res, TensorView(fake(3), DType::kBFloat16, {H + 8}), 1e-6, none, 8), "weight");
+  EXPECT_EQ(call(x, res, w, 0.0, none, 8), "eps");
+  EXPECT_EQ(call(x, res, w, 1e-6, TensorView(fake(4), DType::kBFloat16, {T, H + 8}), 8), "out");
+  EXPECT_EQ(call(x, res, w, 1e-6, TensorView(fake(4), DType::kFloat16, {T, H}), 8), "out");
+  EXPECT_EQ(call(x, res, w, 1e-6, res, 8), "out");                  // out overlaps residual
+  // residual may be strided (16-byte aligned rows)
+  EXPECT_EQ(call(x, TensorView(fake(2), DType::kBFloat16, {T, H}, {H + 8, 1}), w, 1e-6, none, 8), "<accepted>");
+  // empty call is valid
+  EXPECT_EQ(call(TensorView(fake(1), DType::kBFloat16, {0, H}), TensorView(fake(2), DType::kBFloat16, {0, H}), w,
+                 1e-6, none, 1),
+            "<accepted>");
+}
+
+TEST(CommNames, PathAndVariantNames) {
+  EXPECT_STREQ(weft::comm_path_name(weft::CommPath::kLsa), "lsa");
+  EXPECT_STREQ(weft::comm_path_name(weft::CommPath::kNcclFallback), "nccl_fallback");
+  EXPECT_STREQ(weft::allreduce_variant_name(AllReduceVariant::kTwoShot), "two_shot");
+}
+
+}  // namespace
