@@ -6,9 +6,11 @@
 // replays; it also keeps run()'s host-side validation out of the GPU timeline). plan() is timed
 // on the host (including the async copy's enqueue) and reported in extra "plan_us".
 // Pages come from a random permutation of the pool (a fragmented cache).
-// Variants "decode/path/<tc|cc>/..." force each kernel path to set choose_decode_path().
+// Variants "decode/w<W>s<S>/..." rebuild the wrapper with W warps per CTA and S per-warp stages.
+// (Only the tensor-core path is compiled, so there are no per-path variants.)
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -47,6 +49,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
   r.bytes = kv_bytes + 2.0 * batch * m.hq * kHeadDim * 2;
   r.flops = 4.0 * double(total_kv) * m.hq * kHeadDim;
   r.ceiling = "read";
+  const bool marginal = name.find("/marginal/") != std::string::npos;
   if (!weft::decode_path_available(path)) {
     ctx.report_error(r, std::string("path ") + weft::decode_path_name(path) + " not compiled");
     return;
@@ -104,18 +107,29 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
 
     cudaStream_t cap;
     WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
-    w.run(tq, cache, table, tout, nullptr, cap);
-    WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
-    WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    r.ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    auto time_runs = [&](int runs) {
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < runs; ++i) w.run(tq, cache, table, tout, nullptr, cap);
+      WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
+      WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      const double ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      return ms;
+    };
+    const double one_ms = time_runs(1);
+    r.ms = one_ms;
+    if (marginal) {
+      // Steady-state cost of one run: time(2 runs) - time(1 run). Leaves out the graph launch
+      // latency and the write-back of the dirty lines the harness's L2 flush (a memset) leaves.
+      r.ms = time_runs(2) - one_ms;
+    }
     cudaStreamDestroy(cap);
     const weft::DecodePlanInfo& info = w.plan_info();
     r.extra = {{"plan_us", plan_us[plan_us.size() / 2]},
+               {"one_run_ms", one_ms},
                {"num_ctas", double(info.num_ctas)},
                {"num_items", double(info.num_items)},
                {"num_merges", double(info.num_merges)},
@@ -151,15 +165,26 @@ WEFT_BENCH_GROUP(decode) {
     std::shuffle(lens.begin(), lens.end(), std::mt19937_64(11));
     run_decode_case(ctx, "decode/bimodal64", models[0], lens, weft::DecodePath::kAuto);
   }
-  // Forced paths at a few shapes (sets kTensorCoreMinGroup in src/decode/wrapper.cpp).
-  const std::pair<int32_t, int32_t> shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}};
+  // CTA shape variants (WEFT_DECODE_WARPS / WEFT_DECODE_STAGES, read when the wrapper is built):
+  // "decode/w<W>s<S>/..." at a few shapes, to tune decode_warps() / decode_stages().
+  const std::pair<int32_t, int32_t> shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}, {32, 32768}};
+  const std::pair<int, int> variants[] = {{8, 3}, {4, 2}};
+  for (auto [warps, stages] : variants) {
+    const std::string tag = "decode/w" + std::to_string(warps) + "s" + std::to_string(stages) + "/";
+    setenv("WEFT_DECODE_WARPS", std::to_string(warps).c_str(), 1);
+    setenv("WEFT_DECODE_STAGES", std::to_string(stages).c_str(), 1);
+    for (const Model& m : models)
+      for (auto [b, kv] : shapes)
+        run_decode_case(ctx, tag + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv), m,
+                        std::vector<int32_t>(b, kv), weft::DecodePath::kAuto);
+    unsetenv("WEFT_DECODE_WARPS");
+    unsetenv("WEFT_DECODE_STAGES");
+  }
+  // "decode/marginal/...": ms = time(2 runs in one graph) - time(1 run), the steady-state cost
+  // of a run without launch latency and without the L2-flush write-back (see run_decode_case).
   for (const Model& m : models)
     for (auto [b, kv] : shapes)
-      for (weft::DecodePath p : {weft::DecodePath::kTensorCore, weft::DecodePath::kCudaCore}) {
-        const char* tag = p == weft::DecodePath::kTensorCore ? "tc" : "cc";
-        run_decode_case(ctx,
-                        std::string("decode/path/") + tag + "/" + m.name + "/b" + std::to_string(b) + "/kv" +
-                            std::to_string(kv),
-                        m, std::vector<int32_t>(b, kv), p);
-      }
+      run_decode_case(ctx, "decode/marginal/" + std::string(m.name) + "/b" + std::to_string(b) + "/kv" +
+                               std::to_string(kv),
+                      m, std::vector<int32_t>(b, kv), weft::DecodePath::kAuto);
 }

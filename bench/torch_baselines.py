@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch attention baselines for weft-bench, with the same timing method and JSON case schema.
 
-Timing: torch.cuda.Event pairs, warm-up runs, an L2 flush (filling a 2x-L2 tensor) before every
+Timing: torch.cuda.Event pairs, warm-up runs, an L2 flush (reading a 2x-L2 tensor) before every
 run outside the event bracket, median of the timed runs.
 
   decode : F.scaled_dot_product_attention with the cuDNN backend forced, bf16, q [B, Hq, 1, 128],
@@ -65,13 +65,13 @@ class Timer:
         self.reps = reps
         props = torch.cuda.get_device_properties(0)
         l2 = int(getattr(props, "L2_cache_size", 0) or 0) or (50 << 20)
-        self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+        self.flush = torch.full((2 * l2,), 0x5A, dtype=torch.uint8, device="cuda")
         self.n = 0
 
     def flush_l2(self):
-        # Writes every byte of a 2x-L2 buffer; the value changes per call and is never 0.
-        self.n = (self.n + 1) % 255
-        self.flush.fill_(1 + self.n)
+        # Reads every byte of a 2x-L2 buffer (same method as weft-bench): a write-based flush
+        # would leave dirty lines whose write-back is charged to the next timed run.
+        self.sink = self.flush.view(self.torch.int32).sum()
 
     def time_ms(self, fn):
         torch = self.torch

@@ -34,9 +34,12 @@
 
 namespace weft {
 
+// Kernel path. Only kTensorCore is compiled in this build (decode_path_available(kCudaCore) is
+// false and forcing it throws weft::Error("path")): decode is HBM-bound for every GQA group
+// size, so the tensor-core kernel also serves group 1 (MHA). kAuto resolves to kTensorCore.
 enum class DecodePath : int32_t {
   kAuto = 0,        // choose_decode_path()
-  kCudaCore = 1,    // warp-level fp32 dot products
+  kCudaCore = 1,    // reserved: warp-level fp32 dot products (not compiled)
   kTensorCore = 2,  // mma.sync m16n8k16, GQA group in the M dimension (padded to 16)
 };
 const char* decode_path_name(DecodePath p);

@@ -6,7 +6,8 @@
 //   partial_lse[slot, i]    BASE-2 log-sum-exp of that chunk's logits (-inf: chunk had no key)
 // For merge entry m (request b, kv_head h, rows [row_begin, row_end)) and each row r:
 //   M = max_s lse_s; w_s = 2^(lse_s - M); O = sum_s w_s * o_s / sum_s w_s (slots in KV order,
-//   sequential sums: bitwise deterministic); LSE = (M + log2(sum_s w_s)) * ln 2 (natural log).
+//   O sums the slots sequentially in KV order, sum_s w_s is a fixed warp tree: bitwise
+//   deterministic); LSE = (M + log2(sum_s w_s)) * ln 2 (natural log).
 //   Every lse_s = -inf (all keys masked): O = 0, LSE = -inf.
 // Output row: token t = r / group_size of request b, query head h * group_size + r % group_size,
 // i.e. o[(qo_indptr[b] + t) * o_stride_token + head * o_stride_head + d].

@@ -1,5 +1,6 @@
-// Internal: roles shared by the decode kernels (both paths).
-//   load:     Q tile and paged K/V tiles -> swizzled shared memory with 16-byte cp.async
+// Internal: roles shared by the decode kernel.
+//   load:     Q tile -> shared memory; per-warp paged K/V tiles -> swizzled shared memory with
+//             16-byte cp.async, page ids looked up one tile ahead (kv_lookup / kv_issue)
 //   epilogue: cross-warp combine of online-softmax states, final or partial store
 #pragma once
 #include <cstdint>
@@ -12,27 +13,35 @@
 namespace weft::decode {
 
 constexpr int kTileQ = 16;     // query rows per item: the group's heads, padded to the mma M
-constexpr int kTileKV = 64;    // keys per pipeline stage: 4 warps x 16 keys (one mma K step)
-constexpr int kWarps = 4;
-static_assert(kTileQ == kPlanTileQ && kTileKV == kPlanKVTile, "planner and kernel tiles must agree");
-constexpr int kThreads = kWarps * 32;
+constexpr int kMaxWarps = 8;   // warps per CTA are a launch argument (DecodeParams::warps)
+constexpr int kWarpKeys = 16;  // keys per warp tile: one mma K step of P.V; the plan's granularity
+static_assert(kTileQ == kPlanTileQ && kWarpKeys == kPlanKVTile, "planner and kernel tiles must agree");
+constexpr int kMaxThreads = kMaxWarps * 32;
+constexpr int kMaxStages = 8;
 
-// Stages per head_dim: each stage is K+V = 2 * 64 * D * 2 bytes (16/32/64 KB). Enough bytes in
-// flight per SM to cover HBM latency: D64 4 stages (64 KB, 3 CTAs/SM), D128 3 stages (96 KB,
-// 2 CTAs/SM), D256 3 stages (192 KB, 1 CTA/SM) => 128-192 KB requested per SM.
-template <int D> struct StageCount { static constexpr int value = D == 64 ? 4 : 3; };
-
+// Shared memory of one CTA for `stages` per-warp pipeline stages (runtime: the stage count is a
+// launch argument, not a template parameter), in this order:
+//   pipeline  [stage][warp] buffers of K+V for 16 keys (2 * 16 * D * 2 bytes: 4/8/16 KB for
+//             D = 64/128/256). The epilogue's fp32 cross-warp O [warps][16][D] (= the same
+//             256 * D bytes as one stage of all warps) reuses stage S-1, so the next item's
+//             first S-1 tiles (stages 0 .. S-2) can be in flight during the epilogue.
+//   m, l      [warps][16] fp32 each (epilogue)
+//   Q         two [16][D] buffers: the next item's Q loads while the current item runs.
 template <class T, int D>
 struct SmemLayout {
-  static constexpr int kStages = StageCount<D>::value;
-  static constexpr int kTileElems = kTileKV * D;                        // one K (or V) tile
-  static constexpr size_t kStageBytes = 2 * kTileElems * sizeof(T);
+  static constexpr int kTileElems = kWarpKeys * D;                     // one K (or V) warp tile
+  static constexpr size_t kStageBytes = 2 * kTileElems * sizeof(T);    // K + V of one warp
   static constexpr size_t kQBytes = kTileQ * D * sizeof(T);
-  static constexpr size_t kPipeBytes = kStages * kStageBytes;
-  // Epilogue reuses the pipeline buffers: fp32 O [warps][16][D] + m, l [warps][16].
-  static constexpr size_t kReduceBytes = (size_t(kWarps) * kTileQ * D + 2 * kWarps * kTileQ) * 4;
-  static_assert(kReduceBytes <= kPipeBytes, "reduction buffer must fit in the pipeline buffers");
-  static constexpr size_t kBytes = kPipeBytes + kQBytes;
+  // One stage of all W warps (W * 64 * D bytes) = the epilogue's fp32 O [W][16][D].
+  static_assert(kTileQ * D * 4 == kStageBytes, "the epilogue's O must fit in one stage of all warps");
+  __host__ __device__ static constexpr size_t stage_all_warps(int warps) { return warps * kStageBytes; }
+  __host__ __device__ static constexpr size_t pipe_bytes(int stages, int warps) {
+    return stages * stage_all_warps(warps);
+  }
+  __host__ __device__ static constexpr size_t red_ml_bytes(int warps) { return 2 * warps * kTileQ * 4; }
+  __host__ __device__ static constexpr size_t bytes(int stages, int warps) {
+    return pipe_bytes(stages, warps) + red_ml_bytes(warps) + 2 * kQBytes;
+  }
 };
 
 // Row-major [rows][D] tile of 16-bit elements with its 16-byte chunks XOR-swizzled by row % 8,
@@ -40,6 +49,19 @@ struct SmemLayout {
 template <int D>
 __device__ __forceinline__ int swz(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// cp.async.wait_group takes an immediate: dispatch a runtime count (stage count - 1).
+__device__ __forceinline__ void cp_async_wait_dyn(int n) {
+  switch (n) {
+    case 0: ptx::cp_async_wait<0>(); break;
+    case 1: ptx::cp_async_wait<1>(); break;
+    case 2: ptx::cp_async_wait<2>(); break;
+    case 3: ptx::cp_async_wait<3>(); break;
+    case 4: ptx::cp_async_wait<4>(); break;
+    case 5: ptx::cp_async_wait<5>(); break;
+    default: ptx::cp_async_wait<6>(); break;
+  }
 }
 
 struct Item {
@@ -63,7 +85,7 @@ template <class T, int D>
 __device__ __forceinline__ void load_q(const DecodeParams<T>& p, const Item& it, T* sQ) {
   constexpr int kChunks = D / 8;
   const int token0 = p.plan.qo_indptr[it.req];
-  for (int idx = threadIdx.x; idx < kTileQ * kChunks; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < kTileQ * kChunks; idx += blockDim.x) {
     const int r = idx / kChunks, c = idx % kChunks;
     const int ra = it.row_begin + r;
     const bool valid = r < it.nrows;
@@ -77,33 +99,54 @@ __device__ __forceinline__ void load_q(const DecodeParams<T>& p, const Item& it,
   }
 }
 
-// Keys [k0, k0 + 64) of the item into sK/sV; keys >= kv_end are zero-filled (masked later).
+// Page lookup for the warp tile of keys [k0, k0 + 16), issued one tile before its copies so
+// the dependent global load (page id) is off the copy path. Lane l handles key k0 + l % 16:
+// lanes 0-15 return the element offset of the key's K row, lanes 16-31 of its V row (pools
+// may have different strides); -1 for keys >= kv_end (zero-filled, masked later).
+// `pages` = indices + indptr[request]; page_shift >= 0 when page_size is a power of two.
+template <class T>
+__device__ __forceinline__ int32_t kv_lookup_page(const DecodeParams<T>& p, const int32_t* pages, int k0,
+                                                  int kv_end, int lane) {
+  const int j = k0 + (lane & 15);
+  if (j >= kv_end) return -1;
+  const uint32_t q = p.page_shift >= 0 ? uint32_t(j) >> p.page_shift : uint32_t(j) / uint32_t(p.kv.table.page_size);
+  return __ldg(pages + q);
+}
+template <class T>
+__device__ __forceinline__ int64_t kv_row_offset(const DecodeParams<T>& p, int32_t page, int k0, int kv_head,
+                                                 int lane) {
+  if (page < 0) return -1;
+  const int j = k0 + (lane & 15);
+  const int ps = p.kv.table.page_size;
+  const int slot = p.page_shift >= 0 ? (j & (ps - 1)) : j - int(uint32_t(j) / uint32_t(ps)) * ps;
+  const bool v = lane >= 16;
+  const int64_t page_stride = v ? p.kv.v.page_stride : p.kv.k.page_stride;
+  const int64_t slot_stride = v ? p.kv.v.slot_stride : p.kv.k.slot_stride;
+  const int64_t head_stride = v ? p.kv.v.head_stride : p.kv.k.head_stride;
+  return int64_t(page) * page_stride + int64_t(slot) * slot_stride + int64_t(kv_head) * head_stride;
+}
+
+// Copies of the warp tile (16 keys) into sK / sV ([16][D], swizzled) from the per-lane offsets
+// of kv_row_offset: row r's K offset is on lane r, its V offset on lane 16 + r.
 template <class T, int D>
-__device__ __forceinline__ void load_kv_tile(const DecodeParams<T>& p, const Item& it, int k0,
-                                             T* sK, T* sV) {
-  constexpr int kChunks = D / 8;              // 16-byte chunks per row
-  constexpr int kRowsPerPass = kThreads / kChunks;
-  const int c = threadIdx.x % kChunks;
-  const int r0 = threadIdx.x / kChunks;
+__device__ __forceinline__ void kv_issue(const DecodeParams<T>& p, int64_t off, int lane, T* sK, T* sV) {
+  constexpr int kChunks = D / 8;                  // 16-byte chunks per row
+  constexpr int kRowsPerInstr = 32 / kChunks;     // rows one warp-wide copy covers (4/2/1)
+  const int c = lane % kChunks;
 #pragma unroll
-  for (int pass = 0; pass < kTileKV / kRowsPerPass; ++pass) {
-    const int r = r0 + pass * kRowsPerPass;
-    const int j = k0 + r;
-    const T* ks = p.kv.k.data;
-    const T* vs = p.kv.v.data;
-    const bool valid = j < it.kv_end;
-    if (valid) {
-      int32_t page, slot;
-      p.kv.table.locate(it.req, j, page, slot);
-      ks = p.kv.k.row(page, slot, it.kv_head) + c * 8;
-      vs = p.kv.v.row(page, slot, it.kv_head) + c * 8;
-    }
+  for (int i = 0; i < kWarpKeys / kRowsPerInstr; ++i) {
+    const int r = i * kRowsPerInstr + lane / kChunks;
+    const int64_t ko = __shfl_sync(0xffffffffu, off, r);
+    const int64_t vo = __shfl_sync(0xffffffffu, off, 16 + r);
+    const bool valid = ko >= 0;
+    const T* ks = valid ? p.kv.k.data + ko + c * 8 : p.kv.k.data;
+    const T* vs = valid ? p.kv.v.data + vo + c * 8 : p.kv.v.data;
     ptx::cp_async_16(sK + swz<D>(r, c), ks, valid ? 16 : 0);
     ptx::cp_async_16(sV + swz<D>(r, c), vs, valid ? 16 : 0);
   }
 }
 
-// Combine the kWarps per-warp states (unnormalised O, running max m in log2 units, sum l) in
+// Combine the W (= blockDim.x / 32) per-warp states (unnormalised O, running max m in log2 units, sum l) in
 // warp order (deterministic) and store rows < nrows: final output (+ natural-log LSE) when
 // it.slot < 0, else the fp32 partial state (O normalised, base-2 LSE) of slot it.slot.
 template <class T, int D>
@@ -112,11 +155,12 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
                                                   const float* red_l) {
   constexpr int kGroups = D / 8;  // 8 outputs per thread step: one 16-byte store of T
   const int token0 = p.plan.qo_indptr[it.req];
-  for (int idx = threadIdx.x; idx < it.nrows * kGroups; idx += kThreads) {
+  const int W = blockDim.x / 32;
+  for (int idx = threadIdx.x; idx < it.nrows * kGroups; idx += blockDim.x) {
     const int r = idx / kGroups, c8 = idx % kGroups;
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_m[w * kTileQ + r]);
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, red_m[w * kTileQ + r]);
     float o[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) o[e] = 0.f;
@@ -124,7 +168,7 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
     if (mx != -INFINITY) {
       float sum = 0.f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
+      for (int w = 0; w < W; ++w) {
         const float sc = ptx::exp2_approx(red_m[w * kTileQ + r] - mx);
         sum += red_l[w * kTileQ + r] * sc;
         const float4* src = reinterpret_cast<const float4*>(red_o + (w * kTileQ + r) * D + c8 * 8);

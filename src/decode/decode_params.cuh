@@ -24,6 +24,9 @@ struct DecodeParams {
   float sm_scale = 0;            // used with the soft cap
   float soft_cap = 0;            // <= 0: off
   float cap_log2 = 0;            // soft_cap * log2(e)
+  int32_t page_shift = -1;       // log2(page_size) when it is a power of two, else -1 (divide)
+  int32_t stages = 3;            // per-warp pipeline stages (2 .. kMaxStages); sizes shared memory
+  int32_t warps = 4;             // warps per CTA (= blockDim.x / 32, 2 .. kMaxWarps)
 };
 
 }  // namespace weft::decode

@@ -52,4 +52,36 @@ plan::BatchShape batch_shape(const int32_t* kv_lens, int32_t batch, int32_t wind
   return shape;
 }
 
+namespace {
+double makespan(const plan::Plan& p) {
+  double m = 0;
+  for (double c : p.cta_cost) m = std::max(m, c);
+  return m;
+}
+}  // namespace
+
+plan::Plan plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg) {
+  plan::Plan best = plan::balance(shape, cfg);
+  if (!best.split || best.max_chunk <= 0) return best;  // nothing split: a larger bound changes nothing
+  int64_t longest = 0;
+  for (size_t b = 0; b < shape.kv_len.size(); ++b)
+    longest = std::max<int64_t>(longest, shape.kv_len[b] - (shape.kv_start.empty() ? 0 : shape.kv_start[b]));
+  const int64_t g = cfg.kv_granularity;
+  const int64_t n0 = (longest + best.max_chunk - 1) / best.max_chunk;
+  double best_ms = makespan(best);
+  for (int64_t n = n0 - 1; n >= std::max<int64_t>(1, n0 - kPlanSearch); --n) {
+    const int64_t bound = ((longest + n - 1) / n + g - 1) / g * g;
+    if (bound <= best.max_chunk || bound > INT32_MAX) continue;
+    plan::BalanceConfig c = cfg;
+    c.min_chunk = static_cast<int32_t>(bound);  // raises balance's L to `bound`
+    plan::Plan cand = plan::balance(shape, c);
+    const double ms = makespan(cand);
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = std::move(cand);
+    }
+  }
+  return best;
+}
+
 }  // namespace weft::decode

@@ -6,11 +6,13 @@
 
 namespace weft::decode {
 
-// Chunks are whole 64-key pipeline tiles and never shorter than 256 keys: below that an item's
+// Chunks are whole 16-key warp tiles and never shorter than 256 keys: below that an item's
 // fixed cost (Q load, pipeline fill, epilogue, one merge row) outweighs the parallelism gained.
 inline constexpr int32_t kMinChunk = 256;
 inline constexpr int32_t kPlanTileQ = 16;   // = kTileQ in decode_common.cuh (rows per item)
-inline constexpr int32_t kPlanKVTile = 64;  // = kTileKV: chunk granularity (whole pipeline tiles)
+// = kWarpKeys: chunk granularity (whole warp tiles; the kernel masks any chunk end, a finer
+// granularity only lets chunk counts match the grid, e.g. 8 heads x 33 chunks = 264 CTAs).
+inline constexpr int32_t kPlanKVTile = 16;
 
 // Workspace bounds for up to max_batch requests (validates heads / head_dim; weft::Error).
 plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
@@ -20,5 +22,14 @@ plan::BalanceConfig balance_config(int32_t grid, int32_t num_qo_heads, int32_t n
 // One query token per request; with a window (window_left >= 0) only keys
 // j >= kv_len - 1 - window_left are planned (and read).
 plan::BatchShape batch_shape(const int32_t* kv_lens, int32_t batch, int32_t window_left);
+
+// plan::balance plus a search over the chunk count of the longest tile. balance() derives the
+// chunk bound L from total / num_ctas; when the longest tiles are cut into n chunks of ~L, the
+// chunk count can overshoot the grid by a little (e.g. 32 tiles x 9 chunks = 288 items on 264
+// CTAs: some CTAs run two chunks, makespan ~1.8x the ideal). This also tries the bounds that
+// cut the longest tile into n0 - 1 .. n0 - kPlanSearch chunks (n0: balance's count) and keeps
+// the plan with the lowest planned makespan (ties: the earlier, i.e. finer, candidate).
+inline constexpr int32_t kPlanSearch = 4;
+plan::Plan plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg);
 
 }  // namespace weft::decode

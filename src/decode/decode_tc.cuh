@@ -1,72 +1,137 @@
 // Internal: tensor-core GQA-fused decode kernel (mma.sync m16n8k16).
 //
-// One persistent CTA (4 warps) executes the plan's items of blockIdx.x. Per item the group's
-// query heads (<= 16 rows, zero-padded) form the M = 16 dimension, so every K/V tile is read
-// from HBM once per KV head and reused by all heads of the group. Each 64-key tile is split
-// across the warps (16 keys each): warp w computes S = Q K^T for its keys (D/16 mma K-steps x 2
-// n8 tiles), keeps its own online-softmax state (m, l in log2 units) and O accumulator
-// (16 x D fp32 in registers), and the warps' states are combined once per item in the
-// epilogue (decode_common.cuh). Loads: multi-stage cp.async pipeline (StageCount).
+// One persistent CTA (W warps, DecodeParams::warps, default 4) executes the plan's items of
+// blockIdx.x. Per item the group's query heads (<= 16 rows, zero-padded) form the M = 16
+// dimension, so every K/V row is read from HBM once per KV head and reused by all heads of
+// the group.
+//
+// Per-warp ownership of keys: the item's KV range is cut into 16-key warp tiles and warp w
+// takes tiles w, w + W, w + 2W, ... Each warp runs its OWN cp.async pipeline (`stages` buffers
+// of K+V in shared memory, `stages` - 1 tiles in flight while it computes, `stages` when it
+// waits) with its own online-softmax state (m, l in log2 units) and O accumulator (16 x D fp32
+// in registers); there is no CTA barrier inside the KV loop, only __syncwarp. The warps'
+// states are combined once per item in the epilogue (decode_common.cuh), in warp order.
+// Page ids are fetched one warp tile before their copies are issued (kv_lookup_page), so the
+// page-table load latency overlaps a whole tile of compute instead of stalling the copies.
+// Items back to back: the next item's metadata and first page ids are requested when an item
+// starts, and each warp issues the next item's Q and first S-1 tiles as soon as it leaves the
+// KV loop, so they load during the epilogue (stage S-1 doubles as the epilogue buffer; Q is
+// double-buffered). The pipeline never drains between the items of a CTA.
 #pragma once
 #include "decode/decode_common.cuh"
 
 namespace weft::decode {
 
+// Per-warp prologue of an item: this thread's share of the item's Q rows -> sQ (one commit
+// group), then the warp's first S-1 tiles -> stages 0 .. S-2 (one group each, empty past the
+// warp's last tile); returns the page ids of the warp's tile S-1 (lookup issued, not awaited).
+// pg0: kv_lookup_page of the warp's first tile (requested early by the caller).
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads) decode_tc_kernel(const DecodeParams<T> p) {
+__device__ __forceinline__ int32_t start_item(const DecodeParams<T>& p, const Item& it, const int32_t* pages,
+                                              int32_t pg0, T* sQ, T* sPipe, int S, int W, int warp, int lane) {
   using L = SmemLayout<T, D>;
-  constexpr int S = L::kStages;
+  load_q<T, D>(p, it, sQ);
+  ptx::cp_async_commit();
+  const int total_tiles = (it.kv_end - it.kv_begin + kWarpKeys - 1) / kWarpKeys;
+  const int nt = total_tiles > warp ? (total_tiles - warp + W - 1) / W : 0;
+  int32_t pg_next = pg0;
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nt) {
+      const int32_t pg = pg_next;
+      const int k0 = it.kv_begin + (warp + s * W) * kWarpKeys;
+      pg_next = s + 1 < nt ? kv_lookup_page(p, pages, k0 + W * kWarpKeys, it.kv_end, lane) : -1;
+      T* st = sPipe + (s * W + warp) * 2 * L::kTileElems;
+      kv_issue<T, D>(p, kv_row_offset(p, pg, k0, it.kv_head, lane), lane, st, st + L::kTileElems);
+    }
+    ptx::cp_async_commit();
+  }
+  return pg_next;
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kMaxThreads) decode_tc_kernel(const DecodeParams<T> p) {
+  using L = SmemLayout<T, D>;
   constexpr int kK = D / 16;              // mma K steps over head_dim
   constexpr int kN = D / 8;               // n8 tiles of O
   constexpr bool kQInRegs = D <= 128;     // D=256 would need 64 extra registers: reload instead
   extern __shared__ __align__(128) unsigned char smem_raw[];
+  const int S = p.stages;
+  const int W = p.warps;  // = blockDim.x / 32
   T* sPipe = reinterpret_cast<T*>(smem_raw);
-  T* sQ = reinterpret_cast<T*>(smem_raw + L::kPipeBytes);
+  float* red_o = reinterpret_cast<float*>(smem_raw + (S - 1) * L::stage_all_warps(W));  // aliases stage S-1
+  float* red_m = reinterpret_cast<float*>(smem_raw + L::pipe_bytes(S, W));
+  float* red_l = red_m + W * kTileQ;
+  T* sQ0 = reinterpret_cast<T*>(smem_raw + L::pipe_bytes(S, W) + L::red_ml_bytes(W));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
+  // The merge kernel (launched with programmatic stream serialization) may start now: it
+  // waits (griddepcontrol.wait) for this whole grid to finish before reading any partial.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+
   const int i0 = p.plan.cta_indptr[blockIdx.x], i1 = p.plan.cta_indptr[blockIdx.x + 1];
+  if (i0 >= i1) return;
+  Item it = load_item(p.plan, i0);
+  const int32_t* pages = p.kv.table.indices + __ldg(p.kv.table.indptr + it.req);
+  int32_t pg_next = start_item<T, D>(p, it, pages,
+                                     kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane),
+                                     sQ0, sPipe, S, W, warp, lane);
+
   for (int ii = i0; ii < i1; ++ii) {
-    const Item it = load_item(p.plan, ii);
-    __syncthreads();  // previous item's epilogue is done with shared memory
-    load_q<T, D>(p, it, sQ);
-    ptx::cp_async_commit();
-    const int ntiles = (it.kv_end - it.kv_begin + kTileKV - 1) / kTileKV;
-#pragma unroll
-    for (int s = 0; s < S - 1; ++s) {
-      if (s < ntiles)
-        load_kv_tile<T, D>(p, it, it.kv_begin + s * kTileKV, sPipe + s * 2 * L::kTileElems,
-                           sPipe + s * 2 * L::kTileElems + L::kTileElems);
-      ptx::cp_async_commit();
+    T* sQ = sQ0 + ((ii - i0) & 1) * (L::kQBytes / sizeof(T));
+    // Metadata of the next item, requested now and used after this item's KV loop.
+    const bool has_next = ii + 1 < i1;
+    Item nx = it;
+    const int32_t* nx_pages = pages;
+    int32_t nx_pg0 = -1;
+    if (has_next) {
+      nx = load_item(p.plan, ii + 1);
+      nx_pages = p.kv.table.indices + __ldg(p.kv.table.indptr + nx.req);
+      nx_pg0 = kv_lookup_page(p, nx_pages, nx.kv_begin + warp * kWarpKeys, nx.kv_end, lane);
     }
+    cp_async_wait_dyn(S - 1);  // this item's Q group (the oldest pending) has landed here ...
+    __syncthreads();           // ... and everywhere; the previous epilogue is done with smem
+
+    // Warp tiles of this warp: global tile index w + 4 * t, t < nt.
+    const int total_tiles = (it.kv_end - it.kv_begin + kWarpKeys - 1) / kWarpKeys;
+    const int nt = total_tiles > warp ? (total_tiles - warp + W - 1) / W : 0;
+    auto tile_k0 = [&](int t) { return it.kv_begin + (warp + t * W) * kWarpKeys; };
+    auto stage = [&](int st) { return sPipe + (st * W + warp) * 2 * L::kTileElems; };
 
     float acc[kN][4];
 #pragma unroll
     for (int n = 0; n < kN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     uint32_t qf[kQInRegs ? kK : 1][4];
-
-    for (int t = 0; t < ntiles; ++t) {
-      ptx::cp_async_wait<S - 2>();
-      __syncthreads();
-      if (kQInRegs && t == 0) {
+    if constexpr (kQInRegs) {
 #pragma unroll
-        for (int kk = 0; kk < (kQInRegs ? kK : 0); ++kk) {
-          const int i = lane / 8;
-          ptx::ldmatrix_x4(qf[kk], sQ + swz<D>((lane % 8) + (i % 2) * 8, kk * 2 + i / 2));
-        }
+      for (int kk = 0; kk < kK; ++kk) {
+        const int i = lane / 8;
+        ptx::ldmatrix_x4(qf[kk], sQ + swz<D>((lane % 8) + (i % 2) * 8, kk * 2 + i / 2));
       }
+    }
+
+    int rd = 0, wr = S - 1;  // stage buffers read (tile t) and written (tile t + S - 1)
+    for (int t = 0; t < nt; ++t) {
+      // Refill the buffer tile t - 1 used (every lane is past its ldmatrix reads).
+      __syncwarp();
       {
         const int tn = t + S - 1;
-        if (tn < ntiles) {
-          T* st = sPipe + (tn % S) * 2 * L::kTileElems;
-          load_kv_tile<T, D>(p, it, it.kv_begin + tn * kTileKV, st, st + L::kTileElems);
+        if (tn < nt) {
+          const int32_t pg = pg_next;
+          pg_next = tn + 1 < nt ? kv_lookup_page(p, pages, tile_k0(tn + 1), it.kv_end, lane) : -1;
+          T* st = stage(wr);
+          kv_issue<T, D>(p, kv_row_offset(p, pg, tile_k0(tn), it.kv_head, lane), lane, st, st + L::kTileElems);
         }
         ptx::cp_async_commit();
+        wr = wr + 1 == S ? 0 : wr + 1;
       }
-      const T* sK = sPipe + (t % S) * 2 * L::kTileElems;
+      cp_async_wait_dyn(S - 1);  // tile t has landed (this lane's copies) ...
+      __syncwarp();              // ... and every lane's
+      const T* sK = stage(rd);
       const T* sV = sK + L::kTileElems;
+      rd = rd + 1 == S ? 0 : rd + 1;
 
-      // S = Q K^T for keys [warp*16, warp*16 + 16) of the tile: two n8 tiles.
+      // S = Q K^T for the 16 keys of the tile: two n8 tiles.
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
       for (int kk = 0; kk < kK; ++kk) {
@@ -77,19 +142,19 @@ __global__ void __launch_bounds__(kThreads) decode_tc_kernel(const DecodeParams<
         } else {
           ptx::ldmatrix_x4(a, sQ + swz<D>((lane % 8) + (i % 2) * 8, kk * 2 + i / 2));
         }
-        ptx::ldmatrix_x4(b, sK + swz<D>(warp * 16 + (lane % 8) + (i / 2) * 8, kk * 2 + (i % 2)));
+        ptx::ldmatrix_x4(b, sK + swz<D>((lane % 8) + (i / 2) * 8, kk * 2 + (i % 2)));
         ptx::mma_16816<T>(s[0], a, b);
         ptx::mma_16816<T>(s[1], a, b + 2);
       }
 
       // Logits (scale, soft cap, mask) and online softmax, rows lane/4 (rr=0) and lane/4+8 (rr=1).
-      const int key0 = it.kv_begin + t * kTileKV + warp * 16 + (lane % 4) * 2;
+      const int key0 = tile_k0(t) + (lane % 4) * 2;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt8 = 0; nt8 < 2; ++nt8)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int key = key0 + nt * 8 + (e & 1);
-          s[nt][e] = key < it.kv_end ? logit_log2(p, s[nt][e]) : -INFINITY;
+          const int key = key0 + nt8 * 8 + (e & 1);
+          s[nt8][e] = key < it.kv_end ? logit_log2(p, s[nt8][e]) : -INFINITY;
         }
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
@@ -102,11 +167,11 @@ __global__ void __launch_bounds__(kThreads) decode_tc_kernel(const DecodeParams<
         m[rr] = m_new;
         float rs = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+        for (int nt8 = 0; nt8 < 2; ++nt8)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float pv = ptx::exp2_approx(s[nt][2 * rr + e] - m_use);
-            s[nt][2 * rr + e] = pv;
+            const float pv = ptx::exp2_approx(s[nt8][2 * rr + e] - m_use);
+            s[nt8][2 * rr + e] = pv;
             rs += pv;
           }
         l[rr] = l[rr] * scale + rs;
@@ -127,18 +192,21 @@ __global__ void __launch_bounds__(kThreads) decode_tc_kernel(const DecodeParams<
       for (int np = 0; np < kN / 2; ++np) {
         const int i = lane / 8;
         uint32_t b[4];
-        ptx::ldmatrix_x4_trans(b, sV + swz<D>(warp * 16 + (lane % 8) + (i % 2) * 8, np * 2 + i / 2));
+        ptx::ldmatrix_x4_trans(b, sV + swz<D>((lane % 8) + (i % 2) * 8, np * 2 + i / 2));
         ptx::mma_16816<T>(acc[2 * np], pa, b);
         ptx::mma_16816<T>(acc[2 * np + 1], pa, b + 2);
       }
     }
-    ptx::cp_async_wait<0>();
-    __syncthreads();
+    // This warp is done with the item's tiles (none pending: tiles past nt were never issued).
+    // Start the next item now, so its Q and first S-1 tiles (stages 0 .. S-2, this warp's own)
+    // load during the epilogue; the epilogue only touches stage S-1 (red_o), red_m/l and sQ.
+    __syncwarp();
+    if (has_next)
+      pg_next = start_item<T, D>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
+                                 S, W, warp, lane);
+    __syncthreads();  // every warp is done with stage S-1 (reused as red_o)
 
-    // Epilogue: per-warp states -> shared memory (pipeline buffers are free now).
-    float* red_o = reinterpret_cast<float*>(smem_raw);
-    float* red_m = red_o + kWarps * kTileQ * D;
-    float* red_l = red_m + kWarps * kTileQ;
+    // Epilogue: per-warp states -> shared memory.
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
@@ -155,7 +223,10 @@ __global__ void __launch_bounds__(kThreads) decode_tc_kernel(const DecodeParams<
     }
     __syncthreads();
     combine_and_store<T, D>(p, it, red_o, red_m, red_l);
+    it = nx;
+    pages = nx_pages;
   }
+  ptx::cp_async_wait<0>();
 }
 
 }  // namespace weft::decode

@@ -1,5 +1,6 @@
 // Decode kernel instantiations (from instances.inc) and their launcher.
-#include <mutex>
+#include <cstdlib>
+#include <string>
 
 #include "attention/merge.cuh"
 #include "common/cuda_check.h"
@@ -12,13 +13,16 @@ namespace {
 template <class T, int D>
 void launch_tc(const DecodeParams<T>& p, int grid, cudaStream_t stream) {
   using L = SmemLayout<T, D>;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    WEFT_CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<T, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)));
-  });
-  decode_tc_kernel<T, D><<<grid, kThreads, L::kBytes, stream>>>(p);
+  // The dynamic shared memory limit was raised by ctas_per_sm() (wrapper construction).
+  decode_tc_kernel<T, D><<<grid, p.warps * 32, L::bytes(p.stages, p.warps), stream>>>(p);
   WEFT_CUDA_CHECK_LAUNCH();
+}
+
+int log2_exact(int32_t x) {
+  if (x <= 0 || (x & (x - 1)) != 0) return -1;
+  int s = 0;
+  while ((1 << s) < x) ++s;
+  return s;
 }
 
 template <class T>
@@ -40,6 +44,9 @@ DecodeParams<T> make_params(const LaunchArgs& a) {
   p.scale_log2 = static_cast<float>(a.sm_scale * log2e);
   p.soft_cap = a.soft_cap;
   p.cap_log2 = static_cast<float>(a.soft_cap * log2e);
+  p.page_shift = log2_exact(p.kv.table.page_size);
+  p.stages = a.stages;
+  p.warps = a.warps;
   return p;
 }
 
@@ -63,20 +70,51 @@ void launch_decode(const LaunchArgs& a, cudaStream_t stream) {
   WEFT_DISPATCH_HALF_TYPES(a.dtype, "q", [&] { dispatch<scalar_t>(a, stream); });
 }
 
-int ctas_per_sm(int32_t head_dim, int device) {
+int decode_stages(int32_t head_dim) {
+  // Per-warp stages: enough 16-key tiles in flight per SM to cover HBM latency at full
+  // bandwidth (~33 B/ns per SM x ~2 us loaded latency = ~64 KB) with room to spare, while
+  // keeping 2 CTAs (8 warps) per SM for D <= 128:
+  //   D64:  6 x 4 KB  x 4 warps = 96 KB / CTA -> 2 CTAs/SM
+  //   D128: 3 x 8 KB  x 4 warps = 96 KB / CTA -> 2 CTAs/SM
+  //   D256: 3 x 16 KB x 4 warps = 192 KB / CTA -> 1 CTA/SM
+  // (+ 2 Q buffers and the epilogue's m/l). H200, D128: S=4 (1 CTA/SM) fell to ~2.3 TB/s;
+  // S=2 with 3 CTAs/SM won with several items per CTA and lost with one (perf-notes-decode.md).
+  int s = head_dim == 64 ? 6 : 3;
+  if (const char* env = std::getenv("WEFT_DECODE_STAGES")) {
+    const int v = std::atoi(env);
+    if (v >= 2 && v <= kMaxStages) s = v;
+  }
+  return s;
+}
+
+int decode_warps(int32_t head_dim) {
+  (void)head_dim;
+  // 4 warps x 2 CTAs/SM (D <= 128), see decode_stages. Measured on H200 (perf-notes-decode.md):
+  // 8 warps x 1 CTA/SM and 4 warps x S=2 were no better overall.
+  int w = 4;
+  if (const char* env = std::getenv("WEFT_DECODE_WARPS")) {
+    const int v = std::atoi(env);
+    if (v >= 2 && v <= kMaxWarps) w = v;
+  }
+  return w;
+}
+
+int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
   int n = 0;
-  // Also raises the dynamic shared memory limit of both dtypes' kernels here (wrapper
-  // construction), so the first run() never does it inside a CUDA-graph capture.
+  int optin = 0;
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   auto query = [&](auto kernel, auto kernel_f16, size_t smem) {
-    WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel_f16, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem));
+    WEFT_CHECK_ARG(smem <= size_t(optin), "stages",
+                   stages << " stages need " << smem << " bytes of shared memory, the device allows " << optin);
+    // Raise both dtypes' limits to the device maximum, so any stage count launches later.
+    WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel_f16, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, warps * 32, smem));
   };
-  (void)device;
   switch (head_dim) {
-    case 64: query(decode_tc_kernel<__nv_bfloat16, 64>, decode_tc_kernel<half, 64>, SmemLayout<half, 64>::kBytes); break;
-    case 128: query(decode_tc_kernel<__nv_bfloat16, 128>, decode_tc_kernel<half, 128>, SmemLayout<half, 128>::kBytes); break;
-    case 256: query(decode_tc_kernel<__nv_bfloat16, 256>, decode_tc_kernel<half, 256>, SmemLayout<half, 256>::kBytes); break;
+    case 64: query(decode_tc_kernel<__nv_bfloat16, 64>, decode_tc_kernel<half, 64>, SmemLayout<half, 64>::bytes(stages, warps)); break;
+    case 128: query(decode_tc_kernel<__nv_bfloat16, 128>, decode_tc_kernel<half, 128>, SmemLayout<half, 128>::bytes(stages, warps)); break;
+    case 256: query(decode_tc_kernel<__nv_bfloat16, 256>, decode_tc_kernel<half, 256>, SmemLayout<half, 256>::bytes(stages, warps)); break;
     default: throw Error("head_dim", "expected 64, 128 or 256, got " + std::to_string(head_dim));
   }
   return n < 1 ? 1 : n;

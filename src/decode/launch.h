@@ -28,12 +28,20 @@ struct LaunchArgs {
   int32_t head_dim = 0;
   DecodePath path = DecodePath::kTensorCore;
   int32_t grid = 0;
+  int32_t stages = 3;  // per-warp pipeline stages (decode_stages)
+  int32_t warps = 4;   // warps per CTA (decode_warps)
 };
 
 // Launches the decode kernel of (dtype, head_dim, path) with args.grid persistent CTAs.
 void launch_decode(const LaunchArgs& args, cudaStream_t stream);
-// Resident CTAs per SM of the tensor-core kernel for head_dim (sizes the fixed grid).
-int ctas_per_sm(int32_t head_dim, int device);
+// Per-warp pipeline stages for head_dim: the tuned default (see decode_stages in kernels.cu),
+// or the environment variable WEFT_DECODE_STAGES (2 .. 8; a tuning knob for benches).
+int decode_stages(int32_t head_dim);
+// Resident CTAs per SM of the tensor-core kernel for head_dim with `stages` stages (sizes the
+// fixed grid). Also raises the kernels' dynamic shared memory limit (outside any graph capture).
+int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device);
+// Warps per CTA: 4, or the environment variable WEFT_DECODE_WARPS (2 .. 8; a tuning knob).
+int decode_warps(int32_t head_dim);
 bool path_compiled(DecodePath path);
 
 }  // namespace weft::decode

@@ -16,8 +16,10 @@ namespace weft {
 
 namespace {
 
-// Tensor cores pay off once the group fills enough of the 16-row mma M dimension; below it the
-// CUDA-core path (when compiled) does less wasted work. Measured by bench "decode/path/...".
+// Only the tensor-core path is compiled: decode is bound by HBM bandwidth for every group size
+// (the 16-row mma M tile wastes tensor-core work for small groups, not memory traffic), so the
+// tensor-core kernel serves group 1 as well (bench "decode/llama2-7b/..."). A CUDA-core path
+// would be chosen below this group size if it were ever compiled.
 constexpr int32_t kTensorCoreMinGroup = 4;
 
 struct DeviceInfo {
@@ -31,10 +33,10 @@ DeviceInfo current_device() {
   return d;
 }
 
-int32_t grid_for(int32_t head_dim) {
+int32_t grid_for(int32_t head_dim, int32_t stages, int32_t warps) {
   check::head_dim_supported(head_dim, "head_dim");
   const DeviceInfo d = current_device();
-  return d.sms * decode::ctas_per_sm(head_dim, d.device);
+  return d.sms * decode::ctas_per_sm(head_dim, stages, warps, d.device);
 }
 
 }  // namespace
@@ -64,6 +66,8 @@ struct BatchDecodeWrapper::Impl {
   int32_t max_batch = 0, num_qo_heads = 0, num_kv_heads = 0, head_dim = 0;
   DecodePath forced = DecodePath::kAuto;
   int32_t grid = 0;
+  int32_t stages = 3;             // per-warp pipeline stages (decode::decode_stages)
+  int32_t warps = 4;              // warps per CTA (decode::decode_warps)
   plan::WorkspaceLayout layout;
   void* staging = nullptr;        // pinned, layout.metadata_bytes()
   cudaEvent_t staging_done = nullptr;
@@ -82,7 +86,10 @@ struct BatchDecodeWrapper::Impl {
 
 std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
                                                int32_t head_dim) {
-  const plan::PlanBounds b = decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, grid_for(head_dim));
+  check::head_dim_supported(head_dim, "head_dim");
+  const plan::PlanBounds b = decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim,
+                                                 grid_for(head_dim, decode::decode_stages(head_dim),
+                                                          decode::decode_warps(head_dim)));
   return plan::WorkspaceLayout(b).total_bytes();
 }
 
@@ -96,7 +103,10 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
   impl_->forced = path;
   WEFT_CHECK_ARG(decode_path_available(path), "path",
                  "decode path " << decode_path_name(path) << " is not compiled in this build");
-  impl_->grid = grid_for(head_dim);
+  check::head_dim_supported(head_dim, "head_dim");
+  impl_->stages = decode::decode_stages(head_dim);
+  impl_->warps = decode::decode_warps(head_dim);
+  impl_->grid = grid_for(head_dim, impl_->stages, impl_->warps);
   impl_->layout = plan::WorkspaceLayout(decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, impl_->grid));
   WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, impl_->layout.metadata_bytes(), cudaHostAllocDefault));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->staging_done, cudaEventDisableTiming));
@@ -169,7 +179,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
   const plan::BatchShape shape = decode::batch_shape(kv_lens, batch, variant.window_left);
   const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads);
-  plan::Plan p = plan::balance(shape, cfg);
+  plan::Plan p = decode::plan_decode(shape, cfg);
 
   // Reuse the staging buffer only once its previous copy has left it.
   if (im.staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(im.staging_done));
@@ -251,6 +261,8 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   a.head_dim = im.head_dim;
   a.path = im.path;
   a.grid = im.grid;
+  a.stages = im.stages;
+  a.warps = im.warps;
   decode::launch_decode(a, stream);
   // Always launched (fixed grid, reads the merge count on the device): a graph captured for a
   // plan without splits must stay valid after a re-plan that splits.

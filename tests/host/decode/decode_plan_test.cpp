@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "tests/common/test_util.h"
@@ -51,6 +52,51 @@ TEST(DecodePlan, SplitOnlyWhenItHelps) {
   lens = {100000};
   p = plan::balance(batch_shape(lens.data(), 1, 127), balance_config(264, 8, 8));
   for (int i = 0; i < p.num_items(); ++i) EXPECT_EQ(p.item_kv_begin[i], 100000 - 128);
+}
+
+double plan_makespan(const plan::Plan& p) {
+  double m = 0;
+  for (double c : p.cta_cost) m = std::max(m, c);
+  return m;
+}
+
+// balance() alone cuts 32 tiles of 32K keys into 9 chunks each (288 items on 264 CTAs, some
+// CTAs run two); plan_decode finds 8 chunks of 4096 (256 items) and a ~1.8x lower makespan.
+TEST(DecodePlan, SearchAvoidsChunkCountOvershoot) {
+  std::vector<int32_t> lens = {32768};
+  const plan::BalanceConfig cfg = balance_config(264, 32, 32);
+  const plan::BatchShape shape = batch_shape(lens.data(), 1, -1);
+  const plan::Plan base = plan::balance(shape, cfg);
+  const plan::Plan p = plan_decode(shape, cfg);
+  EXPECT_TRUE(p.split);
+  EXPECT_EQ(p.num_items(), 256);
+  EXPECT_EQ(p.max_chunk, 4096);
+  EXPECT_LT(plan_makespan(p), 0.6 * plan_makespan(base));
+}
+
+// Randomized: the search never returns a plan with a larger makespan than balance(), and keeps
+// every structural property (chunks whole 64-key tiles, slots consecutive per merge).
+TEST(DecodePlan, SearchNeverWorseThanBalance) {
+  test::Rng rng = test::Rng::for_current_test();
+  for (int iter = 0; iter < 60; ++iter) {
+    const int32_t batch = static_cast<int32_t>(rng.randint(1, 40));
+    const int32_t hkv = iter % 3 == 0 ? 32 : 8;
+    std::vector<int32_t> lens(batch);
+    for (auto& l : lens) l = static_cast<int32_t>(rng.randint(0, iter % 2 ? 65536 : 3000));
+    const plan::BalanceConfig cfg = balance_config(264, 32, hkv);
+    const plan::BatchShape shape = batch_shape(lens.data(), batch, -1);
+    const plan::Plan base = plan::balance(shape, cfg);
+    const plan::Plan p = plan_decode(shape, cfg);
+    EXPECT_LE(plan_makespan(p), plan_makespan(base));
+    int64_t keys = 0;
+    for (int i = 0; i < p.num_items(); ++i) {
+      keys += p.item_kv_end[i] - p.item_kv_begin[i];
+      if (p.item_partial_slot[i] >= 0) ASSERT_EQ(p.item_kv_begin[i] % kPlanKVTile, 0);
+    }
+    int64_t want = 0;
+    for (int32_t l : lens) want += int64_t(l) * hkv;
+    EXPECT_EQ(keys, want);
+  }
 }
 
 TEST(DecodePlan, BadShapesThrow) {
