@@ -5,8 +5,10 @@
 // ncclUniqueId; one process per GPU or one thread per GPU: construct all ranks concurrently,
 // each thread with its device current). At construction, on every rank (collective calls):
 //   * one symmetric allocation (ncclMemAlloc) registered with ncclCommWindowRegister(...,
-//     NCCL_WIN_COLL_SYMMETRIC): [control | input | output], input and output of
-//     capacity_bytes() = max_tokens * max_hidden * dtype_size each;
+//     NCCL_WIN_COLL_SYMMETRIC): [control | input | output | staging], input and output of
+//     capacity_bytes() = max_tokens * max_hidden * dtype_size each, staging of capacity plus
+//     (world - 1) rows of kNormMaxHidden (peers push their x rows there; all ranks must use the
+//     same CommOptions);
 //   * an ncclDevComm with 32 LSA barriers (one per CTA index; num_ctas <= 32);
 //   * a check that every peer is load/store accessible (LSA team size == world size).
 // If anything is missing (NCCL < 2.28, no symmetric memory, a peer not LSA-reachable, world > 8,
@@ -17,10 +19,11 @@
 //   residual' = round(residual + sum_over_ranks(x))     (fp32 sum in rank order 0..N-1, then +
 //                                                         residual in fp32, rounded to dtype)
 //   out       = rmsnorm(residual') * weight              (fp32, from the rounded residual)
-// Variants (LSA path):
+// Variants (LSA path; every NVLink transfer is a store, see src/comm/fused_allreduce_norm.cu):
 //   two-shot: rank r owns a contiguous 1/N slice of the tokens (owned_tokens(); may be empty);
-//     it reads its slice from every peer's input, adds the residual, normalizes and stores the
-//     normalized rows into every peer's output (reduce-scatter + norm + all-gather).
+//     every rank pushes its x rows of r's slice into r's staging; r sums them, adds the
+//     residual, normalizes and stores the normalized rows into every peer's output
+//     (reduce-scatter + norm + all-gather).
 //     RESIDUAL CONTRACT: only the rows this rank owns are updated in `residual`; the other rows
 //     are left untouched. Ownership is a pure function of (tokens, world_size, rank), so a model
 //     calling this every layer with the same token count keeps each token's residual on its

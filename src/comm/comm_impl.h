@@ -32,11 +32,14 @@ struct Communicator::Impl {
   std::string reason;
 
   // LSA path resources (see lsa_setup.cu). One symmetric allocation:
-  //   [ctrl: 4 KiB, call headers | input: capacity | output: capacity], 4 KiB aligned parts.
+  //   [ctrl: 4 KiB, call headers | input: capacity | output: capacity | staging: stage_bytes],
+  //   4 KiB aligned parts. Peers push their x rows into our staging area (fused kernel, phase A);
+  //   stage_bytes = capacity + (world - 1) rows of kNormMaxHidden (two-shot rounds each rank's
+  //   slice up to ceil(tokens / world) rows).
   void* sym = nullptr;
   std::size_t sym_bytes = 0;
   ncclWindow_t win = nullptr;
-  std::size_t ctrl_off = 0, in_off = 0, out_off = 0;
+  std::size_t ctrl_off = 0, in_off = 0, out_off = 0, stage_off = 0, stage_bytes = 0;
   bool devcomm_created = false;
   // ncclDevComm, opaque here (its definition needs nccl_device.h). Oversized on purpose: if
   // the runtime NCCL's struct were larger than the headers', ncclDevCommCreate would write

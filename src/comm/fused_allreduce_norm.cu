@@ -1,29 +1,40 @@
-// Fused all-reduce + residual add + RMSNorm over NCCL symmetric memory (TokenWeave §3.3,
-// load/store policy "LSA": peers' buffers read and written through ncclGetLsaPointer).
+// Fused all-reduce + residual add + RMSNorm over NCCL symmetric memory (TokenWeave §3.3
+// without multicast; load/store policy "LSA": peers' buffers written through ncclGetLsaPointer).
 //
+// Push schedule: every byte that crosses NVLink is a store (fire and forget); all loads are
+// local. (The first version pulled peers' rows with remote loads: each CTA then sustained only
+// ~9 GB/s, bounded by loads in flight over the NVLink round trip; docs/perf-notes-comm.md.)
 // Grid: num_ctas CTAs (1..32) of 512 threads; CTA c uses LSA barrier index c and only ever
-// exchanges data with CTA c of the other ranks (partition.h: rows are dealt to CTAs in slots of
-// rows_per_cta rows). Per call, CTA c:
-//   1. writes its call header (ctrl slot c) and copies its rows of x into the local symmetric
-//      input (skipped when x already is that buffer);
-//   2. barrier c (release our input/header, acquire the peers');
-//   3. checks every peer's header against its own; on any difference skips 4 and 6;
-//   4. for each of its rows (own slice in two-shot, all tokens in one-shot): loads the row from
-//      every peer (16-byte vectors, fp32 sum in rank order 0..N-1), adds the residual, rounds to
-//      the storage type, stores the residual, reduces the sum of squares over the row group,
-//      scales by rsqrt(mean + eps) * weight (row kept in registers: one read of the reduced
-//      row) and stores the normalized row: into every peer's symmetric output (two-shot) or
-//      into `out` directly (one-shot);
-//   5. barrier c (release our stores, acquire the peers'; also: nobody reads our input any more);
-//   6. two-shot: copies its rows (of every owner) from the symmetric output to `out`;
-//   7. bumps its call counter (the sequence number in the next header).
-// Multimem/NVLS: a WEFT_ENABLE_MULTIMEM policy would replace the peer loop of step 4 by one
-// multimem.ld_reduce per vector and the peer store loop by one multimem.st, on
-// ncclGetLsaMultimemPointer addresses (needs a devcomm with lsaMultimem). Not implemented: the
-// lent machines forbid multicast.
+// exchanges data with CTA c of the other ranks: inside every segment of rows (a rank's owned
+// slice in two-shot, a chunk of all rows in one-shot) CTA c handles the contiguous rows
+// [c * R, (c + 1) * R), R = ceil(slot_rows / num_ctas), the same R on every rank.
+// Staging (symmetric, per rank): world slots of slot_rows rows; slot q holds rank q's x rows of
+// this rank's segment. Per call (one-shot: per chunk of rows that fits the staging), CTA c:
+//   1. (first chunk) writes its call header (ctrl slot c);
+//   A. pushes its rows of x into slot `rank` of the staging of every peer that owns them
+//      (two-shot: the owner; one-shot: every peer), peers in rotated order (rank+1, rank+2, ..)
+//      so the ranks do not all hit one destination at once;
+//   2. barrier c (release our pushes, acquire the peers');
+//   3. (first chunk) checks every peer's header against its own; on any difference skips B/C;
+//   B. for each of its rows of its own segment: pass 1 sums the world contributions in rank
+//      order 0..N-1 in fp32 (own from x, the others from local staging), adds the residual,
+//      rounds, stores the residual and accumulates the sum of squares of the rounded values
+//      (group of threads per row); pass 2 re-reads the rounded row (L2-hot), scales by
+//      rsqrt(mean + eps) * weight and stores the normalized row: into `out` (one-shot) or into
+//      `out` and every peer's symmetric output (two-shot);
+//   4. barrier c (release our stores; also: nobody reads our staging / output any more);
+//   C. two-shot: copies the rows of the other owners from the symmetric output to `out`
+//      (skipped when out is the symmetric output);
+//   5. bumps its call counter (the sequence number in the next header).
+// Reuse safety without further barriers: a peer pushes call k+1's rows only after passing
+// barrier 4 of call k, which we reach only after our last staging read of call k; it stores
+// into our symmetric output only after barrier 2 of call k+1, after our copy-out of call k.
+// Multimem/NVLS would replace A/B's peer stores by multimem.st / ld_reduce; not implemented
+// (the lent machines forbid multicast).
 #include <nccl.h>
 #include <nccl_device.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "comm/comm_impl.h"
@@ -31,21 +42,26 @@
 #include "common/cuda_check.h"
 #include "common/types.cuh"
 #include "common/vec8.cuh"
-#include "norm/row_layout.h"
+#include "weft/norm.h"
 
 namespace weft::comm_detail {
 namespace {
 
-// 512 threads = 16 warps: at 4 vectors per thread a CTA holds 2048 vectors = one 16384-wide
-// row (or several narrower rows), and one CTA per SM keeps up to 128 KB of loads in flight.
-constexpr int kCommBlock = 512;
-constexpr int kCommVpt = 4;
-// Vectors of the row a thread loads (from every peer) before consuming any, per world-size
-// instantiation: 2 peers x 4, 4 peers x 2, 8 peers x 2 = 8..16 independent 16-byte peer loads
-// in flight per thread. The largest batches that fit the 128-register budget of a 512-thread
-// CTA without spills (ptxas -v; 4 peers x 4 spills).
+// 256 threads: up to 255 registers per thread, room for the deep batches below without spills
+// (at 512 threads the 128-register cap spilled 100-800 bytes per thread; ptxas -v: 170-212
+// registers, 0 spills at 256).
+constexpr int kCommBlock = 256;
+constexpr int kCommWarps = kCommBlock / 32;
+// Copy phases (A, C): 16-byte vectors per thread loaded before any is stored: 256 x 16 x 16 B =
+// 64 KB in flight per CTA (HBM/L2 latency ~1 us under load -> ~60 GB/s per CTA).
+constexpr int kCopyUnroll = 16;
+// Pass 1: vectors of a row a thread loads from every source (world contributions + residual)
+// before consuming any: world 2: 8 x (2 + 1) = 24 loads; world <= 4: 4 x (4 + 1) = 20 (80 KB in
+// flight per CTA); world 8: 2 x 9.
 template <int kMaxWorld>
-constexpr int batch_vectors() { return kMaxWorld <= 2 ? 4 : 2; }
+constexpr int reduce_batch() { return kMaxWorld <= 2 ? 8 : kMaxWorld <= 4 ? 4 : 2; }
+// Pass 2: rounded-row + weight vectors loaded per batch before the stores.
+constexpr int kNormBatch = 4;
 constexpr uint32_t kHeaderMagic = 0x74666577u;  // "weft"
 
 struct alignas(32) CallHeader {
@@ -56,16 +72,21 @@ static_assert(sizeof(CallHeader) == 32, "one 32-byte header per CTA index");
 struct Params {
   ncclDevComm dev;
   ncclWindow_t win;
-  size_t ctrl_off, in_off, out_off;
+  size_t ctrl_off, out_off, stage_off;
   const void* x;
   void* residual;
   int64_t residual_stride;
   const void* weight;
   void* out;
   int tokens, hidden, vecs, world, rank;
-  int tpr, vpt, rows_per_cta;
+  int tpr, rows_at_once;  // pass layout: a group of tpr threads per row, rows_at_once groups
+  int seg_len;            // vectors per canonical sum-of-squares segment (multiple of 32)
+  int num_chunks;         // one-shot: chunks of chunk_rows rows; two-shot: 1
+  int64_t chunk_rows;
+  int64_t slot_rows;      // rows per source slot of the staging area
+  int64_t rows_per_cta;   // R
   float eps;
-  int one_shot, copy_in, copy_out;
+  int one_shot, out_is_sym;
   uint32_t dtype_code;
   uint32_t* state;
 };
@@ -74,106 +95,169 @@ __device__ __forceinline__ uint4* lsa_ptr(const Params& p, size_t off, int peer)
   return static_cast<uint4*>(ncclGetLsaPointer(p.win, off, peer));
 }
 
-// Copies rows [seg.begin, seg.begin + seg.count) that belong to CTA c: src/dst are row-packed
-// ([tokens, hidden] with stride hidden). 4 independent 16-byte loads per thread in flight.
-__device__ void copy_cta_rows(const uint4* __restrict__ src, uint4* __restrict__ dst, TokenRange seg,
-                              int vecs, int rows_per_cta, int c, int num_ctas) {
-  for (int64_t s = c; s * rows_per_cta < seg.count; s += num_ctas) {
-    const int64_t r0 = seg.begin + s * rows_per_cta;
-    const int64_t nrows = seg.count - s * rows_per_cta < rows_per_cta ? seg.count - s * rows_per_cta : rows_per_cta;
-    const int64_t n = nrows * vecs;
-    const uint4* a = src + r0 * vecs;
-    uint4* b = dst + r0 * vecs;
-    for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * kCommBlock) {
-      uint4 v[4];
+// Rows of rank o's segment in chunk ch.
+__device__ __forceinline__ TokenRange segment_of(const Params& p, int o, int ch) {
+  if (!p.one_shot) return owned_range(p.tokens, p.world, o);
+  const int64_t b = static_cast<int64_t>(ch) * p.chunk_rows;
+  const int64_t left = p.tokens - b;
+  return TokenRange{b, left < p.chunk_rows ? left : p.chunk_rows};
+}
+
+// Copies n 16-byte vectors (CTA-wide), kCopyUnroll independent loads per thread in flight.
+__device__ __forceinline__ void copy_vecs(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t n) {
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += kCopyUnroll * kCommBlock) {
+    uint4 v[kCopyUnroll];
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (i0 + j * kCommBlock < n) v[j] = __ldcg(a + i0 + j * kCommBlock);
+    for (int j = 0; j < kCopyUnroll; ++j)
+      if (i0 + j * kCommBlock < n) v[j] = __ldcg(src + i0 + j * kCommBlock);
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (i0 + j * kCommBlock < n) b[i0 + j * kCommBlock] = v[j];
-    }
+    for (int j = 0; j < kCopyUnroll; ++j)
+      if (i0 + j * kCommBlock < n) __stcg(dst + i0 + j * kCommBlock, v[j]);
   }
 }
 
-// Step 4 for every row of `seg` that belongs to this CTA.
-template <class T, int kMaxWorld>
-__device__ void reduce_norm_rows(const Params& p, TokenRange seg, float* scratch) {
-  constexpr int kBatch = batch_vectors<kMaxWorld>();
-  static_assert(kCommVpt % kBatch == 0, "batches tile the row");
-  const int c = blockIdx.x, num_ctas = gridDim.x;
-  const int tpr = p.tpr, vecs = p.vecs, vpt = p.vpt, R = p.rows_per_cta;
-  const int group = threadIdx.x / tpr, g = threadIdx.x & (tpr - 1);
-  const uint4* w = static_cast<const uint4*>(p.weight);
+// Phase A: this CTA's rows of every peer's segment -> slot `rank` of that peer's staging.
+__device__ void push_rows(const Params& p, int ch) {
+  const int c = blockIdx.x;
+  for (int j = 1; j < p.world; ++j) {
+    const int o = (p.rank + j) % p.world;
+    const TokenRange seg = segment_of(p, o, ch);
+    const int64_t k0 = c * p.rows_per_cta;
+    const int64_t cnt = seg.count - k0 < p.rows_per_cta ? seg.count - k0 : p.rows_per_cta;
+    if (cnt <= 0) continue;
+    const uint4* src = static_cast<const uint4*>(p.x) + (seg.begin + k0) * p.vecs;
+    uint4* dst = lsa_ptr(p, p.stage_off, o) + (p.rank * p.slot_rows + k0) * p.vecs;
+    copy_vecs(src, dst, cnt * p.vecs);
+  }
+}
 
-  for (int64_t s = c; s * R < seg.count; s += num_ctas) {
-    const int64_t k = s * R + group;
-    const bool active = k < seg.count;
+// Canonical sum of squares (bit-identical for every CTA count / pass layout): a row is cut into
+// kSegs segments of seg_len vectors (a multiple of 32). Within a segment, lane l sums the squares
+// of vectors l, l + 32, ... in order, then the warp's xor tree (warp_sum) gives the segment sum;
+// the row sum is the left fold 0 + s_0 + s_1 + ... in segment order. A group of G warps per row
+// gives warp w segments [w * kSegs / G, (w + 1) * kSegs / G); G > 1 folds through shared memory.
+constexpr int kSegs = kCommWarps;
+
+// Phase B for this CTA's rows of its own segment.
+template <class T, int kMaxWorld>
+__device__ void reduce_norm_rows(const Params& p, int ch, float (*seg_sums)[kSegs]) {
+  constexpr int kB = reduce_batch<kMaxWorld>();
+  const TokenRange seg = segment_of(p, p.rank, ch);
+  const int64_t k0 = blockIdx.x * p.rows_per_cta;
+  const int64_t cnt = seg.count - k0 < p.rows_per_cta ? seg.count - k0 : p.rows_per_cta;
+  if (cnt <= 0) return;  // uniform over the CTA
+  const int tpr = p.tpr, vecs = p.vecs, rank = p.rank, world = p.world, seg_len = p.seg_len;
+  const int group = threadIdx.x / tpr, g = threadIdx.x % tpr;
+  const int G = tpr / 32, wg = g / 32, lane = g % 32;
+  const int j0 = wg * (kSegs / G), j1 = j0 + kSegs / G;
+  const int v_begin = j0 * seg_len, v_end = min(j1 * seg_len, vecs);  // this warp's vectors
+  const uint4* w = static_cast<const uint4*>(p.weight);
+  const uint4* stage = lsa_ptr(p, p.stage_off, rank);
+  const int64_t slot_vecs = p.slot_rows * vecs;
+  uint4* const out = static_cast<uint4*>(p.out);
+
+  for (int64_t r0 = 0; r0 < cnt; r0 += p.rows_at_once) {
+    const int64_t k = k0 + r0 + group;  // row inside the segment
+    const bool active = r0 + group < cnt;
     const int64_t row = seg.begin + k;
-    const int64_t base = row * vecs;  // vector index of the row in the packed buffers
-    uint4 rv[kCommVpt];               // the rounded, updated residual (what is normalized)
-    float ss = 0.f;
+    uint4* const res = reinterpret_cast<uint4*>(static_cast<T*>(p.residual) + row * p.residual_stride);
+    if (G > 1 && lane == 0)
+      for (int j = j0; j < j1; ++j) seg_sums[group][j] = 0.f;
+    float total = 0.f, cur = 0.f;
+    int cur_seg = j0;
     if (active) {
-      uint4* res = reinterpret_cast<uint4*>(static_cast<T*>(p.residual) + row * p.residual_stride);
+      const uint4* xs = static_cast<const uint4*>(p.x) + row * vecs;
+      const uint4* st = stage + k * vecs;
+      for (int base = v_begin; base < v_end; base += kB * 32) {  // warp-uniform
+        uint4 ld[kB][kMaxWorld];
+        uint4 rs[kB];
 #pragma unroll
-      for (int kb = 0; kb < kCommVpt; kb += kBatch) {
-        uint4 ld[kBatch][kMaxWorld];
-        uint4 rs[kBatch];
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          const int idx = g + (kb + j) * tpr;
-          if (kb + j < vpt && idx < vecs) {
+        for (int b = 0; b < kB; ++b) {
+          const int idx = base + b * 32 + lane;
+          if (idx < v_end) {
 #pragma unroll
             for (int q = 0; q < kMaxWorld; ++q)
-              if (q < p.world) ld[j][q] = __ldcg(lsa_ptr(p, p.in_off, q) + base + idx);
-            rs[j] = res[idx];
+              if (q < world) ld[b][q] = __ldcg((q == rank ? xs : st + q * slot_vecs) + idx);
+            rs[b] = __ldcg(res + idx);
           }
         }
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          const int idx = g + (kb + j) * tpr;
-          if (kb + j < vpt && idx < vecs) {
+        for (int b = 0; b < kB; ++b) {
+          if (base + b * 32 >= v_end) break;  // warp-uniform
+          const int sj = (base + b * 32) / seg_len;
+          if (sj != cur_seg) {  // warp-uniform: segments are whole multiples of 32 vectors
+            const float sv = detail::warp_sum(cur);
+            if (G == 1) total += sv;
+            else if (lane == 0) seg_sums[group][cur_seg] = sv;
+            cur = 0.f;
+            cur_seg = sj;
+          }
+          const int idx = base + b * 32 + lane;
+          if (idx < v_end) {
             float acc[8], f[8];
-            detail::unpack8<T>(ld[j][0], acc);
+            detail::unpack8<T>(ld[b][0], acc);
 #pragma unroll
             for (int q = 1; q < kMaxWorld; ++q) {
-              if (q < p.world) {
-                detail::unpack8<T>(ld[j][q], f);
+              if (q < world) {
+                detail::unpack8<T>(ld[b][q], f);
 #pragma unroll
                 for (int i = 0; i < 8; ++i) acc[i] += f[i];
               }
             }
-            detail::unpack8<T>(rs[j], f);
+            detail::unpack8<T>(rs[b], f);
 #pragma unroll
             for (int i = 0; i < 8; ++i) acc[i] += f[i];
-            rv[kb + j] = detail::pack8<T>(acc);
-            res[idx] = rv[kb + j];
-            detail::unpack8<T>(rv[kb + j], f);
+            const uint4 rv = detail::pack8<T>(acc);
+            res[idx] = rv;
+            detail::unpack8<T>(rv, f);
+            float sq = 0.f;
 #pragma unroll
-            for (int i = 0; i < 8; ++i) ss += f[i] * f[i];
+            for (int i = 0; i < 8; ++i) sq += f[i] * f[i];
+            cur += sq;
           }
         }
       }
+      const float sv = detail::warp_sum(cur);
+      if (G == 1) total += sv;
+      else if (lane == 0) seg_sums[group][cur_seg] = sv;
     }
-    const float total = detail::group_sum(ss, tpr, scratch);
+    if (G > 1) {  // uniform
+      __syncthreads();
+      total = 0.f;
+#pragma unroll
+      for (int j = 0; j < kSegs; ++j) total += seg_sums[group][j];
+      __syncthreads();  // seg_sums is rewritten by the next row
+    }
     if (!active) continue;
     const float inv = rsqrtf(total / static_cast<float>(p.hidden) + p.eps);
+    const int64_t obase = row * vecs;
+    for (int base = v_begin; base < v_end; base += kNormBatch * 32) {
+      uint4 rv[kNormBatch], wv[kNormBatch];
 #pragma unroll
-    for (int kk = 0; kk < kCommVpt; ++kk) {
-      const int idx = g + kk * tpr;
-      if (kk < vpt && idx < vecs) {
-        float f[8], fw[8];
-        detail::unpack8<T>(rv[kk], f);
-        detail::unpack8<T>(__ldg(w + idx), fw);
+      for (int b = 0; b < kNormBatch; ++b) {
+        const int idx = base + b * 32 + lane;
+        if (idx < v_end) {
+          rv[b] = res[idx];  // written above by this thread
+          wv[b] = __ldg(w + idx);
+        }
+      }
 #pragma unroll
-        for (int i = 0; i < 8; ++i) f[i] = f[i] * inv * fw[i];
-        const uint4 o = detail::pack8<T>(f);
-        if (p.one_shot) {
-          static_cast<uint4*>(p.out)[base + idx] = o;
-        } else {
+      for (int b = 0; b < kNormBatch; ++b) {
+        const int idx = base + b * 32 + lane;
+        if (idx < v_end) {
+          float f[8], fw[8];
+          detail::unpack8<T>(rv[b], f);
+          detail::unpack8<T>(wv[b], fw);
 #pragma unroll
-          for (int q = 0; q < kMaxWorld; ++q)
-            if (q < p.world) __stcg(lsa_ptr(p, p.out_off, q) + base + idx, o);
+          for (int i = 0; i < 8; ++i) f[i] = f[i] * inv * fw[i];
+          const uint4 o = detail::pack8<T>(f);
+          if (p.one_shot) {
+            out[obase + idx] = o;
+          } else {
+#pragma unroll
+            for (int q = 0; q < kMaxWorld; ++q)
+              if (q < world) __stcg((q == rank ? out : lsa_ptr(p, p.out_off, q)) + obase + idx, o);
+          }
         }
       }
     }
@@ -182,65 +266,68 @@ __device__ void reduce_norm_rows(const Params& p, TokenRange seg, float* scratch
 
 template <class T, int kMaxWorld>
 __global__ void __launch_bounds__(kCommBlock, 1) fused_allreduce_norm_kernel(const Params p) {
-  __shared__ float scratch[kCommBlock / 32];
+  __shared__ float seg_sums[kCommWarps][kSegs];
   __shared__ uint32_t s_bad;
   const int c = blockIdx.x, num_ctas = gridDim.x;
-  const uint32_t seq = p.state[1 + c];
-  const uint32_t expect[7] = {kHeaderMagic, seq, static_cast<uint32_t>(p.tokens), static_cast<uint32_t>(p.hidden),
-                              p.dtype_code, static_cast<uint32_t>(p.one_shot), static_cast<uint32_t>(num_ctas)};
+  // 1. header (the expected values are recomputed at the check: fewer live registers).
   if (threadIdx.x == 0) {
     s_bad = 0;
-    CallHeader h{expect[0], expect[1], expect[2], expect[3], expect[4], expect[5], expect[6], 0};
+    CallHeader h{kHeaderMagic, p.state[1 + c], static_cast<uint32_t>(p.tokens), static_cast<uint32_t>(p.hidden),
+                 p.dtype_code, static_cast<uint32_t>(p.one_shot), static_cast<uint32_t>(num_ctas), 0};
     reinterpret_cast<CallHeader*>(static_cast<char*>(ncclGetLsaPointer(p.win, p.ctrl_off, p.rank)))[c] = h;
   }
-  // 1. copy in: exactly the rows CTA c of every rank will read from us.
-  if (p.copy_in) {
-    const uint4* src = static_cast<const uint4*>(p.x);
-    uint4* dst = lsa_ptr(p, p.in_off, p.rank);
-    if (p.one_shot) {
-      copy_cta_rows(src, dst, TokenRange{0, p.tokens}, p.vecs, p.rows_per_cta, c, num_ctas);
-    } else {
-      for (int q = 0; q < p.world; ++q)
-        copy_cta_rows(src, dst, owned_range(p.tokens, p.world, q), p.vecs, p.rows_per_cta, c, num_ctas);
-    }
-  }
-  // 2. barrier c.
   ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), p.dev, ncclTeamLsa(p.dev), p.dev.lsaBarrier,
                                          static_cast<uint32_t>(c));
-  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
-  // 3. rank agreement (volatile: never served from a stale L1 line of the previous call).
-  if (threadIdx.x < static_cast<unsigned>(p.world)) {
-    const volatile uint32_t* h = reinterpret_cast<const volatile uint32_t*>(
-        static_cast<const char*>(ncclGetLsaPointer(p.win, p.ctrl_off, threadIdx.x)) + c * sizeof(CallHeader));
-    uint32_t bits = 0;
-    if (h[0] != expect[0]) bits |= kMismatchMagic;
-    if (h[1] != expect[1]) bits |= kMismatchSequence;
-    if (h[2] != expect[2]) bits |= kMismatchTokens;
-    if (h[3] != expect[3]) bits |= kMismatchHidden;
-    if (h[4] != expect[4]) bits |= kMismatchDtype;
-    if (h[5] != expect[5]) bits |= kMismatchVariant;
-    if (h[6] != expect[6]) bits |= kMismatchCtas;
-    if (bits) atomicOr(&s_bad, bits);
+  uint32_t bad = 0;
+  for (int ch = 0; ch < p.num_chunks; ++ch) {
+    // A. push our rows to their reducers.
+    push_rows(p, ch);
+    // 2. barrier c.
+    bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
+    // 3. rank agreement (volatile: never served from a stale L1 line of the previous call).
+    if (ch == 0) {
+      if (threadIdx.x < static_cast<unsigned>(p.world)) {
+        const volatile uint32_t* h = reinterpret_cast<const volatile uint32_t*>(
+            static_cast<const char*>(ncclGetLsaPointer(p.win, p.ctrl_off, threadIdx.x)) + c * sizeof(CallHeader));
+        const uint32_t expect[7] = {kHeaderMagic, p.state[1 + c], static_cast<uint32_t>(p.tokens),
+                                    static_cast<uint32_t>(p.hidden), p.dtype_code,
+                                    static_cast<uint32_t>(p.one_shot), static_cast<uint32_t>(num_ctas)};
+        uint32_t bits = 0;
+        if (h[0] != expect[0]) bits |= kMismatchMagic;
+        if (h[1] != expect[1]) bits |= kMismatchSequence;
+        if (h[2] != expect[2]) bits |= kMismatchTokens;
+        if (h[3] != expect[3]) bits |= kMismatchHidden;
+        if (h[4] != expect[4]) bits |= kMismatchDtype;
+        if (h[5] != expect[5]) bits |= kMismatchVariant;
+        if (h[6] != expect[6]) bits |= kMismatchCtas;
+        if (bits) atomicOr(&s_bad, bits);
+      }
+      __syncthreads();
+      bad = s_bad;
+    }
+    // B. reduce + residual + norm (+ all-gather stores in two-shot).
+    if (!bad) reduce_norm_rows<T, kMaxWorld>(p, ch, seg_sums);
+    // 4. barrier c.
+    bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
+    if (bad) break;  // every rank sees a mismatch (any differing pair differs from every rank)
   }
-  __syncthreads();
-  const uint32_t bad = s_bad;
-  // 4. reduce + residual + norm (+ scatter of the normalized rows in two-shot).
-  if (!bad) {
-    const TokenRange seg = p.one_shot ? TokenRange{0, p.tokens} : owned_range(p.tokens, p.world, p.rank);
-    reduce_norm_rows<T, kMaxWorld>(p, seg, scratch);
-  }
-  // 5. barrier c.
-  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
-  // 6. two-shot copy out: the rows CTA c of every owner stored into our symmetric output.
-  if (!bad && !p.one_shot && p.copy_out) {
+  // C. two-shot copy out: the other owners' rows that CTA c of each owner stored into our
+  // symmetric output.
+  if (!bad && !p.one_shot && !p.out_is_sym) {
     const uint4* src = lsa_ptr(p, p.out_off, p.rank);
-    for (int q = 0; q < p.world; ++q)
-      copy_cta_rows(src, static_cast<uint4*>(p.out), owned_range(p.tokens, p.world, q), p.vecs, p.rows_per_cta, c,
-                    num_ctas);
+    for (int j = 1; j < p.world; ++j) {
+      const int o = (p.rank + j) % p.world;
+      const TokenRange seg = owned_range(p.tokens, p.world, o);
+      const int64_t k0 = c * p.rows_per_cta;
+      const int64_t cnt = seg.count - k0 < p.rows_per_cta ? seg.count - k0 : p.rows_per_cta;
+      if (cnt <= 0) continue;
+      const int64_t off = (seg.begin + k0) * p.vecs;
+      copy_vecs(src + off, static_cast<uint4*>(p.out) + off, cnt * p.vecs);
+    }
   }
-  // 7.
+  // 5.
   if (threadIdx.x == 0) {
-    p.state[1 + c] = seq + 1;
+    p.state[1 + c] += 1;
     if (bad) atomicOr(&p.state[0], bad);
   }
 }
@@ -255,21 +342,38 @@ void launch_typed(const Params& p, int num_ctas, cudaStream_t stream) {
     fused_allreduce_norm_kernel<T, 8><<<num_ctas, kCommBlock, 0, stream>>>(p);
 }
 
+
+// Rows handled at once per CTA: one group of tpr threads per row; tpr = 32 (a warp per row, no
+// CTA barrier in the row reduction) once a CTA has >= 16 rows, more warps per row for fewer rows
+// (more loads in flight per row), never more threads than vectors in a row.
+void pass_layout(int64_t rows_per_cta, int vecs, int* tpr, int* rows_at_once) {
+  int rpa = 1;
+  while (rpa < kCommWarps && 2 * rpa <= rows_per_cta) rpa *= 2;
+  int t = kCommBlock / rpa;
+  while (t > 32 && t > vecs) {
+    t /= 2;
+    rpa *= 2;
+  }
+  *tpr = t;
+  *rows_at_once = rpa;
+}
+
 }  // namespace
 
 void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t stream) {
-  const norm_detail::RowLayout lay = norm_detail::make_row_layout(l.hidden, kCommBlock, kCommVpt, kCommVpt);
-  WEFT_CHECK_ARG(lay.vecs_per_thread <= kCommVpt, "x", "hidden " << l.hidden << " too large for the fused kernel");
   WEFT_CHECK_ARG(im.world <= kCommMaxWorld, "comm", "world size " << im.world << " > " << kCommMaxWorld);
+  WEFT_CHECK_ARG(l.hidden % 8 == 0 && l.hidden <= kNormMaxHidden, "x", "hidden " << l.hidden << " not supported");
   char* sym = static_cast<char*>(im.sym);
   WEFT_CHECK_ARG(!(l.one_shot && l.out == sym + im.in_off), "out",
-                 "one-shot cannot write its output into the symmetric input buffer (peers still read it)");
+                 "one-shot cannot write its output into the symmetric input buffer");
+  const int64_t row_bytes = l.hidden * static_cast<int64_t>(dtype_size(l.dtype));
+  const int64_t stage_rows = static_cast<int64_t>(im.stage_bytes) / row_bytes;  // rows the staging holds
   Params p;
   std::memcpy(static_cast<void*>(&p.dev), im.devcomm, sizeof(ncclDevComm));
   p.win = im.win;
   p.ctrl_off = im.ctrl_off;
-  p.in_off = im.in_off;
   p.out_off = im.out_off;
+  p.stage_off = im.stage_off;
   p.x = l.x;
   p.residual = l.residual;
   p.residual_stride = l.residual_stride;
@@ -277,16 +381,27 @@ void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t
   p.out = l.out;
   p.tokens = static_cast<int>(l.tokens);
   p.hidden = static_cast<int>(l.hidden);
-  p.vecs = lay.vecs;
+  p.vecs = static_cast<int>(l.hidden / 8);
   p.world = im.world;
   p.rank = im.rank;
-  p.tpr = lay.threads_per_row;
-  p.vpt = lay.vecs_per_thread;
-  p.rows_per_cta = lay.rows_per_cta;
-  p.eps = l.eps;
   p.one_shot = l.one_shot ? 1 : 0;
-  p.copy_in = l.x != sym + im.in_off ? 1 : 0;
-  p.copy_out = l.out != sym + im.out_off ? 1 : 0;
+  if (l.one_shot) {
+    // Every rank stages all its rows at every peer: world slots of chunk_rows rows.
+    p.chunk_rows = std::min<int64_t>(l.tokens, stage_rows / im.world);
+    WEFT_CHECK_ARG(p.chunk_rows >= 1, "x", "row of " << row_bytes << " bytes does not fit the staging area");
+    p.num_chunks = static_cast<int>((l.tokens + p.chunk_rows - 1) / p.chunk_rows);
+    p.slot_rows = p.chunk_rows;
+  } else {
+    p.chunk_rows = l.tokens;
+    p.num_chunks = 1;
+    p.slot_rows = (l.tokens + im.world - 1) / im.world;
+    WEFT_CHECK_ARG(p.slot_rows * im.world <= stage_rows, "x", "two-shot slices do not fit the staging area");
+  }
+  p.rows_per_cta = (p.slot_rows + l.num_ctas - 1) / l.num_ctas;
+  pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once);
+  p.seg_len = 32 * ((p.vecs + 32 * kSegs - 1) / (32 * kSegs));
+  p.eps = l.eps;
+  p.out_is_sym = l.out == sym + im.out_off ? 1 : 0;
   p.dtype_code = static_cast<uint32_t>(l.dtype);
   p.state = im.state;
   WEFT_DISPATCH_HALF_TYPES(l.dtype, "x", [&] { launch_typed<scalar_t>(p, l.num_ctas, stream); });

@@ -9,6 +9,7 @@
 
 #include "comm/comm_impl.h"
 #include "common/cuda_check.h"
+#include "weft/norm.h"
 
 namespace weft::comm_detail {
 
@@ -39,7 +40,11 @@ std::string lsa_setup(Communicator::Impl& im) {
   im.ctrl_off = 0;
   im.in_off = 4096;  // NCCL_WIN_REQUIRED_ALIGNMENT
   im.out_off = im.in_off + round_up(im.capacity, 4096);
-  im.sym_bytes = im.out_off + round_up(im.capacity, 4096);
+  im.stage_off = im.out_off + round_up(im.capacity, 4096);
+  // Staging: each rank's slice of the two-shot schedule is ceil(tokens / world) rows, so the
+  // world slots of a slice hold up to (world - 1) rows more than capacity.
+  im.stage_bytes = round_up(im.capacity + static_cast<std::size_t>(im.world - 1) * kNormMaxHidden * 2, 4096);
+  im.sym_bytes = im.stage_off + im.stage_bytes;
 
   ncclResult_t r = ncclMemAlloc(&im.sym, im.sym_bytes);
   if (r != ncclSuccess) {

@@ -1,12 +1,11 @@
 // Internal, pure C++: one-shot vs two-shot selection for the fused all-reduce + RMSNorm.
 //
-// Per rank, over NVLink: one-shot reads (N-1) * S bytes (S = tokens * hidden * bytes) and writes
-// nothing remote; two-shot reads (N-1)/N * S and writes (N-1)/N * S (both link directions) plus
-// a local copy-out, and its all-gather adds a dependent store -> barrier -> copy step. One-shot
-// wins while the call is latency-bound; two-shot once bandwidth matters, and earlier for larger
-// N (one-shot's traffic grows with N). The thresholds are starting points, to be tuned from the
-// comm bench (bench/cases_comm.cu); override per communicator (CommOptions::one_shot_max_bytes)
-// or by environment (WEFT_COMM_ONESHOT_MAX_BYTES).
+// Per rank (push schedule, all remote traffic is stores): one-shot pushes (N-1) * S bytes
+// (S = tokens * hidden * bytes) and reduces all S itself; two-shot pushes (N-1)/N * S twice
+// (reduce-scatter, all-gather) plus a local copy-out of (N-1)/N * S. Both use two barriers, so
+// one-shot only wins for a handful of rows. Thresholds from the comm bench
+// (bench/cases_comm.cu, numbers in selector.cpp); override per communicator
+// (CommOptions::one_shot_max_bytes) or by environment (WEFT_COMM_ONESHOT_MAX_BYTES).
 #pragma once
 #include <cstdint>
 
@@ -14,7 +13,7 @@
 
 namespace weft::comm_detail {
 
-// Built-in table: world <= 2: 512 KiB; <= 4: 256 KiB; larger: 128 KiB.
+// Built-in table: world <= 2: 64 KiB; <= 4: 32 KiB; larger: 16 KiB.
 int64_t default_one_shot_max_bytes(int world);
 // one_shot_max_bytes < 0 -> default table. Returns kOneShot or kTwoShot.
 AllReduceVariant select_variant(int64_t bytes, int world, int64_t one_shot_max_bytes);
