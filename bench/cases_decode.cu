@@ -7,7 +7,8 @@
 // on the host (including the async copy's enqueue) and reported in extra "plan_us".
 // Pages come from a random permutation of the pool (a fragmented cache).
 // Variants "decode/w<W>s<S>/..." rebuild the wrapper with W warps per CTA and S per-warp stages.
-// (Only the tensor-core path is compiled, so there are no per-path variants.)
+// Path variants "decode/path/{tc,cc}/<model>/b<B>/kv<KV>" force each kernel path (GQA groups
+// 1, 2, 4, 8) to set the kAuto heuristic (choose_decode_path); the plain rows use kAuto.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -164,6 +165,20 @@ WEFT_BENCH_GROUP(decode) {
     for (int i = 0; i < 64; ++i) lens[i] = i % 2 ? 32768 : 512;
     std::shuffle(lens.begin(), lens.end(), std::mt19937_64(11));
     run_decode_case(ctx, "decode/bimodal64", models[0], lens, weft::DecodePath::kAuto);
+  }
+  // Forced paths at a few shapes, GQA groups 1 (llama2), 2, 4 (llama3-8b), 8 (llama3-70b heads).
+  {
+    const Model path_models[] = {{"llama2-7b", 32, 32}, {"g2-16x8", 16, 8}, {"llama3-8b", 32, 8},
+                                 {"llama3-70b", 64, 8}};
+    const std::pair<int32_t, int32_t> path_shapes[] = {{1, 32768}, {32, 4096}, {32, 16384}, {128, 4096}};
+    const std::pair<const char*, weft::DecodePath> paths[] = {{"tc", weft::DecodePath::kTensorCore},
+                                                             {"cc", weft::DecodePath::kCudaCore}};
+    for (const Model& m : path_models)
+      for (auto [b, kv] : path_shapes)
+        for (auto [tag, path] : paths)
+          run_decode_case(ctx, std::string("decode/path/") + tag + "/" + m.name + "/b" + std::to_string(b) + "/kv" +
+                                   std::to_string(kv),
+                          m, std::vector<int32_t>(b, kv), path);
   }
   // CTA shape variants (WEFT_DECODE_WARPS / WEFT_DECODE_STAGES, read when the wrapper is built):
   // "decode/w<W>s<S>/..." at a few shapes, to tune decode_warps() / decode_stages().

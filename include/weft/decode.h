@@ -34,17 +34,17 @@
 
 namespace weft {
 
-// Kernel path. Only kTensorCore is compiled in this build (decode_path_available(kCudaCore) is
-// false and forcing it throws weft::Error("path")): decode is HBM-bound for every GQA group
-// size, so the tensor-core kernel also serves group 1 (MHA). kAuto resolves to kTensorCore.
+// Kernel path. Both share the load pipeline, page lookup, planner, workspace and merge; they
+// differ in the per-tile math. kAuto resolves with choose_decode_path() at plan time.
 enum class DecodePath : int32_t {
   kAuto = 0,        // choose_decode_path()
-  kCudaCore = 1,    // reserved: warp-level fp32 dot products (not compiled)
+  kCudaCore = 1,    // fp32 FMA dot products, exactly the group's rows (no padding)
   kTensorCore = 2,  // mma.sync m16n8k16, GQA group in the M dimension (padded to 16)
 };
 const char* decode_path_name(DecodePath p);
 
-// The heuristic used by kAuto (tunable from bench measurements: "decode/path/...").
+// The heuristic used by kAuto, set from bench "decode/path/{tc,cc}/...": kCudaCore for GQA
+// groups 1 and 2, kTensorCore from 3 on (numbers in src/decode/wrapper.cpp).
 DecodePath choose_decode_path(int32_t group_size, int32_t head_dim, DType dtype);
 // Whether a path is compiled into this build.
 bool decode_path_available(DecodePath p);

@@ -1,107 +1,31 @@
-// Internal: tensor-core GQA-fused decode kernel (mma.sync m16n8k16).
+// Internal: tensor-core GQA-fused decode path (mma.sync m16n8k16), the Mainloop policy of
+// decode_items (decode_pipeline.cuh: persistent CTAs, warp-owned 16-key tiles, per-warp
+// cp.async pipelines).
 //
-// One persistent CTA (W warps, DecodeParams::warps, default 4) executes the plan's items of
-// blockIdx.x. Per item the group's query heads (<= 16 rows, zero-padded) form the M = 16
-// dimension, so every K/V row is read from HBM once per KV head and reused by all heads of
-// the group.
-//
-// Per-warp ownership of keys: the item's KV range is cut into 16-key warp tiles and warp w
-// takes tiles w, w + W, w + 2W, ... Each warp runs its OWN cp.async pipeline (`stages` buffers
-// of K+V in shared memory, `stages` - 1 tiles in flight while it computes, `stages` when it
-// waits) with its own online-softmax state (m, l in log2 units) and O accumulator (16 x D fp32
-// in registers); there is no CTA barrier inside the KV loop, only __syncwarp. The warps'
-// states are combined once per item in the epilogue (decode_common.cuh), in warp order.
-// Page ids are fetched one warp tile before their copies are issued (kv_lookup_page), so the
-// page-table load latency overlaps a whole tile of compute instead of stalling the copies.
-// Items back to back: the next item's metadata and first page ids are requested when an item
-// starts, and each warp issues the next item's Q and first S-1 tiles as soon as it leaves the
-// KV loop, so they load during the epilogue (stage S-1 doubles as the epilogue buffer; Q is
-// double-buffered). The pipeline never drains between the items of a CTA.
+// Per item the group's query heads (<= 16 rows, zero-padded) form the M = 16 dimension, so
+// every K/V row is read from HBM once per KV head and reused by all heads of the group. Per
+// warp tile: S = Q K^T as two n8 mma tiles per 16-wide K step of head_dim, online softmax in
+// the accumulator layout (rows lane/4 and lane/4 + 8), O += P V with P packed to 16 bits and V
+// through ldmatrix.trans. Each warp keeps O (16 x D fp32) in registers.
 #pragma once
-#include "decode/decode_common.cuh"
+#include "decode/decode_pipeline.cuh"
 
 namespace weft::decode {
 
-// Per-warp prologue of an item: this thread's share of the item's Q rows -> sQ (one commit
-// group), then the warp's first S-1 tiles -> stages 0 .. S-2 (one group each, empty past the
-// warp's last tile); returns the page ids of the warp's tile S-1 (lookup issued, not awaited).
-// pg0: kv_lookup_page of the warp's first tile (requested early by the caller).
 template <class T, int D>
-__device__ __forceinline__ int32_t start_item(const DecodeParams<T>& p, const Item& it, const int32_t* pages,
-                                              int32_t pg0, T* sQ, T* sPipe, int S, int W, int warp, int lane) {
-  using L = SmemLayout<T, D>;
-  load_q<T, D>(p, it, sQ);
-  ptx::cp_async_commit();
-  const int total_tiles = (it.kv_end - it.kv_begin + kWarpKeys - 1) / kWarpKeys;
-  const int nt = total_tiles > warp ? (total_tiles - warp + W - 1) / W : 0;
-  int32_t pg_next = pg0;
-  for (int s = 0; s < S - 1; ++s) {
-    if (s < nt) {
-      const int32_t pg = pg_next;
-      const int k0 = it.kv_begin + (warp + s * W) * kWarpKeys;
-      pg_next = s + 1 < nt ? kv_lookup_page(p, pages, k0 + W * kWarpKeys, it.kv_end, lane) : -1;
-      T* st = sPipe + (s * W + warp) * 2 * L::kTileElems;
-      kv_issue<T, D>(p, kv_row_offset(p, pg, k0, it.kv_head, lane), lane, st, st + L::kTileElems);
-    }
-    ptx::cp_async_commit();
-  }
-  return pg_next;
-}
+struct TcMainloop {
+  static constexpr int kK = D / 16;           // mma K steps over head_dim
+  static constexpr int kN = D / 8;            // n8 tiles of O
+  static constexpr bool kQInRegs = D <= 128;  // D=256 would need 64 extra registers: reload instead
+  float acc[kN][4];
+  float m[2], l[2];                          // rows lane/4 and lane/4 + 8, log2 units
+  uint32_t qf[kQInRegs ? kK : 1][4];
 
-template <class T, int D>
-__global__ void __launch_bounds__(kMaxThreads) decode_tc_kernel(const DecodeParams<T> p) {
-  using L = SmemLayout<T, D>;
-  constexpr int kK = D / 16;              // mma K steps over head_dim
-  constexpr int kN = D / 8;               // n8 tiles of O
-  constexpr bool kQInRegs = D <= 128;     // D=256 would need 64 extra registers: reload instead
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  const int S = p.stages;
-  const int W = p.warps;  // = blockDim.x / 32
-  T* sPipe = reinterpret_cast<T*>(smem_raw);
-  float* red_o = reinterpret_cast<float*>(smem_raw + (S - 1) * L::stage_all_warps(W));  // aliases stage S-1
-  float* red_m = reinterpret_cast<float*>(smem_raw + L::pipe_bytes(S, W));
-  float* red_l = red_m + W * kTileQ;
-  T* sQ0 = reinterpret_cast<T*>(smem_raw + L::pipe_bytes(S, W) + L::red_ml_bytes(W));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-
-  // The merge kernel (launched with programmatic stream serialization) may start now: it
-  // waits (griddepcontrol.wait) for this whole grid to finish before reading any partial.
-  asm volatile("griddepcontrol.launch_dependents;\n" ::);
-
-  const int i0 = p.plan.cta_indptr[blockIdx.x], i1 = p.plan.cta_indptr[blockIdx.x + 1];
-  if (i0 >= i1) return;
-  Item it = load_item(p.plan, i0);
-  const int32_t* pages = p.kv.table.indices + __ldg(p.kv.table.indptr + it.req);
-  int32_t pg_next = start_item<T, D>(p, it, pages,
-                                     kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane),
-                                     sQ0, sPipe, S, W, warp, lane);
-
-  for (int ii = i0; ii < i1; ++ii) {
-    T* sQ = sQ0 + ((ii - i0) & 1) * (L::kQBytes / sizeof(T));
-    // Metadata of the next item, requested now and used after this item's KV loop.
-    const bool has_next = ii + 1 < i1;
-    Item nx = it;
-    const int32_t* nx_pages = pages;
-    int32_t nx_pg0 = -1;
-    if (has_next) {
-      nx = load_item(p.plan, ii + 1);
-      nx_pages = p.kv.table.indices + __ldg(p.kv.table.indptr + nx.req);
-      nx_pg0 = kv_lookup_page(p, nx_pages, nx.kv_begin + warp * kWarpKeys, nx.kv_end, lane);
-    }
-    cp_async_wait_dyn(S - 1);  // this item's Q group (the oldest pending) has landed here ...
-    __syncthreads();           // ... and everywhere; the previous epilogue is done with smem
-
-    // Warp tiles of this warp: global tile index w + 4 * t, t < nt.
-    const int total_tiles = (it.kv_end - it.kv_begin + kWarpKeys - 1) / kWarpKeys;
-    const int nt = total_tiles > warp ? (total_tiles - warp + W - 1) / W : 0;
-    auto tile_k0 = [&](int t) { return it.kv_begin + (warp + t * W) * kWarpKeys; };
-    auto stage = [&](int st) { return sPipe + (st * W + warp) * 2 * L::kTileElems; };
-
-    float acc[kN][4];
+  __device__ __forceinline__ TcMainloop(const T* sQ, int lane) {
 #pragma unroll
     for (int n = 0; n < kN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    uint32_t qf[kQInRegs ? kK : 1][4];
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.f;
     if constexpr (kQInRegs) {
 #pragma unroll
       for (int kk = 0; kk < kK; ++kk) {
@@ -109,104 +33,80 @@ __global__ void __launch_bounds__(kMaxThreads) decode_tc_kernel(const DecodePara
         ptx::ldmatrix_x4(qf[kk], sQ + swz<D>((lane % 8) + (i % 2) * 8, kk * 2 + i / 2));
       }
     }
+  }
 
-    int rd = 0, wr = S - 1;  // stage buffers read (tile t) and written (tile t + S - 1)
-    for (int t = 0; t < nt; ++t) {
-      // Refill the buffer tile t - 1 used (every lane is past its ldmatrix reads).
-      __syncwarp();
-      {
-        const int tn = t + S - 1;
-        if (tn < nt) {
-          const int32_t pg = pg_next;
-          pg_next = tn + 1 < nt ? kv_lookup_page(p, pages, tile_k0(tn + 1), it.kv_end, lane) : -1;
-          T* st = stage(wr);
-          kv_issue<T, D>(p, kv_row_offset(p, pg, tile_k0(tn), it.kv_head, lane), lane, st, st + L::kTileElems);
-        }
-        ptx::cp_async_commit();
-        wr = wr + 1 == S ? 0 : wr + 1;
-      }
-      cp_async_wait_dyn(S - 1);  // tile t has landed (this lane's copies) ...
-      __syncwarp();              // ... and every lane's
-      const T* sK = stage(rd);
-      const T* sV = sK + L::kTileElems;
-      rd = rd + 1 == S ? 0 : rd + 1;
-
-      // S = Q K^T for the 16 keys of the tile: two n8 tiles.
-      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  __device__ __forceinline__ void tile(const DecodeParams<T>& p, const T* sQ, const T* sK, const T* sV, int k0,
+                                       int kv_end, int /*nrows*/, int lane) {
+    // S = Q K^T for the 16 keys of the tile: two n8 tiles.
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-      for (int kk = 0; kk < kK; ++kk) {
-        const int i = lane / 8;
-        uint32_t a[4], b[4];
-        if constexpr (kQInRegs) {
-          a[0] = qf[kk][0]; a[1] = qf[kk][1]; a[2] = qf[kk][2]; a[3] = qf[kk][3];
-        } else {
-          ptx::ldmatrix_x4(a, sQ + swz<D>((lane % 8) + (i % 2) * 8, kk * 2 + i / 2));
-        }
-        ptx::ldmatrix_x4(b, sK + swz<D>((lane % 8) + (i / 2) * 8, kk * 2 + (i % 2)));
-        ptx::mma_16816<T>(s[0], a, b);
-        ptx::mma_16816<T>(s[1], a, b + 2);
+    for (int kk = 0; kk < kK; ++kk) {
+      const int i = lane / 8;
+      uint32_t a[4], b[4];
+      if constexpr (kQInRegs) {
+        a[0] = qf[kk][0]; a[1] = qf[kk][1]; a[2] = qf[kk][2]; a[3] = qf[kk][3];
+      } else {
+        ptx::ldmatrix_x4(a, sQ + swz<D>((lane % 8) + (i % 2) * 8, kk * 2 + i / 2));
       }
+      ptx::ldmatrix_x4(b, sK + swz<D>((lane % 8) + (i / 2) * 8, kk * 2 + (i % 2)));
+      ptx::mma_16816<T>(s[0], a, b);
+      ptx::mma_16816<T>(s[1], a, b + 2);
+    }
 
-      // Logits (scale, soft cap, mask) and online softmax, rows lane/4 (rr=0) and lane/4+8 (rr=1).
-      const int key0 = tile_k0(t) + (lane % 4) * 2;
+    // Logits (scale, soft cap, mask) and online softmax, rows lane/4 (rr=0) and lane/4+8 (rr=1).
+    const int key0 = k0 + (lane % 4) * 2;
+#pragma unroll
+    for (int nt8 = 0; nt8 < 2; ++nt8)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + nt8 * 8 + (e & 1);
+        s[nt8][e] = key < kv_end ? logit_log2(p, s[nt8][e]) : -INFINITY;
+      }
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float mx = fmaxf(fmaxf(s[0][2 * rr], s[0][2 * rr + 1]), fmaxf(s[1][2 * rr], s[1][2 * rr + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[rr], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: keep 0s
+      const float scale = ptx::exp2_approx(m[rr] - m_use);
+      m[rr] = m_new;
+      float rs = 0.f;
 #pragma unroll
       for (int nt8 = 0; nt8 < 2; ++nt8)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key0 + nt8 * 8 + (e & 1);
-          s[nt8][e] = key < it.kv_end ? logit_log2(p, s[nt8][e]) : -INFINITY;
+        for (int e = 0; e < 2; ++e) {
+          const float pv = ptx::exp2_approx(s[nt8][2 * rr + e] - m_use);
+          s[nt8][2 * rr + e] = pv;
+          rs += pv;
         }
+      l[rr] = l[rr] * scale + rs;
 #pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        float mx = fmaxf(fmaxf(s[0][2 * rr], s[0][2 * rr + 1]), fmaxf(s[1][2 * rr], s[1][2 * rr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[rr], mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: keep 0s
-        const float scale = ptx::exp2_approx(m[rr] - m_use);
-        m[rr] = m_new;
-        float rs = 0.f;
-#pragma unroll
-        for (int nt8 = 0; nt8 < 2; ++nt8)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pv = ptx::exp2_approx(s[nt8][2 * rr + e] - m_use);
-            s[nt8][2 * rr + e] = pv;
-            rs += pv;
-          }
-        l[rr] = l[rr] * scale + rs;
-#pragma unroll
-        for (int n = 0; n < kN; ++n) {
-          acc[n][2 * rr] *= scale;
-          acc[n][2 * rr + 1] *= scale;
-        }
-      }
-
-      // O += P V: P (16 x 16 keys) from the S accumulators, V via ldmatrix.trans.
-      uint32_t pa[4];
-      pa[0] = ptx::pack2<T>(s[0][0], s[0][1]);
-      pa[1] = ptx::pack2<T>(s[0][2], s[0][3]);
-      pa[2] = ptx::pack2<T>(s[1][0], s[1][1]);
-      pa[3] = ptx::pack2<T>(s[1][2], s[1][3]);
-#pragma unroll
-      for (int np = 0; np < kN / 2; ++np) {
-        const int i = lane / 8;
-        uint32_t b[4];
-        ptx::ldmatrix_x4_trans(b, sV + swz<D>((lane % 8) + (i % 2) * 8, np * 2 + i / 2));
-        ptx::mma_16816<T>(acc[2 * np], pa, b);
-        ptx::mma_16816<T>(acc[2 * np + 1], pa, b + 2);
+      for (int n = 0; n < kN; ++n) {
+        acc[n][2 * rr] *= scale;
+        acc[n][2 * rr + 1] *= scale;
       }
     }
-    // This warp is done with the item's tiles (none pending: tiles past nt were never issued).
-    // Start the next item now, so its Q and first S-1 tiles (stages 0 .. S-2, this warp's own)
-    // load during the epilogue; the epilogue only touches stage S-1 (red_o), red_m/l and sQ.
-    __syncwarp();
-    if (has_next)
-      pg_next = start_item<T, D>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
-                                 S, W, warp, lane);
-    __syncthreads();  // every warp is done with stage S-1 (reused as red_o)
 
-    // Epilogue: per-warp states -> shared memory.
+    // O += P V: P (16 x 16 keys) from the S accumulators, V via ldmatrix.trans.
+    uint32_t pa[4];
+    pa[0] = ptx::pack2<T>(s[0][0], s[0][1]);
+    pa[1] = ptx::pack2<T>(s[0][2], s[0][3]);
+    pa[2] = ptx::pack2<T>(s[1][0], s[1][1]);
+    pa[3] = ptx::pack2<T>(s[1][2], s[1][3]);
+#pragma unroll
+    for (int np = 0; np < kN / 2; ++np) {
+      const int i = lane / 8;
+      uint32_t b[4];
+      ptx::ldmatrix_x4_trans(b, sV + swz<D>((lane % 8) + (i % 2) * 8, np * 2 + i / 2));
+      ptx::mma_16816<T>(acc[2 * np], pa, b);
+      ptx::mma_16816<T>(acc[2 * np + 1], pa, b + 2);
+    }
+  }
+
+  // Per-warp state -> shared memory (red_o [W][16][D], red_m / red_l [W][16]).
+  __device__ __forceinline__ void store(float* red_o, float* red_m, float* red_l, int warp, int lane,
+                                        int /*nrows*/) {
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
@@ -221,12 +121,12 @@ __global__ void __launch_bounds__(kMaxThreads) decode_tc_kernel(const DecodePara
         red_l[warp * kTileQ + row] = l[rr];
       }
     }
-    __syncthreads();
-    combine_and_store<T, D>(p, it, red_o, red_m, red_l);
-    it = nx;
-    pages = nx_pages;
   }
-  ptx::cp_async_wait<0>();
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kMaxThreads) decode_tc_kernel(const DecodeParams<T> p) {
+  decode_items<T, D, TcMainloop<T, D>>(p);
 }
 
 }  // namespace weft::decode

@@ -1,9 +1,11 @@
 // Decode kernel instantiations (from instances.inc) and their launcher.
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "attention/merge.cuh"
 #include "common/cuda_check.h"
+#include "decode/decode_cc.cuh"
 #include "decode/decode_tc.cuh"
 #include "decode/launch.h"
 
@@ -11,10 +13,12 @@ namespace weft::decode {
 namespace {
 
 template <class T, int D>
-void launch_tc(const DecodeParams<T>& p, int grid, cudaStream_t stream) {
+void launch_path(const DecodeParams<T>& p, DecodePath path, int grid, cudaStream_t stream) {
   using L = SmemLayout<T, D>;
-  // The dynamic shared memory limit was raised by ctas_per_sm() (wrapper construction).
-  decode_tc_kernel<T, D><<<grid, p.warps * 32, L::bytes(p.stages, p.warps), stream>>>(p);
+  // The dynamic shared memory limit was raised by ctas_per_sm() (wrapper construction). Both
+  // paths use the same shared memory layout, so the same fixed grid fits either.
+  auto kernel = path == DecodePath::kCudaCore ? decode_cc_kernel<T, D> : decode_tc_kernel<T, D>;
+  kernel<<<grid, p.warps * 32, L::bytes(p.stages, p.warps), stream>>>(p);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -50,13 +54,16 @@ DecodeParams<T> make_params(const LaunchArgs& a) {
   return p;
 }
 
+constexpr DecodePath path_of(const char* tag) {
+  return tag[0] == 'C' ? DecodePath::kCudaCore : DecodePath::kTensorCore;
+}
+
 template <class T>
 void dispatch(const LaunchArgs& a, cudaStream_t stream) {
   const DecodeParams<T> p = make_params<T>(a);
-#define WEFT_DECODE_INSTANCE(TYPE, DIM, PATH)                                               \
-  if (std::is_same_v<T, TYPE> && a.head_dim == DIM && a.path == DecodePath::kTensorCore &&    \
-      #PATH[0] == 'T') {                                                                      \
-    if constexpr (std::is_same_v<T, TYPE>) return launch_tc<TYPE, DIM>(p, a.grid, stream);    \
+#define WEFT_DECODE_INSTANCE(TYPE, DIM, PATH)                                                   \
+  if (std::is_same_v<T, TYPE> && a.head_dim == DIM && a.path == path_of(#PATH)) {                 \
+    if constexpr (std::is_same_v<T, TYPE>) return launch_path<TYPE, DIM>(p, a.path, a.grid, stream); \
   }
 #include "decode/instances.inc"
 #undef WEFT_DECODE_INSTANCE
@@ -103,23 +110,34 @@ int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
   int n = 0;
   int optin = 0;
   WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  auto query = [&](auto kernel, auto kernel_f16, size_t smem) {
+  // Raise every kernel's (both dtypes, both paths) limit to the device maximum, so any stage
+  // count launches later; the grid is the smaller residency of the two paths (the path is
+  // chosen at plan time, the grid is fixed at construction).
+  int n_min = 1 << 30;
+  auto query = [&](size_t smem, auto... kernels) {
     WEFT_CHECK_ARG(smem <= size_t(optin), "stages",
                    stages << " stages need " << smem << " bytes of shared memory, the device allows " << optin);
-    // Raise both dtypes' limits to the device maximum, so any stage count launches later.
-    WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel_f16, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, warps * 32, smem));
+    for (const void* k : {reinterpret_cast<const void*>(kernels)...}) {
+      WEFT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+      WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, warps * 32, smem));
+      n_min = std::min(n_min, n);
+    }
   };
+#define WEFT_DECODE_KERNELS(DIM)                                                                     \
+  SmemLayout<half, DIM>::bytes(stages, warps), decode_tc_kernel<__nv_bfloat16, DIM>, decode_tc_kernel<half, DIM>, \
+      decode_cc_kernel<__nv_bfloat16, DIM>, decode_cc_kernel<half, DIM>
   switch (head_dim) {
-    case 64: query(decode_tc_kernel<__nv_bfloat16, 64>, decode_tc_kernel<half, 64>, SmemLayout<half, 64>::bytes(stages, warps)); break;
-    case 128: query(decode_tc_kernel<__nv_bfloat16, 128>, decode_tc_kernel<half, 128>, SmemLayout<half, 128>::bytes(stages, warps)); break;
-    case 256: query(decode_tc_kernel<__nv_bfloat16, 256>, decode_tc_kernel<half, 256>, SmemLayout<half, 256>::bytes(stages, warps)); break;
+    case 64: query(WEFT_DECODE_KERNELS(64)); break;
+    case 128: query(WEFT_DECODE_KERNELS(128)); break;
+    case 256: query(WEFT_DECODE_KERNELS(256)); break;
     default: throw Error("head_dim", "expected 64, 128 or 256, got " + std::to_string(head_dim));
   }
-  return n < 1 ? 1 : n;
+#undef WEFT_DECODE_KERNELS
+  return n_min < 1 ? 1 : n_min;
 }
 
-bool path_compiled(DecodePath path) { return path == DecodePath::kTensorCore; }
+bool path_compiled(DecodePath path) {
+  return path == DecodePath::kTensorCore || path == DecodePath::kCudaCore;
+}
 
 }  // namespace weft::decode

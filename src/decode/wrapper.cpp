@@ -16,11 +16,21 @@ namespace weft {
 
 namespace {
 
-// Only the tensor-core path is compiled: decode is bound by HBM bandwidth for every group size
-// (the 16-row mma M tile wastes tensor-core work for small groups, not memory traffic), so the
-// tensor-core kernel serves group 1 as well (bench "decode/llama2-7b/..."). A CUDA-core path
-// would be chosen below this group size if it were ever compiled.
-constexpr int32_t kTensorCoreMinGroup = 4;
+// kAuto: the CUDA-core path below this GQA group size, the tensor-core path from it on.
+// Measured on H200 (bench "decode/path/{tc,cc}/<model>/<shape>", bf16, D128, page 16; fraction
+// of the read ceiling 4699 GB/s, tc / cc; docs/perf-notes-decode.md):
+//   group 1 (llama2-7b 32/32):  b1/kv32K 0.737/0.851  b32/kv4K 0.872/0.941  b32/kv16K 0.908/0.953
+//                               b128/kv4K 0.892/0.955
+//   group 2 (16/8):             b1/kv32K 0.535/0.539  b32/kv4K 0.763/0.877  b32/kv16K 0.901/0.935
+//                               b128/kv4K 0.879/0.920
+//   group 4 (llama3-8b 32/8):   b1/kv32K 0.524/0.443  b32/kv4K 0.832/0.570  b32/kv16K 0.900/0.592
+//   group 8 (64/8):             b1/kv32K 0.471/0.259  b32/kv4K 0.835/0.324  b32/kv16K 0.900/0.334
+// The CUDA-core path does g rows' FMA work per tile (rows in pairs) and is issue-bound from
+// g ~ 3-4 on; the tensor-core path's cost does not depend on g (16 padded rows) but wastes
+// (16 - g) / 16 of it and rounds P to 16 bits. Group 3 (not measured) is one pair + one row,
+// between groups 2 and 4: tensor cores. head_dim / dtype: only D128 bf16 was measured; the
+// per-row work scales with D like the bytes do, so the same threshold is used for all.
+constexpr int32_t kTensorCoreMinGroup = 3;
 
 struct DeviceInfo {
   int device = 0;
@@ -57,9 +67,7 @@ bool decode_path_available(DecodePath p) {
 DecodePath choose_decode_path(int32_t group_size, int32_t head_dim, DType dtype) {
   (void)head_dim;
   (void)dtype;
-  if (group_size < kTensorCoreMinGroup && decode::path_compiled(DecodePath::kCudaCore))
-    return DecodePath::kCudaCore;
-  return DecodePath::kTensorCore;
+  return group_size < kTensorCoreMinGroup ? DecodePath::kCudaCore : DecodePath::kTensorCore;
 }
 
 struct BatchDecodeWrapper::Impl {

@@ -250,12 +250,53 @@ TEST(Decode, LongUniformAndZipfLengths) {
 TEST(Decode, ManyRequestsGqa) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();
-  Case c;
-  c.hq = 32;
-  c.hkv = 8;
-  c.lens = lengths(rng, 48, 2048, false);
-  c.lens[5] = 0;
-  run_case(c, rng);
+  for (DecodePath path : kPaths) {
+    Case c;
+    c.hq = 32;
+    c.hkv = 8;
+    c.lens = lengths(rng, 48, 2048, false);
+    c.lens[5] = 0;
+    c.path = path;
+    run_case(c, rng);
+  }
+}
+
+// Group 1 and 2 (the CUDA-core path's target) with many requests, both paths, a split plan.
+TEST(Decode, ManyRequestsSmallGroups) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (int g : {1, 2})
+    for (DecodePath path : kPaths) {
+      Case c;
+      c.hkv = 4;
+      c.hq = 4 * g;
+      c.d = g == 1 ? 128 : 64;
+      c.dtype = g == 1 ? DType::kBFloat16 : DType::kFloat16;
+      c.lens = lengths(rng, 20, 9000, true);
+      c.lens[3] = 0;
+      c.path = path;
+      run_case(c, rng);
+    }
+}
+
+// kAuto resolves to choose_decode_path(group, head_dim, dtype); forced paths stay forced.
+TEST(DecodeSmall, PathResolution) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (int g : {1, 2, 4, 8, 16})
+    for (DecodePath path : {DecodePath::kAuto, DecodePath::kTensorCore, DecodePath::kCudaCore}) {
+      Case c;
+      c.hkv = 1;
+      c.hq = g;
+      c.lens = {40};
+      Batch bt(c, rng);
+      Workspace ws(1, c);
+      BatchDecodeWrapper w(1, c.hq, c.hkv, c.d, path);
+      plan_for(w, bt, ws);
+      const DecodePath want = path == DecodePath::kAuto ? choose_decode_path(g, c.d, c.dtype) : path;
+      EXPECT_EQ(w.plan_info().path, want) << "group " << g << " forced " << decode_path_name(path);
+      EXPECT_NE(w.plan_info().path, DecodePath::kAuto);
+    }
 }
 
 TEST(DecodeSmall, WindowAndSoftCap) {
@@ -285,19 +326,23 @@ TEST(DecodeSmall, WindowAndSoftCap) {
 TEST(DecodeSmall, NoLseMha) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();
-  Case c;
-  c.hq = 4;
-  c.hkv = 4;
-  c.lens = {5, 1000};
-  c.with_lse = false;
-  run_case(c, rng);
+  for (DecodePath path : kPaths) {
+    Case c;
+    c.hq = 4;
+    c.hkv = 4;
+    c.lens = {5, 1000};
+    c.with_lse = false;
+    c.path = path;
+    run_case(c, rng);
+  }
 }
 
 // Capture run() in a CUDA graph; re-plan with other lengths (and other content), replay.
-TEST(Decode, GraphReplayAfterReplan) {
-  WEFT_REQUIRE_GPU();
-  Rng rng = Rng::for_current_test();
+void graph_replay_after_replan(DecodePath path) {
+  SCOPED_TRACE(decode_path_name(path));
+  Rng rng = Rng::for_current_test(int(path));
   Case c;
+  c.path = path;
   c.hq = 16;
   c.hkv = 2;
   c.d = 128;
@@ -306,12 +351,12 @@ TEST(Decode, GraphReplayAfterReplan) {
   c.lens = {100, 200, 50};
   Case c2 = c;
   c2.lens = {20000, 0, 7, 3000, 64, 129, 1, 9000};
-  Rng rng2 = Rng::for_current_test(1);
+  Rng rng2 = Rng::for_current_test(10 + int(path));
   Batch big(c2, rng2, 8);
   // The first batch: a prefix-sized view over the same buffers, built from its own host data.
   Batch small(c, rng);
   Workspace ws(max_batch, c);
-  BatchDecodeWrapper w(max_batch, c.hq, c.hkv, c.d);
+  BatchDecodeWrapper w(max_batch, c.hq, c.hkv, c.d, path);
   cudaStream_t s;
   WEFT_TEST_CUDA(cudaStreamCreate(&s));
   // Stage the small batch into the big batch's buffers (pools are large enough: reuse them).
@@ -369,16 +414,22 @@ TEST(Decode, GraphReplayAfterReplan) {
   cudaStreamDestroy(s);
 }
 
-TEST(Decode, RepeatedRunsBitwiseIdenticalWithSplit) {
+TEST(Decode, GraphReplayAfterReplan) {
   WEFT_REQUIRE_GPU();
-  Rng rng = Rng::for_current_test();
+  for (DecodePath path : kPaths) graph_replay_after_replan(path);
+}
+
+void repeated_runs_identical(DecodePath path, int32_t hq, int32_t hkv) {
+  SCOPED_TRACE(decode_path_name(path));
+  Rng rng = Rng::for_current_test(int(path) * 100 + hq / hkv);
   Case c;
-  c.hq = 32;
-  c.hkv = 8;
+  c.hq = hq;
+  c.hkv = hkv;
+  c.path = path;
   c.lens = {30000, 500, 12000, 1};
   Batch bt(c, rng);
   Workspace ws(4, c);
-  BatchDecodeWrapper w(4, c.hq, c.hkv, c.d);
+  BatchDecodeWrapper w(4, c.hq, c.hkv, c.d, path);
   plan_for(w, bt, ws);
   ASSERT_TRUE(w.plan_info().split);
   std::vector<uint16_t> first;
@@ -399,6 +450,14 @@ TEST(Decode, RepeatedRunsBitwiseIdenticalWithSplit) {
     }
   }
   check_against_reference(bt);
+}
+
+TEST(Decode, RepeatedRunsBitwiseIdenticalWithSplit) {
+  WEFT_REQUIRE_GPU();
+  for (DecodePath path : kPaths) {
+    repeated_runs_identical(path, 32, 8);
+    repeated_runs_identical(path, 8, 8);
+  }
 }
 
 // Rejected calls throw weft::Error naming the argument and leave the output untouched.

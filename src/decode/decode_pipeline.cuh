@@ -1,0 +1,138 @@
+// Internal: the persistent item loop shared by both decode paths (load/scheduler role).
+//
+// One persistent CTA (W warps, DecodeParams::warps, default 4) executes the plan's items of
+// blockIdx.x. Per-warp ownership of keys: the item's KV range is cut into 16-key warp tiles and
+// warp w takes tiles w, w + W, w + 2W, ... Each warp runs its OWN cp.async pipeline (`stages`
+// buffers of K+V in shared memory, `stages` - 1 tiles in flight while it computes, `stages`
+// when it waits) with its own online-softmax state; there is no CTA barrier inside the KV
+// loop, only __syncwarp. The warps' states are combined once per item in the epilogue
+// (decode_common.cuh), in warp order (deterministic).
+// Page ids are fetched one warp tile before their copies are issued (kv_lookup_page), so the
+// page-table load latency overlaps a whole tile of compute instead of stalling the copies.
+// Items back to back: the next item's metadata and first page ids are requested when an item
+// starts, and each warp issues the next item's Q and first S-1 tiles as soon as it leaves the
+// KV loop, so they load during the epilogue (stage S-1 doubles as the epilogue buffer; Q is
+// double-buffered). The pipeline never drains between the items of a CTA.
+//
+// The per-tile math is the Mainloop policy (one per path, constructed per item per warp):
+//   Mainloop ml(sQ, lane);                 // zero state; may load Q fragments from sQ
+//   ml.tile(p, sQ, sK, sV, k0, kv_end, nrows, lane);   // 16 keys [k0, k0 + 16) of sK / sV
+//   ml.store(red_o, red_m, red_l, warp, lane, nrows);  // unnormalised O, m (log2), l -> smem
+// decode_tc.cuh (mma.sync, GQA group in M) and decode_cc.cuh (fp32 FMA) provide them.
+#pragma once
+#include "decode/decode_common.cuh"
+
+namespace weft::decode {
+
+// Per-warp prologue of an item: this thread's share of the item's Q rows -> sQ (one commit
+// group), then the warp's first S-1 tiles -> stages 0 .. S-2 (one group each, empty past the
+// warp's last tile); returns the page ids of the warp's tile S-1 (lookup issued, not awaited).
+// pg0: kv_lookup_page of the warp's first tile (requested early by the caller).
+template <class T, int D>
+__device__ __forceinline__ int32_t start_item(const DecodeParams<T>& p, const Item& it, const int32_t* pages,
+                                              int32_t pg0, T* sQ, T* sPipe, int S, int W, int warp, int lane) {
+  using L = SmemLayout<T, D>;
+  load_q<T, D>(p, it, sQ);
+  ptx::cp_async_commit();
+  const int total_tiles = (it.kv_end - it.kv_begin + kWarpKeys - 1) / kWarpKeys;
+  const int nt = total_tiles > warp ? (total_tiles - warp + W - 1) / W : 0;
+  int32_t pg_next = pg0;
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nt) {
+      const int32_t pg = pg_next;
+      const int k0 = it.kv_begin + (warp + s * W) * kWarpKeys;
+      pg_next = s + 1 < nt ? kv_lookup_page(p, pages, k0 + W * kWarpKeys, it.kv_end, lane) : -1;
+      T* st = sPipe + (s * W + warp) * 2 * L::kTileElems;
+      kv_issue<T, D>(p, kv_row_offset(p, pg, k0, it.kv_head, lane), lane, st, st + L::kTileElems);
+    }
+    ptx::cp_async_commit();
+  }
+  return pg_next;
+}
+
+template <class T, int D, class Mainloop>
+__device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
+  using L = SmemLayout<T, D>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const int S = p.stages;
+  const int W = p.warps;  // = blockDim.x / 32
+  T* sPipe = reinterpret_cast<T*>(smem_raw);
+  float* red_o = reinterpret_cast<float*>(smem_raw + (S - 1) * L::stage_all_warps(W));  // aliases stage S-1
+  float* red_m = reinterpret_cast<float*>(smem_raw + L::pipe_bytes(S, W));
+  float* red_l = red_m + W * kTileQ;
+  T* sQ0 = reinterpret_cast<T*>(smem_raw + L::pipe_bytes(S, W) + L::red_ml_bytes(W));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  // The merge kernel (launched with programmatic stream serialization) may start now: it
+  // waits (griddepcontrol.wait) for this whole grid to finish before reading any partial.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+
+  const int i0 = p.plan.cta_indptr[blockIdx.x], i1 = p.plan.cta_indptr[blockIdx.x + 1];
+  if (i0 >= i1) return;
+  Item it = load_item(p.plan, i0);
+  const int32_t* pages = p.kv.table.indices + __ldg(p.kv.table.indptr + it.req);
+  int32_t pg_next = start_item<T, D>(p, it, pages,
+                                     kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane),
+                                     sQ0, sPipe, S, W, warp, lane);
+
+  for (int ii = i0; ii < i1; ++ii) {
+    T* sQ = sQ0 + ((ii - i0) & 1) * (L::kQBytes / sizeof(T));
+    // Metadata of the next item, requested now and used after this item's KV loop.
+    const bool has_next = ii + 1 < i1;
+    Item nx = it;
+    const int32_t* nx_pages = pages;
+    int32_t nx_pg0 = -1;
+    if (has_next) {
+      nx = load_item(p.plan, ii + 1);
+      nx_pages = p.kv.table.indices + __ldg(p.kv.table.indptr + nx.req);
+      nx_pg0 = kv_lookup_page(p, nx_pages, nx.kv_begin + warp * kWarpKeys, nx.kv_end, lane);
+    }
+    cp_async_wait_dyn(S - 1);  // this item's Q group (the oldest pending) has landed here ...
+    __syncthreads();           // ... and everywhere; the previous epilogue is done with smem
+
+    // Warp tiles of this warp: global tile index w + W * t, t < nt.
+    const int total_tiles = (it.kv_end - it.kv_begin + kWarpKeys - 1) / kWarpKeys;
+    const int nt = total_tiles > warp ? (total_tiles - warp + W - 1) / W : 0;
+    auto tile_k0 = [&](int t) { return it.kv_begin + (warp + t * W) * kWarpKeys; };
+    auto stage = [&](int st) { return sPipe + (st * W + warp) * 2 * L::kTileElems; };
+
+    Mainloop ml(sQ, lane);
+    int rd = 0, wr = S - 1;  // stage buffers read (tile t) and written (tile t + S - 1)
+    for (int t = 0; t < nt; ++t) {
+      // Refill the buffer tile t - 1 used (every lane is past its reads of it).
+      __syncwarp();
+      {
+        const int tn = t + S - 1;
+        if (tn < nt) {
+          const int32_t pg = pg_next;
+          pg_next = tn + 1 < nt ? kv_lookup_page(p, pages, tile_k0(tn + 1), it.kv_end, lane) : -1;
+          T* st = stage(wr);
+          kv_issue<T, D>(p, kv_row_offset(p, pg, tile_k0(tn), it.kv_head, lane), lane, st, st + L::kTileElems);
+        }
+        ptx::cp_async_commit();
+        wr = wr + 1 == S ? 0 : wr + 1;
+      }
+      cp_async_wait_dyn(S - 1);  // tile t has landed (this lane's copies) ...
+      __syncwarp();              // ... and every lane's
+      const T* sK = stage(rd);
+      rd = rd + 1 == S ? 0 : rd + 1;
+      ml.tile(p, sQ, sK, sK + L::kTileElems, tile_k0(t), it.kv_end, it.nrows, lane);
+    }
+    // This warp is done with the item's tiles (none pending: tiles past nt were never issued).
+    // Start the next item now, so its Q and first S-1 tiles (stages 0 .. S-2, this warp's own)
+    // load during the epilogue; the epilogue only touches stage S-1 (red_o), red_m/l and sQ.
+    __syncwarp();
+    if (has_next)
+      pg_next = start_item<T, D>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
+                                 S, W, warp, lane);
+    __syncthreads();  // every warp is done with stage S-1 (reused as red_o)
+    ml.store(red_o, red_m, red_l, warp, lane, it.nrows);
+    __syncthreads();
+    combine_and_store<T, D>(p, it, red_o, red_m, red_l);
+    it = nx;
+    pages = nx_pages;
+  }
+  ptx::cp_async_wait<0>();
+}
+
+}  // namespace weft::decode
