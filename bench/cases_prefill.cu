@@ -1,10 +1,13 @@
 // Bench group "prefill": BatchPrefillWrapper, bf16, head_dim 128, 32 qo / 8 kv heads (Llama-3-8B).
 //   prefill/causal/{ragged,paged}/L<n>   one causal prefill, q = kv = n (paged: page 16, NHD)
+//   prefill/causal/ragged-q64/L<n>       the same with the query tile forced to 64 rows
+//   prefill/causal/ragged-nosplit/L<n>   the same with split-KV off
 //   prefill/mixed                        a batch of mixed causal prefills (paged)
 //   prefill/chunked/c<chunk>/h<hist>     chunked prefill: <chunk> new tokens after <hist> keys
 // FLOPs: 4 * D * Hq per UNMASKED (query, key) pair (causal counted once, bottom-right aligned:
 // pairs = q * (kv - q) + q (q + 1) / 2). Bytes: Q and O once, K and V once. Ceiling "gemm".
-// Timing: run() captured once in a CUDA graph, the graph is timed (L2 flushed before each run);
+// Timing: run() captured once in a CUDA graph, the graph is timed (L2 flushed before each run;
+// the GPU is warmed for ~1 s before the first case);
 // plan() host time in extra "plan_us". Pages: random permutation of the pool.
 #include <algorithm>
 #include <chrono>
@@ -26,7 +29,7 @@ constexpr weft::DType kBF16 = weft::DType::kBFloat16;
 
 void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
                       const std::vector<int32_t>& q_lens, const std::vector<int32_t>& kv_lens,
-                      bool paged) {
+                      bool paged, const weft::PrefillPlanOptions& opt = {}) {
   weft::bench::Result r;
   r.name = name;
   if (!ctx.wants(r.name)) return;
@@ -110,9 +113,11 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     }
     auto plan = [&] {
       if (paged)
-        w.plan_paged(qo.data(), table, kPage, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds, s);
+        w.plan_paged(qo.data(), table, kPage, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds, s,
+                     nullptr, opt);
       else
-        w.plan_ragged(qo.data(), kvp.data(), batch, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds, s);
+        w.plan_ragged(qo.data(), kvp.data(), batch, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds,
+                      s, nullptr, opt);
     };
     std::vector<double> plan_us;
     for (int i = 0; i < 5; ++i) {
@@ -138,6 +143,18 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     }
     WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
     WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    // GPU warm-up once per process: the first cases otherwise run while the clocks are still
+    // ramping (measured: the same plan timed 15% slower as the first case than later in the
+    // group). ~1 s of back-to-back replays of the first case's graph.
+    static bool warmed = false;
+    if (!warmed) {
+      const auto w0 = std::chrono::steady_clock::now();
+      while (std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() < 1.0) {
+        for (int i = 0; i < 20; ++i) WEFT_BENCH_CUDA(cudaGraphLaunch(exec, s));
+        WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+      }
+      warmed = true;
+    }
     r.ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
@@ -161,6 +178,17 @@ WEFT_BENCH_GROUP(prefill) {
     for (int32_t L : lens)
       run_prefill_case(ctx, std::string("prefill/causal/") + (paged ? "paged" : "ragged") + "/L" + std::to_string(L),
                        {L}, {L}, paged);
+  // The 64-row tile (16 rows per warp, 4 warps, 2 CTAs per SM) forced on the same shapes: the
+  // comparison point for the heuristic's 128-row tile (docs/perf-notes-prefill.md).
+  weft::PrefillPlanOptions q64;
+  q64.cta_q = 64;
+  for (int32_t L : {4096, 16384})
+    run_prefill_case(ctx, "prefill/causal/ragged-q64/L" + std::to_string(L), {L}, {L}, false, q64);
+  // Split-KV off: short causal prompts where the plan would otherwise split and merge.
+  weft::PrefillPlanOptions nosplit;
+  nosplit.allow_split_kv = false;
+  for (int32_t L : {1024, 2048})
+    run_prefill_case(ctx, "prefill/causal/ragged-nosplit/L" + std::to_string(L), {L}, {L}, false, nosplit);
   {
     // Mixed batch: a fixed spread of prompt lengths (short chats to long documents).
     const std::vector<int32_t> mix = {8192, 137, 2048, 512, 4000, 1024, 64, 3000, 700, 1500};

@@ -20,102 +20,158 @@ struct ItemGeom {
   int32_t pos0;         // absolute KV position of the segment's first token
   int32_t token0;       // index of the segment's first token inside the real request
   int32_t kv_lo, kv_hi; // effective key range after causal / window trimming
-  int32_t kv_base;      // ragged: first K/V row of the request
-  int32_t page_base;    // paged: first entry of the request in page_indices
+  int32_t kv_base;      // ragged: first K/V row of the request; paged: first entry of the
+                        // request in page_indices
   int32_t real_kv_len;
   int32_t slot;         // partial slot (-1: final output)
 };
 
-// Q tile: CTA_Q packed rows (row r -> token r / group, head kv_head * group + r % group).
+// Q tile: CTA_Q packed rows (row r -> token r / group, head kv_head * group + r % group). A
+// thread copies rows r_first + i * kRowsPerPass; (token, head) advance incrementally (one
+// division per item instead of one per row).
 template <class Tr>
 __device__ __forceinline__ void load_q_tile(typename Tr::Elem* sq, const PrefillParams& p,
                                             const ItemGeom& g, int tid) {
   using T = typename Tr::Elem;
   constexpr int kRowsPerPass = Tr::kThreads / Tr::kChunks;
+  static_assert(Tr::kCtaQ % kRowsPerPass == 0, "Q tile rows must split evenly over threads");
   const int col = tid % Tr::kChunks;
-  const T* q = static_cast<const T*>(p.q);
+  const int r_first = tid / Tr::kChunks;
+  const int gs = p.group_size;
+  const int row0 = g.row_begin + r_first;
+  int tok = row0 / gs;
+  int hd = row0 - tok * gs;
+  const int dt = kRowsPerPass / gs;
+  const int dh = kRowsPerPass - dt * gs;
+  const T* q = static_cast<const T*>(p.q) + col * 8;
 #pragma unroll
-  for (int r = tid / Tr::kChunks; r < Tr::kCtaQ; r += kRowsPerPass) {
-    const int row = g.row_begin + r;
+  for (int i = 0; i < Tr::kCtaQ / kRowsPerPass; ++i) {
+    const int r = r_first + i * kRowsPerPass;
+    const bool valid = row0 + i * kRowsPerPass < g.row_end;
     const T* src = q;
-    int bytes = 0;
-    if (row < g.row_end) {
-      const int token = g.token_abs0 + row / p.group_size;
-      const int head = g.kv_head * p.group_size + row % p.group_size;
-      src = q + token * p.q_stride_token + head * p.q_stride_head + col * 8;
-      bytes = 16;
+    if (valid)
+      src = q + static_cast<int64_t>(g.token_abs0 + tok) * p.q_stride_token +
+            static_cast<int64_t>(g.kv_head * gs + hd) * p.q_stride_head;
+    ptx::cp_async_16(sq + swz<Tr::kHeadDim>(r, col), src, valid ? 16 : 0);
+    tok += dt;
+    hd += dh;
+    if (hd >= gs) {
+      hd -= gs;
+      ++tok;
     }
-    ptx::cp_async_16(sq + swz<Tr::kHeadDim>(r, col), src, bytes);
   }
 }
 
-// K/V rows a thread copies: rows r0 + i * kRowsPerPass (i < kRowsPerThread) of every tile, one
-// fixed 16-byte column. For paged K/V their page ids are fetched one pipeline step ahead of the
-// copies (fetch_pages) so the page-table load latency hides behind the math instead of stalling
-// every warp at the copy that needs the address.
+// K/V rows a thread copies: kRowsPerThread CONSECUTIVE rows r0 .. r0 + kRowsPerThread - 1 of
+// every tile (r0 = (tid / kChunks) * kRowsPerThread), one fixed 16-byte column. (A warp still
+// writes whole 256-byte rows per instruction: coalesced reads, conflict-free swizzled writes.)
+// Consecutive rows let one page id serve all of a thread's rows when the page size is a multiple
+// of kRowsPerThread and the item's first key is aligned to it (the common case: page 16, aligned
+// chunks): that id is fetched one pipeline step ahead of the copy (fetch_page) so the page-table
+// load latency hides behind the math, at the cost of ONE register per pipelined tile. Any other
+// page size (1, 5, ...) or alignment looks every row's page up at copy time (slow path).
 template <class Tr>
 struct KVRows {
   static constexpr int kRowsPerPass = Tr::kThreads / Tr::kChunks;
   static constexpr int kRowsPerThread = Tr::kCtaKV / kRowsPerPass;
   static_assert(Tr::kCtaKV % kRowsPerPass == 0, "KV tile rows must split evenly over threads");
-  int32_t page[kRowsPerThread];  // paged: page id of the row's key (unused when ragged)
+  static_assert((kRowsPerThread & (kRowsPerThread - 1)) == 0, "rows per thread: a power of two");
+  static constexpr int kLog2Rows = kRowsPerThread >= 16 ? 4 : kRowsPerThread >= 8 ? 3
+                                   : kRowsPerThread >= 4 ? 2 : kRowsPerThread >= 2 ? 1 : 0;
+  static_assert((1 << kLog2Rows) == kRowsPerThread, "rows per thread <= 16");
 };
 
+// True when one page id serves all of a thread's rows of every tile of the item.
 template <class Tr>
-__device__ __forceinline__ void fetch_pages(KVRows<Tr>& rows, const PrefillParams& p,
-                                            const ItemGeom& g, int tile_start, int tid) {
-  if (!p.paged) return;
-#pragma unroll
-  for (int i = 0; i < KVRows<Tr>::kRowsPerThread; ++i) {
-    const int j = tile_start + tid / Tr::kChunks + i * KVRows<Tr>::kRowsPerPass;
-    const uint32_t pi = p.page_shift >= 0 ? static_cast<uint32_t>(j) >> p.page_shift
-                                          : static_cast<uint32_t>(j) / static_cast<uint32_t>(p.page_size);
-    rows.page[i] = j < g.kv_hi ? __ldg(p.page_indices + g.page_base + pi) : 0;
-  }
+__device__ __forceinline__ bool one_page_per_thread(const PrefillParams& p, const ItemGeom& g) {
+  return p.page_shift >= KVRows<Tr>::kLog2Rows && (g.kv_lo & (KVRows<Tr>::kRowsPerThread - 1)) == 0;
+}
+
+// Page id of the thread's first row of the tile at tile_start (paged fast path; 0 otherwise).
+template <class Tr>
+__device__ __forceinline__ int32_t fetch_page(const PrefillParams& p, const ItemGeom& g,
+                                              int tile_start, int tid) {
+  if (!p.paged || !one_page_per_thread<Tr>(p, g)) return 0;
+  const int j = tile_start + (tid / Tr::kChunks) * KVRows<Tr>::kRowsPerThread;
+  return j < g.kv_hi ? __ldg(p.page_indices + g.kv_base + (static_cast<uint32_t>(j) >> p.page_shift)) : 0;
+}
+
+// 16-byte cp.async to a 32-bit shared-window address (ptx::cp_async_16 takes a generic pointer
+// and converts it on every call; here the tile address is formed once per tile in 32 bits).
+__device__ __forceinline__ void cp_async_16_s(uint32_t smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
+               "r"(src_bytes));
 }
 
 // One K or V tile: keys [tile_start, tile_start + CTA_KV) of the item's request; keys >= kv_hi are
-// zero-filled. Paged rows use the page ids of `rows` (fetched for the same tile_start).
+// zero-filled. `page`: fetch_page() of the same tile_start.
+// Hot path (ragged, or paged with one page per thread): one base pointer and one row stride per
+// thread, then kRowsPerThread predicated copies with no branches and no 64-bit multiplies (the
+// per-row branchy version cost ~25 instructions per row right after each barrier, when all
+// warps copy at once and the tensor pipe idles). Other page sizes: per-row page look-ups.
 template <class Tr>
 __device__ __forceinline__ void copy_kv_tile(typename Tr::Elem* dst, const void* base,
                                              int64_t page_stride, int64_t slot_stride,
                                              int64_t head_stride, const PrefillParams& p,
-                                             const ItemGeom& g, const KVRows<Tr>& rows,
-                                             int tile_start, int tid) {
+                                             const ItemGeom& g, int32_t page, int tile_start,
+                                             int tid) {
   using T = typename Tr::Elem;
+  constexpr int kRows = KVRows<Tr>::kRowsPerThread;
+  constexpr int kRowBytes = Tr::kHeadDim * 2;
   const int col = tid % Tr::kChunks;
-  const T* b = static_cast<const T*>(base) + g.kv_head * head_stride + col * 8;
+  const int r0 = (tid / Tr::kChunks) * kRows;
+  const int j0 = tile_start + r0;
+  const int n_valid = min(max(g.kv_hi - j0, 0), kRows);  // rows i < n_valid hold keys
+  const T* head = static_cast<const T*>(base) + g.kv_head * head_stride + col * 8;
+  const uint32_t d0 = ptx::smem_addr(dst) + r0 * kRowBytes;
+  if (p.paged && !one_page_per_thread<Tr>(p, g)) {
 #pragma unroll
-  for (int i = 0; i < KVRows<Tr>::kRowsPerThread; ++i) {
-    const int r = tid / Tr::kChunks + i * KVRows<Tr>::kRowsPerPass;
-    const int j = tile_start + r;
-    const T* src = b;
-    int bytes = 0;
-    if (j < g.kv_hi) {
-      if (p.paged) {
+    for (int i = 0; i < kRows; ++i) {
+      const int j = j0 + i;
+      const T* src = head;
+      if (i < n_valid) {
+        const uint32_t pi = p.page_shift >= 0 ? static_cast<uint32_t>(j) >> p.page_shift
+                                              : static_cast<uint32_t>(j) / static_cast<uint32_t>(p.page_size);
         const int slot = p.page_shift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
-        src = b + rows.page[i] * page_stride + slot * slot_stride;
-      } else {
-        src = b + static_cast<int64_t>(g.kv_base + j) * page_stride;
+        src = head + __ldg(p.page_indices + g.kv_base + pi) * page_stride + slot * slot_stride;
       }
-      bytes = 16;
+      cp_async_16_s(d0 + i * kRowBytes + ((col ^ ((r0 + i) & 7)) << 4), src, i < n_valid ? 16 : 0);
     }
-    ptx::cp_async_16(dst + swz<Tr::kHeadDim>(r, col), src, bytes);
+    return;
+  }
+  const T* src;
+  int64_t stride;
+  if (p.paged) {
+    src = head + page * page_stride + (j0 & (p.page_size - 1)) * slot_stride;
+    stride = slot_stride;
+  } else {
+    src = head + static_cast<int64_t>(g.kv_base + j0) * page_stride;
+    stride = page_stride;
+  }
+  // Rows past kv_hi re-point at the last valid row (or the head base when none is valid): a
+  // zero-byte copy reads nothing, but the address stays inside the tensor.
+  const T* cur = n_valid > 0 ? src : head;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    // swz(): chunk bits 0..2 XOR row bits 0..2 (row = r0 + i)
+    const int chunk = col ^ ((r0 + i) & 7);
+    cp_async_16_s(d0 + i * kRowBytes + (chunk << 4), cur, i < n_valid ? 16 : 0);
+    if (i + 1 < n_valid) cur += stride;
   }
 }
 
 template <class Tr>
 __device__ __forceinline__ void load_k_tile(typename Tr::Elem* dst, const PrefillParams& p,
-                                            const ItemGeom& g, const KVRows<Tr>& rows,
-                                            int tile_start, int tid) {
-  copy_kv_tile<Tr>(dst, p.k, p.k_page_stride, p.k_slot_stride, p.k_head_stride, p, g, rows,
+                                            const ItemGeom& g, int32_t page, int tile_start,
+                                            int tid) {
+  copy_kv_tile<Tr>(dst, p.k, p.k_page_stride, p.k_slot_stride, p.k_head_stride, p, g, page,
                    tile_start, tid);
 }
 template <class Tr>
 __device__ __forceinline__ void load_v_tile(typename Tr::Elem* dst, const PrefillParams& p,
-                                            const ItemGeom& g, const KVRows<Tr>& rows,
-                                            int tile_start, int tid) {
-  copy_kv_tile<Tr>(dst, p.v, p.v_page_stride, p.v_slot_stride, p.v_head_stride, p, g, rows,
+                                            const ItemGeom& g, int32_t page, int tile_start,
+                                            int tid) {
+  copy_kv_tile<Tr>(dst, p.v, p.v_page_stride, p.v_slot_stride, p.v_head_stride, p, g, page,
                    tile_start, tid);
 }
 

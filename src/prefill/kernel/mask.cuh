@@ -1,8 +1,9 @@
 // Variant role: logits transform (scale, soft-cap) and masks (bottom-right causal, sliding
 // window, custom bit mask, KV padding). Semantics: include/weft/attention.h.
 //
-// Logits are kept in the log2 domain: x = s * log2(e), so softmax uses ex2 directly and the
-// scale is folded into one multiply (no soft-cap) or into the tanh argument / output (soft-cap).
+// Logits: raw scores stay raw and the softmax folds sm_scale * log2(e) into its exponent FFMA
+// (no soft-cap); with a soft-cap the scale goes into the tanh argument / output and the softmax
+// runs with scale 1.
 // Masks run only on boundary tiles: a tile is interior when no row of the item can exclude any
 // of its keys (tile_needs_mask is uniform over the CTA, so the branch does not diverge).
 #pragma once
@@ -13,28 +14,6 @@
 #include "prefill/kernel/params.h"
 
 namespace weft::prefill {
-
-// Positions of the two rows a thread owns in the m16n8 accumulator layout (rows g and g + 8).
-struct RowMask {
-  int32_t pos[2];    // absolute KV position of the row's query token (p in attention.h)
-  int32_t mrow[2];   // row index in the request's custom mask (token inside the request)
-  bool valid[2];     // row < row_end (padding rows of a partial tile are fully masked on
-                     // boundary tiles, so they never read past the request's mask bits)
-};
-
-__device__ __forceinline__ RowMask make_row_mask(const PrefillParams& p, const ItemGeom& g,
-                                                 int first_row_of_warp, int lane) {
-  RowMask rm;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = g.row_begin + first_row_of_warp + (lane >> 2) + 8 * h;
-    const int tok = row / p.group_size;
-    rm.pos[h] = g.pos0 + tok;
-    rm.mrow[h] = g.token0 + tok;
-    rm.valid[h] = row < g.row_end;
-  }
-  return rm;
-}
 
 // Effective key range of an item: [kv_begin, kv_end) of the plan, trimmed by the causal limit of
 // its last row and the window limit of its first row (keys outside it are masked for every row).
@@ -62,10 +41,19 @@ __device__ __forceinline__ bool tile_needs_mask(const PrefillParams& p, const It
   return false;
 }
 
-// Raw score (fp32 accumulator of q.k) -> log2-domain logit.
-__device__ __forceinline__ float logit_log2(const PrefillParams& p, float s) {
-  if (p.softcap_pre != 0.f) return p.softcap_post * tanhf(s * p.softcap_pre);
-  return s * p.scale_log2;
+// Soft-cap: raw scores -> log2-domain logits cap * log2(e) * tanh(s * sm_scale / cap) (the
+// softmax then runs with scale 1). Without soft-cap the scores stay raw and the softmax folds
+// sm_scale * log2(e) into its exponent FFMA (mainloop.cuh). One uniform branch per tile.
+template <class Tr>
+__device__ __forceinline__ void prepare_logits(float (&s)[Tr::kMB][Tr::kFragS][4],
+                                               const PrefillParams& p) {
+  if (p.softcap_pre == 0.f) return;
+#pragma unroll
+  for (int mb = 0; mb < Tr::kMB; ++mb)
+#pragma unroll
+    for (int n = 0; n < Tr::kFragS; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mb][n][e] = p.softcap_post * tanhf(s[mb][n][e] * p.softcap_pre);
 }
 
 __device__ __forceinline__ bool custom_bit(const PrefillParams& p, const ItemGeom& g, int mrow,
@@ -75,24 +63,36 @@ __device__ __forceinline__ bool custom_bit(const PrefillParams& p, const ItemGeo
   return (byte >> (k & 7)) & 1;
 }
 
-// Per-element mask of a boundary tile. s[n][e]: n8 block n of the warp's keys, element e
-// (e = 0,1: row g, keys 2t, 2t+1; e = 2,3: row g + 8).
-template <int kFragS>
-__device__ __forceinline__ void apply_mask(float (&s)[kFragS][4], const PrefillParams& p,
-                                           const ItemGeom& g, const RowMask& rm, int key0,
-                                           int lane) {
+// Per-element mask of a boundary tile. s[mb][n][e]: row block mb of the warp, n8 block n of the
+// warp's keys, element e (e = 0,1: row g, keys 2t, 2t+1; e = 2,3: row g + 8). The row positions
+// are recomputed here (boundary tiles only) rather than kept in registers across the loop.
+// Padding rows of a partial tile (row >= row_end) are fully masked, so they never read past the
+// request's custom-mask bits.
+template <class Tr>
+__device__ __forceinline__ void apply_mask(float (&s)[Tr::kMB][Tr::kFragS][4],
+                                           const PrefillParams& p, const ItemGeom& g,
+                                           int warp_row0, int key0, int lane) {
 #pragma unroll
-  for (int n = 0; n < kFragS; ++n) {
+  for (int mb = 0; mb < Tr::kMB; ++mb) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int h = e >> 1;
-      const int j = key0 + n * 8 + 2 * (lane & 3) + (e & 1);
-      const int pos = rm.pos[h];
-      bool ok = rm.valid[h] && j < g.kv_hi && j >= g.kv_lo;
-      if (p.causal) ok = ok && j <= pos;
-      if (p.window_left >= 0) ok = ok && j >= pos - p.window_left;
-      if (ok && p.custom_mask != nullptr) ok = custom_bit(p, g, rm.mrow[h], j);
-      if (!ok) s[n][e] = -INFINITY;
+    for (int h = 0; h < 2; ++h) {
+      const int row = g.row_begin + warp_row0 + mb * 16 + (lane >> 2) + 8 * h;
+      const int tok = row / p.group_size;
+      const int pos = g.pos0 + tok;     // absolute KV position of the row's query token
+      const int mrow = g.token0 + tok;  // row of the request's custom mask
+      const bool valid = row < g.row_end;
+#pragma unroll
+      for (int n = 0; n < Tr::kFragS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = key0 + n * 8 + 2 * (lane & 3) + e;
+          bool ok = valid && j < g.kv_hi && j >= g.kv_lo;
+          if (p.causal) ok = ok && j <= pos;
+          if (p.window_left >= 0) ok = ok && j >= pos - p.window_left;
+          if (ok && p.custom_mask != nullptr) ok = custom_bit(p, g, mrow, j);
+          if (!ok) s[mb][n][2 * h + e] = -INFINITY;
+        }
+      }
     }
   }
 }

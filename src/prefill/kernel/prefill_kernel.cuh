@@ -2,14 +2,14 @@
 // executes work items cta_indptr[c] .. cta_indptr[c+1] - 1 of the plan (longest first, as dealt
 // by attention/plan/balance.h). Included by exactly one instantiation file per configuration.
 //
-// Per item (CTA_Q packed rows x key range), K/V pipeline with 2 stages each; cp.async groups are
-// committed in the fixed order  [Q+K0] [V0] [K1] | per tile t: [V(t+1)] [K(t+2)]  (empty groups
-// when past the end), so "wait until <= 2 groups pending" always means:
-//   at the top of tile t:  Q and K_t have landed   (pending: V_t, K_{t+1})
-//   after S = QK^T:        V_t has landed          (pending: K_{t+1}, V_{t+1})
-// Stage reuse: V_{t+1} overwrites the V stage read by P.V of tile t-1 (all warps passed the
-// barrier at the top of tile t after finishing it); K_{t+2} overwrites the K stage of tile t
-// after the second barrier (all warps finished Q.K^T of tile t).
+// Per item (CTA_Q packed rows x key range; each warp owns kRowsPerWarp = 16 or 32 rows), K/V
+// pipeline with 3 K stages and 2 V stages and ONE barrier per KV tile. cp.async groups are
+// committed in the fixed order  [Q + K0 + V0] [K1] | per tile t: [V(t+1)] [K(t+2)]  (empty
+// groups when past the end), so at the top of tile t "wait until <= 1 group pending" means
+// Q, K_t and V_t have landed (pending: K_{t+1} at most); the barrier after it makes them visible
+// to every warp AND guarantees every warp finished tile t-1, so the copies issued right after it
+// may overwrite tile t-1's buffers: V_{t+1} -> V stage (t+1) % 2 = (t-1) % 2, K_{t+2} -> K stage
+// (t+2) % 3 = (t-1) % 3. Prefetch distance: K two tiles, V one tile.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -38,8 +38,7 @@ __device__ __forceinline__ ItemGeom item_geometry(const PrefillParams& p, int w)
   g.pos0 = p.seg_pos0[g.seg];
   g.token0 = p.seg_token0[g.seg];
   g.real_kv_len = p.real_kv_len[g.request];
-  g.kv_base = p.paged ? 0 : p.kv_indptr[g.request];
-  g.page_base = p.paged ? p.page_indptr[g.request] : 0;
+  g.kv_base = p.paged ? p.page_indptr[g.request] : p.kv_indptr[g.request];
   trim_kv_range(p, g, pl.item_kv_begin[w], pl.item_kv_end[w]);
   return g;
 }
@@ -57,42 +56,46 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM) batch_prefill
   const int warp = tid >> 5;
   const int warp_q = warp / Tr::kWarpsKV;
   const int warp_kv = warp % Tr::kWarpsKV;
-  const int warp_row0 = warp_q * 16;               // first Q tile row of this warp
-  const int key_off = warp_kv * Tr::kKVPerWarp;    // first key of each KV tile for this warp
+  const int warp_row0 = warp_q * Tr::kRowsPerWarp;  // first Q tile row of this warp
+  const int key_off = warp_kv * Tr::kKVPerWarp;     // first key of each KV tile for this warp
 
   const int w_begin = p.plan.cta_indptr[blockIdx.x];
   const int w_end = p.plan.cta_indptr[blockIdx.x + 1];
   for (int w = w_begin; w < w_end; ++w) {
     ItemGeom g = item_geometry<Tr>(p, w);
     const int n_tiles = (g.kv_hi - g.kv_lo + Tr::kCtaKV - 1) / Tr::kCtaKV;
-    const RowMask rm = make_row_mask(p, g, warp_row0, lane);
 
-    // Prologue: [Q + K0] [V0] [K1]. `next` holds the page ids of tile t+1 (its V copy is issued
-    // at the top of tile t), `ahead` those of tile t+2 (fetched at the top of tile t, used by the
-    // K copy after the math).
-    KVRows<Tr> next, ahead;
+    // Prologue: [Q + K0 + V0] [K1]. pg1 / pg2: page ids (load.cuh, fetch_page) of tiles t+1
+    // and t+2 at the top of tile t (used by that tile's V / K copies); tile t+3's is fetched
+    // there, one tile before its first use, so its latency hides behind the math.
     load_q_tile<Tr>(sq, p, g, tid);
     if (n_tiles > 0) {
-      fetch_pages<Tr>(ahead, p, g, g.kv_lo, tid);
-      load_k_tile<Tr>(sk, p, g, ahead, g.kv_lo, tid);
+      const int32_t pg0 = fetch_page<Tr>(p, g, g.kv_lo, tid);
+      load_k_tile<Tr>(sk, p, g, pg0, g.kv_lo, tid);
+      load_v_tile<Tr>(sv, p, g, pg0, g.kv_lo, tid);
     }
     ptx::cp_async_commit();
-    if (n_tiles > 0) load_v_tile<Tr>(sv, p, g, ahead, g.kv_lo, tid);
-    ptx::cp_async_commit();
+    int32_t pg1 = 0, pg2 = 0;
     if (n_tiles > 1) {
-      fetch_pages<Tr>(next, p, g, g.kv_lo + Tr::kCtaKV, tid);
-      load_k_tile<Tr>(sk + Tr::kKVTileElems, p, g, next, g.kv_lo + Tr::kCtaKV, tid);
+      pg1 = fetch_page<Tr>(p, g, g.kv_lo + Tr::kCtaKV, tid);
+      load_k_tile<Tr>(sk + Tr::kKVTileElems, p, g, pg1, g.kv_lo + Tr::kCtaKV, tid);
     }
     ptx::cp_async_commit();
+    if (n_tiles > 2) pg2 = fetch_page<Tr>(p, g, g.kv_lo + 2 * Tr::kCtaKV, tid);
 
     SoftmaxState<Tr> st;
     init_state(st);
     uint32_t qf[Tr::kQInRegs ? Tr::kKStepsQK : 1][4];
+    // Exponent scale of the softmax: raw scores x sm_scale log2(e); soft-capped logits are
+    // already in the log2 domain (prepare_logits).
+    const float scale = p.softcap_pre == 0.f ? p.scale_log2 : 1.f;
 
+    int ks = 0;  // K stage of tile t (t % 3)
     for (int t = 0; t < n_tiles; ++t) {
       const int ts = g.kv_lo + t * Tr::kCtaKV;
-      const int stage = t & 1;
-      ptx::cp_async_wait<2>();
+      const int vs = t & 1;                        // V stage of tile t
+      const int ks2 = ks == 0 ? 2 : ks - 1;        // K stage of tile t + 2 ((t + 2) % 3)
+      ptx::cp_async_wait<1>();
       __syncthreads();
       if constexpr (Tr::kQInRegs) {
         if (t == 0) {
@@ -102,30 +105,26 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM) batch_prefill
         }
       }
       if (t + 1 < n_tiles)
-        load_v_tile<Tr>(sv + (stage ^ 1) * Tr::kKVTileElems, p, g, next, ts + Tr::kCtaKV, tid);
+        load_v_tile<Tr>(sv + (vs ^ 1) * Tr::kKVTileElems, p, g, pg1, ts + Tr::kCtaKV, tid);
       ptx::cp_async_commit();
-      if (t + 2 < n_tiles) fetch_pages<Tr>(ahead, p, g, ts + 2 * Tr::kCtaKV, tid);
-
-      float s[Tr::kFragS][4];
-      compute_qk<Tr>(s, qf, sq, warp_row0, sk + stage * Tr::kKVTileElems, key_off, lane);
-#pragma unroll
-      for (int n = 0; n < Tr::kFragS; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[n][e] = logit_log2(p, s[n][e]);
-      if (tile_needs_mask(p, g, ts, Tr::kCtaKV)) apply_mask<Tr::kFragS>(s, p, g, rm, ts + key_off, lane);
-      online_softmax<Tr>(s, st);
-
-      ptx::cp_async_wait<2>();
-      __syncthreads();
-      if (t + 2 < n_tiles) load_k_tile<Tr>(sk + stage * Tr::kKVTileElems, p, g, ahead, ts + 2 * Tr::kCtaKV, tid);
+      if (t + 2 < n_tiles)
+        load_k_tile<Tr>(sk + ks2 * Tr::kKVTileElems, p, g, pg2, ts + 2 * Tr::kCtaKV, tid);
       ptx::cp_async_commit();
-#pragma unroll
-      for (int i = 0; i < KVRows<Tr>::kRowsPerThread; ++i) next.page[i] = ahead.page[i];
-      compute_pv<Tr>(s, st, sv + stage * Tr::kKVTileElems, key_off, lane);
+      pg1 = pg2;
+      if (t + 3 < n_tiles) pg2 = fetch_page<Tr>(p, g, ts + 3 * Tr::kCtaKV, tid);
+
+      float s[Tr::kMB][Tr::kFragS][4];
+      compute_qk<Tr>(s, qf, sq, warp_row0, sk + ks * Tr::kKVTileElems, key_off, lane);
+      prepare_logits<Tr>(s, p);
+      if (tile_needs_mask(p, g, ts, Tr::kCtaKV)) apply_mask<Tr>(s, p, g, warp_row0, ts + key_off, lane);
+      online_softmax<Tr>(s, st, scale);
+      compute_pv<Tr>(s, st, sv + vs * Tr::kKVTileElems, key_off, lane);
+      ks = ks == 2 ? 0 : ks + 1;
     }
     ptx::cp_async_wait<0>();
     __syncthreads();
 
+    finish_state(st, scale);
     reduce_row_sums(st);
     if constexpr (Tr::kWarpsKV > 1) {
       merge_kv_warps<Tr>(st, reinterpret_cast<float*>(sk), warp_q, warp_kv, lane);

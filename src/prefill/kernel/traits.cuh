@@ -13,8 +13,10 @@ struct PrefillTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kCtaQ = CTA_Q;
   static constexpr int kCtaKV = CTA_KV;
-  static constexpr int kWarpsQ = warps_q_of(CTA_Q);             // 16 query rows per warp
-  static constexpr int kWarpsKV = warps_kv_of(CTA_Q, CTA_KV);   // warps sharing one row block
+  static constexpr int kRowsPerWarp = rows_per_warp_of(HEAD_DIM, CTA_Q);  // 16 or 32
+  static constexpr int kMB = kRowsPerWarp / 16;                          // m16 row blocks per warp
+  static constexpr int kWarpsQ = warps_q_of(HEAD_DIM, CTA_Q);
+  static constexpr int kWarpsKV = warps_kv_of(HEAD_DIM, CTA_Q, CTA_KV);  // warps sharing one row block
   static constexpr int kWarps = kWarpsQ * kWarpsKV;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kKVPerWarp = CTA_KV / kWarpsKV;          // keys per warp per KV tile
@@ -23,29 +25,33 @@ struct PrefillTraits {
   static constexpr int kKStepsQK = HEAD_DIM / 16;               // k16 steps of Q.K^T
   static constexpr int kKStepsPV = kKVPerWarp / 16;             // k16 steps of P.V
   static constexpr int kChunks = HEAD_DIM / 8;                  // 16-byte chunks per row
-  static constexpr bool kQInRegs = q_in_regs(HEAD_DIM);
-  static constexpr int kStages = kKVStages;
-  // __launch_bounds__ min CTAs per SM = 1 (register cap 255). Measured: the d128 tiles need
-  // ~230-245 registers (O 64 + Q 32 + S 32 accumulators plus hoisted ldmatrix addresses); capping
-  // at 128 (2 CTAs of 256 threads) spills 432 B, at 168 (3 CTAs of 128) 128 B. With 255, 4-warp
-  // tiles still fit 2 CTAs per SM and 8-warp tiles 1 (8 warps per SM either way).
+  static constexpr bool kQInRegs = q_in_regs(HEAD_DIM, CTA_Q);
+  static constexpr int kKStages = weft::prefill::kKStages;
+  static constexpr int kVStages = weft::prefill::kVStages;
+  // __launch_bounds__ min CTAs per SM = 1 (register cap 255). Measured: the 16-row d128 tiles
+  // need ~230-245 registers (O 64 + Q 32 + S 32 accumulators plus hoisted ldmatrix addresses);
+  // capping at 128 (2 CTAs of 256 threads) spills 432 B, at 168 (3 CTAs of 128) 128 B. With 255,
+  // 4-warp tiles (incl. the 32-row d128 tile) fit 2 CTAs per SM and 8-warp tiles 1.
   static constexpr int kMinCtasPerSM = 1;
 
-  // Shared memory (16-bit elements): Q [CTA_Q][D], K [stages][CTA_KV][D], V [stages][CTA_KV][D],
+  // Shared memory (16-bit elements): Q [CTA_Q][D], K [3][CTA_KV][D], V [2][CTA_KV][D],
   // every row XOR-swizzled on 16-byte chunks (see swz()).
   static constexpr int kQElems = CTA_Q * HEAD_DIM;
   static constexpr int kKVTileElems = CTA_KV * HEAD_DIM;
   static constexpr int kOffK = kQElems;
-  static constexpr int kOffV = kOffK + kStages * kKVTileElems;
-  static constexpr int kSmemBytes = (kOffV + kStages * kKVTileElems) * 2;
+  static constexpr int kOffV = kOffK + kKStages * kKVTileElems;
+  static constexpr int kSmemBytes = (kOffV + kVStages * kKVTileElems) * 2;
 
   static_assert(kSmemBytes == static_cast<int>(smem_bytes_of(HEAD_DIM, CTA_Q, CTA_KV)), "smem");
   static_assert(kKVPerWarp % 16 == 0, "each warp needs whole k16 steps of P.V");
   static_assert(kThreads % kChunks == 0, "loaders assume a fixed chunk column per thread");
+  static_assert(kWarpsKV == 1 || kMB == 1, "cross-warp merge handles one row block per warp");
+  static_assert(!kQInRegs || kMB == 1, "Q fragments in registers only for 16-row warps");
   static_assert(HEAD_DIM % 64 == 0, "swizzle assumes rows of >= 128 bytes");
   // Cross-warp merge (kWarpsKV > 1) reuses the K/V stages as fp32 scratch.
   static constexpr int kMergeFloats = kWarps * 32 * (kFragO * 4 + 4);
-  static_assert(kWarpsKV == 1 || kMergeFloats * 4 <= 2 * kStages * kKVTileElems * 2, "merge scratch");
+  static_assert(kWarpsKV == 1 || kMergeFloats * 4 <= (kKStages + kVStages) * kKVTileElems * 2,
+                "merge scratch");
 };
 
 // Swizzled element offset of 16-byte chunk `chunk` of row `row` in a [rows][D] tile: chunk bits

@@ -44,9 +44,9 @@ TEST(PrefillTiles, InstantiationsAreReachableAndWellFormed) {
     for (double avg : {1.0, 40.0, 1000.0}) reachable |= choose_tiles(avg, c.head_dim) == c;
     EXPECT_TRUE(reachable) << describe(c) << " is compiled but never chosen";
     EXPECT_EQ(c.cta_q % 16, 0);
-    EXPECT_EQ((c.cta_kv / warps_kv_of(c.cta_q, c.cta_kv)) % 16, 0) << describe(c);
-    EXPECT_EQ(threads_of(c.cta_q, c.cta_kv) % (c.head_dim / 8), 0) << describe(c);
-    EXPECT_GE(threads_of(c.cta_q, c.cta_kv), 64) << describe(c);
+    EXPECT_EQ((c.cta_kv / warps_kv_of(c.head_dim, c.cta_q, c.cta_kv)) % 16, 0) << describe(c);
+    EXPECT_EQ(threads_of(c.head_dim, c.cta_q, c.cta_kv) % (c.head_dim / 8), 0) << describe(c);
+    EXPECT_GE(threads_of(c.head_dim, c.cta_q, c.cta_kv), 64) << describe(c);
   }
 }
 

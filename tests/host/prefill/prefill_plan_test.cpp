@@ -164,6 +164,32 @@ TEST(PrefillPlan, ChunkedPrefillSplitsLongHistory) {
   check_plan(r, sp1);
 }
 
+TEST(PrefillPlan, SplitOnlyWhenItBeatsTheMergeCost) {
+  // One causal L1024 prompt (8 KV heads, group 4): 256 tiles for 264 CTAs. The shared planner
+  // would split the heavy tiles (planned makespan 768 vs 1088) but the merge pass costs more
+  // than that on the GPU: the prefill plan keeps it whole.
+  PlanRequest r;
+  r.qo_len = {1024};
+  r.kv_len = {1024};
+  r.num_kv_heads = 8;
+  r.group_size = 4;
+  r.causal = true;
+  r.cta_q = 128;
+  r.cta_kv = 64;
+  r.num_ctas = 264;
+  const SegmentedPlan whole = make_plan(r);
+  EXPECT_FALSE(whole.plan.split);
+  EXPECT_EQ(whole.plan.num_merges(), 0);
+  check_plan(r, whole);
+  // A 512-token chunk after 16K keys: 128 tiles for 264 CTAs, splitting still wins by far.
+  r.qo_len = {512};
+  r.kv_len = {16384 + 512};
+  const SegmentedPlan split = make_plan(r);
+  EXPECT_TRUE(split.plan.split);
+  EXPECT_GT(split.plan.num_merges(), 0);
+  check_plan(r, split);
+}
+
 TEST(PrefillPlan, SegmentTokens) {
   EXPECT_EQ(segment_tokens(128, 4, true, -1), 32);
   EXPECT_EQ(segment_tokens(128, 4, false, -1), 0);   // no mask: whole requests
