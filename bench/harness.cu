@@ -137,35 +137,6 @@ void fill_random_int(int32_t* dev, std::size_t n_elems, uint64_t seed, int32_t l
 }
 
 // ---------------------------------------------------------------------------------------------
-// DeviceArray
-DeviceArray::DeviceArray(std::size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) {
-    cudaError_t e = cudaMalloc(&ptr_, bytes);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();  // clear it: an allocation failure is not sticky
-      ptr_ = nullptr;
-      throw ::weft::Error("CUDA", "cudaMalloc(" + std::to_string(bytes) +
-                                      " bytes) failed: " + cudaGetErrorString(e));
-    }
-  }
-}
-DeviceArray::~DeviceArray() {
-  if (ptr_) cudaFree(ptr_);
-}
-DeviceArray::DeviceArray(DeviceArray&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
-  o.ptr_ = nullptr;
-  o.bytes_ = 0;
-}
-DeviceArray& DeviceArray::operator=(DeviceArray&& o) noexcept {
-  if (this != &o) {
-    if (ptr_) cudaFree(ptr_);
-    ptr_ = o.ptr_;
-    bytes_ = o.bytes_;
-    o.ptr_ = nullptr;
-    o.bytes_ = 0;
-  }
-  return *this;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Context

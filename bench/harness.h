@@ -20,6 +20,8 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include "common/device_allocation.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -122,24 +124,8 @@ class Context {
 };
 
 // RAII device allocation (cudaMalloc; throws weft::Error("CUDA", ...) on failure).
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  explicit DeviceArray(std::size_t bytes);
-  ~DeviceArray();
-  DeviceArray(DeviceArray&& o) noexcept;
-  DeviceArray& operator=(DeviceArray&& o) noexcept;
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  void* get() const { return ptr_; }
-  template <class T> T* as() const { return static_cast<T*>(ptr_); }
-  std::size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-};
+// RAII device allocation (src/common/device_allocation.h).
+using DeviceArray = weft::detail::DeviceAllocation;
 
 // Deterministic uniform [lo, hi) fill of f16/bf16/f32 buffers from a counter-based hash of
 // (seed, index): same seed -> same bits; never all zeros (lo < hi required). Synchronous on the

@@ -23,34 +23,14 @@ static void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-  if (bytes) check(cudaMalloc(&ptr_, bytes), "cudaMalloc");
-}
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) cudaFree(ptr_);
-}
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
-  o.ptr_ = nullptr;
-  o.bytes_ = 0;
-}
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
-  if (this != &o) {
-    if (ptr_) cudaFree(ptr_);
-    ptr_ = o.ptr_;
-    bytes_ = o.bytes_;
-    o.ptr_ = nullptr;
-    o.bytes_ = 0;
-  }
-  return *this;
-}
 void DeviceBuffer::poison(cudaStream_t stream) {
-  if (bytes_) check(cudaMemsetAsync(ptr_, 0xFF, bytes_, stream), "poison");
+  if (bytes()) check(cudaMemsetAsync(get(), 0xFF, bytes(), stream), "poison");
 }
 void DeviceBuffer::upload(const void* host, std::size_t bytes) {
-  if (bytes) check(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice), "upload");
+  if (bytes) check(cudaMemcpy(get(), host, bytes, cudaMemcpyHostToDevice), "upload");
 }
 void DeviceBuffer::download(void* host, std::size_t bytes) const {
-  if (bytes) check(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost), "download");
+  if (bytes) check(cudaMemcpy(host, get(), bytes, cudaMemcpyDeviceToHost), "download");
 }
 
 }  // namespace weft::test

@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "common/device_allocation.h"
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -27,19 +29,9 @@ std::string gpu_unavailable_reason();
 
 // Owning device allocation of `bytes`; poison() fills with 0xFF bytes, which is NaN in f16,
 // bf16 and f32, so any element a kernel fails to write shows up as NaN in the comparison.
-class DeviceBuffer {
+class DeviceBuffer : public weft::detail::DeviceAllocation {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* get() const { return ptr_; }
-  template <class T> T* as() const { return static_cast<T*>(ptr_); }
-  std::size_t bytes() const { return bytes_; }
+  using DeviceAllocation::DeviceAllocation;
   void poison(cudaStream_t stream = nullptr);
   void upload(const void* host, std::size_t bytes);
   void download(void* host, std::size_t bytes) const;
@@ -53,10 +45,6 @@ class DeviceBuffer {
     download(v.data(), n * sizeof(T));
     return v;
   }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
 };
 
 }  // namespace weft::test

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "weft/dtype.h"
+#include "weft/error.h"
 
 namespace weft::test {
 
@@ -61,5 +62,17 @@ Tolerance tolerance_from_baseline(const Comparison& baseline, double factor = 4.
                                   double floor_rel = 1e-5, double floor_abs = 1e-4);
 // gtest assertion helper: ASSERT_TRUE(within(cmp, tol)) << cmp.summary();
 bool within(const Comparison& cmp, const Tolerance& tol);
+
+// The argument() of the weft::Error that f() throws, or "<no throw>". Negative tests compare
+// it with the name the caller knows the argument by.
+template <class F>
+std::string thrown_argument(F&& f) {
+  try {
+    f();
+  } catch (const weft::Error& e) {
+    return e.argument();
+  }
+  return "<no throw>";
+}
 
 }  // namespace weft::test

@@ -7,19 +7,12 @@
 
 #include "prefill_case.h"
 #include "weft/error.h"
+#include "common/test_util.h"
 
 namespace weft::test::prefill {
 namespace {
 
-template <class F>
-std::string thrown_argument(F&& f) {
-  try {
-    f();
-  } catch (const weft::Error& e) {
-    return e.argument();
-  }
-  return "<no throw>";
-}
+using weft::test::thrown_argument;
 
 Case small_case(bool paged) {
   Case c;

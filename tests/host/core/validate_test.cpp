@@ -4,21 +4,14 @@
 #include <vector>
 
 #include "weft/validate.h"
+#include "common/test_util.h"
 
 namespace {
 
 using weft::DType;
 using weft::TensorView;
 
-template <class F>
-std::string thrown_argument(F&& f) {
-  try {
-    f();
-  } catch (const weft::Error& e) {
-    return e.argument();
-  }
-  return "<no throw>";
-}
+using weft::test::thrown_argument;
 
 TEST(Validate, DtypeMismatchNamesArgument) {
   TensorView t(reinterpret_cast<void*>(256), DType::kFloat32, {4, 8});

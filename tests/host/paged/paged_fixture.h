@@ -7,18 +7,10 @@
 
 #include "weft/error.h"
 #include "weft/paged_kv.h"
+#include "common/test_util.h"
 
 namespace weft::test {
 
-template <class F>
-std::string thrown_argument(F&& f) {
-  try {
-    f();
-  } catch (const weft::Error& e) {
-    return e.argument();
-  }
-  return "<no throw>";
-}
 
 // Fake device addresses: 4 KiB aligned, far apart, never dereferenced.
 inline void* fake_ptr(int i) { return reinterpret_cast<void*>(uintptr_t{0x7f0000000000} + (uintptr_t(i) << 32)); }

@@ -7,19 +7,12 @@
 
 #include "prefill/prefill_validate.h"
 #include "weft/error.h"
+#include "common/test_util.h"
 
 namespace weft::prefill {
 namespace {
 
-template <class F>
-std::string thrown_argument(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.argument();
-  }
-  return "<no throw>";
-}
+using weft::test::thrown_argument;
 
 TEST(PrefillValidate, Bounds) {
   PrefillBounds b{2, 100, 8, 2, 128, -1};
