@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Markdown performance tables for docs/performance.md, generated from committed result JSON
+(never typed by hand): weft-bench single-GPU results, the PyTorch baselines of the same device
+call, and a multi-GPU comm result.
+
+  python3 bench/perf_tables.py --single R.json --torch T.json --comm C.json > tables.md
+"""
+import argparse
+import json
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--single", required=True)
+    ap.add_argument("--torch", required=True)
+    ap.add_argument("--comm", required=True)
+    a = ap.parse_args()
+    w, t, c4 = load(a.single), load(a.torch), load(a.comm)
+    tc = {c["name"].replace("torch/", ""): c for c in t["cases"] if c.get("ms")}
+    ce = w["ceilings"]
+    print(f"Single-GPU rows: `{w['command']}` on {w['gpu']}, commit {w['commit']} "
+          f"(`{a.single}`); PyTorch rows from `bench/torch_baselines.py` in the same device call "
+          f"(`{a.torch}`).\n")
+    print(f"Ceilings measured in that run: device-to-device copy {ce['copy_gbps']:.0f} GB/s, "
+          f"streaming read {ce['read_gbps']:.0f} GB/s, cuBLAS bf16 GEMM {ce['gemm_tflops']:.0f} TFLOP/s.\n")
+
+    def rows(prefix):
+        return [c for c in w["cases"] if c["name"].startswith(prefix) and c.get("ms")]
+
+    print("### Append (bf16, 8 KV heads, head_dim 128; bytes = K+V read + written)\n")
+    print("| case | ms | GB/s | fraction of copy |\n|---|---|---|---|")
+    for c in rows("append/"):
+        print(f"| {c['name']} | {c['ms']:.4f} | {c['gb_per_s']:.0f} | {c['fraction_of_ceiling']:.2f} |")
+
+    print("\n### Decode (bf16, page 16, head_dim 128; GB/s of KV read; torch = SDPA cuDNN backend "
+          "on contiguous KV)\n")
+    print("| case | weft ms | weft GB/s | fraction of read | torch ms | torch GB/s | torch/weft time |")
+    print("|---|---|---|---|---|---|---|")
+    for c in rows("decode/"):
+        n = c["name"]
+        if not (n.startswith("decode/llama") or n == "decode/bimodal64"):
+            continue
+        tt = tc.get(n)
+        ts = (f"{tt['ms']:.4f} | {tt['gb_per_s']:.0f} | {tt['ms'] / c['ms']:.2f}" if tt else "– | – | –")
+        print(f"| {n} | {c['ms']:.4f} | {c['gb_per_s']:.0f} | {c['fraction_of_ceiling']:.3f} | {ts} |")
+
+    forced = rows("decode/path/")
+    if forced:
+        print("\n### Decode with the path forced (fraction of the read ceiling)\n")
+        print("| case | fraction |\n|---|---|")
+        for c in forced:
+            print(f"| {c['name']} | {c['fraction_of_ceiling']:.3f} |")
+
+    print("\n### Prefill (bf16, head_dim 128, 32 q / 8 kv heads; causal FLOPs counted once; "
+          "torch = SDPA FLASH backend)\n")
+    print("| case | ms | TFLOP/s | fraction of GEMM | torch TFLOP/s |\n|---|---|---|---|---|")
+    for c in rows("prefill/"):
+        n = c["name"]
+        tt = None
+        if n.startswith(("prefill/causal/ragged/", "prefill/causal/paged/")):
+            tt = tc.get("prefill/causal/" + n.split("/")[-1])
+        tts = f"{tt['tflops']:.0f}" if tt else "–"
+        print(f"| {n} | {c['ms']:.4f} | {c['tflops']:.0f} | {c['fraction_of_ceiling']:.3f} | {tts} |")
+
+    print("\n### RMSNorm (bf16, hidden 8192; bytes = reads + writes)\n")
+    print("| case | ms | GB/s | fraction of copy |\n|---|---|---|---|")
+    for c in rows("norm/"):
+        print(f"| {c['name']} | {c['ms']:.4f} | {c['gb_per_s']:.0f} | {c['fraction_of_ceiling']:.3f} |")
+
+    print(f"\n### Fused AllReduce + residual + RMSNorm (hidden 8192 bf16; {c4['gpu']}; `{a.comm}`)\n")
+    cs = {c["name"]: c for c in c4["cases"] if c.get("ms")}
+    kinds = sorted({n.split("/")[2] for n in cs if n.split("/")[2] != "nccl_baseline"})
+    for kind in kinds:
+        print(f"\n`{kind}` (time per call in µs; speedup = NCCL baseline / weft)\n")
+        print("| world | tokens | NCCL all-reduce + fused_add_rmsnorm | 4 CTAs | 8 CTAs | 16 CTAs | speedup at 8 CTAs |")
+        print("|---|---|---|---|---|---|---|")
+        for wsz in (8, 4, 2):
+            for tok in (128, 512, 1024, 2048, 4096, 8192):
+                b = cs.get(f"comm/w{wsz}/nccl_baseline/t{tok}")
+                if not b:
+                    continue
+                v = [cs.get(f"comm/w{wsz}/{kind}/ctas{k}/t{tok}") for k in (4, 8, 16)]
+                vs = " | ".join(f"{x['ms'] * 1000:.1f}" if x else "–" for x in v)
+                sp = f"{b['ms'] / v[1]['ms']:.2f}x" if v[1] else "–"
+                print(f"| {wsz} | {tok} | {b['ms'] * 1000:.1f} | {vs} | {sp} |")
+
+
+if __name__ == "__main__":
+    main()
