@@ -2,7 +2,9 @@
 // vs the baseline ncclAllReduce + fused_add_rmsnorm (the same library's fallback path, on its own
 // NCCL communicator), measured in the same run. One thread per GPU inside this process; world =
 // all visible GPUs, and 2 (first two GPUs) when more are visible. tokens {128..8K} x hidden 8192,
-// bf16; two-shot and one-shot at 2/4/8/16 CTAs.
+// bf16, two-shot: both LSA kernels (push = register-staged stores, bulk = TMA bulk copies) at
+// 4/8/16 CTAs, and bulk zero-copy (x in input_buffer(), out = output_buffer(): no copy-out) at 8.
+// (One-shot is only selected for <= 4 rows; its bench rows were dropped to keep the group short.)
 // Timing: before every rep all ranks synchronize their stream and meet at a host barrier; rank 0
 // brackets kIters back-to-back calls with events (amortizes the launch skew between ranks);
 // per-call ms = bracket / kIters; median over reps. L2 is not flushed (the peers' data never
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,7 +50,7 @@ class HostBarrier {  // C++17 stand-in for std::barrier
 
 struct CommCase {
   int64_t tokens;
-  int variant;  // 0 baseline (NCCL), 1 one-shot, 2 two-shot
+  int variant;  // 0 baseline (NCCL), 2 two-shot push, 3 two-shot bulk, 4 two-shot bulk zero-copy
   int ctas;
   std::string name;
   double ms = -1;
@@ -67,10 +70,11 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
   std::vector<CommCase> cases;
   for (int64_t t : {128, 512, 1024, 2048, 4096, 8192}) {
     cases.push_back({t, 0, 0, prefix + "nccl_baseline/t" + std::to_string(t)});
-    for (int v : {2, 1})
-      for (int c : {2, 4, 8, 16})
-        cases.push_back({t, v, c, prefix + (v == 2 ? "two_shot" : "one_shot") + "/ctas" + std::to_string(c) + "/t" +
-                                      std::to_string(t)});
+    for (int v : {2, 3})
+      for (int c : {4, 8, 16})
+        cases.push_back({t, v, c, prefix + "two_shot/" + (v == 2 ? "push" : "bulk") + "/ctas" + std::to_string(c) +
+                                      "/t" + std::to_string(t)});
+    cases.push_back({t, 4, 8, prefix + "two_shot/bulk_zero_copy/ctas8/t" + std::to_string(t)});
   }
   // Baselines are needed for every reported speedup: keep a baseline when any case of its
   // token count is wanted.
@@ -119,9 +123,15 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
           weft::TensorView tw(w.get(), dt, {hidden}, weft::Device::kCUDA, dev);
           weft::TensorView tout(out.get(), dt, {c.tokens, hidden}, weft::Device::kCUDA, dev);
           weft::Communicator& comm = c.variant == 0 ? nccl : lsa;
-          const weft::AllReduceVariant v = c.variant == 1 ? weft::AllReduceVariant::kOneShot
-                                                          : weft::AllReduceVariant::kTwoShot;
+          const weft::AllReduceVariant v = weft::AllReduceVariant::kTwoShot;
           const int ctas = c.variant == 0 ? 1 : c.ctas;
+          if (c.variant != 0) lsa.set_kernel(c.variant == 2 ? weft::CommKernel::kPush : weft::CommKernel::kBulk);
+          if (c.variant == 4) {  // zero copy: x lives in the symmetric input, out is the symmetric output
+            if (lsa.input_buffer() == nullptr) throw std::runtime_error("zero copy needs the LSA path");
+            cudaMemcpyAsync(lsa.input_buffer(), x.get(), c.tokens * hidden * 2, cudaMemcpyDeviceToDevice, s);
+            tx = weft::TensorView(lsa.input_buffer(), dt, {c.tokens, hidden}, weft::Device::kCUDA, dev);
+            tout = weft::TensorView(lsa.output_buffer(), dt, {c.tokens, hidden}, weft::Device::kCUDA, dev);
+          }
           std::vector<double> samples;
           for (int rep = 0; rep < warmup + reps; ++rep) {
             cudaStreamSynchronize(s);
@@ -162,8 +172,8 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
     weft::bench::Result res;
     res.name = c.name;
     res.params = {{"tokens", std::to_string(c.tokens)}, {"hidden", std::to_string(hidden)}, {"dtype", "bf16"},
-                  {"variant", c.variant == 0 ? "nccl_allreduce+fused_add_rmsnorm"
-                                             : c.variant == 1 ? "one_shot" : "two_shot"}};
+                  {"variant", c.variant == 0 ? "nccl_allreduce+fused_add_rmsnorm" : "two_shot"},
+                  {"kernel", c.variant == 0 ? "-" : c.variant == 2 ? "push" : c.variant == 3 ? "bulk" : "bulk_zero_copy"}};
     if (!err.empty() || c.ms < 0) {
       ctx.report_error(res, err.empty() ? "not measured" : err);
       continue;

@@ -75,6 +75,15 @@ const char* comm_path_name(CommPath p);
 enum class AllReduceVariant : int32_t { kAuto = 0, kOneShot = 1, kTwoShot = 2 };
 const char* allreduce_variant_name(AllReduceVariant v);
 
+// Implementation of the LSA path (same protocol and bit-identical results; see
+// src/comm/fused_common.cuh). kBulk: TMA bulk copies (cp.async.bulk) through shared-memory
+// pipelines, so each SM keeps ~100-200 KB in flight regardless of registers. kPush: the earlier
+// kernel, register-staged 16-byte stores (kept as a fallback policy). kAuto: environment
+// WEFT_COMM_KERNEL=push|bulk if set, else the built-in default (kDefaultCommKernel). Every rank
+// must use the same kernel for a call (a mix would still agree on the protocol, but is untested).
+enum class CommKernel : int32_t { kAuto = 0, kPush = 1, kBulk = 2 };
+const char* comm_kernel_name(CommKernel k);
+
 // The fused kernel's CTA count range (LSA barriers are allocated per CTA index).
 constexpr int kCommMaxCtas = 32;
 // Largest world size the fused kernel supports (peers read per row, unrolled).
@@ -90,6 +99,9 @@ struct CommOptions {
   // Selector: one-shot when tokens * hidden * bytes <= this; < 0: built-in table by world size
   // (also overridable by WEFT_COMM_ONESHOT_MAX_BYTES).
   int64_t one_shot_max_bytes = -1;
+  // Which LSA kernel runs the fused call (see CommKernel); can be changed later with
+  // Communicator::set_kernel (same value on every rank, between calls).
+  CommKernel kernel = CommKernel::kAuto;
 };
 
 class Communicator {
@@ -117,6 +129,11 @@ class Communicator {
   std::size_t capacity_bytes() const;
   void* input_buffer() const;   // symmetric input (null off the LSA path)
   void* output_buffer() const;  // symmetric output (null off the LSA path)
+
+  // The LSA kernel used by the next calls (never kAuto: resolved at construction / set_kernel).
+  CommKernel kernel() const;
+  // Not collective, but every rank must switch identically between the same two calls.
+  void set_kernel(CommKernel k);
 
   // Tokens this rank owns in the two-shot schedule: {begin, count}.
   std::pair<int64_t, int64_t> owned_tokens(int64_t tokens) const;

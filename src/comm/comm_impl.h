@@ -28,6 +28,7 @@ struct Communicator::Impl {
   CommOptions opt;
   std::size_t capacity = 0;
   int64_t one_shot_max_bytes = -1;
+  CommKernel kernel = CommKernel::kPush;  // resolved (never kAuto)
   CommPath path = CommPath::kNcclFallback;
   std::string reason;
 

@@ -37,7 +37,32 @@ const char* allreduce_variant_name(AllReduceVariant v) {
   return "unknown";
 }
 
+const char* comm_kernel_name(CommKernel k) {
+  switch (k) {
+    case CommKernel::kAuto: return "auto";
+    case CommKernel::kPush: return "push";
+    case CommKernel::kBulk: return "bulk";
+  }
+  return "unknown";
+}
+
 namespace {
+
+// Built-in kernel when neither CommOptions::kernel nor WEFT_COMM_KERNEL chooses one.
+constexpr CommKernel kDefaultCommKernel = CommKernel::kPush;
+
+CommKernel resolve_kernel(CommKernel k) {
+  if (k != CommKernel::kAuto) return k;
+  const char* s = std::getenv("WEFT_COMM_KERNEL");
+  if (s != nullptr && std::strcmp(s, "push") == 0) return CommKernel::kPush;
+  if (s != nullptr && std::strcmp(s, "bulk") == 0) return CommKernel::kBulk;
+  return kDefaultCommKernel;
+}
+
+void check_kernel(CommKernel k, const char* name) {
+  WEFT_CHECK_ARG(k == CommKernel::kAuto || k == CommKernel::kPush || k == CommKernel::kBulk, name,
+                 "unknown value " << static_cast<int>(k));
+}
 
 bool env_flag(const char* name) {
   const char* s = std::getenv(name);
@@ -49,6 +74,7 @@ void check_options(const CommOptions& o) {
   norm_detail::check_hidden(o.max_hidden, "options.max_hidden");
   WEFT_CHECK_ARG(o.dtype == DType::kFloat16 || o.dtype == DType::kBFloat16, "options.dtype",
                  "expected f16 or bf16, got " << dtype_name(o.dtype));
+  check_kernel(o.kernel, "options.kernel");
 }
 
 // Everything after the NCCL communicator exists. Collective on every rank.
@@ -63,6 +89,7 @@ void init(Communicator::Impl& im) {
   im.capacity = static_cast<std::size_t>(im.opt.max_tokens) * static_cast<std::size_t>(im.opt.max_hidden) *
                 dtype_size(im.opt.dtype);
   im.one_shot_max_bytes = comm_detail::one_shot_max_bytes_from_env(im.opt.one_shot_max_bytes);
+  im.kernel = resolve_kernel(im.opt.kernel);
   WEFT_CUDA_CHECK(cudaMalloc(&im.state, comm_detail::kStateWords * sizeof(uint32_t)));
   WEFT_CUDA_CHECK(cudaMemset(im.state, 0, comm_detail::kStateWords * sizeof(uint32_t)));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -156,6 +183,12 @@ void* Communicator::input_buffer() const {
 }
 void* Communicator::output_buffer() const {
   return impl_->path == CommPath::kLsa ? static_cast<char*>(impl_->sym) + impl_->out_off : nullptr;
+}
+
+CommKernel Communicator::kernel() const { return impl_->kernel; }
+void Communicator::set_kernel(CommKernel k) {
+  check_kernel(k, "kernel");
+  impl_->kernel = resolve_kernel(k);
 }
 
 std::pair<int64_t, int64_t> Communicator::owned_tokens(int64_t tokens) const {

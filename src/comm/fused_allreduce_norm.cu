@@ -38,6 +38,7 @@
 #include <cstring>
 
 #include "comm/comm_impl.h"
+#include "comm/fused_common.cuh"
 #include "comm/partition.h"
 #include "common/cuda_check.h"
 #include "common/types.cuh"
@@ -62,45 +63,8 @@ template <int kMaxWorld>
 constexpr int reduce_batch() { return kMaxWorld <= 2 ? 8 : kMaxWorld <= 4 ? 4 : 2; }
 // Pass 2: rounded-row + weight vectors loaded per batch before the stores.
 constexpr int kNormBatch = 4;
-constexpr uint32_t kHeaderMagic = 0x74666577u;  // "weft"
-
-struct alignas(32) CallHeader {
-  uint32_t magic, seq, tokens, hidden, dtype, variant, ctas, pad;
-};
-static_assert(sizeof(CallHeader) == 32, "one 32-byte header per CTA index");
-
-struct Params {
-  ncclDevComm dev;
-  ncclWindow_t win;
-  size_t ctrl_off, out_off, stage_off;
-  const void* x;
-  void* residual;
-  int64_t residual_stride;
-  const void* weight;
-  void* out;
-  int tokens, hidden, vecs, world, rank;
-  int tpr, rows_at_once;  // pass layout: a group of tpr threads per row, rows_at_once groups
-  int seg_len;            // vectors per canonical sum-of-squares segment (multiple of 32)
-  int num_chunks;         // one-shot: chunks of chunk_rows rows; two-shot: 1
-  int64_t chunk_rows;
-  int64_t slot_rows;      // rows per source slot of the staging area
-  int64_t rows_per_cta;   // R
-  float eps;
-  int one_shot, out_is_sym;
-  uint32_t dtype_code;
-  uint32_t* state;
-};
-
 __device__ __forceinline__ uint4* lsa_ptr(const Params& p, size_t off, int peer) {
-  return static_cast<uint4*>(ncclGetLsaPointer(p.win, off, peer));
-}
-
-// Rows of rank o's segment in chunk ch.
-__device__ __forceinline__ TokenRange segment_of(const Params& p, int o, int ch) {
-  if (!p.one_shot) return owned_range(p.tokens, p.world, o);
-  const int64_t b = static_cast<int64_t>(ch) * p.chunk_rows;
-  const int64_t left = p.tokens - b;
-  return TokenRange{b, left < p.chunk_rows ? left : p.chunk_rows};
+  return static_cast<uint4*>(lsa_raw(p, off, peer));
 }
 
 // Copies n 16-byte vectors (CTA-wide), kCopyUnroll independent loads per thread in flight.
@@ -137,6 +101,7 @@ __device__ void push_rows(const Params& p, int ch) {
 // the row sum is the left fold 0 + s_0 + s_1 + ... in segment order. A group of G warps per row
 // gives warp w segments [w * kSegs / G, (w + 1) * kSegs / G); G > 1 folds through shared memory.
 constexpr int kSegs = kCommWarps;
+static_assert(kSegs == kCanonSegs, "one warp per canonical segment");
 
 // Phase B for this CTA's rows of its own segment.
 template <class T, int kMaxWorld>
@@ -272,9 +237,7 @@ __global__ void __launch_bounds__(kCommBlock, 1) fused_allreduce_norm_kernel(con
   // 1. header (the expected values are recomputed at the check: fewer live registers).
   if (threadIdx.x == 0) {
     s_bad = 0;
-    CallHeader h{kHeaderMagic, p.state[1 + c], static_cast<uint32_t>(p.tokens), static_cast<uint32_t>(p.hidden),
-                 p.dtype_code, static_cast<uint32_t>(p.one_shot), static_cast<uint32_t>(num_ctas), 0};
-    reinterpret_cast<CallHeader*>(static_cast<char*>(ncclGetLsaPointer(p.win, p.ctrl_off, p.rank)))[c] = h;
+    write_header(p, c, num_ctas);
   }
   ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), p.dev, ncclTeamLsa(p.dev), p.dev.lsaBarrier,
                                          static_cast<uint32_t>(c));
@@ -286,22 +249,7 @@ __global__ void __launch_bounds__(kCommBlock, 1) fused_allreduce_norm_kernel(con
     bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
     // 3. rank agreement (volatile: never served from a stale L1 line of the previous call).
     if (ch == 0) {
-      if (threadIdx.x < static_cast<unsigned>(p.world)) {
-        const volatile uint32_t* h = reinterpret_cast<const volatile uint32_t*>(
-            static_cast<const char*>(ncclGetLsaPointer(p.win, p.ctrl_off, threadIdx.x)) + c * sizeof(CallHeader));
-        const uint32_t expect[7] = {kHeaderMagic, p.state[1 + c], static_cast<uint32_t>(p.tokens),
-                                    static_cast<uint32_t>(p.hidden), p.dtype_code,
-                                    static_cast<uint32_t>(p.one_shot), static_cast<uint32_t>(num_ctas)};
-        uint32_t bits = 0;
-        if (h[0] != expect[0]) bits |= kMismatchMagic;
-        if (h[1] != expect[1]) bits |= kMismatchSequence;
-        if (h[2] != expect[2]) bits |= kMismatchTokens;
-        if (h[3] != expect[3]) bits |= kMismatchHidden;
-        if (h[4] != expect[4]) bits |= kMismatchDtype;
-        if (h[5] != expect[5]) bits |= kMismatchVariant;
-        if (h[6] != expect[6]) bits |= kMismatchCtas;
-        if (bits) atomicOr(&s_bad, bits);
-      }
+      check_header(p, c, num_ctas, &s_bad);
       __syncthreads();
       bad = s_bad;
     }
@@ -332,17 +280,6 @@ __global__ void __launch_bounds__(kCommBlock, 1) fused_allreduce_norm_kernel(con
   }
 }
 
-template <class T>
-void launch_typed(const Params& p, int num_ctas, cudaStream_t stream) {
-  if (p.world <= 2)
-    fused_allreduce_norm_kernel<T, 2><<<num_ctas, kCommBlock, 0, stream>>>(p);
-  else if (p.world <= 4)
-    fused_allreduce_norm_kernel<T, 4><<<num_ctas, kCommBlock, 0, stream>>>(p);
-  else
-    fused_allreduce_norm_kernel<T, 8><<<num_ctas, kCommBlock, 0, stream>>>(p);
-}
-
-
 // Rows handled at once per CTA: one group of tpr threads per row; tpr = 32 (a warp per row, no
 // CTA barrier in the row reduction) once a CTA has >= 16 rows, more warps per row for fewer rows
 // (more loads in flight per row), never more threads than vectors in a row.
@@ -359,6 +296,18 @@ void pass_layout(int64_t rows_per_cta, int vecs, int* tpr, int* rows_at_once) {
 }
 
 }  // namespace
+
+void launch_push(const Params& p, DType dtype, int num_ctas, cudaStream_t stream) {
+  WEFT_DISPATCH_HALF_TYPES(dtype, "x", [&] {
+    using T = scalar_t;
+    if (p.world <= 2)
+      fused_allreduce_norm_kernel<T, 2><<<num_ctas, kCommBlock, 0, stream>>>(p);
+    else if (p.world <= 4)
+      fused_allreduce_norm_kernel<T, 4><<<num_ctas, kCommBlock, 0, stream>>>(p);
+    else
+      fused_allreduce_norm_kernel<T, 8><<<num_ctas, kCommBlock, 0, stream>>>(p);
+  });
+}
 
 void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t stream) {
   WEFT_CHECK_ARG(im.world <= kCommMaxWorld, "comm", "world size " << im.world << " > " << kCommMaxWorld);
@@ -404,7 +353,13 @@ void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t
   p.out_is_sym = l.out == sym + im.out_off ? 1 : 0;
   p.dtype_code = static_cast<uint32_t>(l.dtype);
   p.state = im.state;
-  WEFT_DISPATCH_HALF_TYPES(l.dtype, "x", [&] { launch_typed<scalar_t>(p, l.num_ctas, stream); });
+  // Kernel policy (CommKernel): bulk unless the push kernel was asked for or bulk's shared-memory
+  // pipeline cannot hold a row job; both implement the same protocol (fused_common.cuh).
+  p.bulk_stages = 0;
+  if (im.kernel == CommKernel::kBulk && bulk_fits(im.world, row_bytes, &p.bulk_stages))
+    launch_bulk(p, l.dtype, l.num_ctas, stream);
+  else
+    launch_push(p, l.dtype, l.num_ctas, stream);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 

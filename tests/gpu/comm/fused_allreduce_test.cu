@@ -1,6 +1,6 @@
 // GPU tests (>= 2 GPUs, one thread per GPU): fused all-reduce + residual add + RMSNorm against
 // the float64 reference (ref::allreduce_add_rmsnorm, residual rounded to the storage dtype),
-// both variants, CTA counts 1/4/8/32, token counts not divisible by the world size, world =
+// both LSA kernels (push and bulk: their outputs must be bit-identical), both variants, CTA counts 1/4/8/32, token counts not divisible by the world size, world =
 // all visible GPUs and 2 (sub-communicator of the first two); 10,000 back-to-back calls;
 // rank-disagreement detection; the NCCL fallback.
 #include <gtest/gtest.h>
@@ -20,6 +20,7 @@
 namespace {
 
 using weft::AllReduceVariant;
+using weft::CommKernel;
 using weft::CommOptions;
 using weft::CommPath;
 using weft::DType;
@@ -172,8 +173,14 @@ void check(RankGroup& g, const Problem& p, const RunResult& rr, AllReduceVariant
   }
 }
 
-std::string name(const Problem& p, AllReduceVariant v, int ctas, int world) {
-  return std::string(weft::dtype_name(p.dt)) + " T" + std::to_string(p.T) + " H" + std::to_string(p.H) + " " +
+const CommKernel kKernels[2] = {CommKernel::kBulk, CommKernel::kPush};
+
+void set_kernel(RankGroup& g, CommKernel k) {
+  for (int r = 0; r < g.size(); ++r) g.comm(r).set_kernel(k);
+}
+
+std::string name(const Problem& p, AllReduceVariant v, int ctas, int world, CommKernel k = CommKernel::kAuto) {
+  return std::string(weft::comm_kernel_name(k)) + " " + std::string(weft::dtype_name(p.dt)) + " T" + std::to_string(p.T) + " H" + std::to_string(p.H) + " " +
          weft::allreduce_variant_name(v) + " ctas" + std::to_string(ctas) + " world" + std::to_string(world);
 }
 
@@ -199,13 +206,16 @@ TEST(CommFused, MatchesReferenceAllShapes) {
       for (int64_t H : {2048, 4096, 8192})
         for (int64_t T : {1, 2, 3, 7, 128, 1000}) {
           const Problem p = make_problem(rng, dt, T, H, world);
-          std::vector<uint16_t> canonical;
-          for (AllReduceVariant v : {AllReduceVariant::kTwoShot, AllReduceVariant::kOneShot})
-            for (int ctas : {1, 4, 8, 32}) {
-              const RunResult rr = run(g, p, v, ctas);
-              check(g, p, rr, v, true, &canonical, name(p, v, ctas, world));
-              if (HasFailure()) return;
-            }
+          std::vector<uint16_t> canonical;  // shared by both kernels: bit-identical outputs
+          for (CommKernel k : kKernels) {
+            set_kernel(g, k);
+            for (AllReduceVariant v : {AllReduceVariant::kTwoShot, AllReduceVariant::kOneShot})
+              for (int ctas : {1, 4, 8, 32}) {
+                const RunResult rr = run(g, p, v, ctas);
+                check(g, p, rr, v, true, &canonical, name(p, v, ctas, world, k));
+                if (HasFailure()) return;
+              }
+          }
         }
     // Large token counts: fewer combinations (host reference cost).
     struct Big { DType dt; int64_t T, H; AllReduceVariant v; int ctas; };
@@ -214,9 +224,20 @@ TEST(CommFused, MatchesReferenceAllShapes) {
                        {DType::kFloat16, 4096, 4096, AllReduceVariant::kTwoShot, 4},
                        {DType::kBFloat16, 16384, 2048, AllReduceVariant::kTwoShot, 32},
                        {DType::kFloat16, 16384, 2048, AllReduceVariant::kOneShot, 8}};
+    // Bulk checked against the reference; push must reproduce its bits (outputs and residuals).
     for (const Big& b : big) {
       const Problem p = make_problem(rng, b.dt, b.T, b.H, world);
-      check(g, p, run(g, p, b.v, b.ctas), b.v, true, nullptr, name(p, b.v, b.ctas, world));
+      set_kernel(g, CommKernel::kBulk);
+      const RunResult bulk = run(g, p, b.v, b.ctas);
+      check(g, p, bulk, b.v, true, nullptr, name(p, b.v, b.ctas, world, CommKernel::kBulk));
+      set_kernel(g, CommKernel::kPush);
+      const RunResult push = run(g, p, b.v, b.ctas);
+      for (int r = 0; r < world; ++r) {
+        EXPECT_TRUE(push.out[r] == bulk.out[r]) << name(p, b.v, b.ctas, world) << " rank " << r
+                                                << ": push and bulk outputs differ";
+        EXPECT_TRUE(push.res[r] == bulk.res[r]) << name(p, b.v, b.ctas, world) << " rank " << r
+                                                << ": push and bulk residuals differ";
+      }
     }
   }
 }
@@ -230,10 +251,15 @@ TEST(CommFused, InPlaceZeroCopyAndAuto) {
     for (int64_t T : {5, 1000}) {
       const Problem p = make_problem(rng, DType::kBFloat16, T, 4096, g.size());
       std::vector<uint16_t> canonical;
-      for (AllReduceVariant v : {AllReduceVariant::kTwoShot, AllReduceVariant::kOneShot, AllReduceVariant::kAuto}) {
-        const AllReduceVariant eff = v == AllReduceVariant::kAuto ? g.comm(0).select_variant(T, 4096, p.dt) : v;
-        check(g, p, run(g, p, v, 4, Mode::kInPlace), eff, true, &canonical, "in place " + name(p, v, 4, g.size()));
-        check(g, p, run(g, p, v, 8, Mode::kZeroCopy), eff, true, &canonical, "zero copy " + name(p, v, 8, g.size()));
+      for (CommKernel k : kKernels) {
+        set_kernel(g, k);
+        for (AllReduceVariant v : {AllReduceVariant::kTwoShot, AllReduceVariant::kOneShot, AllReduceVariant::kAuto}) {
+          const AllReduceVariant eff = v == AllReduceVariant::kAuto ? g.comm(0).select_variant(T, 4096, p.dt) : v;
+          check(g, p, run(g, p, v, 4, Mode::kInPlace), eff, true, &canonical,
+                "in place " + name(p, v, 4, g.size(), k));
+          check(g, p, run(g, p, v, 8, Mode::kZeroCopy), eff, true, &canonical,
+                "zero copy " + name(p, v, 8, g.size(), k));
+        }
       }
     }
   }
@@ -245,7 +271,7 @@ __global__ void count_diff(const uint16_t* a, const uint16_t* b, int n, unsigned
 }
 
 // 10,000 back-to-back calls, no host synchronization between ranks: variants and CTA counts
-// change every call, x alternates between two sets whose rank-order sum is exactly zero (so
+// change every call, the kernel (bulk / push) every 7 calls, x alternates between two sets whose rank-order sum is exactly zero (so
 // every call must reproduce the same residual and output; a stale or missing peer read makes
 // the sum non-zero). Each call's output and residual are compared on the device with the
 // expected bits; the mismatch counter is read every 1000 calls.
@@ -298,6 +324,9 @@ TEST(CommFused, TenThousandCallsBackToBack) {
       for (int i = 0; i < kCalls; ++i) {
         TensorView tx((i & 1 ? x1 : x0).get(), dt, {T, H}, weft::Device::kCUDA, g.device(r));
         cudaMemsetAsync(dout.get(), 0xFF, bytes, s);
+        // Kernel switches every 7 calls (coprime with 3 and 5): push and bulk calls follow each
+        // other in every combination of variant and CTA count (shared per-CTA state, staging reuse).
+        c.set_kernel((i / 7) % 2 ? CommKernel::kPush : CommKernel::kBulk);
         weft::fused_allreduce_add_rmsnorm(c, tx, tres, tw, 1e-6, tout, ctas[i % 5], s, vs[i % 3]);
         if (i == 0) {
           cudaStreamSynchronize(s);
@@ -341,7 +370,10 @@ TEST(CommFused, RankDisagreementIsReportedNotHung) {
   const int world = g.size();
   const Problem p = make_problem(rng, dt, 65, H, world);
   // Case A: rank 0 says 64 tokens, the others 65. Case B: rank 0 one-shot, the others two-shot.
-  for (int which = 0; which < 2; ++which) {
+  // Each with both kernels (which = 0, 1: bulk; 2, 3: push).
+  for (int which4 = 0; which4 < 4; ++which4) {
+    const int which = which4 % 2;
+    set_kernel(g, which4 < 2 ? CommKernel::kBulk : CommKernel::kPush);
     std::vector<std::string> errors(world);
     std::vector<bool> untouched(world, false);
     g.parallel([&](int r) {
@@ -389,10 +421,33 @@ TEST(CommFused, RankDisagreementIsReportedNotHung) {
       if (e.argument() != "num_ctas") throw std::runtime_error(std::string("wrong argument: ") + e.what());
     }
   });
-  // The communicator is still usable and in step.
+  // The communicator is still usable and in step (both kernels).
   std::vector<uint16_t> canonical;
-  check(g, p, run(g, p, AllReduceVariant::kTwoShot, 4), AllReduceVariant::kTwoShot, true, &canonical,
-        "after the mismatches");
+  for (CommKernel k : kKernels) {
+    set_kernel(g, k);
+    check(g, p, run(g, p, AllReduceVariant::kTwoShot, 4), AllReduceVariant::kTwoShot, true, &canonical,
+          std::string("after the mismatches, ") + weft::comm_kernel_name(k));
+  }
+}
+
+// CommOptions::kernel and set_kernel resolve to a concrete kernel; kAuto follows
+// WEFT_COMM_KERNEL or the built-in default (never stays kAuto); bad values are rejected.
+TEST(CommFused, KernelOptionResolves) {
+  WEFT_REQUIRE_GPUS(2);
+  CommOptions o = options(64, 2048);
+  o.kernel = CommKernel::kPush;
+  RankGroup g(device_sets().back(), o);
+  EXPECT_EQ(g.comm(0).kernel(), CommKernel::kPush);
+  g.comm(0).set_kernel(CommKernel::kBulk);
+  EXPECT_EQ(g.comm(0).kernel(), CommKernel::kBulk);
+  g.comm(0).set_kernel(CommKernel::kAuto);
+  EXPECT_NE(g.comm(0).kernel(), CommKernel::kAuto);
+  try {
+    g.comm(0).set_kernel(static_cast<CommKernel>(7));
+    ADD_FAILURE() << "kernel 7 accepted";
+  } catch (const weft::Error& e) {
+    EXPECT_EQ(e.argument(), "kernel");
+  }
 }
 
 TEST(CommFused, NcclFallbackForced) {
