@@ -73,22 +73,33 @@ def main():
         print(f"| {c['name']} | {c['ms']:.4f} | {c['gb_per_s']:.0f} | {c['fraction_of_ceiling']:.3f} |")
 
     print(f"\n### Fused AllReduce + residual + RMSNorm (hidden 8192 bf16; {c4['gpu']}; `{a.comm}`)\n")
-    cs = {c["name"]: c for c in c4["cases"] if c.get("ms")}
-    kinds = sorted({n.split("/")[2] for n in cs if n.split("/")[2] != "nccl_baseline"})
-    for kind in kinds:
-        print(f"\n`{kind}` (time per call in µs; speedup = NCCL baseline / weft)\n")
-        print("| world | tokens | NCCL all-reduce + fused_add_rmsnorm | 4 CTAs | 8 CTAs | 16 CTAs | speedup at 8 CTAs |")
-        print("|---|---|---|---|---|---|---|")
+    # Names: comm/w<W>/nccl_baseline/t<T> and comm/w<W>/<variant...>/ctas<C>/t<T>.
+    base, runs = {}, {}
+    for c in c4["cases"]:
+        if not c.get("ms"):
+            continue
+        parts = c["name"].split("/")
+        wsz, tok = int(parts[1][1:]), int(parts[-1][1:])
+        if parts[2] == "nccl_baseline":
+            base[(wsz, tok)] = c
+        elif parts[-2].startswith("ctas"):
+            runs[("/".join(parts[2:-2]), wsz, tok, int(parts[-2][4:]))] = c
+    for kind in sorted({k[0] for k in runs}):
+        ctas = sorted({k[3] for k in runs if k[0] == kind})
+        print(f"\n`{kind}` (time per call in µs; speedup = NCCL baseline / weft at 8 CTAs)\n")
+        print("| world | tokens | NCCL all-reduce + fused_add_rmsnorm | "
+              + " | ".join(f"{n} CTAs" for n in ctas) + " | speedup at 8 CTAs |")
+        print("|---|---|---|" + "---|" * len(ctas) + "---|")
         for wsz in (8, 4, 2):
             for tok in (128, 512, 1024, 2048, 4096, 8192):
-                b = cs.get(f"comm/w{wsz}/nccl_baseline/t{tok}")
+                b = base.get((wsz, tok))
                 if not b:
                     continue
-                v = [cs.get(f"comm/w{wsz}/{kind}/ctas{k}/t{tok}") for k in (4, 8, 16)]
+                v = [runs.get((kind, wsz, tok, n)) for n in ctas]
                 vs = " | ".join(f"{x['ms'] * 1000:.1f}" if x else "–" for x in v)
-                sp = f"{b['ms'] / v[1]['ms']:.2f}x" if v[1] else "–"
+                r8 = runs.get((kind, wsz, tok, 8))
+                sp = f"{b['ms'] / r8['ms']:.2f}x" if r8 else "–"
                 print(f"| {wsz} | {tok} | {b['ms'] * 1000:.1f} | {vs} | {sp} |")
-
 
 if __name__ == "__main__":
     main()
