@@ -5,5 +5,6 @@
 #include "weft/norm.h"
 #include "weft/paged_kv.h"
 #include "weft/tensor.h"
+#include "weft/token_split.h"
 #include "weft/validate.h"
 #include "weft/version.h"

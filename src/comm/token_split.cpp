@@ -1,8 +1,8 @@
-#include "comm/token_split.h"
+#include "weft/token_split.h"
 
 #include "weft/error.h"
 
-namespace weft::comm_detail {
+namespace weft {
 
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -61,4 +61,4 @@ TokenSplit plan_token_split(const TokenSplitProblem& p) {
   return s;
 }
 
-}  // namespace weft::comm_detail
+}  // namespace weft

@@ -4,17 +4,17 @@
 
 #include <cstdlib>
 
-#include "comm/token_split.h"
+#include "weft/token_split.h"
 #include "common/test_util.h"
 #include "weft/error.h"
 
 namespace {
 
-using weft::comm_detail::gemm_ctas;
-using weft::comm_detail::gemm_waves;
-using weft::comm_detail::plan_token_split;
-using weft::comm_detail::TokenSplit;
-using weft::comm_detail::TokenSplitProblem;
+using weft::gemm_ctas;
+using weft::gemm_waves;
+using weft::plan_token_split;
+using weft::TokenSplit;
+using weft::TokenSplitProblem;
 
 TEST(TokenSplit, PaperExample300CtasOn132Sms) {
   TokenSplitProblem p;

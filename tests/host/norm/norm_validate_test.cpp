@@ -9,6 +9,7 @@
 #include "norm/row_layout.h"
 #include "weft/error.h"
 #include "weft/norm.h"
+#include "common/test_util.h"
 
 namespace {
 
@@ -17,17 +18,10 @@ using weft::TensorView;
 
 // Fake, 256-byte aligned device addresses: validation never dereferences them, and every call
 // below is rejected before a launch.
+using weft::test::thrown_argument;
+
 void* fake(uintptr_t mib) { return reinterpret_cast<void*>(mib << 20); }
 
-template <class F>
-std::string rejected_arg(F&& f) {
-  try {
-    f();
-  } catch (const weft::Error& e) {
-    return e.argument();
-  }
-  return "<accepted>";
-}
 
 TEST(NormValidate, RejectsBadArgumentsNamingThem) {
   const int64_t T = 16, H = 4096;
@@ -37,34 +31,34 @@ TEST(NormValidate, RejectsBadArgumentsNamingThem) {
   TensorView w(fake(4), DType::kBFloat16, {H});
   cudaStream_t s = nullptr;
 
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(TensorView(fake(1), DType::kBFloat16, {T, 1001}), w, out, 1e-6, s); }), "x");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(TensorView(fake(1), DType::kBFloat16, {T, 16392}), w, out, 1e-6, s); }), "x");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(TensorView(fake(1), DType::kFloat32, {T, H}), w, out, 1e-6, s); }), "x");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(TensorView(fake(1), DType::kBFloat16, {T, H, 1}), w, out, 1e-6, s); }), "x");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(x, w, TensorView(fake(2), DType::kFloat16, {T, H}), 1e-6, s); }), "out");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(x, w, TensorView(fake(2), DType::kBFloat16, {T + 1, H}), 1e-6, s); }), "out");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(x, TensorView(fake(4), DType::kBFloat16, {H / 2}), out, 1e-6, s); }), "weight");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(x, TensorView(fake(4), DType::kFloat16, {H}), out, 1e-6, s); }), "weight");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(x, w, out, 0.0, s); }), "eps");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(x, w, out, -1e-6, s); }), "eps");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(x, w, out, 1.0 / 0.0, s); }), "eps");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(TensorView(fake(1), DType::kBFloat16, {T, 1001}), w, out, 1e-6, s); }), "x");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(TensorView(fake(1), DType::kBFloat16, {T, 16392}), w, out, 1e-6, s); }), "x");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(TensorView(fake(1), DType::kFloat32, {T, H}), w, out, 1e-6, s); }), "x");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(TensorView(fake(1), DType::kBFloat16, {T, H, 1}), w, out, 1e-6, s); }), "x");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(x, w, TensorView(fake(2), DType::kFloat16, {T, H}), 1e-6, s); }), "out");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(x, w, TensorView(fake(2), DType::kBFloat16, {T + 1, H}), 1e-6, s); }), "out");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(x, TensorView(fake(4), DType::kBFloat16, {H / 2}), out, 1e-6, s); }), "weight");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(x, TensorView(fake(4), DType::kFloat16, {H}), out, 1e-6, s); }), "weight");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(x, w, out, 0.0, s); }), "eps");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(x, w, out, -1e-6, s); }), "eps");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(x, w, out, 1.0 / 0.0, s); }), "eps");
   // misaligned rows / data, null data, CPU tensor
-  EXPECT_EQ(rejected_arg([&] {
+  EXPECT_EQ(thrown_argument([&] {
               weft::rmsnorm(TensorView(static_cast<char*>(fake(1)) + 2, DType::kBFloat16, {T, H}), w, out, 1e-6, s);
             }), "x");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(TensorView(fake(1), DType::kBFloat16, {T, H}, {H + 4, 1}), w, out, 1e-6, s); }), "x");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(TensorView(nullptr, DType::kBFloat16, {T, H}), w, out, 1e-6, s); }), "x");
-  EXPECT_EQ(rejected_arg([&] { weft::rmsnorm(TensorView(fake(1), DType::kBFloat16, {T, H}, weft::Device::kCPU), w, out, 1e-6, s); }), "x");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(TensorView(fake(1), DType::kBFloat16, {T, H}, {H + 4, 1}), w, out, 1e-6, s); }), "x");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(TensorView(nullptr, DType::kBFloat16, {T, H}), w, out, 1e-6, s); }), "x");
+  EXPECT_EQ(thrown_argument([&] { weft::rmsnorm(TensorView(fake(1), DType::kBFloat16, {T, H}, weft::Device::kCPU), w, out, 1e-6, s); }), "x");
   // partial overlap of out with x (in place with the same view is allowed)
-  EXPECT_EQ(rejected_arg([&] {
+  EXPECT_EQ(thrown_argument([&] {
               weft::rmsnorm(x, w, TensorView(static_cast<char*>(fake(1)) + 2 * H, DType::kBFloat16, {T, H}), 1e-6, s);
             }), "out");
 
-  EXPECT_EQ(rejected_arg([&] { weft::fused_add_rmsnorm(x, TensorView(fake(3), DType::kFloat16, {T, H}), w, 1e-6, s); }), "residual");
-  EXPECT_EQ(rejected_arg([&] { weft::fused_add_rmsnorm(x, TensorView(fake(3), DType::kBFloat16, {T, H + 8}), w, 1e-6, s); }), "residual");
-  EXPECT_EQ(rejected_arg([&] { weft::fused_add_rmsnorm(x, x, w, 1e-6, s); }), "residual");
-  EXPECT_EQ(rejected_arg([&] { weft::fused_add_rmsnorm(x, res, w, std::nan(""), s); }), "eps");
-  EXPECT_EQ(rejected_arg([&] { weft::fused_add_rmsnorm(TensorView(fake(1), DType::kBFloat16, {T, 12}), res, w, 1e-6, s); }), "x");
+  EXPECT_EQ(thrown_argument([&] { weft::fused_add_rmsnorm(x, TensorView(fake(3), DType::kFloat16, {T, H}), w, 1e-6, s); }), "residual");
+  EXPECT_EQ(thrown_argument([&] { weft::fused_add_rmsnorm(x, TensorView(fake(3), DType::kBFloat16, {T, H + 8}), w, 1e-6, s); }), "residual");
+  EXPECT_EQ(thrown_argument([&] { weft::fused_add_rmsnorm(x, x, w, 1e-6, s); }), "residual");
+  EXPECT_EQ(thrown_argument([&] { weft::fused_add_rmsnorm(x, res, w, std::nan(""), s); }), "eps");
+  EXPECT_EQ(thrown_argument([&] { weft::fused_add_rmsnorm(TensorView(fake(1), DType::kBFloat16, {T, 12}), res, w, 1e-6, s); }), "x");
 }
 
 TEST(NormRowLayout, CoversEveryHiddenSize) {

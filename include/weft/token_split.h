@@ -1,4 +1,5 @@
-// Wave-aware token split (TokenWeave §3.1.1 "smart splitting"), pure C++.
+// Wave-aware token split (TokenWeave §3.1.1 "smart splitting"): a pure host planner, public so
+// that a serving engine can split its batch before launching the overlapped GEMMs.
 //
 // A batch of M tokens feeds GEMMs tiled (tile_m x tile_n) over an [M, N] output: it launches
 // ctas(M) = ceil(M / tile_m) * ceil(N / tile_n) CTAs, which run in waves(M) =
@@ -15,7 +16,7 @@
 #pragma once
 #include <cstdint>
 
-namespace weft::comm_detail {
+namespace weft {
 
 struct TokenSplitProblem {
   int64_t tokens = 0;    // M
@@ -40,4 +41,4 @@ int64_t gemm_waves(const TokenSplitProblem& p, int64_t ctas);
 // Throws weft::Error for tokens < 0 or non-positive n, tiles, sm_count, ctas_per_sm.
 TokenSplit plan_token_split(const TokenSplitProblem& p);
 
-}  // namespace weft::comm_detail
+}  // namespace weft
