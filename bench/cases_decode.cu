@@ -115,6 +115,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
       for (int i = 0; i < runs; ++i) w.run(tq, cache, table, tout, nullptr, cap);
       WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
       WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      ctx.warm_up_once([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
       const double ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
       cudaGraphExecDestroy(exec);
       cudaGraphDestroy(graph);

@@ -143,18 +143,7 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     }
     WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
     WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    // GPU warm-up once per process: the first cases otherwise run while the clocks are still
-    // ramping (measured: the same plan timed 15% slower as the first case than later in the
-    // group). ~1 s of back-to-back replays of the first case's graph.
-    static bool warmed = false;
-    if (!warmed) {
-      const auto w0 = std::chrono::steady_clock::now();
-      while (std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() < 1.0) {
-        for (int i = 0; i < 20; ++i) WEFT_BENCH_CUDA(cudaGraphLaunch(exec, s));
-        WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
-      }
-      warmed = true;
-    }
+    ctx.warm_up_once([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
     r.ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);

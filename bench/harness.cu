@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -223,6 +224,16 @@ std::vector<double> Context::time_samples_ms(const std::function<void(cudaStream
     samples[i] = ms;
   }
   return samples;
+}
+
+void Context::warm_up_once(const std::function<void(cudaStream_t)>& fn, double seconds) {
+  if (warmed_up_) return;
+  warmed_up_ = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+    for (int i = 0; i < 20; ++i) fn(stream_);
+    WEFT_BENCH_CUDA(cudaStreamSynchronize(stream_));
+  }
 }
 
 double Context::time_ms(const std::function<void(cudaStream_t)>& fn, int warmup, int reps) {

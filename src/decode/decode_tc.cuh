@@ -2,131 +2,171 @@
 // decode_items (decode_pipeline.cuh: persistent CTAs, warp-owned 16-key tiles, per-warp
 // cp.async pipelines).
 //
-// Per item the group's query heads (<= 16 rows, zero-padded) form the M = 16 dimension, so
-// every K/V row is read from HBM once per KV head and reused by all heads of the group. Per
-// warp tile: S = Q K^T as two n8 mma tiles per 16-wide K step of head_dim, online softmax in
-// the accumulator layout (rows lane/4 and lane/4 + 8), O += P V with P packed to 16 bits and V
-// through ldmatrix.trans. Each warp keeps O (16 x D fp32) in registers.
+// Operands are swapped against prefill ("S^T = K Q^T", "O^T = V^T P^T"): the tile's 16 keys are
+// the mma M dimension and the group's query heads the N dimension, NT n8 tiles of them
+// (NT = 1 for GQA groups <= 8, 2 for 9..16). Decode has at most 16 query rows per KV head and
+// usually 1..8, so putting them in M (16 rows, as the first version did) padded a group of 4 to
+// 16 rows; in N a group of <= 8 needs one n8 tile. Per warp tile (D = 128, NT = 1) that is 8 mma
+// for K Q^T + 8 for V^T P^T (was 16 + 16), and O^T is D x 8 fp32 = 32 registers per lane (was 64).
+// Each K/V row is still read from HBM once per KV head and shared by all heads of the group.
+//   S^T = K Q^T:   A = K tile [16 keys][16 dims] (ldmatrix), B = Q^T (Q rows via ldmatrix,
+//                  kept in registers); two accumulator chains (even / odd k steps) halve the
+//                  dependent mma chain.
+//   softmax:       per query column; lane holds keys lane/4 and lane/4 + 8 of queries
+//                  nt*8 + 2*(lane%4) + {0,1}; max over keys by 3 xor shuffles (4, 8, 16); the
+//                  running sum l stays per lane (its two keys) and is reduced once in store().
+//   O^T += V^T P^T: A = V^T via ldmatrix.trans of V rows, B = P^T: the S^T accumulators packed
+//                  to 16 bits and transposed in registers by movmatrix (no shared memory).
 #pragma once
 #include "decode/decode_pipeline.cuh"
 
 namespace weft::decode {
 
-template <class T, int D>
+template <class T, int D, int NT>
 struct TcMainloop {
-  static constexpr int kK = D / 16;           // mma K steps over head_dim
-  static constexpr int kN = D / 8;            // n8 tiles of O
-  static constexpr bool kQInRegs = D <= 128;  // D=256 would need 64 extra registers: reload instead
-  float acc[kN][4];
-  float m[2], l[2];                          // rows lane/4 and lane/4 + 8, log2 units
-  uint32_t qf[kQInRegs ? kK : 1][4];
+  static_assert(NT == 1 || NT == 2, "query columns: one or two n8 tiles (GQA group <= 16)");
+  static constexpr int kK = D / 16;  // k16 steps of K Q^T over head_dim
+  static constexpr int kM = D / 16;  // m16 tiles of O^T over head_dim
+  // Q^T fragments in registers when they cost <= 32 registers (D <= 128, or D 256 with NT 1);
+  // otherwise re-read from shared memory each tile (D 256, NT 2 already holds 128 for O^T).
+  static constexpr bool kQInRegs = kK * NT * 2 <= 32;
+  float acc[kM][NT][4];  // O^T: dim m*16 + lane/4 (+8 for e >= 2), query nt*8 + 2*(lane%4) + (e & 1)
+  float m[NT][2];        // running max of query nt*8 + 2*(lane%4) + j, log2 units (same on its 8 lanes)
+  float l[NT][2];        // running sum over this lane's two keys (reduced in store())
+  uint32_t qf[kQInRegs ? kK : 1][kQInRegs ? NT : 1][2];
+
+  // B fragments of Q^T for k steps kk and kk + 1 (kK is even): one ldmatrix.x4 over query rows
+  // nt*8 .. nt*8 + 7, 16-byte chunks 2kk .. 2kk + 3.
+  static __device__ __forceinline__ void load_q_pair(const T* sQ, int kk, int nt, int lane, uint32_t (&b0)[2],
+                                                     uint32_t (&b1)[2]) {
+    uint32_t r[4];
+    ptx::ldmatrix_x4(r, sQ + swz<D>(nt * 8 + lane % 8, kk * 2 + lane / 8));
+    b0[0] = r[0]; b0[1] = r[1]; b1[0] = r[2]; b1[1] = r[3];
+  }
 
   __device__ __forceinline__ TcMainloop(const T* sQ, int lane) {
 #pragma unroll
-    for (int n = 0; n < kN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    m[0] = m[1] = -INFINITY;
-    l[0] = l[1] = 0.f;
+    for (int md = 0; md < kM; ++md)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) acc[md][nt][0] = acc[md][nt][1] = acc[md][nt][2] = acc[md][nt][3] = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      m[nt][0] = m[nt][1] = -INFINITY;
+      l[nt][0] = l[nt][1] = 0.f;
+    }
     if constexpr (kQInRegs) {
 #pragma unroll
-      for (int kk = 0; kk < kK; ++kk) {
-        const int i = lane / 8;
-        ptx::ldmatrix_x4(qf[kk], sQ + swz<D>((lane % 8) + (i % 2) * 8, kk * 2 + i / 2));
-      }
+      for (int kk = 0; kk < kK; kk += 2)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) load_q_pair(sQ, kk, nt, lane, qf[kk][nt], qf[kk + 1][nt]);
     }
   }
 
   __device__ __forceinline__ void tile(const DecodeParams<T>& p, const T* sQ, const T* sK, const T* sV, int k0,
                                        int kv_end, int /*nrows*/, int lane) {
-    // S = Q K^T for the 16 keys of the tile: two n8 tiles.
-    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    // S^T = K Q^T: [16 keys][NT * 8 queries], accumulated in two chains (even / odd kk).
+    float s[2][NT][4];
 #pragma unroll
-    for (int kk = 0; kk < kK; ++kk) {
-      const int i = lane / 8;
-      uint32_t a[4], b[4];
-      if constexpr (kQInRegs) {
-        a[0] = qf[kk][0]; a[1] = qf[kk][1]; a[2] = qf[kk][2]; a[3] = qf[kk][3];
-      } else {
-        ptx::ldmatrix_x4(a, sQ + swz<D>((lane % 8) + (i % 2) * 8, kk * 2 + i / 2));
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) s[c][nt][0] = s[c][nt][1] = s[c][nt][2] = s[c][nt][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kK; kk += 2) {
+      uint32_t a0[4], a1[4];
+      const int j = lane / 8;  // this lane addresses row lane%8 of matrix j of the x4
+      ptx::ldmatrix_x4(a0, sK + swz<D>(lane % 8 + (j % 2) * 8, kk * 2 + j / 2));
+      ptx::ldmatrix_x4(a1, sK + swz<D>(lane % 8 + (j % 2) * 8, kk * 2 + 2 + j / 2));
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        if constexpr (kQInRegs) {
+          ptx::mma_16816<T>(s[0][nt], a0, qf[kk][nt]);
+          ptx::mma_16816<T>(s[1][nt], a1, qf[kk + 1][nt]);
+        } else {
+          uint32_t b0[2], b1[2];
+          load_q_pair(sQ, kk, nt, lane, b0, b1);
+          ptx::mma_16816<T>(s[0][nt], a0, b0);
+          ptx::mma_16816<T>(s[1][nt], a1, b1);
+        }
       }
-      ptx::ldmatrix_x4(b, sK + swz<D>((lane % 8) + (i / 2) * 8, kk * 2 + (i % 2)));
-      ptx::mma_16816<T>(s[0], a, b);
-      ptx::mma_16816<T>(s[1], a, b + 2);
     }
 
-    // Logits (scale, soft cap, mask) and online softmax, rows lane/4 (rr=0) and lane/4+8 (rr=1).
-    const int key0 = k0 + (lane % 4) * 2;
+    // Logits (scale, soft cap, mask) and online softmax per query column.
+    const int key_lo = k0 + lane / 4;  // accumulator elements 0, 1; elements 2, 3 are key_lo + 8
+    uint32_t pb[NT][2];                // B fragments of P^T for the PV mma
 #pragma unroll
-    for (int nt8 = 0; nt8 < 2; ++nt8)
+    for (int nt = 0; nt < NT; ++nt) {
+      float pr[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = key0 + nt8 * 8 + (e & 1);
-        s[nt8][e] = key < kv_end ? logit_log2(p, s[nt8][e]) : -INFINITY;
+        const int key = key_lo + (e >> 1) * 8;
+        pr[e] = key < kv_end ? logit_log2(p, s[0][nt][e] + s[1][nt][e]) : -INFINITY;
       }
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      float mx = fmaxf(fmaxf(s[0][2 * rr], s[0][2 * rr + 1]), fmaxf(s[1][2 * rr], s[1][2 * rr + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[rr], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: keep 0s
-      const float scale = ptx::exp2_approx(m[rr] - m_use);
-      m[rr] = m_new;
-      float rs = 0.f;
+      for (int j = 0; j < 2; ++j) {
+        float mx = fmaxf(pr[j], pr[2 + j]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_new = fmaxf(m[nt][j], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: keep 0s
+        const float scale = ptx::exp2_approx(m[nt][j] - m_use);
+        m[nt][j] = m_new;
+        pr[j] = ptx::exp2_approx(pr[j] - m_use);
+        pr[2 + j] = ptx::exp2_approx(pr[2 + j] - m_use);
+        l[nt][j] = l[nt][j] * scale + pr[j] + pr[2 + j];
 #pragma unroll
-      for (int nt8 = 0; nt8 < 2; ++nt8)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = ptx::exp2_approx(s[nt8][2 * rr + e] - m_use);
-          s[nt8][2 * rr + e] = pv;
-          rs += pv;
+        for (int md = 0; md < kM; ++md) {
+          acc[md][nt][j] *= scale;
+          acc[md][nt][2 + j] *= scale;
         }
-      l[rr] = l[rr] * scale + rs;
-#pragma unroll
-      for (int n = 0; n < kN; ++n) {
-        acc[n][2 * rr] *= scale;
-        acc[n][2 * rr + 1] *= scale;
       }
+      // P^T as the k16 x n8 B operand: keys 0-7 (elements 0, 1) and 8-15 (2, 3), each an 8x8
+      // [key][query] block in the accumulator layout; B wants [query][key] blocks: transpose.
+      pb[nt][0] = ptx::movmatrix_trans(ptx::pack2<T>(pr[0], pr[1]));
+      pb[nt][1] = ptx::movmatrix_trans(ptx::pack2<T>(pr[2], pr[3]));
     }
 
-    // O += P V: P (16 x 16 keys) from the S accumulators, V via ldmatrix.trans.
-    uint32_t pa[4];
-    pa[0] = ptx::pack2<T>(s[0][0], s[0][1]);
-    pa[1] = ptx::pack2<T>(s[0][2], s[0][3]);
-    pa[2] = ptx::pack2<T>(s[1][0], s[1][1]);
-    pa[3] = ptx::pack2<T>(s[1][2], s[1][3]);
+    // O^T += V^T P^T: A = V^T (m16 dims x k16 keys) by ldmatrix.trans of the V rows.
 #pragma unroll
-    for (int np = 0; np < kN / 2; ++np) {
-      const int i = lane / 8;
-      uint32_t b[4];
-      ptx::ldmatrix_x4_trans(b, sV + swz<D>((lane % 8) + (i % 2) * 8, np * 2 + i / 2));
-      ptx::mma_16816<T>(acc[2 * np], pa, b);
-      ptx::mma_16816<T>(acc[2 * np + 1], pa, b + 2);
+    for (int md = 0; md < kM; ++md) {
+      const int j = lane / 8;
+      uint32_t a[4];
+      ptx::ldmatrix_x4_trans(a, sV + swz<D>(lane % 8 + (j / 2) * 8, md * 2 + j % 2));
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) ptx::mma_16816<T>(acc[md][nt], a, pb[nt]);
     }
   }
 
-  // Per-warp state -> shared memory (red_o [W][16][D], red_m / red_l [W][16]).
-  __device__ __forceinline__ void store(float* red_o, float* red_m, float* red_l, int warp, int lane,
-                                        int /*nrows*/) {
+  // Per-warp state -> shared memory (red_o [W][16][D], red_m / red_l [W][16]), query rows < nrows.
+  __device__ __forceinline__ void store(float* red_o, float* red_m, float* red_l, int warp, int lane, int nrows) {
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
-      l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
-      const int row = lane / 4 + rr * 8;
-      float* dst = red_o + (warp * kTileQ + row) * D + (lane % 4) * 2;
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int n = 0; n < kN; ++n)
-        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n][2 * rr], acc[n][2 * rr + 1]);
-      if (lane % 4 == 0) {
-        red_m[warp * kTileQ + row] = m[rr];
-        red_l[warp * kTileQ + row] = l[rr];
+      for (int j = 0; j < 2; ++j) {
+        float lq = l[nt][j];  // the 8 lanes of this query column hold two keys each
+        lq += __shfl_xor_sync(0xffffffffu, lq, 4);
+        lq += __shfl_xor_sync(0xffffffffu, lq, 8);
+        lq += __shfl_xor_sync(0xffffffffu, lq, 16);
+        const int q = nt * 8 + (lane % 4) * 2 + j;
+        if (q >= nrows) continue;
+        float* dst = red_o + (warp * kTileQ + q) * D + lane / 4;
+#pragma unroll
+        for (int md = 0; md < kM; ++md) {
+          dst[md * 16] = acc[md][nt][j];
+          dst[md * 16 + 8] = acc[md][nt][2 + j];
+        }
+        if (lane < 4) {
+          red_m[warp * kTileQ + q] = m[nt][j];
+          red_l[warp * kTileQ + q] = lq;
+        }
       }
-    }
   }
 };
 
-template <class T, int D>
-__global__ void __launch_bounds__(kMaxThreads) decode_tc_kernel(const DecodeParams<T> p) {
-  decode_items<T, D, TcMainloop<T, D>>(p);
+// NT: query n8 tiles (1 for GQA groups <= 8, 2 for 9..16); the launcher picks it from the group.
+template <class T, int D, int NT>
+__global__ void __launch_bounds__(kMaxThreads, 1) decode_tc_kernel(const DecodeParams<T> p) {
+  decode_items<T, D, TcMainloop<T, D, NT>>(p);
 }
 
 }  // namespace weft::decode

@@ -17,7 +17,10 @@ void launch_path(const DecodeParams<T>& p, DecodePath path, int grid, cudaStream
   using L = SmemLayout<T, D>;
   // The dynamic shared memory limit was raised by ctas_per_sm() (wrapper construction). Both
   // paths use the same shared memory layout, so the same fixed grid fits either.
-  auto kernel = path == DecodePath::kCudaCore ? decode_cc_kernel<T, D> : decode_tc_kernel<T, D>;
+  // Tensor cores: one n8 tile of query columns covers groups <= 8, two cover 9..16.
+  auto kernel = path == DecodePath::kCudaCore ? decode_cc_kernel<T, D>
+                : p.group_size <= 8            ? decode_tc_kernel<T, D, 1>
+                                               : decode_tc_kernel<T, D, 2>;
   kernel<<<grid, p.warps * 32, L::bytes(p.stages, p.warps), stream>>>(p);
   WEFT_CUDA_CHECK_LAUNCH();
 }
@@ -124,7 +127,8 @@ int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
     }
   };
 #define WEFT_DECODE_KERNELS(DIM)                                                                     \
-  SmemLayout<half, DIM>::bytes(stages, warps), decode_tc_kernel<__nv_bfloat16, DIM>, decode_tc_kernel<half, DIM>, \
+  SmemLayout<half, DIM>::bytes(stages, warps), decode_tc_kernel<__nv_bfloat16, DIM, 1>,                    \
+      decode_tc_kernel<half, DIM, 1>, decode_tc_kernel<__nv_bfloat16, DIM, 2>, decode_tc_kernel<half, DIM, 2>, \
       decode_cc_kernel<__nv_bfloat16, DIM>, decode_cc_kernel<half, DIM>
   switch (head_dim) {
     case 64: query(WEFT_DECODE_KERNELS(64)); break;

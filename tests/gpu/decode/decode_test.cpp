@@ -214,6 +214,27 @@ TEST(DecodeSmall, SampledConfigurations) {
   EXPECT_GE(n, 15);
 }
 
+// Every GQA group 1..16 on both paths: the tensor-core path switches from one n8 tile of query
+// columns to two between groups 8 and 9, and odd groups leave part of a tile unused.
+TEST(DecodeSmall, EveryGroupSize1To16) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (int g = 1; g <= 16; ++g)
+    for (DecodePath path : kPaths) {
+      if (!decode_path_available(path)) continue;
+      Case c;
+      c.hkv = 2;
+      c.hq = 2 * g;
+      c.d = g % 3 == 0 ? 64 : 128;
+      c.dtype = g % 2 ? DType::kBFloat16 : DType::kFloat16;
+      c.page_size = g % 4 == 0 ? 1 : 16;
+      c.layout = g % 2 ? KVLayout::kNHD : KVLayout::kHND;
+      c.path = path;
+      c.lens = {int32_t(rng.randint(1, 40)), 0, int32_t(rng.randint(200, 1500)), 1};
+      run_case(c, rng);
+    }
+}
+
 TEST(DecodeSmall, SplitKVWithEmptyRequests) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();
