@@ -35,7 +35,8 @@ struct Model {
 };
 
 void run_decode_case(weft::bench::Context& ctx, const std::string& name, const Model& m,
-                     const std::vector<int32_t>& lens, weft::DecodePath path) {
+                     const std::vector<int32_t>& lens, weft::DecodePath path,
+                     weft::KVLayout layout = weft::KVLayout::kNHD) {
   weft::bench::Result r;
   r.name = name;
   if (!ctx.wants(r.name)) return;
@@ -46,7 +47,8 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
   r.params = {{"model", m.name}, {"batch", std::to_string(batch)}, {"total_kv", std::to_string(total_kv)},
               {"qo_heads", std::to_string(m.hq)}, {"kv_heads", std::to_string(m.hkv)},
               {"head_dim", std::to_string(kHeadDim)}, {"page_size", std::to_string(kPageSize)},
-              {"dtype", "bf16"}, {"path", weft::decode_path_name(path)}};
+              {"dtype", "bf16"}, {"path", weft::decode_path_name(path)},
+              {"layout", layout == weft::KVLayout::kNHD ? "NHD" : "HND"}};
   r.bytes = kv_bytes + 2.0 * batch * m.hq * kHeadDim * 2;
   r.flops = 4.0 * double(total_kv) * m.hq * kHeadDim;
   r.ceiling = "read";
@@ -83,9 +85,11 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
     table.indices = {d_indices.as<int32_t>(), indices.data(), num_pages};
     table.last_page_len = {d_last.as<int32_t>(), last.data(), batch};
     weft::PagedKVCache cache;
-    cache.layout = weft::KVLayout::kNHD;
-    cache.k_pages = weft::TensorView(k.get(), weft::DType::kBFloat16, {num_pages, kPageSize, m.hkv, kHeadDim});
-    cache.v_pages = weft::TensorView(v.get(), weft::DType::kBFloat16, {num_pages, kPageSize, m.hkv, kHeadDim});
+    cache.layout = layout;
+    const bool nhd = layout == weft::KVLayout::kNHD;
+    const int64_t dim1 = nhd ? kPageSize : m.hkv, dim2 = nhd ? m.hkv : kPageSize;
+    cache.k_pages = weft::TensorView(k.get(), weft::DType::kBFloat16, {num_pages, dim1, dim2, kHeadDim});
+    cache.v_pages = weft::TensorView(v.get(), weft::DType::kBFloat16, {num_pages, dim1, dim2, kHeadDim});
     weft::TensorView tq(q.get(), weft::DType::kBFloat16, {batch, m.hq, kHeadDim});
     weft::TensorView tout(out.get(), weft::DType::kBFloat16, {batch, m.hq, kHeadDim});
 
@@ -98,7 +102,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
     std::vector<double> plan_us;
     for (int i = 0; i < 7; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      w.plan(table, m.hq, m.hkv, kHeadDim, kPageSize, weft::DType::kBFloat16, weft::KVLayout::kNHD, var, ws.get(),
+      w.plan(table, m.hq, m.hkv, kHeadDim, kPageSize, weft::DType::kBFloat16, layout, var, ws.get(),
              ws_bytes, s);
       const auto t1 = std::chrono::steady_clock::now();
       plan_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
@@ -166,6 +170,15 @@ WEFT_BENCH_GROUP(decode) {
     for (int i = 0; i < 64; ++i) lens[i] = i % 2 ? 32768 : 512;
     std::shuffle(lens.begin(), lens.end(), std::mt19937_64(11));
     run_decode_case(ctx, "decode/bimodal64", models[0], lens, weft::DecodePath::kAuto);
+  }
+  // HND pages ([page][head][slot][dim]: a head's 16 keys are one contiguous 4 KB run instead of
+  // 16 rows of 256 B at the NHD token stride) at the target shapes, kAuto path.
+  {
+    const std::pair<int32_t, int32_t> hnd_shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}, {32, 32768}};
+    for (const Model& m : models)
+      for (auto [b, kv] : hnd_shapes)
+        run_decode_case(ctx, std::string("decode/hnd/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
+                        m, std::vector<int32_t>(b, kv), weft::DecodePath::kAuto, weft::KVLayout::kHND);
   }
   // Forced paths at a few shapes, GQA groups 1 (llama2), 2, 4 (llama3-8b), 8 (llama3-70b heads).
   {
