@@ -11,7 +11,6 @@
 // 1, 2, 4, 8) to set the kAuto heuristic (choose_decode_path); the plain rows use kAuto.
 #include <algorithm>
 #include <chrono>
-#include <cstdint>
 #include <cstdlib>
 #include <numeric>
 #include <random>
@@ -140,11 +139,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
                {"num_ctas", double(info.num_ctas)},
                {"num_items", double(info.num_items)},
                {"num_merges", double(info.num_merges)},
-               {"max_chunk", double(info.max_chunk)},
-               // Where the pools landed (identical cases were seen to differ by ~10%).
-               {"k_offset_in_2MiB", double(reinterpret_cast<uintptr_t>(k.get()) % (2u << 20))},
-               {"v_minus_k_MiB", (double(reinterpret_cast<uintptr_t>(v.get())) -
-                                  double(reinterpret_cast<uintptr_t>(k.get()))) / double(1u << 20)}};
+               {"max_chunk", double(info.max_chunk)}};
     ctx.report(r);
   } catch (const std::exception& e) {
     ctx.report_error(r, e.what());
@@ -213,28 +208,6 @@ WEFT_BENCH_GROUP(decode) {
                         std::vector<int32_t>(b, kv), weft::DecodePath::kAuto);
     unsetenv("WEFT_DECODE_WARPS");
     unsetenv("WEFT_DECODE_STAGES");
-  }
-  // "decode/pf<P>/...": L2 prefetch P warp tiles ahead of the copies (WEFT_DECODE_PREFETCH, read
-  // when the wrapper is built); pf0 is the control measured at the same point of the run.
-  const std::pair<int32_t, int32_t> pf_shapes[] = {{1, 32768}, {8, 16384}, {32, 4096}, {128, 4096}, {32, 32768}};
-  for (int pf : {0, 2, 4, 8}) {
-    setenv("WEFT_DECODE_PREFETCH", std::to_string(pf).c_str(), 1);
-    for (const Model& m : models)
-      for (auto [b, kv] : pf_shapes)
-        run_decode_case(ctx, "decode/pf" + std::to_string(pf) + "/" + m.name + "/b" + std::to_string(b) + "/kv" +
-                                 std::to_string(kv),
-                        m, std::vector<int32_t>(b, kv), weft::DecodePath::kAuto);
-    unsetenv("WEFT_DECODE_PREFETCH");
-  }
-  // "decode/repeat/...": shapes that were slow as main rows and fast as path rows in one run,
-  // measured again at the end of the group (fresh pools).
-  for (int rep = 0; rep < 2; ++rep) {
-    run_decode_case(ctx, "decode/repeat" + std::to_string(rep) + "/llama3-8b/b128/kv4096", models[0],
-                    std::vector<int32_t>(128, 4096), weft::DecodePath::kAuto);
-    run_decode_case(ctx, "decode/repeat" + std::to_string(rep) + "/llama2-7b/b32/kv4096", models[1],
-                    std::vector<int32_t>(32, 4096), weft::DecodePath::kAuto);
-    run_decode_case(ctx, "decode/repeat" + std::to_string(rep) + "/llama2-7b/b8/kv16384", models[1],
-                    std::vector<int32_t>(8, 16384), weft::DecodePath::kAuto);
   }
   // "decode/marginal/...": ms = time(2 runs in one graph) - time(1 run), the steady-state cost
   // of a run without launch latency and without the L2-flush write-back (see run_decode_case).

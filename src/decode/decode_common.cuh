@@ -146,19 +146,6 @@ __device__ __forceinline__ void kv_issue(const DecodeParams<T>& p, int64_t off, 
   }
 }
 
-// L2 prefetch of key row lane's K row (lanes 0-15) or V row (lanes 16-31), every 128-byte line
-// of it (D * 2 bytes: 1/2/4 lines), from the offsets of kv_row_offset; nothing past the end.
-// Both the translation and the data are then in flight before the row's cp.async is issued,
-// i.e. more bytes in flight than the shared-memory stages alone hold.
-template <class T, int D>
-__device__ __forceinline__ void kv_prefetch(const DecodeParams<T>& p, int64_t off, int lane) {
-  constexpr int kLineElems = 128 / sizeof(T);
-  if (off < 0) return;
-  const T* row = (lane < 16 ? p.kv.k.data : p.kv.v.data) + off;
-#pragma unroll
-  for (int e = 0; e < D; e += kLineElems) ptx::prefetch_l2(row + e);
-}
-
 // Combine the W (= blockDim.x / 32) per-warp states (unnormalised O, running max m in log2 units, sum l) in
 // warp order (deterministic) and store rows < nrows: final output (+ natural-log LSE) when
 // it.slot < 0, else the fp32 partial state (O normalised, base-2 LSE) of slot it.slot.

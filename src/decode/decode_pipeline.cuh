@@ -98,11 +98,6 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
 
     Mainloop ml(sQ, lane);
     int rd = 0, wr = S - 1;  // stage buffers read (tile t) and written (tile t + S - 1)
-    // Optional L2 prefetch (p.prefetch_tiles = PF > 0): the rows of tile tn + PF are prefetched
-    // when tile tn's copies are issued (their page ids looked up one iteration earlier, like the
-    // copies' own), so translations and data are requested PF tiles before the copies.
-    const int PF = p.prefetch_tiles;
-    int32_t pf_pg = PF > 0 && S - 1 + PF < nt ? kv_lookup_page(p, pages, tile_k0(S - 1 + PF), it.kv_end, lane) : -1;
     for (int t = 0; t < nt; ++t) {
       // Refill the buffer tile t - 1 used (every lane is past its reads of it).
       __syncwarp();
@@ -113,11 +108,6 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
           pg_next = tn + 1 < nt ? kv_lookup_page(p, pages, tile_k0(tn + 1), it.kv_end, lane) : -1;
           T* st = stage(wr);
           kv_issue<T, D>(p, kv_row_offset(p, pg, tile_k0(tn), it.kv_head, lane), lane, st, st + L::kTileElems);
-          if (PF > 0) {
-            const int tp = tn + PF;
-            if (tp < nt) kv_prefetch<T, D>(p, kv_row_offset(p, pf_pg, tile_k0(tp), it.kv_head, lane), lane);
-            pf_pg = tp + 1 < nt ? kv_lookup_page(p, pages, tile_k0(tp + 1), it.kv_end, lane) : -1;
-          }
         }
         ptx::cp_async_commit();
         wr = wr + 1 == S ? 0 : wr + 1;

@@ -54,7 +54,6 @@ DecodeParams<T> make_params(const LaunchArgs& a) {
   p.page_shift = log2_exact(p.kv.table.page_size);
   p.stages = a.stages;
   p.warps = a.warps;
-  p.prefetch_tiles = a.prefetch_tiles;
   return p;
 }
 
@@ -108,16 +107,6 @@ int decode_warps(int32_t head_dim) {
     if (v >= 2 && v <= kMaxWarps) w = v;
   }
   return w;
-}
-
-int decode_prefetch_tiles(int32_t head_dim) {
-  (void)head_dim;
-  int t = 0;
-  if (const char* env = std::getenv("WEFT_DECODE_PREFETCH")) {
-    const int v = std::atoi(env);
-    if (v >= 0 && v <= 16) t = v;
-  }
-  return t;
 }
 
 int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {

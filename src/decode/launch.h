@@ -30,7 +30,6 @@ struct LaunchArgs {
   int32_t grid = 0;
   int32_t stages = 3;  // per-warp pipeline stages (decode_stages)
   int32_t warps = 4;   // warps per CTA (decode_warps)
-  int32_t prefetch_tiles = 0;  // decode_prefetch_tiles
 };
 
 // Launches the decode kernel of (dtype, head_dim, path) with args.grid persistent CTAs.
@@ -44,8 +43,5 @@ int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device);
 // Warps per CTA: 4, or the environment variable WEFT_DECODE_WARPS (2 .. 8; a tuning knob).
 int decode_warps(int32_t head_dim);
 bool path_compiled(DecodePath path);
-// Warp tiles between the newest K/V copy and the rows prefetched to L2 ahead of it (0: off), or
-// the environment variable WEFT_DECODE_PREFETCH (0 .. 16; a tuning knob for benches).
-int decode_prefetch_tiles(int32_t head_dim);
 
 }  // namespace weft::decode
