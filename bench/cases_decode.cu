@@ -5,7 +5,9 @@
 // Timing: run() is captured once in a CUDA graph and the graph is timed (what a serving engine
 // replays; it also keeps run()'s host-side validation out of the GPU timeline). plan() is timed
 // on the host (including the async copy's enqueue) and reported in extra "plan_us".
-// Pages come from a random permutation of the pool (a fragmented cache).
+// Pages come from a random permutation of the pool (a fragmented cache); "decode/seqpages/..."
+// rows keep pool order. Each row is the median over 3 fresh allocations of the pools (see
+// run_decode_case), with the min / max in extras; tuning rows use one allocation.
 // Variants "decode/w<W>s<S>/..." rebuild the wrapper with W warps per CTA and S per-warp stages.
 // Path variants "decode/path/{tc,cc}/<model>/b<B>/kv<KV>" force each kernel path (GQA groups
 // 1, 2, 4, 8) to set the kAuto heuristic (choose_decode_path); the plain rows use kAuto.
@@ -34,9 +36,18 @@ struct Model {
   int32_t hq, hkv;
 };
 
+struct CaseOptions {
+  weft::DecodePath path = weft::DecodePath::kAuto;
+  weft::KVLayout layout = weft::KVLayout::kNHD;
+  int allocations = 3;        // fresh pool allocations; the row reports the median
+  bool shuffled_pages = true; // pages in a random permutation of the pool (fragmented cache)
+};
+
 void run_decode_case(weft::bench::Context& ctx, const std::string& name, const Model& m,
-                     const std::vector<int32_t>& lens, weft::DecodePath path,
-                     weft::KVLayout layout = weft::KVLayout::kNHD) {
+                     const std::vector<int32_t>& lens, const CaseOptions& opt = {}) {
+  const weft::DecodePath path = opt.path;
+  const weft::KVLayout layout = opt.layout;
+  const int allocations = opt.allocations;
   weft::bench::Result r;
   r.name = name;
   if (!ctx.wants(r.name)) return;
@@ -48,7 +59,8 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
               {"qo_heads", std::to_string(m.hq)}, {"kv_heads", std::to_string(m.hkv)},
               {"head_dim", std::to_string(kHeadDim)}, {"page_size", std::to_string(kPageSize)},
               {"dtype", "bf16"}, {"path", weft::decode_path_name(path)},
-              {"layout", layout == weft::KVLayout::kNHD ? "NHD" : "HND"}};
+              {"layout", layout == weft::KVLayout::kNHD ? "NHD" : "HND"},
+              {"pages", opt.shuffled_pages ? "shuffled" : "sequential"}};
   r.bytes = kv_bytes + 2.0 * batch * m.hq * kHeadDim * 2;
   r.flops = 4.0 * double(total_kv) * m.hq * kHeadDim;
   r.ceiling = "read";
@@ -67,75 +79,87 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
     const int64_t num_pages = indptr.back();
     std::vector<int32_t> indices(num_pages);
     std::iota(indices.begin(), indices.end(), 0);
-    std::shuffle(indices.begin(), indices.end(), std::mt19937_64(7));
+    if (opt.shuffled_pages) std::shuffle(indices.begin(), indices.end(), std::mt19937_64(7));
     const size_t pool_elems = size_t(num_pages) * kPageSize * m.hkv * kHeadDim;
-    DeviceArray k(pool_elems * 2), v(pool_elems * 2), q(size_t(batch) * m.hq * kHeadDim * 2),
-        out(size_t(batch) * m.hq * kHeadDim * 2), d_indptr(indptr.size() * 4), d_indices(indices.size() * 4),
-        d_last(last.size() * 4);
-    weft::bench::fill_random(k.get(), pool_elems, weft::DType::kBFloat16, 1);
-    weft::bench::fill_random(v.get(), pool_elems, weft::DType::kBFloat16, 2);
-    weft::bench::fill_random(q.get(), size_t(batch) * m.hq * kHeadDim, weft::DType::kBFloat16, 3);
-    WEFT_BENCH_CUDA(cudaMemcpy(d_indptr.get(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
-    WEFT_BENCH_CUDA(cudaMemcpy(d_indices.get(), indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
-    WEFT_BENCH_CUDA(cudaMemcpy(d_last.get(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
+    std::vector<double> one_ms_all, plan_us;
+    double marginal_ms = 0;
+    weft::DecodePlanInfo info;
+    // One measurement per allocation of the pools. Identical cases were measured 0.82 and 0.94
+    // of the read ceiling in one process (same shape, same page order, same pool offsets): the
+    // placement of a fresh allocation matters, so a row reports the median over `allocations`
+    // fresh ones (a spacer allocation before each moves the pools) and the spread in extras.
+    for (int rep = 0; rep < allocations; ++rep) {
+      DeviceArray spacer(size_t(rep) * ((size_t(1) << 30) + (size_t(6) << 20)));
+      DeviceArray k(pool_elems * 2), v(pool_elems * 2), q(size_t(batch) * m.hq * kHeadDim * 2),
+          out(size_t(batch) * m.hq * kHeadDim * 2), d_indptr(indptr.size() * 4), d_indices(indices.size() * 4),
+          d_last(last.size() * 4);
+      weft::bench::fill_random(k.get(), pool_elems, weft::DType::kBFloat16, 1);
+      weft::bench::fill_random(v.get(), pool_elems, weft::DType::kBFloat16, 2);
+      weft::bench::fill_random(q.get(), size_t(batch) * m.hq * kHeadDim, weft::DType::kBFloat16, 3);
+      WEFT_BENCH_CUDA(cudaMemcpy(d_indptr.get(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+      WEFT_BENCH_CUDA(cudaMemcpy(d_indices.get(), indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
+      WEFT_BENCH_CUDA(cudaMemcpy(d_last.get(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
 
-    weft::PageTable table;
-    table.batch_size = static_cast<int32_t>(batch);
-    table.indptr = {d_indptr.as<int32_t>(), indptr.data(), batch + 1};
-    table.indices = {d_indices.as<int32_t>(), indices.data(), num_pages};
-    table.last_page_len = {d_last.as<int32_t>(), last.data(), batch};
-    weft::PagedKVCache cache;
-    cache.layout = layout;
-    const bool nhd = layout == weft::KVLayout::kNHD;
-    const int64_t dim1 = nhd ? kPageSize : m.hkv, dim2 = nhd ? m.hkv : kPageSize;
-    cache.k_pages = weft::TensorView(k.get(), weft::DType::kBFloat16, {num_pages, dim1, dim2, kHeadDim});
-    cache.v_pages = weft::TensorView(v.get(), weft::DType::kBFloat16, {num_pages, dim1, dim2, kHeadDim});
-    weft::TensorView tq(q.get(), weft::DType::kBFloat16, {batch, m.hq, kHeadDim});
-    weft::TensorView tout(out.get(), weft::DType::kBFloat16, {batch, m.hq, kHeadDim});
+      weft::PageTable table;
+      table.batch_size = static_cast<int32_t>(batch);
+      table.indptr = {d_indptr.as<int32_t>(), indptr.data(), batch + 1};
+      table.indices = {d_indices.as<int32_t>(), indices.data(), num_pages};
+      table.last_page_len = {d_last.as<int32_t>(), last.data(), batch};
+      weft::PagedKVCache cache;
+      cache.layout = layout;
+      const bool nhd = layout == weft::KVLayout::kNHD;
+      const int64_t dim1 = nhd ? kPageSize : m.hkv, dim2 = nhd ? m.hkv : kPageSize;
+      cache.k_pages = weft::TensorView(k.get(), weft::DType::kBFloat16, {num_pages, dim1, dim2, kHeadDim});
+      cache.v_pages = weft::TensorView(v.get(), weft::DType::kBFloat16, {num_pages, dim1, dim2, kHeadDim});
+      weft::TensorView tq(q.get(), weft::DType::kBFloat16, {batch, m.hq, kHeadDim});
+      weft::TensorView tout(out.get(), weft::DType::kBFloat16, {batch, m.hq, kHeadDim});
 
-    const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(int32_t(batch), m.hq, m.hkv, kHeadDim);
-    DeviceArray ws(ws_bytes);
-    weft::BatchDecodeWrapper w(int32_t(batch), m.hq, m.hkv, kHeadDim, path);
-    cudaStream_t s = ctx.stream();
-    weft::AttentionVariant var;
-    // plan() cost on the host (median of a few; includes enqueueing the async copy).
-    std::vector<double> plan_us;
-    for (int i = 0; i < 7; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      w.plan(table, m.hq, m.hkv, kHeadDim, kPageSize, weft::DType::kBFloat16, layout, var, ws.get(),
-             ws_bytes, s);
-      const auto t1 = std::chrono::steady_clock::now();
-      plan_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-      WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+      const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(int32_t(batch), m.hq, m.hkv, kHeadDim);
+      DeviceArray ws(ws_bytes);
+      weft::BatchDecodeWrapper w(int32_t(batch), m.hq, m.hkv, kHeadDim, path);
+      cudaStream_t s = ctx.stream();
+      weft::AttentionVariant var;
+      // plan() cost on the host (median of a few; includes enqueueing the async copy).
+      for (int i = 0; i < (rep == 0 ? 7 : 1); ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        w.plan(table, m.hq, m.hkv, kHeadDim, kPageSize, weft::DType::kBFloat16, layout, var, ws.get(), ws_bytes, s);
+        const auto t1 = std::chrono::steady_clock::now();
+        if (rep == 0) plan_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+      }
+
+      cudaStream_t cap;
+      WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+      auto time_runs = [&](int runs) {
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < runs; ++i) w.run(tq, cache, table, tout, nullptr, cap);
+        WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
+        WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+        ctx.warm_up_once([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
+        const double ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        return ms;
+      };
+      one_ms_all.push_back(time_runs(1));
+      // Steady-state cost of one run: time(2 runs) - time(1 run), without the launch latency
+      // and with translations warm for the second run (first allocation only).
+      if (marginal && rep == 0) marginal_ms = time_runs(2) - one_ms_all.back();
+      cudaStreamDestroy(cap);
+      info = w.plan_info();
     }
+    std::vector<double> sorted = one_ms_all;
+    std::sort(sorted.begin(), sorted.end());
+    const double median_ms = sorted[sorted.size() / 2];
+    r.ms = marginal ? marginal_ms : median_ms;
     std::sort(plan_us.begin(), plan_us.end());
-
-    cudaStream_t cap;
-    WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
-    auto time_runs = [&](int runs) {
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < runs; ++i) w.run(tq, cache, table, tout, nullptr, cap);
-      WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
-      WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      ctx.warm_up_once([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
-      const double ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      return ms;
-    };
-    const double one_ms = time_runs(1);
-    r.ms = one_ms;
-    if (marginal) {
-      // Steady-state cost of one run: time(2 runs) - time(1 run). Leaves out the graph launch
-      // latency and the write-back of the dirty lines the harness's L2 flush (a memset) leaves.
-      r.ms = time_runs(2) - one_ms;
-    }
-    cudaStreamDestroy(cap);
-    const weft::DecodePlanInfo& info = w.plan_info();
     r.extra = {{"plan_us", plan_us[plan_us.size() / 2]},
-               {"one_run_ms", one_ms},
+               {"one_run_ms", median_ms},
+               {"allocations", double(allocations)},
+               {"one_run_ms_min", sorted.front()},
+               {"one_run_ms_max", sorted.back()},
                {"num_ctas", double(info.num_ctas)},
                {"num_items", double(info.num_items)},
                {"num_merges", double(info.num_merges)},
@@ -162,23 +186,40 @@ WEFT_BENCH_GROUP(decode) {
         const double bytes = double(b) * kv * m.hkv * kHeadDim * 4;
         if (bytes > kMaxKVBytes) continue;
         run_decode_case(ctx, std::string("decode/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
-                        m, std::vector<int32_t>(b, kv), weft::DecodePath::kAuto);
+                        m, std::vector<int32_t>(b, kv));
       }
   // Ragged bimodal: 64 requests, half 512 and half 32K keys, interleaved by a fixed shuffle.
   {
     std::vector<int32_t> lens(64);
     for (int i = 0; i < 64; ++i) lens[i] = i % 2 ? 32768 : 512;
     std::shuffle(lens.begin(), lens.end(), std::mt19937_64(11));
-    run_decode_case(ctx, "decode/bimodal64", models[0], lens, weft::DecodePath::kAuto);
+    run_decode_case(ctx, "decode/bimodal64", models[0], lens);
+    CaseOptions seq;
+    seq.shuffled_pages = false;
+    run_decode_case(ctx, "decode/seqpages/bimodal64", models[0], lens, seq);
+  }
+  // Target shapes with each request's pages in pool order ("seqpages": a fresh cache) instead of
+  // a random permutation of the pool (a fragmented cache, the main rows).
+  {
+    const std::pair<int32_t, int32_t> seq_shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}, {32, 32768}};
+    CaseOptions seq;
+    seq.shuffled_pages = false;
+    for (const Model& m : models)
+      for (auto [b, kv] : seq_shapes)
+        run_decode_case(ctx, std::string("decode/seqpages/") + m.name + "/b" + std::to_string(b) + "/kv" +
+                                 std::to_string(kv),
+                        m, std::vector<int32_t>(b, kv), seq);
   }
   // HND pages ([page][head][slot][dim]: a head's 16 keys are one contiguous 4 KB run instead of
   // 16 rows of 256 B at the NHD token stride) at the target shapes, kAuto path.
   {
     const std::pair<int32_t, int32_t> hnd_shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}, {32, 32768}};
+    CaseOptions hnd;
+    hnd.layout = weft::KVLayout::kHND;
     for (const Model& m : models)
       for (auto [b, kv] : hnd_shapes)
         run_decode_case(ctx, std::string("decode/hnd/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
-                        m, std::vector<int32_t>(b, kv), weft::DecodePath::kAuto, weft::KVLayout::kHND);
+                        m, std::vector<int32_t>(b, kv), hnd);
   }
   // Forced paths at a few shapes, GQA groups 1 (llama2), 2, 4 (llama3-8b), 8 (llama3-70b heads).
   {
@@ -189,15 +230,20 @@ WEFT_BENCH_GROUP(decode) {
                                                              {"cc", weft::DecodePath::kCudaCore}};
     for (const Model& m : path_models)
       for (auto [b, kv] : path_shapes)
-        for (auto [tag, path] : paths)
+        for (auto [tag, path] : paths) {
+          CaseOptions forced;
+          forced.path = path;
           run_decode_case(ctx, std::string("decode/path/") + tag + "/" + m.name + "/b" + std::to_string(b) + "/kv" +
                                    std::to_string(kv),
-                          m, std::vector<int32_t>(b, kv), path);
+                          m, std::vector<int32_t>(b, kv), forced);
+        }
   }
   // CTA shape variants (WEFT_DECODE_WARPS / WEFT_DECODE_STAGES, read when the wrapper is built):
   // "decode/w<W>s<S>/..." at a few shapes, to tune decode_warps() / decode_stages().
   const std::pair<int32_t, int32_t> shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}, {32, 32768}};
   const std::pair<int, int> variants[] = {{8, 3}, {4, 2}};
+  CaseOptions single;  // tuning rows: one allocation each
+  single.allocations = 1;
   for (auto [warps, stages] : variants) {
     const std::string tag = "decode/w" + std::to_string(warps) + "s" + std::to_string(stages) + "/";
     setenv("WEFT_DECODE_WARPS", std::to_string(warps).c_str(), 1);
@@ -205,15 +251,15 @@ WEFT_BENCH_GROUP(decode) {
     for (const Model& m : models)
       for (auto [b, kv] : shapes)
         run_decode_case(ctx, tag + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv), m,
-                        std::vector<int32_t>(b, kv), weft::DecodePath::kAuto);
+                        std::vector<int32_t>(b, kv), single);
     unsetenv("WEFT_DECODE_WARPS");
     unsetenv("WEFT_DECODE_STAGES");
   }
   // "decode/marginal/...": ms = time(2 runs in one graph) - time(1 run), the steady-state cost
-  // of a run without launch latency and without the L2-flush write-back (see run_decode_case).
+  // of a run without the launch latency and with warm address translations (run_decode_case).
   for (const Model& m : models)
     for (auto [b, kv] : shapes)
       run_decode_case(ctx, "decode/marginal/" + std::string(m.name) + "/b" + std::to_string(b) + "/kv" +
                                std::to_string(kv),
-                      m, std::vector<int32_t>(b, kv), weft::DecodePath::kAuto);
+                      m, std::vector<int32_t>(b, kv), single);
 }
