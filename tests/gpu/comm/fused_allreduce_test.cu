@@ -242,6 +242,30 @@ TEST(CommFused, MatchesReferenceAllShapes) {
   }
 }
 
+// Sanitizer-sized (gpu-check runs *Small* tests under compute-sanitizer memcheck / racecheck):
+// both kernels, both variants, token counts not divisible by the world size, a few CTA counts.
+TEST(CommFusedSmall, BothKernelsBothVariants) {
+  WEFT_REQUIRE_GPUS(2);
+  auto rng = weft::test::Rng::for_current_test();
+  for (const auto& devs : device_sets()) {
+    RankGroup g(devs, options(512, 2048));
+    if (g.comm(0).path() != CommPath::kLsa) GTEST_SKIP() << g.comm(0).path_reason();
+    for (DType dt : {DType::kBFloat16, DType::kFloat16})
+      for (int64_t T : {1, 7, 259}) {
+        const Problem p = make_problem(rng, dt, T, 2048, g.size());
+        std::vector<uint16_t> canonical;
+        for (CommKernel k : kKernels) {
+          set_kernel(g, k);
+          for (AllReduceVariant v : {AllReduceVariant::kTwoShot, AllReduceVariant::kOneShot})
+            for (int ctas : {1, 3}) {
+              check(g, p, run(g, p, v, ctas), v, true, &canonical, name(p, v, ctas, g.size(), k));
+              if (HasFailure()) return;
+            }
+        }
+      }
+  }
+}
+
 TEST(CommFused, InPlaceZeroCopyAndAuto) {
   WEFT_REQUIRE_GPUS(2);
   auto rng = weft::test::Rng::for_current_test();
