@@ -282,9 +282,12 @@ step_comm() {
 SAN_ERRORS_MEM=0 SAN_ERRORS_RACE=0
 # sanitize <tool>: runs compute-sanitizer --tool <tool> on each GPU test executable.
 sanitize() {
-  local tool=$1 total=0 fails=0 exe filter t rc errs out
+  local tool=$1 total=0 fails=0 exe filter t rc errs out exes
   command -v compute-sanitizer >/dev/null || { NOTE="compute-sanitizer not found"; return 1; }
-  for exe in $(test_exes); do
+  exes=$(test_exes)
+  # The comm suite needs >= 2 GPUs (and only its *Small* tests are sanitizer-sized).
+  if [ "$NGPU" -ge 2 ] && [ -x "$BUILD/tests/weft_gpu_comm" ]; then exes="$exes $BUILD/tests/weft_gpu_comm"; fi
+  for exe in $exes; do
     case "$(basename "$exe")" in weft_gpu_*) ;; *) continue ;; esac
     target_fresh "$(basename "$exe")" || continue
     filter="$SAN_FILTER"
