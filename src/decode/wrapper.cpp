@@ -17,19 +17,21 @@ namespace weft {
 namespace {
 
 // kAuto: the CUDA-core path below this GQA group size, the tensor-core path from it on.
-// Measured on H200 (bench "decode/path/{tc,cc}/<model>/<shape>", bf16, D128, page 16; fraction
-// of the read ceiling 4699 GB/s, tc / cc; docs/perf-notes-decode.md):
-//   group 1 (llama2-7b 32/32):  b1/kv32K 0.737/0.851  b32/kv4K 0.872/0.941  b32/kv16K 0.908/0.953
-//                               b128/kv4K 0.892/0.955
-//   group 2 (16/8):             b1/kv32K 0.535/0.539  b32/kv4K 0.763/0.877  b32/kv16K 0.901/0.935
-//                               b128/kv4K 0.879/0.920
-//   group 4 (llama3-8b 32/8):   b1/kv32K 0.524/0.443  b32/kv4K 0.832/0.570  b32/kv16K 0.900/0.592
-//   group 8 (64/8):             b1/kv32K 0.471/0.259  b32/kv4K 0.835/0.324  b32/kv16K 0.900/0.334
-// The CUDA-core path does g rows' FMA work per tile (rows in pairs) and is issue-bound from
-// g ~ 3-4 on; the tensor-core path's cost does not depend on g (16 padded rows) but wastes
-// (16 - g) / 16 of it and rounds P to 16 bits. Group 3 (not measured) is one pair + one row,
-// between groups 2 and 4: tensor cores. head_dim / dtype: only D128 bf16 was measured; the
-// per-row work scales with D like the bytes do, so the same threshold is used for all.
+// Measured on H200 at commit 82a6494 (bench "decode/path/{tc,cc}/<model>/<shape>", bf16, D128,
+// page 16, median of 3 pool allocations; fraction of the read ceiling 4609 GB/s, tc / cc;
+// bench/results/h200_all_82a6494.json, docs/perf-notes-decode.md):
+//   group 1 (llama2-7b 32/32):  b1/kv32K 0.743/0.746  b32/kv4K 0.932/0.924  b32/kv16K 0.947/0.939
+//                               b128/kv4K 0.943/0.937
+//   group 2 (16/8):             b1/kv32K 0.556/0.541  b32/kv4K 0.855/0.867  b32/kv16K 0.905/0.914
+//                               b128/kv4K 0.916/0.916
+//   group 4 (llama3-8b 32/8):   b1/kv32K 0.593/0.449  b32/kv4K 0.857/0.583  b32/kv16K 0.905/0.606
+//   group 8 (64/8):             b1/kv32K 0.532/0.264  b32/kv4K 0.853/0.328  b32/kv16K 0.904/0.336
+// The CUDA-core path does g rows' FMA work per tile and is issue-bound from g ~ 3-4 on. The
+// tensor-core path (keys in the mma M dimension, the group in one or two n8 tiles) costs the
+// same for every g <= 8 and, since that change, matches the CUDA-core path at groups 1-2 within
+// 1.5% either way. Groups 1-2 stay on CUDA cores: same speed, and P stays fp32 there (the
+// tensor-core path rounds P to 16 bits). Only D128 bf16 was measured; the per-row work scales
+// with D like the bytes do, so the same threshold is used for all.
 constexpr int32_t kTensorCoreMinGroup = 3;
 
 struct DeviceInfo {
