@@ -3,7 +3,7 @@
 (never typed by hand): weft-bench single-GPU results, the PyTorch baselines of the same device
 call, and a multi-GPU comm result.
 
-  python3 bench/perf_tables.py --single R.json --torch T.json --comm C.json > tables.md
+  python3 bench/perf_tables.py --single R.json --torch T.json --comm C4.json [--comm C2.json] > tables.md
 """
 import argparse
 import json
@@ -18,9 +18,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--single", required=True)
     ap.add_argument("--torch", required=True)
-    ap.add_argument("--comm", required=True)
+    ap.add_argument("--comm", required=True, action="append", help="multi-GPU comm results (repeatable)")
     a = ap.parse_args()
-    w, t, c4 = load(a.single), load(a.torch), load(a.comm)
+    w, t = load(a.single), load(a.torch)
     tc = {c["name"].replace("torch/", ""): c for c in t["cases"] if c.get("ms")}
     ce = w["ceilings"]
     print(f"Single-GPU rows: `{w['command']}` on {w['gpu']}, commit {w['commit']} "
@@ -39,15 +39,24 @@ def main():
 
     print("\n### Decode (bf16, page 16, head_dim 128; GB/s of KV read; torch = SDPA cuDNN backend "
           "on contiguous KV)\n")
-    print("| case | weft ms | weft GB/s | fraction of read | torch ms | torch GB/s | torch/weft time |")
-    print("|---|---|---|---|---|---|---|")
+    print("Rows are the median over fresh pool allocations (extra `allocations`); the range column "
+          "is the fraction at the slowest and the fastest allocation. `seqpages` rows keep each "
+          "request's pages in pool order, the others use a random permutation of the pool; `hnd` rows "
+          "use the HND page layout, the others NHD.\n")
+    print("| case | weft ms | weft GB/s | fraction of read | range over allocations | torch ms | torch GB/s | "
+          "torch/weft time |")
+    print("|---|---|---|---|---|---|---|---|")
     for c in rows("decode/"):
         n = c["name"]
-        if not (n.startswith("decode/llama") or n == "decode/bimodal64"):
+        if not n.startswith(("decode/llama", "decode/bimodal64", "decode/seqpages/", "decode/hnd/")):
             continue
         tt = tc.get(n)
         ts = (f"{tt['ms']:.4f} | {tt['gb_per_s']:.0f} | {tt['ms'] / c['ms']:.2f}" if tt else "– | – | –")
-        print(f"| {n} | {c['ms']:.4f} | {c['gb_per_s']:.0f} | {c['fraction_of_ceiling']:.3f} | {ts} |")
+        e = c.get("extra", {})
+        lo, hi = e.get("one_run_ms_max"), e.get("one_run_ms_min")
+        frac = c["fraction_of_ceiling"]
+        rng = f"{frac * c['ms'] / lo:.3f}–{frac * c['ms'] / hi:.3f}" if lo and hi else "–"
+        print(f"| {n} | {c['ms']:.4f} | {c['gb_per_s']:.0f} | {frac:.3f} | {rng} | {ts} |")
 
     forced = rows("decode/path/")
     if forced:
@@ -72,34 +81,36 @@ def main():
     for c in rows("norm/"):
         print(f"| {c['name']} | {c['ms']:.4f} | {c['gb_per_s']:.0f} | {c['fraction_of_ceiling']:.3f} |")
 
-    print(f"\n### Fused AllReduce + residual + RMSNorm (hidden 8192 bf16; {c4['gpu']}; `{a.comm}`)\n")
-    # Names: comm/w<W>/nccl_baseline/t<T> and comm/w<W>/<variant...>/ctas<C>/t<T>.
-    base, runs = {}, {}
-    for c in c4["cases"]:
-        if not c.get("ms"):
-            continue
-        parts = c["name"].split("/")
-        wsz, tok = int(parts[1][1:]), int(parts[-1][1:])
-        if parts[2] == "nccl_baseline":
-            base[(wsz, tok)] = c
-        elif parts[-2].startswith("ctas"):
-            runs[("/".join(parts[2:-2]), wsz, tok, int(parts[-2][4:]))] = c
-    for kind in sorted({k[0] for k in runs}):
-        ctas = sorted({k[3] for k in runs if k[0] == kind})
-        print(f"\n`{kind}` (time per call in µs; speedup = NCCL baseline / weft at 8 CTAs)\n")
-        print("| world | tokens | NCCL all-reduce + fused_add_rmsnorm | "
-              + " | ".join(f"{n} CTAs" for n in ctas) + " | speedup at 8 CTAs |")
-        print("|---|---|---|" + "---|" * len(ctas) + "---|")
-        for wsz in (8, 4, 2):
-            for tok in (128, 512, 1024, 2048, 4096, 8192):
-                b = base.get((wsz, tok))
-                if not b:
-                    continue
-                v = [runs.get((kind, wsz, tok, n)) for n in ctas]
-                vs = " | ".join(f"{x['ms'] * 1000:.1f}" if x else "–" for x in v)
-                r8 = runs.get((kind, wsz, tok, 8))
-                sp = f"{b['ms'] / r8['ms']:.2f}x" if r8 else "–"
-                print(f"| {wsz} | {tok} | {b['ms'] * 1000:.1f} | {vs} | {sp} |")
+    for comm_path in a.comm:
+        c4 = load(comm_path)
+        print(f"\n### Fused AllReduce + residual + RMSNorm (hidden 8192 bf16; {c4['gpu']}; `{comm_path}`)\n")
+        # Names: comm/w<W>/nccl_baseline/t<T> and comm/w<W>/<variant...>/ctas<C>/t<T>.
+        base, runs = {}, {}
+        for c in c4["cases"]:
+            if not c.get("ms"):
+                continue
+            parts = c["name"].split("/")
+            wsz, tok = int(parts[1][1:]), int(parts[-1][1:])
+            if parts[2] == "nccl_baseline":
+                base[(wsz, tok)] = c
+            elif parts[-2].startswith("ctas"):
+                runs[("/".join(parts[2:-2]), wsz, tok, int(parts[-2][4:]))] = c
+        for kind in sorted({k[0] for k in runs}):
+            ctas = sorted({k[3] for k in runs if k[0] == kind})
+            print(f"\n`{kind}` (time per call in µs; speedup = NCCL baseline / weft at 8 CTAs)\n")
+            print("| world | tokens | NCCL all-reduce + fused_add_rmsnorm | "
+                  + " | ".join(f"{n} CTAs" for n in ctas) + " | speedup at 8 CTAs |")
+            print("|---|---|---|" + "---|" * len(ctas) + "---|")
+            for wsz in (8, 4, 2):
+                for tok in (128, 512, 1024, 2048, 4096, 8192):
+                    b = base.get((wsz, tok))
+                    if not b:
+                        continue
+                    v = [runs.get((kind, wsz, tok, n)) for n in ctas]
+                    vs = " | ".join(f"{x['ms'] * 1000:.1f}" if x else "–" for x in v)
+                    r8 = runs.get((kind, wsz, tok, 8))
+                    sp = f"{b['ms'] / r8['ms']:.2f}x" if r8 else "–"
+                    print(f"| {wsz} | {tok} | {b['ms'] * 1000:.1f} | {vs} | {sp} |")
 
 if __name__ == "__main__":
     main()
