@@ -166,16 +166,7 @@ __device__ void reduce_norm_bulk(const Params& p, int ch, char* smem, BulkShared
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[i] += f[i];
       }
-      detail::unpack8<T>(in[world * in_vecs + idx], f);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += f[i];
-      const uint4 rv = detail::pack8<T>(acc);
-      ores[idx] = rv;
-      detail::unpack8<T>(rv, f);
-      float sq = 0.f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sq += f[i] * f[i];
-      cur += sq;
+      cur += add_residual_round_store<T>(acc, in[world * in_vecs + idx], ores[idx]);
     }
     const float sv = detail::warp_sum(cur);
     if (lane == 0) sh.seg[warp] = sv;

@@ -169,16 +169,7 @@ __device__ void reduce_norm_rows(const Params& p, int ch, float (*seg_sums)[kSeg
                 for (int i = 0; i < 8; ++i) acc[i] += f[i];
               }
             }
-            detail::unpack8<T>(rs[b], f);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) acc[i] += f[i];
-            const uint4 rv = detail::pack8<T>(acc);
-            res[idx] = rv;
-            detail::unpack8<T>(rv, f);
-            float sq = 0.f;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) sq += f[i] * f[i];
-            cur += sq;
+            cur += add_residual_round_store<T>(acc, rs[b], res[idx]);
           }
         }
       }

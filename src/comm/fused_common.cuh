@@ -12,6 +12,7 @@
 
 #include "comm/comm_impl.h"
 #include "comm/partition.h"
+#include "common/vec8.cuh"
 
 namespace weft::comm_detail {
 
@@ -53,6 +54,24 @@ struct Params {
 };
 
 #if defined(__CUDACC__)
+// Adds the residual row chunk to acc (the fp32 sum of the world's contributions), rounds to T,
+// stores the updated residual to dst, and returns the sum of squares of the ROUNDED values (the
+// norm uses the residual as stored). One definition for both kernels keeps their bits equal.
+template <class T>
+__device__ __forceinline__ float add_residual_round_store(float (&acc)[8], const uint4& residual, uint4& dst) {
+  float f[8];
+  detail::unpack8<T>(residual, f);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] += f[i];
+  const uint4 rounded = detail::pack8<T>(acc);
+  dst = rounded;
+  detail::unpack8<T>(rounded, f);
+  float sq = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sq += f[i] * f[i];
+  return sq;
+}
+
 __device__ __forceinline__ void* lsa_raw(const Params& p, size_t off, int peer) {
   return ncclGetLsaPointer(p.win, off, peer);
 }
