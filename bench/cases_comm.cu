@@ -3,7 +3,9 @@
 // NCCL communicator), measured in the same run. One thread per GPU inside this process; world =
 // all visible GPUs, and 2 (first two GPUs) when more are visible. tokens {128..8K} x hidden 8192,
 // bf16, two-shot: both LSA kernels (push = register-staged stores, bulk = TMA bulk copies) at
-// 4/8/16 CTAs, and bulk zero-copy (x in input_buffer(), out = output_buffer(): no copy-out) at 8.
+// 4/8/16 CTAs, and bulk zero-copy (x in input_buffer(), out = output_buffer(): no copy-out) at 8;
+// the copy-engine kernel (ce) at 4/8/16 CTAs with its chunk count chosen by size, a sweep of
+// its chunk count (1/2/4/8) at 8 CTAs, and ce zero-copy at 8.
 // (One-shot is only selected for <= 4 rows; its bench rows were dropped to keep the group short.)
 // Timing: before every rep all ranks synchronize their stream and meet at a host barrier; rank 0
 // brackets kIters back-to-back calls with events (amortizes the launch skew between ranks);
@@ -50,9 +52,11 @@ class HostBarrier {  // C++17 stand-in for std::barrier
 
 struct CommCase {
   int64_t tokens;
-  int variant;  // 0 baseline (NCCL), 2 two-shot push, 3 two-shot bulk, 4 two-shot bulk zero-copy
+  int variant;  // 0 baseline (NCCL), 2 two-shot push, 3 two-shot bulk, 4 two-shot bulk zero-copy,
+                // 5 two-shot copy engine, 6 copy engine zero-copy
   int ctas;
   std::string name;
+  int chunks = 0;  // copy engine: chunks per call (0: by size)
   double ms = -1;
   std::string error;
 };
@@ -75,6 +79,11 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
         cases.push_back({t, v, c, prefix + "two_shot/" + (v == 2 ? "push" : "bulk") + "/ctas" + std::to_string(c) +
                                       "/t" + std::to_string(t)});
     cases.push_back({t, 4, 8, prefix + "two_shot/bulk_zero_copy/ctas8/t" + std::to_string(t)});
+    for (int c : {4, 8, 16})
+      cases.push_back({t, 5, c, prefix + "two_shot/ce/ctas" + std::to_string(c) + "/t" + std::to_string(t)});
+    for (int k : {1, 2, 4, 8})
+      cases.push_back({t, 5, 8, prefix + "two_shot/ce_chunks" + std::to_string(k) + "/ctas8/t" + std::to_string(t), k});
+    cases.push_back({t, 6, 8, prefix + "two_shot/ce_zero_copy/ctas8/t" + std::to_string(t)});
   }
   // Baselines are needed for every reported speedup: keep a baseline when any case of its
   // token count is wanted.
@@ -125,8 +134,12 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
           weft::Communicator& comm = c.variant == 0 ? nccl : lsa;
           const weft::AllReduceVariant v = weft::AllReduceVariant::kTwoShot;
           const int ctas = c.variant == 0 ? 1 : c.ctas;
-          if (c.variant != 0) lsa.set_kernel(c.variant == 2 ? weft::CommKernel::kPush : weft::CommKernel::kBulk);
-          if (c.variant == 4) {  // zero copy: x lives in the symmetric input, out is the symmetric output
+          if (c.variant != 0)
+            lsa.set_kernel(c.variant == 2   ? weft::CommKernel::kPush
+                           : c.variant >= 5 ? weft::CommKernel::kCopyEngine
+                                            : weft::CommKernel::kBulk);
+          lsa.set_copy_engine_chunks(c.chunks);
+          if (c.variant == 4 || c.variant == 6) {  // zero copy: x lives in the symmetric input, out is the symmetric output
             if (lsa.input_buffer() == nullptr) throw std::runtime_error("zero copy needs the LSA path");
             cudaMemcpyAsync(lsa.input_buffer(), x.get(), c.tokens * hidden * 2, cudaMemcpyDeviceToDevice, s);
             tx = weft::TensorView(lsa.input_buffer(), dt, {c.tokens, hidden}, weft::Device::kCUDA, dev);
@@ -173,7 +186,13 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
     res.name = c.name;
     res.params = {{"tokens", std::to_string(c.tokens)}, {"hidden", std::to_string(hidden)}, {"dtype", "bf16"},
                   {"variant", c.variant == 0 ? "nccl_allreduce+fused_add_rmsnorm" : "two_shot"},
-                  {"kernel", c.variant == 0 ? "-" : c.variant == 2 ? "push" : c.variant == 3 ? "bulk" : "bulk_zero_copy"}};
+                  {"kernel", c.variant == 0   ? "-"
+                             : c.variant == 2 ? "push"
+                             : c.variant == 3 ? "bulk"
+                             : c.variant == 4 ? "bulk_zero_copy"
+                             : c.variant == 5 ? "ce"
+                                              : "ce_zero_copy"},
+                  {"ce_chunks", c.variant >= 5 ? (c.chunks ? std::to_string(c.chunks) : "auto") : "-"}};
     if (!err.empty() || c.ms < 0) {
       ctx.report_error(res, err.empty() ? "not measured" : err);
       continue;

@@ -75,13 +75,20 @@ const char* comm_path_name(CommPath p);
 enum class AllReduceVariant : int32_t { kAuto = 0, kOneShot = 1, kTwoShot = 2 };
 const char* allreduce_variant_name(AllReduceVariant v);
 
-// Implementation of the LSA path (same protocol and bit-identical results; see
-// src/comm/fused_common.cuh). kBulk: TMA bulk copies (cp.async.bulk) through shared-memory
-// pipelines, so each SM keeps ~100-200 KB in flight regardless of registers. kPush: the earlier
-// kernel, register-staged 16-byte stores (kept as a fallback policy). kAuto: environment
-// WEFT_COMM_KERNEL=push|bulk if set, else the built-in default (kDefaultCommKernel). Every rank
-// must use the same kernel for a call (a mix would still agree on the protocol, but is untested).
-enum class CommKernel : int32_t { kAuto = 0, kPush = 1, kBulk = 2 };
+// Implementation of the LSA path (bit-identical results; see src/comm/fused_common.cuh).
+// kBulk: TMA bulk copies (cp.async.bulk) through shared-memory pipelines, so each SM keeps
+// ~100-200 KB in flight regardless of registers. kPush: the earlier kernel, register-staged
+// 16-byte stores. Both move every NVLink byte with the SMs (num_ctas of them).
+// kCopyEngine: the copy engines move every NVLink byte (cudaMemcpyAsync on two internal streams:
+// x rows pushed to their owners' staging, the owners' normalized rows pulled into `out`) and the
+// num_ctas CTAs only reduce, add and normalize the owned rows from local memory, chunk by chunk
+// so that the copies of one chunk overlap the reduction of the next (two-shot only; one-shot
+// calls use kPush). Why: one SM copies ~50 GB/s however it issues (docs/perf-notes-comm.md), so
+// <= 8 SMs cannot also carry the ~1.5 S per rank of NVLink traffic; the copy engines reach
+// ~390 GB/s over NVLink without any SM.
+// kAuto: environment WEFT_COMM_KERNEL=push|bulk|ce if set, else the built-in default
+// (kDefaultCommKernel in communicator.cpp). Every rank must use the same kernel for a call.
+enum class CommKernel : int32_t { kAuto = 0, kPush = 1, kBulk = 2, kCopyEngine = 3 };
 const char* comm_kernel_name(CommKernel k);
 
 // The fused kernel's CTA count range (LSA barriers are allocated per CTA index).
@@ -102,6 +109,10 @@ struct CommOptions {
   // Which LSA kernel runs the fused call (see CommKernel); can be changed later with
   // Communicator::set_kernel (same value on every rank, between calls).
   CommKernel kernel = CommKernel::kAuto;
+  // Copy-engine kernel: chunks per call (1..8; the copies of chunk j overlap the reduction of
+  // chunk j + 1); 0: chosen from the slice size (also overridable by WEFT_COMM_CE_CHUNKS).
+  // Every rank must use the same value.
+  int copy_engine_chunks = 0;
 };
 
 class Communicator {
@@ -134,6 +145,8 @@ class Communicator {
   CommKernel kernel() const;
   // Not collective, but every rank must switch identically between the same two calls.
   void set_kernel(CommKernel k);
+  // CommOptions::copy_engine_chunks for the next calls (same value on every rank).
+  void set_copy_engine_chunks(int chunks);
 
   // Tokens this rank owns in the two-shot schedule: {begin, count}.
   std::pair<int64_t, int64_t> owned_tokens(int64_t tokens) const;

@@ -46,13 +46,27 @@ struct Communicator::Impl {
   // the runtime NCCL's struct were larger than the headers', ncclDevCommCreate would write
   // into this padding instead of past the object (the setup also refuses a version mismatch).
   alignas(64) unsigned char devcomm[4096] = {};
-  // Device words: [0] error bits of rank-agreement checks, [1 + c] call counter of CTA c.
+  // Device words: [0] error bits of rank-agreement checks, [1 + c] call counter of CTA c,
+  // [1 + kCommMaxCtas + c] mismatch bits CTA c found in the current call's first chunk (copy
+  // engine: later chunk launches of the same call read them).
   uint32_t* state = nullptr;
+
+  // Copy-engine kernel (CommKernel::kCopyEngine, fused_allreduce_ce.cu), created by lsa_setup:
+  // two internal streams (pushes of x rows to the owners' staging; pulls of the owners'
+  // normalized rows), events forking / joining them with the caller's stream per chunk, and the
+  // window base of every rank as mapped in this process (ncclGetLsaPointer(win, 0, q), read once
+  // at setup) for the copies' peer addresses.
+  static constexpr int kMaxCeChunks = 8;
+  cudaStream_t ce_push = nullptr, ce_pull = nullptr;
+  cudaEvent_t ce_start = nullptr, ce_pulled = nullptr;
+  cudaEvent_t ce_pushed[kMaxCeChunks] = {}, ce_reduced[kMaxCeChunks] = {};
+  char* peer_base[kCommMaxWorld] = {};
+  int ce_chunks = 0;  // chunks per call; 0: by size (ce_chunk_count)
 };
 
 namespace comm_detail {
 
-constexpr int kStateWords = 1 + kCommMaxCtas;
+constexpr int kStateWords = 1 + 2 * kCommMaxCtas;
 
 // Error bits written by the fused kernel when peers' call headers differ from this rank's.
 enum MismatchBits : uint32_t {

@@ -42,6 +42,7 @@ const char* comm_kernel_name(CommKernel k) {
     case CommKernel::kAuto: return "auto";
     case CommKernel::kPush: return "push";
     case CommKernel::kBulk: return "bulk";
+    case CommKernel::kCopyEngine: return "ce";
   }
   return "unknown";
 }
@@ -56,12 +57,20 @@ CommKernel resolve_kernel(CommKernel k) {
   const char* s = std::getenv("WEFT_COMM_KERNEL");
   if (s != nullptr && std::strcmp(s, "push") == 0) return CommKernel::kPush;
   if (s != nullptr && std::strcmp(s, "bulk") == 0) return CommKernel::kBulk;
+  if (s != nullptr && std::strcmp(s, "ce") == 0) return CommKernel::kCopyEngine;
   return kDefaultCommKernel;
 }
 
 void check_kernel(CommKernel k, const char* name) {
-  WEFT_CHECK_ARG(k == CommKernel::kAuto || k == CommKernel::kPush || k == CommKernel::kBulk, name,
+  WEFT_CHECK_ARG(k == CommKernel::kAuto || k == CommKernel::kPush || k == CommKernel::kBulk ||
+                     k == CommKernel::kCopyEngine,
+                 name,
                  "unknown value " << static_cast<int>(k));
+}
+
+void check_ce_chunks(int chunks, const char* name) {
+  WEFT_CHECK_ARG(chunks >= 0 && chunks <= Communicator::Impl::kMaxCeChunks, name,
+                 "must be in [0, " << Communicator::Impl::kMaxCeChunks << "] (0: by size), got " << chunks);
 }
 
 bool env_flag(const char* name) {
@@ -75,6 +84,7 @@ void check_options(const CommOptions& o) {
   WEFT_CHECK_ARG(o.dtype == DType::kFloat16 || o.dtype == DType::kBFloat16, "options.dtype",
                  "expected f16 or bf16, got " << dtype_name(o.dtype));
   check_kernel(o.kernel, "options.kernel");
+  check_ce_chunks(o.copy_engine_chunks, "options.copy_engine_chunks");
 }
 
 // Everything after the NCCL communicator exists. Collective on every rank.
@@ -90,6 +100,7 @@ void init(Communicator::Impl& im) {
                 dtype_size(im.opt.dtype);
   im.one_shot_max_bytes = comm_detail::one_shot_max_bytes_from_env(im.opt.one_shot_max_bytes);
   im.kernel = resolve_kernel(im.opt.kernel);
+  im.ce_chunks = im.opt.copy_engine_chunks;
   WEFT_CUDA_CHECK(cudaMalloc(&im.state, comm_detail::kStateWords * sizeof(uint32_t)));
   WEFT_CUDA_CHECK(cudaMemset(im.state, 0, comm_detail::kStateWords * sizeof(uint32_t)));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -189,6 +200,11 @@ CommKernel Communicator::kernel() const { return impl_->kernel; }
 void Communicator::set_kernel(CommKernel k) {
   check_kernel(k, "kernel");
   impl_->kernel = resolve_kernel(k);
+}
+
+void Communicator::set_copy_engine_chunks(int chunks) {
+  check_ce_chunks(chunks, "chunks");
+  impl_->ce_chunks = chunks;
 }
 
 std::pair<int64_t, int64_t> Communicator::owned_tokens(int64_t tokens) const {

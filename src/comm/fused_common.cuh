@@ -49,6 +49,11 @@ struct Params {
   int bulk_stages;        // bulk kernel: reduce pipeline stages (rows in shared memory at once)
   float eps;
   int one_shot, out_is_sym;
+  int peer_stores;        // two-shot push/bulk: 1 (normalized rows stored to every peer); copy engine: 0
+  // Copy-engine kernel: this launch reduces rows [ce_k_lo, ce_k_hi) of the own slice, chunk
+  // ce_chunk of num_chunks of the call (fused_allreduce_ce.cu).
+  int ce_chunk;
+  int64_t ce_k_lo, ce_k_hi;
   uint32_t dtype_code;
   uint32_t* state;
 };
@@ -125,5 +130,9 @@ void launch_push(const Params& p, DType dtype, int num_ctas, cudaStream_t stream
 // one row job (world + 3 rows; e.g. hidden 16384 at world 8): the caller runs the push kernel.
 bool bulk_fits(int world, int64_t row_bytes, int* stages);
 void launch_bulk(const Params& p, DType dtype, int num_ctas, cudaStream_t stream);
+// Copy-engine kernel (fused_allreduce_ce.cu): two-shot only; p as for the others (p.out = the
+// caller's out). Chunks per call: `requested` (1..8) or by the slice size when 0.
+int ce_chunk_count(int64_t slice_bytes, int requested);
+void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_ctas, cudaStream_t stream);
 
 }  // namespace weft::comm_detail

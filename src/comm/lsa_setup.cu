@@ -17,6 +17,49 @@ static_assert(sizeof(ncclDevComm) <= sizeof(Communicator::Impl::devcomm),
               "Impl::devcomm too small for ncclDevComm");
 
 namespace {
+// Window base of every rank as mapped in this process (the copy engines take these addresses).
+__global__ void read_lsa_bases(ncclWindow_t win, int world, char** bases) {
+  const int q = threadIdx.x;
+  if (q < world) bases[q] = static_cast<char*>(ncclGetLsaPointer(win, 0, q));
+}
+
+// Streams, events and peer addresses of the copy-engine kernel (CommKernel::kCopyEngine).
+void ce_setup(Communicator::Impl& im) {
+  char** d_bases = nullptr;
+  WEFT_CUDA_CHECK(cudaMalloc(&d_bases, kCommMaxWorld * sizeof(char*)));
+  read_lsa_bases<<<1, 32>>>(im.win, im.world, d_bases);
+  const cudaError_t launch = cudaGetLastError();
+  const cudaError_t copy =
+      launch == cudaSuccess ? cudaMemcpy(im.peer_base, d_bases, im.world * sizeof(char*), cudaMemcpyDeviceToHost)
+                            : launch;
+  cudaFree(d_bases);
+  WEFT_CUDA_CHECK(copy);
+  WEFT_CHECK_ARG(im.peer_base[im.rank] == im.sym, "comm",
+                 "the LSA pointer of this rank differs from its own symmetric allocation");
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&im.ce_push, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&im.ce_pull, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_start, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_pulled, cudaEventDisableTiming));
+  for (int j = 0; j < Communicator::Impl::kMaxCeChunks; ++j) {
+    WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_pushed[j], cudaEventDisableTiming));
+    WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_reduced[j], cudaEventDisableTiming));
+  }
+}
+
+void ce_teardown(Communicator::Impl& im) noexcept {
+  for (int j = 0; j < Communicator::Impl::kMaxCeChunks; ++j) {
+    if (im.ce_pushed[j]) cudaEventDestroy(im.ce_pushed[j]);
+    if (im.ce_reduced[j]) cudaEventDestroy(im.ce_reduced[j]);
+    im.ce_pushed[j] = im.ce_reduced[j] = nullptr;
+  }
+  if (im.ce_start) cudaEventDestroy(im.ce_start);
+  if (im.ce_pulled) cudaEventDestroy(im.ce_pulled);
+  if (im.ce_push) cudaStreamDestroy(im.ce_push);
+  if (im.ce_pull) cudaStreamDestroy(im.ce_pull);
+  im.ce_start = im.ce_pulled = nullptr;
+  im.ce_push = im.ce_pull = nullptr;
+}
+
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 std::string version_string(int v) {
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
@@ -90,10 +133,17 @@ std::string lsa_setup(Communicator::Impl& im) {
     lsa_teardown(im);
     return why;
   }
+  try {
+    ce_setup(im);
+  } catch (...) {
+    lsa_teardown(im);
+    throw;
+  }
   return std::string();
 }
 
 void lsa_teardown(Communicator::Impl& im) noexcept {
+  ce_teardown(im);
   if (im.devcomm_created) {
     ncclDevCommDestroy(im.comm, reinterpret_cast<ncclDevComm*>(im.devcomm));
     im.devcomm_created = false;

@@ -1,8 +1,10 @@
 // GPU tests (>= 2 GPUs, one thread per GPU): fused all-reduce + residual add + RMSNorm against
 // the float64 reference (ref::allreduce_add_rmsnorm, residual rounded to the storage dtype),
-// both LSA kernels (push and bulk: their outputs must be bit-identical), both variants, CTA counts 1/4/8/32, token counts not divisible by the world size, world =
-// all visible GPUs and 2 (sub-communicator of the first two); 10,000 back-to-back calls;
-// rank-disagreement detection; the NCCL fallback.
+// the three LSA kernels (push, bulk, copy engine: their outputs must be bit-identical), both
+// variants, CTA counts 1/4/8/32, token counts not divisible by the world size, world = all
+// visible GPUs and 2 (sub-communicator of the first two); copy-engine chunk counts 1..8; CUDA
+// graph capture and replay; 10,000 back-to-back calls; rank-disagreement detection; the NCCL
+// fallback.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -173,7 +175,7 @@ void check(RankGroup& g, const Problem& p, const RunResult& rr, AllReduceVariant
   }
 }
 
-const CommKernel kKernels[2] = {CommKernel::kBulk, CommKernel::kPush};
+const CommKernel kKernels[3] = {CommKernel::kBulk, CommKernel::kPush, CommKernel::kCopyEngine};
 
 void set_kernel(RankGroup& g, CommKernel k) {
   for (int r = 0; r < g.size(); ++r) g.comm(r).set_kernel(k);
@@ -230,20 +232,22 @@ TEST(CommFused, MatchesReferenceAllShapes) {
       set_kernel(g, CommKernel::kBulk);
       const RunResult bulk = run(g, p, b.v, b.ctas);
       check(g, p, bulk, b.v, true, nullptr, name(p, b.v, b.ctas, world, CommKernel::kBulk));
-      set_kernel(g, CommKernel::kPush);
-      const RunResult push = run(g, p, b.v, b.ctas);
-      for (int r = 0; r < world; ++r) {
-        EXPECT_TRUE(push.out[r] == bulk.out[r]) << name(p, b.v, b.ctas, world) << " rank " << r
-                                                << ": push and bulk outputs differ";
-        EXPECT_TRUE(push.res[r] == bulk.res[r]) << name(p, b.v, b.ctas, world) << " rank " << r
-                                                << ": push and bulk residuals differ";
+      for (CommKernel k : {CommKernel::kPush, CommKernel::kCopyEngine}) {
+        set_kernel(g, k);
+        const RunResult other = run(g, p, b.v, b.ctas);
+        for (int r = 0; r < world; ++r) {
+          EXPECT_TRUE(other.out[r] == bulk.out[r]) << name(p, b.v, b.ctas, world, k) << " rank " << r
+                                                   << ": outputs differ from bulk's";
+          EXPECT_TRUE(other.res[r] == bulk.res[r]) << name(p, b.v, b.ctas, world, k) << " rank " << r
+                                                   << ": residuals differ from bulk's";
+        }
       }
     }
   }
 }
 
 // Sanitizer-sized (gpu-check runs *Small* tests under compute-sanitizer memcheck / racecheck):
-// both kernels, both variants, token counts not divisible by the world size, a few CTA counts.
+// all kernels, both variants, token counts not divisible by the world size, a few CTA counts.
 TEST(CommFusedSmall, BothKernelsBothVariants) {
   WEFT_REQUIRE_GPUS(2);
   auto rng = weft::test::Rng::for_current_test();
@@ -348,9 +352,11 @@ TEST(CommFused, TenThousandCallsBackToBack) {
       for (int i = 0; i < kCalls; ++i) {
         TensorView tx((i & 1 ? x1 : x0).get(), dt, {T, H}, weft::Device::kCUDA, g.device(r));
         cudaMemsetAsync(dout.get(), 0xFF, bytes, s);
-        // Kernel switches every 7 calls (coprime with 3 and 5): push and bulk calls follow each
-        // other in every combination of variant and CTA count (shared per-CTA state, staging reuse).
-        c.set_kernel((i / 7) % 2 ? CommKernel::kPush : CommKernel::kBulk);
+        // Kernel switches every 7 calls (coprime with 3 and 5): push, bulk and copy-engine calls
+        // follow each other in every combination of variant and CTA count (shared per-CTA state,
+        // staging reuse); the copy engine's chunk count cycles through 1..4.
+        c.set_kernel(kKernels[(i / 7) % 3]);
+        c.set_copy_engine_chunks(1 + i % 4);
         weft::fused_allreduce_add_rmsnorm(c, tx, tres, tw, 1e-6, tout, ctas[i % 5], s, vs[i % 3]);
         if (i == 0) {
           cudaStreamSynchronize(s);
@@ -394,12 +400,16 @@ TEST(CommFused, RankDisagreementIsReportedNotHung) {
   const int world = g.size();
   const Problem p = make_problem(rng, dt, 65, H, world);
   // Case A: rank 0 says 64 tokens, the others 65. Case B: rank 0 one-shot, the others two-shot.
-  // Each with both kernels (which = 0, 1: bulk; 2, 3: push).
-  for (int which4 = 0; which4 < 4; ++which4) {
-    const int which = which4 % 2;
-    set_kernel(g, which4 < 2 ? CommKernel::kBulk : CommKernel::kPush);
+  // Each with every kernel (which6 / 2 indexes kKernels). Case A with the copy engine at 2
+  // chunks per call: 65 tokens make every slice >= 2 rows, 64 with rank 0 too, so the ranks cut
+  // different rows into their chunks.
+  for (int which6 = 0; which6 < 6; ++which6) {
+    const int which = which6 % 2;
+    const CommKernel kernel = kKernels[which6 / 2];
+    set_kernel(g, kernel);
+    for (int r = 0; r < world; ++r) g.comm(r).set_copy_engine_chunks(2);
     std::vector<std::string> errors(world);
-    std::vector<bool> untouched(world, false);
+    std::vector<bool> untouched(world, false), res_untouched(world, false);
     g.parallel([&](int r) {
       weft::Communicator& c = g.comm(r);
       cudaStream_t s = g.stream(r);
@@ -422,13 +432,19 @@ TEST(CommFused, RankDisagreementIsReportedNotHung) {
       const auto o = dout.to_vector<uint16_t>(65 * H);
       const auto rs = dres.to_vector<uint16_t>(65 * H);
       bool ok = rs == p.res.bits;
+      res_untouched[r] = ok;
       for (uint16_t u : o) ok = ok && u == 0xFFFF;
       untouched[r] = ok;
     });
     for (int r = 0; r < world; ++r) {
       EXPECT_NE(errors[r].find(which == 0 ? "tokens" : "variant"), std::string::npos)
           << "rank " << r << " error: '" << errors[r] << "'";
-      EXPECT_TRUE(untouched[r]) << "rank " << r << ": a skipped call wrote its outputs";
+      // The copy engine's pulls still run on a mismatch (`out` holds stale rows, see
+      // fused_allreduce_ce.cu); the residual must be untouched with every kernel.
+      if (kernel != CommKernel::kCopyEngine)
+        EXPECT_TRUE(untouched[r]) << "rank " << r << ": a skipped call wrote its outputs";
+      else
+        EXPECT_TRUE(res_untouched[r]) << "rank " << r << ": a skipped call wrote the residual";
     }
   }
   // Local validation fails on every rank before anything is enqueued.
@@ -454,6 +470,81 @@ TEST(CommFused, RankDisagreementIsReportedNotHung) {
   }
 }
 
+// Copy-engine kernel: every chunk count 1..8 (including more chunks than owned rows) gives the
+// same bits as bulk; then the call is captured in a CUDA graph (its internal streams fork from
+// and join the capturing stream) and the graph is replayed on new inputs written into the same
+// buffers, each replay checked against its own reference.
+TEST(CommFused, CopyEngineChunksAndGraphReplay) {
+  WEFT_REQUIRE_GPUS(2);
+  auto rng = weft::test::Rng::for_current_test();
+  for (const auto& devs : device_sets()) {
+    RankGroup g(devs, options(4096, 4096));
+    if (g.comm(0).path() != CommPath::kLsa) GTEST_SKIP() << g.comm(0).path_reason();
+    const int world = g.size();
+    for (int64_t T : {3, 1000, 4095}) {
+      const Problem p = make_problem(rng, DType::kBFloat16, T, 4096, world);
+      std::vector<uint16_t> canonical;
+      set_kernel(g, CommKernel::kBulk);
+      check(g, p, run(g, p, AllReduceVariant::kTwoShot, 8), AllReduceVariant::kTwoShot, true, &canonical,
+            "bulk " + name(p, AllReduceVariant::kTwoShot, 8, world));
+      set_kernel(g, CommKernel::kCopyEngine);
+      for (int chunks = 1; chunks <= 8; ++chunks) {
+        for (int r = 0; r < world; ++r) g.comm(r).set_copy_engine_chunks(chunks);
+        for (Mode mode : {Mode::kOutOfPlace, Mode::kInPlace, Mode::kZeroCopy})
+          check(g, p, run(g, p, AllReduceVariant::kTwoShot, 5, mode), AllReduceVariant::kTwoShot, true, &canonical,
+                "ce chunks " + std::to_string(chunks) + " mode " + std::to_string(static_cast<int>(mode)) + " " +
+                    name(p, AllReduceVariant::kTwoShot, 5, world));
+        if (HasFailure()) return;
+      }
+    }
+    // Graph capture and replay (3 chunks per call, 8 CTAs).
+    const int64_t T = 777, H = 4096;
+    std::vector<Problem> problems;
+    for (int i = 0; i < 3; ++i) problems.push_back(make_problem(rng, DType::kBFloat16, T, H, world));
+    const std::size_t bytes = static_cast<std::size_t>(T * H) * 2;
+    std::vector<RunResult> results(problems.size());
+    for (auto& rr : results) {
+      rr.out.resize(world);
+      rr.res.resize(world);
+    }
+    for (int r = 0; r < world; ++r) g.comm(r).set_copy_engine_chunks(3);
+    g.parallel([&](int r) {
+      weft::Communicator& c = g.comm(r);
+      cudaStream_t s = g.stream(r);
+      const int dev = g.device(r);
+      DeviceBuffer dx(bytes), dres(bytes), dw(H * 2), dout(bytes);
+      const TensorView tx(dx.get(), DType::kBFloat16, {T, H}, weft::Device::kCUDA, dev);
+      const TensorView tres(dres.get(), DType::kBFloat16, {T, H}, weft::Device::kCUDA, dev);
+      const TensorView tw(dw.get(), DType::kBFloat16, {H}, weft::Device::kCUDA, dev);
+      const TensorView tout(dout.get(), DType::kBFloat16, {T, H}, weft::Device::kCUDA, dev);
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      WEFT_TEST_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      weft::fused_allreduce_add_rmsnorm(c, tx, tres, tw, 1e-6, tout, 8, s, AllReduceVariant::kTwoShot);
+      WEFT_TEST_CUDA(cudaStreamEndCapture(s, &graph));
+      WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (std::size_t i = 0; i < problems.size(); ++i) {
+        const Problem& pr = problems[i];
+        dx.upload(pr.x[r].bits.data(), bytes);
+        dres.upload(pr.res.bits.data(), bytes);
+        dw.upload(pr.w.bits.data(), H * 2);
+        dout.poison();
+        WEFT_TEST_CUDA(cudaDeviceSynchronize());
+        WEFT_TEST_CUDA(cudaGraphLaunch(exec, s));
+        c.check_remote_errors(s);
+        results[i].out[r] = dout.to_vector<uint16_t>(T * H);
+        results[i].res[r] = dres.to_vector<uint16_t>(T * H);
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    });
+    for (std::size_t i = 0; i < problems.size(); ++i)
+      check(g, problems[i], results[i], AllReduceVariant::kTwoShot, true, nullptr,
+            "graph replay " + std::to_string(i) + " world " + std::to_string(world));
+    for (int r = 0; r < world; ++r) g.comm(r).set_copy_engine_chunks(0);
+  }
+}
+
 // CommOptions::kernel and set_kernel resolve to a concrete kernel; kAuto follows
 // WEFT_COMM_KERNEL or the built-in default (never stays kAuto); bad values are rejected.
 TEST(CommFused, KernelOptionResolves) {
@@ -466,6 +557,14 @@ TEST(CommFused, KernelOptionResolves) {
   EXPECT_EQ(g.comm(0).kernel(), CommKernel::kBulk);
   g.comm(0).set_kernel(CommKernel::kAuto);
   EXPECT_NE(g.comm(0).kernel(), CommKernel::kAuto);
+  g.comm(0).set_kernel(CommKernel::kCopyEngine);
+  EXPECT_EQ(g.comm(0).kernel(), CommKernel::kCopyEngine);
+  try {
+    g.comm(0).set_copy_engine_chunks(9);
+    ADD_FAILURE() << "9 chunks accepted";
+  } catch (const weft::Error& e) {
+    EXPECT_EQ(e.argument(), "chunks");
+  }
   try {
     g.comm(0).set_kernel(static_cast<CommKernel>(7));
     ADD_FAILURE() << "kernel 7 accepted";
