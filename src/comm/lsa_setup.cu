@@ -34,8 +34,8 @@ void ce_setup(Communicator::Impl& im) {
                             : launch;
   cudaFree(d_bases);
   WEFT_CUDA_CHECK(copy);
-  WEFT_CHECK_ARG(im.peer_base[im.rank] == im.sym, "comm",
-                 "the LSA pointer of this rank differs from its own symmetric allocation");
+  // (The own rank's LSA pointer is a second mapping of im.sym in NCCL's flat LSA range, not
+  // im.sym itself; both address the same memory.)
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&im.ce_push, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&im.ce_pull, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_start, cudaEventDisableTiming));
