@@ -90,11 +90,11 @@ void launch_reduce(const Params& p, DType dtype, int num_ctas, cudaStream_t stre
   WEFT_DISPATCH_HALF_TYPES(dtype, "x", [&] {
     using T = scalar_t;
     if (p.world <= 2)
-      launch_keep<ce_reduce_kernel<T, 2>>(p, num_ctas, stream);
+      launch_keep(ce_reduce_kernel<T, 2>, p, num_ctas, stream);
     else if (p.world <= 4)
-      launch_keep<ce_reduce_kernel<T, 4>>(p, num_ctas, stream);
+      launch_keep(ce_reduce_kernel<T, 4>, p, num_ctas, stream);
     else
-      launch_keep<ce_reduce_kernel<T, 8>>(p, num_ctas, stream);
+      launch_keep(ce_reduce_kernel<T, 8>, p, num_ctas, stream);
   });
   WEFT_CUDA_CHECK_LAUNCH();
 }

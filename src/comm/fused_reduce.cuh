@@ -181,10 +181,9 @@ inline int keep_vecs_per_thread(int tpr, int seg_len) {
 }
 
 // Launches a kernel that calls reduce_norm_rows with p.keep_vecs vectors per thread of dynamic
-// shared memory (the opt-in above 48 KB is set once per kernel and device: one flag array per
-// kernel, hence the kernel as a template argument).
-template <auto kernel>
-void launch_keep(const Params& p, int num_ctas, cudaStream_t stream) {
+// shared memory (the opt-in above 48 KB is set once per kernel and device).
+template <class Kernel>
+void launch_keep(Kernel* kernel, const Params& p, int num_ctas, cudaStream_t stream) {
   static std::atomic<bool> attr_set[64];
   int dev = 0;
   WEFT_CUDA_CHECK(cudaGetDevice(&dev));
