@@ -53,7 +53,6 @@ namespace {
 template <class T, int kMaxWorld>
 __global__ void __launch_bounds__(kCommBlock, 1) ce_reduce_kernel(const Params p) {
   __shared__ float seg_sums[kCommWarps][kSegs];
-  extern __shared__ uint4 keep_smem[];
   __shared__ uint32_t s_bad;
   const int c = blockIdx.x, num_ctas = gridDim.x;
   const bool first = p.ce_chunk == 0, last = p.ce_chunk == p.num_chunks - 1;
@@ -72,9 +71,7 @@ __global__ void __launch_bounds__(kCommBlock, 1) ce_reduce_kernel(const Params p
     __syncthreads();
     bad = s_bad;
   }
-  if (!bad)
-    reduce_norm_rows<T, kMaxWorld>(p, owned_range(p.tokens, p.world, p.rank), p.ce_k_lo, p.ce_k_hi, seg_sums,
-                                   p.keep_vecs ? keep_smem : nullptr);
+  if (!bad) reduce_norm_rows<T, kMaxWorld>(p, owned_range(p.tokens, p.world, p.rank), p.ce_k_lo, p.ce_k_hi, seg_sums);
   // Chunk 0 always closes with the barrier (the mismatch is only known after the first one).
   if (!bad || first) bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
   if (threadIdx.x == 0) {
@@ -90,11 +87,11 @@ void launch_reduce(const Params& p, DType dtype, int num_ctas, cudaStream_t stre
   WEFT_DISPATCH_HALF_TYPES(dtype, "x", [&] {
     using T = scalar_t;
     if (p.world <= 2)
-      launch_keep(ce_reduce_kernel<T, 2>, p, num_ctas, stream);
+      ce_reduce_kernel<T, 2><<<num_ctas, kCommBlock, 0, stream>>>(p);
     else if (p.world <= 4)
-      launch_keep(ce_reduce_kernel<T, 4>, p, num_ctas, stream);
+      ce_reduce_kernel<T, 4><<<num_ctas, kCommBlock, 0, stream>>>(p);
     else
-      launch_keep(ce_reduce_kernel<T, 8>, p, num_ctas, stream);
+      ce_reduce_kernel<T, 8><<<num_ctas, kCommBlock, 0, stream>>>(p);
   });
   WEFT_CUDA_CHECK_LAUNCH();
 }
@@ -155,7 +152,6 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
     p.ce_k_hi = own.hi;
     p.rows_per_cta = std::max<int64_t>(1, (own.hi - own.lo + num_ctas - 1) / num_ctas);
     pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once);
-    p.keep_vecs = keep_vecs_per_thread(p.tpr, p.seg_len);
     launch_reduce(p, dtype, num_ctas, stream);
     WEFT_CUDA_CHECK(cudaEventRecord(im.ce_reduced[j], stream));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_pull, im.ce_reduced[j], 0));

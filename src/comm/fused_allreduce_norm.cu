@@ -84,7 +84,6 @@ __device__ void push_rows(const Params& p, int ch) {
 template <class T, int kMaxWorld>
 __global__ void __launch_bounds__(kCommBlock, 1) fused_allreduce_norm_kernel(const Params p) {
   __shared__ float seg_sums[kCommWarps][kSegs];
-  extern __shared__ uint4 keep_smem[];
   __shared__ uint32_t s_bad;
   const int c = blockIdx.x, num_ctas = gridDim.x;
   // 1. header (the expected values are recomputed at the check: fewer live registers).
@@ -109,7 +108,7 @@ __global__ void __launch_bounds__(kCommBlock, 1) fused_allreduce_norm_kernel(con
     // B. reduce + residual + norm (+ all-gather stores in two-shot).
     if (!bad) {
       const TokenRange seg = segment_of(p, p.rank, ch);
-      reduce_norm_rows<T, kMaxWorld>(p, seg, 0, seg.count, seg_sums, p.keep_vecs ? keep_smem : nullptr);
+      reduce_norm_rows<T, kMaxWorld>(p, seg, 0, seg.count, seg_sums);
     }
     // 4. barrier c.
     bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
@@ -142,11 +141,11 @@ void launch_push(const Params& p, DType dtype, int num_ctas, cudaStream_t stream
   WEFT_DISPATCH_HALF_TYPES(dtype, "x", [&] {
     using T = scalar_t;
     if (p.world <= 2)
-      launch_keep(fused_allreduce_norm_kernel<T, 2>, p, num_ctas, stream);
+      fused_allreduce_norm_kernel<T, 2><<<num_ctas, kCommBlock, 0, stream>>>(p);
     else if (p.world <= 4)
-      launch_keep(fused_allreduce_norm_kernel<T, 4>, p, num_ctas, stream);
+      fused_allreduce_norm_kernel<T, 4><<<num_ctas, kCommBlock, 0, stream>>>(p);
     else
-      launch_keep(fused_allreduce_norm_kernel<T, 8>, p, num_ctas, stream);
+      fused_allreduce_norm_kernel<T, 8><<<num_ctas, kCommBlock, 0, stream>>>(p);
   });
 }
 
@@ -190,7 +189,6 @@ void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t
   p.rows_per_cta = (p.slot_rows + l.num_ctas - 1) / l.num_ctas;
   pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once);
   p.seg_len = 32 * ((p.vecs + 32 * kSegs - 1) / (32 * kSegs));
-  p.keep_vecs = keep_vecs_per_thread(p.tpr, p.seg_len);
   p.eps = l.eps;
   p.out_is_sym = l.out == sym + im.out_off ? 1 : 0;
   p.dtype_code = static_cast<uint32_t>(l.dtype);

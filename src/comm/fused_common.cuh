@@ -47,7 +47,6 @@ struct Params {
   int64_t slot_rows;      // rows per source slot of the staging area
   int64_t rows_per_cta;   // R
   int bulk_stages;        // bulk kernel: reduce pipeline stages (rows in shared memory at once)
-  int keep_vecs;          // push / copy engine: rounded vectors per thread kept in shared memory (0: none)
   float eps;
   int one_shot, out_is_sym;
   int peer_stores;        // two-shot push/bulk: 1 (normalized rows stored to every peer); copy engine: 0

@@ -6,11 +6,8 @@
 #include <nccl.h>
 #include <nccl_device.h>
 
-#include <atomic>
-
 #include "comm/fused_common.cuh"
 #include "comm/partition.h"
-#include "common/cuda_check.h"
 #include "common/types.cuh"
 #include "common/vec8.cuh"
 
@@ -47,13 +44,9 @@ static_assert(kSegs == kCanonSegs, "one warp per canonical segment");
 // (R = p.rows_per_cta). Normalized rows go to `p.out` (one-shot, or p.peer_stores == 0: the
 // copy-engine kernel, whose p.out is the local symmetric output) or to `p.out` and every peer's
 // symmetric output (two-shot push).
-// keep: shared memory for the rounded residual values this thread wrote in pass 1 (p.keep_vecs
-// vectors per thread, thread-interleaved: vector m of thread t at keep[m * kCommBlock + t]), so
-// pass 2 reads them from shared memory instead of a dependent round trip to L2 per batch; null
-// (p.keep_vecs == 0) when the row does not fit: pass 2 re-reads the residual row.
 template <class T, int kMaxWorld>
 __device__ void reduce_norm_rows(const Params& p, TokenRange seg, int64_t k_lo, int64_t k_hi,
-                                 float (*seg_sums)[kSegs], uint4* keep) {
+                                 float (*seg_sums)[kSegs]) {
   constexpr int kB = reduce_batch<kMaxWorld>();
   const int64_t k0 = k_lo + blockIdx.x * p.rows_per_cta;
   const int64_t cnt = k_hi - k0 < p.rows_per_cta ? k_hi - k0 : p.rows_per_cta;
@@ -116,10 +109,7 @@ __device__ void reduce_norm_rows(const Params& p, TokenRange seg, int64_t k_lo, 
                 for (int i = 0; i < 8; ++i) acc[i] += f[i];
               }
             }
-            uint4 rounded;
-            cur += add_residual_round_store<T>(acc, rs[b], rounded);
-            res[idx] = rounded;
-            if (keep) keep[((idx - v_begin) / 32) * kCommBlock + threadIdx.x] = rounded;
+            cur += add_residual_round_store<T>(acc, rs[b], res[idx]);
           }
         }
       }
@@ -143,8 +133,7 @@ __device__ void reduce_norm_rows(const Params& p, TokenRange seg, int64_t k_lo, 
       for (int b = 0; b < kNormBatch; ++b) {
         const int idx = base + b * 32 + lane;
         if (idx < v_end) {
-          // Written above by this thread.
-          rv[b] = keep ? keep[((idx - v_begin) / 32) * kCommBlock + threadIdx.x] : res[idx];
+          rv[b] = res[idx];  // written above by this thread
           wv[b] = __ldg(w + idx);
         }
       }
@@ -169,29 +158,6 @@ __device__ void reduce_norm_rows(const Params& p, TokenRange seg, int64_t k_lo, 
       }
     }
   }
-}
-
-// Pass-1 vectors per thread kept in shared memory for pass 2 (see reduce_norm_rows): a thread
-// handles every 32nd vector of its warp's kSegs / G canonical segments; 0 when the kept values
-// would exceed kKeepMaxBytes per CTA (hidden 16384 with a warp per row).
-constexpr int kKeepMaxBytes = 160 * 1024;
-inline int keep_vecs_per_thread(int tpr, int seg_len) {
-  const int v = (kSegs / (tpr / 32)) * seg_len / 32;
-  return v * kCommBlock * 16 <= kKeepMaxBytes ? v : 0;
-}
-
-// Launches a kernel that calls reduce_norm_rows with p.keep_vecs vectors per thread of dynamic
-// shared memory (the opt-in above 48 KB is set once per kernel and device).
-template <class Kernel>
-void launch_keep(Kernel* kernel, const Params& p, int num_ctas, cudaStream_t stream) {
-  static std::atomic<bool> attr_set[64];
-  int dev = 0;
-  WEFT_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64 || !attr_set[dev].load()) {
-    WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kKeepMaxBytes));
-    if (dev >= 0 && dev < 64) attr_set[dev].store(true);
-  }
-  kernel<<<num_ctas, kCommBlock, static_cast<size_t>(p.keep_vecs) * kCommBlock * 16, stream>>>(p);
 }
 
 // Rows handled at once per CTA: one group of tpr threads per row; tpr = 32 (a warp per row, no
