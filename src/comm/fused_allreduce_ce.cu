@@ -110,12 +110,13 @@ int ce_chunk_count(int64_t slice_bytes, int requested) {
     const int v = std::atoi(s);
     if (v >= 1) return std::min(v, Communicator::Impl::kMaxCeChunks);
   }
-  // A chunk's copies should stay >= ~4 MiB per peer: each cudaMemcpyAsync costs a few us of
-  // engine set-up, ~10 us of transfer at 4 MiB. Provisional until the sweep in
-  // docs/perf-notes-comm.md.
+  // One chunk per 4 MiB of the owned slice, at most 4. Measured on 2xH200 (hidden 8192 bf16,
+  // 8 CTAs, docs/perf-notes-comm.md): best K was 1 at 128 tokens (2 and more add ~7 us per
+  // chunk of copy and launch set-up), 2 at 1K, 4 at 2K and 4K; 4 and 8 tie at 8K.
   constexpr int64_t kMinChunkBytes = int64_t{4} << 20;
+  constexpr int64_t kMaxAutoChunks = 4;
   const int64_t k = slice_bytes / kMinChunkBytes;
-  return static_cast<int>(std::clamp<int64_t>(k, 1, Communicator::Impl::kMaxCeChunks));
+  return static_cast<int>(std::clamp<int64_t>(k, 1, kMaxAutoChunks));
 }
 
 void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_ctas, cudaStream_t stream) {
