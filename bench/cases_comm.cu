@@ -5,7 +5,8 @@
 // bf16, two-shot: both LSA kernels (push = register-staged stores, bulk = TMA bulk copies) at
 // 4/8/16 CTAs, and bulk zero-copy (x in input_buffer(), out = output_buffer(): no copy-out) at 8;
 // the copy-engine kernel (ce) at 4/8/16 CTAs with its chunk count chosen by size, a sweep of
-// its chunk count (1/2/4/8) at 8 CTAs, and ce zero-copy at 8.
+// its chunk count (1/2/4/8) at 8 CTAs, ce zero-copy at 8, and the default (kAuto: kernel by
+// size) at 2/4/8/16 CTAs: the issue's CTA sweep.
 // (One-shot is only selected for <= 4 rows; its bench rows were dropped to keep the group short.)
 // Timing: before every rep all ranks synchronize their stream and meet at a host barrier; rank 0
 // brackets kIters back-to-back calls with events (amortizes the launch skew between ranks);
@@ -53,10 +54,11 @@ class HostBarrier {  // C++17 stand-in for std::barrier
 struct CommCase {
   int64_t tokens;
   int variant;  // 0 baseline (NCCL), 2 two-shot push, 3 two-shot bulk, 4 two-shot bulk zero-copy,
-                // 5 two-shot copy engine, 6 copy engine zero-copy
+                // 5 two-shot copy engine, 6 copy engine zero-copy, 7 kAuto (kernel by size)
   int ctas;
   std::string name;
   int chunks = 0;  // copy engine: chunks per call (0: by size)
+  std::string auto_kernel;  // variant 7: the kernel kAuto ran (rank 0's kernel_for)
   double ms = -1;
   std::string error;
 };
@@ -84,6 +86,8 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
     for (int k : {1, 2, 4, 8})
       cases.push_back({t, 5, 8, prefix + "two_shot/ce_chunks" + std::to_string(k) + "/ctas8/t" + std::to_string(t), k});
     cases.push_back({t, 6, 8, prefix + "two_shot/ce_zero_copy/ctas8/t" + std::to_string(t)});
+    for (int c : {2, 4, 8, 16})
+      cases.push_back({t, 7, c, prefix + "two_shot/auto/ctas" + std::to_string(c) + "/t" + std::to_string(t)});
   }
   // Baselines are needed for every reported speedup: keep a baseline when any case of its
   // token count is wanted.
@@ -136,9 +140,11 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
           const int ctas = c.variant == 0 ? 1 : c.ctas;
           if (c.variant != 0)
             lsa.set_kernel(c.variant == 2   ? weft::CommKernel::kPush
+                           : c.variant == 7 ? weft::CommKernel::kAuto
                            : c.variant >= 5 ? weft::CommKernel::kCopyEngine
                                             : weft::CommKernel::kBulk);
           lsa.set_copy_engine_chunks(c.chunks);
+          if (r == 0 && c.variant == 7) c.auto_kernel = weft::comm_kernel_name(lsa.kernel_for(c.tokens, hidden, dt));
           if (c.variant == 4 || c.variant == 6) {  // zero copy: x lives in the symmetric input, out is the symmetric output
             if (lsa.input_buffer() == nullptr) throw std::runtime_error("zero copy needs the LSA path");
             cudaMemcpyAsync(lsa.input_buffer(), x.get(), c.tokens * hidden * 2, cudaMemcpyDeviceToDevice, s);
@@ -191,7 +197,8 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
                              : c.variant == 3 ? "bulk"
                              : c.variant == 4 ? "bulk_zero_copy"
                              : c.variant == 5 ? "ce"
-                                              : "ce_zero_copy"},
+                             : c.variant == 6 ? "ce_zero_copy"
+                                              : "auto:" + c.auto_kernel},
                   {"ce_chunks", c.variant >= 5 ? (c.chunks ? std::to_string(c.chunks) : "auto") : "-"}};
     if (!err.empty() || c.ms < 0) {
       ctx.report_error(res, err.empty() ? "not measured" : err);

@@ -86,8 +86,9 @@ const char* allreduce_variant_name(AllReduceVariant v);
 // calls use kPush). Why: one SM copies ~50 GB/s however it issues (docs/perf-notes-comm.md), so
 // <= 8 SMs cannot also carry the ~1.5 S per rank of NVLink traffic; the copy engines reach
 // ~390 GB/s over NVLink without any SM.
-// kAuto: environment WEFT_COMM_KERNEL=push|bulk|ce if set, else the built-in default
-// (kDefaultCommKernel in communicator.cpp). Every rank must use the same kernel for a call.
+// kAuto: environment WEFT_COMM_KERNEL=push|bulk|ce if set; else chosen per call by size
+// (measured): kCopyEngine for two-shot calls of >= 16 MiB, kPush below (kernel_for()).
+// Every rank must use the same kernel for a call.
 enum class CommKernel : int32_t { kAuto = 0, kPush = 1, kBulk = 2, kCopyEngine = 3 };
 const char* comm_kernel_name(CommKernel k);
 
@@ -141,8 +142,11 @@ class Communicator {
   void* input_buffer() const;   // symmetric input (null off the LSA path)
   void* output_buffer() const;  // symmetric output (null off the LSA path)
 
-  // The LSA kernel used by the next calls (never kAuto: resolved at construction / set_kernel).
+  // The LSA kernel setting for the next calls: a kernel, or kAuto (by size, see CommKernel;
+  // WEFT_COMM_KERNEL is resolved at construction / set_kernel).
   CommKernel kernel() const;
+  // The kernel a call of this size runs (never kAuto; one-shot calls run kPush under kCopyEngine).
+  CommKernel kernel_for(int64_t tokens, int64_t hidden, DType dtype) const;
   // Not collective, but every rank must switch identically between the same two calls.
   void set_kernel(CommKernel k);
   // CommOptions::copy_engine_chunks for the next calls (same value on every rank).

@@ -28,7 +28,7 @@ struct Communicator::Impl {
   CommOptions opt;
   std::size_t capacity = 0;
   int64_t one_shot_max_bytes = -1;
-  CommKernel kernel = CommKernel::kPush;  // resolved (never kAuto)
+  CommKernel kernel = CommKernel::kAuto;  // kAuto: by size per call (select_kernel)
   CommPath path = CommPath::kNcclFallback;
   std::string reason;
 
@@ -56,7 +56,7 @@ struct Communicator::Impl {
   // normalized rows), events forking / joining them with the caller's stream per chunk, and the
   // window base of every rank as mapped in this process (ncclGetLsaPointer(win, 0, q), read once
   // at setup) for the copies' peer addresses.
-  static constexpr int kMaxCeChunks = 8;
+  static constexpr int kMaxCeChunks = 8;  // == comm_detail::kMaxCeChunks (selector.h)
   cudaStream_t ce_push = nullptr, ce_pull = nullptr;
   cudaEvent_t ce_start = nullptr, ce_pulled = nullptr;
   cudaEvent_t ce_pushed[kMaxCeChunks] = {}, ce_reduced[kMaxCeChunks] = {};
@@ -95,6 +95,7 @@ struct FusedLaunch {
   float eps = 1e-6f;
   bool one_shot = false;
   int num_ctas = 1;
+  CommKernel kernel = CommKernel::kPush;  // never kAuto
 };
 void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t stream);
 

@@ -49,16 +49,17 @@ const char* comm_kernel_name(CommKernel k) {
 
 namespace {
 
-// Built-in kernel when neither CommOptions::kernel nor WEFT_COMM_KERNEL chooses one.
-constexpr CommKernel kDefaultCommKernel = CommKernel::kPush;
+static_assert(Communicator::Impl::kMaxCeChunks == comm_detail::kMaxCeChunks, "one chunk limit");
 
+// kAuto stays kAuto (per call by size, comm_detail::select_kernel) unless WEFT_COMM_KERNEL names
+// a kernel.
 CommKernel resolve_kernel(CommKernel k) {
   if (k != CommKernel::kAuto) return k;
   const char* s = std::getenv("WEFT_COMM_KERNEL");
   if (s != nullptr && std::strcmp(s, "push") == 0) return CommKernel::kPush;
   if (s != nullptr && std::strcmp(s, "bulk") == 0) return CommKernel::kBulk;
   if (s != nullptr && std::strcmp(s, "ce") == 0) return CommKernel::kCopyEngine;
-  return kDefaultCommKernel;
+  return CommKernel::kAuto;
 }
 
 void check_kernel(CommKernel k, const char* name) {
@@ -197,6 +198,10 @@ void* Communicator::output_buffer() const {
 }
 
 CommKernel Communicator::kernel() const { return impl_->kernel; }
+CommKernel Communicator::kernel_for(int64_t tokens, int64_t hidden, DType dtype) const {
+  if (impl_->kernel != CommKernel::kAuto) return impl_->kernel;
+  return comm_detail::select_kernel(tokens * hidden * static_cast<int64_t>(dtype_size(dtype)));
+}
 void Communicator::set_kernel(CommKernel k) {
   check_kernel(k, "kernel");
   impl_->kernel = resolve_kernel(k);
@@ -264,6 +269,7 @@ void fused_allreduce_add_rmsnorm(Communicator& comm, const TensorView& x, const 
     }
     l.one_shot = v == AllReduceVariant::kOneShot;
     l.num_ctas = num_ctas;
+    l.kernel = comm.kernel_for(c.tokens, c.hidden, c.dtype);
     comm_detail::launch_fused_lsa(im, l, stream);
     return;
   }

@@ -38,12 +38,12 @@
 #include <nccl_device.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "comm/comm_impl.h"
 #include "comm/fused_common.cuh"
 #include "comm/fused_reduce.cuh"
 #include "comm/partition.h"
+#include "comm/selector.h"
 #include "common/cuda_check.h"
 #include "common/types.cuh"
 
@@ -104,25 +104,10 @@ RowSpan chunk_rows(int64_t n, int j, int k) { return {n * j / k, n * (j + 1) / k
 
 }  // namespace
 
-int ce_chunk_count(int64_t slice_bytes, int requested) {
-  if (requested > 0) return std::min(requested, Communicator::Impl::kMaxCeChunks);
-  if (const char* s = std::getenv("WEFT_COMM_CE_CHUNKS")) {
-    const int v = std::atoi(s);
-    if (v >= 1) return std::min(v, Communicator::Impl::kMaxCeChunks);
-  }
-  // One chunk per 4 MiB of the owned slice, at most 4. Measured on 2xH200 (hidden 8192 bf16,
-  // 8 CTAs, docs/perf-notes-comm.md): best K was 1 at 128 tokens (2 and more add ~7 us per
-  // chunk of copy and launch set-up), 2 at 1K, 4 at 2K and 4K; 4 and 8 tie at 8K.
-  constexpr int64_t kMinChunkBytes = int64_t{4} << 20;
-  constexpr int64_t kMaxAutoChunks = 4;
-  const int64_t k = slice_bytes / kMinChunkBytes;
-  return static_cast<int>(std::clamp<int64_t>(k, 1, kMaxAutoChunks));
-}
-
 void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_ctas, cudaStream_t stream) {
   const int world = im.world, rank = im.rank;
   const int64_t row_bytes = static_cast<int64_t>(p.hidden) * static_cast<int64_t>(dtype_size(dtype));
-  const int K = ce_chunk_count(p.slot_rows * row_bytes, im.ce_chunks);
+  const int K = ce_chunk_count(static_cast<int64_t>(p.tokens) * row_bytes, im.ce_chunks);
   const char* const x = static_cast<const char*>(p.x);
   char* const out = static_cast<char*>(p.out);
   const bool out_is_sym = p.out_is_sym != 0;

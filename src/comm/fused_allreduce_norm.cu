@@ -200,11 +200,11 @@ void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t
   // unless the push kernel was asked for or bulk's shared-memory pipeline cannot hold a row job.
   // All implement the same arithmetic (fused_common.cuh); push and bulk the same protocol.
   p.bulk_stages = 0;
-  if (im.kernel == CommKernel::kCopyEngine && !l.one_shot) {
+  if (l.kernel == CommKernel::kCopyEngine && !l.one_shot) {
     launch_copy_engine(im, p, l.dtype, l.num_ctas, stream);
     return;
   }
-  if (im.kernel == CommKernel::kBulk && bulk_fits(im.world, row_bytes, &p.bulk_stages))
+  if (l.kernel == CommKernel::kBulk && bulk_fits(im.world, row_bytes, &p.bulk_stages))
     launch_bulk(p, l.dtype, l.num_ctas, stream);
   else
     launch_push(p, l.dtype, l.num_ctas, stream);

@@ -131,8 +131,7 @@ void launch_push(const Params& p, DType dtype, int num_ctas, cudaStream_t stream
 bool bulk_fits(int world, int64_t row_bytes, int* stages);
 void launch_bulk(const Params& p, DType dtype, int num_ctas, cudaStream_t stream);
 // Copy-engine kernel (fused_allreduce_ce.cu): two-shot only; p as for the others (p.out = the
-// caller's out). Chunks per call: `requested` (1..8) or by the slice size when 0.
-int ce_chunk_count(int64_t slice_bytes, int requested);
+// caller's out); chunks per call from ce_chunk_count (selector.h).
 void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_ctas, cudaStream_t stream);
 
 }  // namespace weft::comm_detail

@@ -1,5 +1,6 @@
 #include "comm/selector.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace weft::comm_detail {
@@ -27,6 +28,28 @@ int64_t one_shot_max_bytes_from_env(int64_t fallback) {
   const long long v = std::strtoll(s, &end, 10);
   if (end == s || *end != '\0' || v < 0) return fallback;
   return static_cast<int64_t>(v);
+}
+
+CommKernel select_kernel(int64_t bytes) {
+  // Measured at 8 CTAs, hidden 8192 bf16 (docs/perf-notes-comm.md, h200x4_comm_ce_277271b.json):
+  // the copy engine is faster than push from 1K tokens (16 MiB) at world 4 and 2 (world 4, 8K:
+  // 0.96 vs 1.40 ms), ties at 512 tokens and is slower at 128 (52 vs 34 us at world 4: each
+  // cudaMemcpyAsync and event adds a few us that a 2 MiB call cannot hide).
+  return bytes >= kCopyEngineMinBytes ? CommKernel::kCopyEngine : CommKernel::kPush;
+}
+
+int ce_chunk_count(int64_t bytes, int requested) {
+  if (requested > 0) return std::min(requested, kMaxCeChunks);
+  if (const char* s = std::getenv("WEFT_COMM_CE_CHUNKS")) {
+    const int v = std::atoi(s);
+    if (v >= 1) return std::min(v, kMaxCeChunks);
+  }
+  // Best K measured at 8 CTAs on 2 and 4 H200 (hidden 8192 bf16): 1 at 128 and 512 tokens
+  // (2 ties at 512; more chunks add ~7 us each of copy and launch set-up), 2 at 1K, 2-4 at 2K,
+  // 4 at 4K and 8K (8 is slower at world 4). One chunk per 8 MiB of x, at most 4, fits all.
+  constexpr int64_t kBytesPerChunk = int64_t{8} << 20;
+  constexpr int64_t kMaxAutoChunks = 4;
+  return static_cast<int>(std::clamp<int64_t>(bytes / kBytesPerChunk, 1, kMaxAutoChunks));
 }
 
 }  // namespace weft::comm_detail

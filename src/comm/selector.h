@@ -1,4 +1,5 @@
-// Internal, pure C++: one-shot vs two-shot selection for the fused all-reduce + RMSNorm.
+// Internal, pure C++: one-shot vs two-shot selection for the fused all-reduce + RMSNorm, the
+// kernel under CommKernel::kAuto, and the copy-engine kernel's chunk count.
 //
 // Per rank (push schedule, all remote traffic is stores): one-shot pushes (N-1) * S bytes
 // (S = tokens * hidden * bytes) and reduces all S itself; two-shot pushes (N-1)/N * S twice
@@ -19,5 +20,16 @@ int64_t default_one_shot_max_bytes(int world);
 AllReduceVariant select_variant(int64_t bytes, int world, int64_t one_shot_max_bytes);
 // Reads WEFT_COMM_ONESHOT_MAX_BYTES (>= 0) if set and valid; else `fallback`.
 int64_t one_shot_max_bytes_from_env(int64_t fallback);
+
+// Kernel of a two-shot call when the communicator's kernel is kAuto (no WEFT_COMM_KERNEL):
+// kCopyEngine from kCopyEngineMinBytes of x (tokens * hidden * bytes), kPush below.
+constexpr int64_t kCopyEngineMinBytes = int64_t{16} << 20;
+CommKernel select_kernel(int64_t bytes);
+
+// Copy-engine kernel: chunks per call. requested in 1..kMaxCeChunks is taken as is; 0: the
+// environment WEFT_COMM_CE_CHUNKS (1..kMaxCeChunks) if set, else by size (one chunk per 8 MiB
+// of x, 1..4).
+constexpr int kMaxCeChunks = 8;
+int ce_chunk_count(int64_t bytes, int requested);
 
 }  // namespace weft::comm_detail

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -545,8 +546,8 @@ TEST(CommFused, CopyEngineChunksAndGraphReplay) {
   }
 }
 
-// CommOptions::kernel and set_kernel resolve to a concrete kernel; kAuto follows
-// WEFT_COMM_KERNEL or the built-in default (never stays kAuto); bad values are rejected.
+// CommOptions::kernel and set_kernel: a kernel stays that kernel; kAuto follows WEFT_COMM_KERNEL
+// or picks per call by size (kernel_for never returns kAuto); bad values are rejected.
 TEST(CommFused, KernelOptionResolves) {
   WEFT_REQUIRE_GPUS(2);
   CommOptions o = options(64, 2048);
@@ -556,7 +557,12 @@ TEST(CommFused, KernelOptionResolves) {
   g.comm(0).set_kernel(CommKernel::kBulk);
   EXPECT_EQ(g.comm(0).kernel(), CommKernel::kBulk);
   g.comm(0).set_kernel(CommKernel::kAuto);
-  EXPECT_NE(g.comm(0).kernel(), CommKernel::kAuto);
+  if (std::getenv("WEFT_COMM_KERNEL") == nullptr) {  // by size per call
+    EXPECT_EQ(g.comm(0).kernel(), CommKernel::kAuto);
+    EXPECT_EQ(g.comm(0).kernel_for(128, 8192, DType::kBFloat16), CommKernel::kPush);
+    EXPECT_EQ(g.comm(0).kernel_for(1024, 8192, DType::kBFloat16), CommKernel::kCopyEngine);
+  }
+  EXPECT_NE(g.comm(0).kernel_for(1, 8192, DType::kBFloat16), CommKernel::kAuto);
   g.comm(0).set_kernel(CommKernel::kCopyEngine);
   EXPECT_EQ(g.comm(0).kernel(), CommKernel::kCopyEngine);
   try {

@@ -1,5 +1,5 @@
 // Host tests (no GPU): token ownership and CTA mapping of the two-shot schedule, the
-// one-shot/two-shot selector, and argument validation of fused_allreduce_add_rmsnorm.
+// one-shot/two-shot selector, the kernel selector and copy-engine chunk count, and argument validation of fused_allreduce_add_rmsnorm.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -79,6 +79,46 @@ TEST(CommSelector, ThresholdsByWorldSizeAndOverrides) {
     EXPECT_EQ(select_variant(8192 * 2, w, -1), AllReduceVariant::kOneShot);
     EXPECT_EQ(select_variant(int64_t(8192) * 8192 * 2, w, -1), AllReduceVariant::kTwoShot);
   }
+}
+
+// Kernel under kAuto: push below 16 MiB, the copy engine from there on (monotone in bytes).
+TEST(CommSelector, KernelBySize) {
+  EXPECT_EQ(select_kernel(int64_t(128) * 8192 * 2), weft::CommKernel::kPush);
+  EXPECT_EQ(select_kernel(int64_t(512) * 8192 * 2), weft::CommKernel::kPush);
+  EXPECT_EQ(select_kernel(int64_t(1024) * 8192 * 2), weft::CommKernel::kCopyEngine);
+  EXPECT_EQ(select_kernel(kCopyEngineMinBytes - 1), weft::CommKernel::kPush);
+  bool ce = false;
+  for (int64_t b = 1; b <= (int64_t(1) << 31); b *= 2) {
+    const bool c = select_kernel(b) == weft::CommKernel::kCopyEngine;
+    ASSERT_TRUE(c || !ce) << "switch back to push at " << b;
+    ce = c;
+  }
+  EXPECT_TRUE(ce);
+}
+
+// Chunk count: requests are honoured (capped), the size rule gives 1..4 and never decreases
+// with the size; the environment overrides only when no count was requested.
+TEST(CommSelector, CopyEngineChunks) {
+  ::unsetenv("WEFT_COMM_CE_CHUNKS");
+  for (int k = 1; k <= kMaxCeChunks; ++k) EXPECT_EQ(ce_chunk_count(1, k), k);
+  EXPECT_EQ(ce_chunk_count(1, kMaxCeChunks + 5), kMaxCeChunks);
+  const int64_t row = 8192 * 2;
+  EXPECT_EQ(ce_chunk_count(128 * row, 0), 1);
+  EXPECT_EQ(ce_chunk_count(1024 * row, 0), 2);
+  EXPECT_EQ(ce_chunk_count(8192 * row, 0), 4);
+  int prev = 0;
+  for (int64_t b = 1; b <= (int64_t(1) << 33); b *= 2) {
+    const int k = ce_chunk_count(b, 0);
+    EXPECT_GE(k, std::max(prev, 1));
+    EXPECT_LE(k, 4);
+    prev = k;
+  }
+  ::setenv("WEFT_COMM_CE_CHUNKS", "3", 1);
+  EXPECT_EQ(ce_chunk_count(8192 * row, 0), 3);
+  EXPECT_EQ(ce_chunk_count(8192 * row, 2), 2);
+  ::setenv("WEFT_COMM_CE_CHUNKS", "junk", 1);
+  EXPECT_EQ(ce_chunk_count(8192 * row, 0), 4);
+  ::unsetenv("WEFT_COMM_CE_CHUNKS");
 }
 
 TEST(CommSelector, EnvironmentOverride) {
