@@ -40,12 +40,14 @@
 //
 // Ordering: calls on one communicator must be stream-ordered on each rank (the kernel keeps
 // per-CTA state between calls; x may be written into input_buffer() only after the previous
-// call on that stream). Every call is capturable in a CUDA graph (state lives on the device).
+// call on that stream). Every call is capturable in a CUDA graph (state lives on the device; the
+// copy-engine kernel's internal streams fork from and join the caller's stream by events).
 // Rank agreement: every rank must call with the same tokens, hidden, dtype, variant and
 // num_ctas, in the same order. On the LSA path each call publishes a header (tokens, hidden,
 // dtype, variant, num_ctas, call sequence number) through the symmetric window; after the first
 // barrier every CTA compares all peers' headers with its own; on a mismatch every rank skips the
-// computation (outputs and residual untouched) and records it; check_remote_errors() reports it.
+// computation (outputs and residual untouched; with the copy-engine kernel `out` receives stale
+// rows, the residual is untouched) and records it; check_remote_errors() reports it.
 // A num_ctas mismatch can still hang the CTAs that exist on one rank only (NCCL barriers have
 // no timeout). The fallback path cannot detect mismatches (NCCL may hang).
 //
