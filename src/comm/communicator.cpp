@@ -199,6 +199,10 @@ void* Communicator::output_buffer() const {
 
 CommKernel Communicator::kernel() const { return impl_->kernel; }
 CommKernel Communicator::kernel_for(int64_t tokens, int64_t hidden, DType dtype) const {
+  WEFT_CHECK_ARG(tokens >= 0, "tokens", "must be >= 0, got " << tokens);
+  WEFT_CHECK_ARG(hidden > 0, "hidden", "must be > 0, got " << hidden);
+  WEFT_CHECK_ARG(dtype == DType::kFloat16 || dtype == DType::kBFloat16, "dtype",
+                 "expected f16 or bf16, got " << dtype_name(dtype));
   if (impl_->kernel != CommKernel::kAuto) return impl_->kernel;
   return comm_detail::select_kernel(tokens * hidden * static_cast<int64_t>(dtype_size(dtype)));
 }

@@ -563,6 +563,17 @@ TEST(CommFused, KernelOptionResolves) {
     EXPECT_EQ(g.comm(0).kernel_for(1024, 8192, DType::kBFloat16), CommKernel::kCopyEngine);
   }
   EXPECT_NE(g.comm(0).kernel_for(1, 8192, DType::kBFloat16), CommKernel::kAuto);
+  const auto kernel_for_arg = [&](int64_t t, int64_t h, DType d) {
+    try {
+      g.comm(0).kernel_for(t, h, d);
+    } catch (const weft::Error& e) {
+      return e.argument();
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(kernel_for_arg(-1, 8192, DType::kBFloat16), "tokens");
+  EXPECT_EQ(kernel_for_arg(8, 0, DType::kBFloat16), "hidden");
+  EXPECT_EQ(kernel_for_arg(8, 8192, DType::kFloat32), "dtype");
   g.comm(0).set_kernel(CommKernel::kCopyEngine);
   EXPECT_EQ(g.comm(0).kernel(), CommKernel::kCopyEngine);
   try {

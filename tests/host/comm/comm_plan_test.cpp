@@ -121,6 +121,21 @@ TEST(CommSelector, CopyEngineChunks) {
   ::unsetenv("WEFT_COMM_CE_CHUNKS");
 }
 
+// CommOptions::copy_engine_chunks is checked before any NCCL call (no GPU needed).
+TEST(CommOptionsCheck, CopyEngineChunksOutOfRange) {
+  ncclUniqueId id{};
+  for (int bad : {-1, kMaxCeChunks + 1}) {
+    weft::CommOptions o;
+    o.copy_engine_chunks = bad;
+    try {
+      weft::Communicator c(id, 0, 1, o);
+      ADD_FAILURE() << "copy_engine_chunks " << bad << " accepted";
+    } catch (const weft::Error& e) {
+      EXPECT_EQ(e.argument(), "options.copy_engine_chunks");
+    }
+  }
+}
+
 TEST(CommSelector, EnvironmentOverride) {
   ::setenv("WEFT_COMM_ONESHOT_MAX_BYTES", "12345", 1);
   EXPECT_EQ(one_shot_max_bytes_from_env(-1), 12345);
