@@ -5,9 +5,8 @@
 // bf16, two-shot: both LSA kernels (push = register-staged stores, bulk = TMA bulk copies) at
 // 4/8/16 CTAs, and bulk zero-copy (x in input_buffer(), out = output_buffer(): no copy-out) at 8;
 // the copy-engine kernel (ce) at 4/8/16 CTAs with its chunk count chosen by size, a sweep of
-// its chunk count (1/2/4/8) at 8 CTAs, ce with one push and one pull stream for all peers
-// (ce_shared_streams, 4/8 CTAs; default: per peer), ce zero-copy at 8, and the default (kAuto:
-// kernel by size) at 2/4/8/16 CTAs: the issue's CTA sweep.
+// its chunk count (1/2/4/8) at 8 CTAs, ce zero-copy at 8, and the default (kAuto: kernel by
+// size) at 2/4/8/16 CTAs: the issue's CTA sweep.
 // (One-shot is only selected for <= 4 rows; its bench rows were dropped to keep the group short.)
 // Timing: before every rep all ranks synchronize their stream and meet at a host barrier; rank 0
 // brackets kIters back-to-back calls with events (amortizes the launch skew between ranks);
@@ -59,7 +58,6 @@ struct CommCase {
   int ctas;
   std::string name;
   int chunks = 0;  // copy engine: chunks per call (0: by size)
-  bool shared_streams = false;  // copy engine: one push and one pull stream for all peers
   std::string auto_kernel;  // variant 7: the kernel kAuto ran (rank 0's kernel_for)
   double ms = -1;
   std::string error;
@@ -87,11 +85,6 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
       cases.push_back({t, 5, c, prefix + "two_shot/ce/ctas" + std::to_string(c) + "/t" + std::to_string(t)});
     for (int k : {1, 2, 4, 8})
       cases.push_back({t, 5, 8, prefix + "two_shot/ce_chunks" + std::to_string(k) + "/ctas8/t" + std::to_string(t), k});
-    for (int c : {4, 8}) {
-      CommCase shared{t, 5, c, prefix + "two_shot/ce_shared_streams/ctas" + std::to_string(c) + "/t" + std::to_string(t)};
-      shared.shared_streams = true;
-      cases.push_back(shared);
-    }
     cases.push_back({t, 6, 8, prefix + "two_shot/ce_zero_copy/ctas8/t" + std::to_string(t)});
     for (int c : {2, 4, 8, 16})
       cases.push_back({t, 7, c, prefix + "two_shot/auto/ctas" + std::to_string(c) + "/t" + std::to_string(t)});
@@ -151,7 +144,6 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
                            : c.variant >= 5 ? weft::CommKernel::kCopyEngine
                                             : weft::CommKernel::kBulk);
           lsa.set_copy_engine_chunks(c.chunks);
-          lsa.set_copy_engine_stream_per_peer(!c.shared_streams);
           if (r == 0 && c.variant == 7) c.auto_kernel = weft::comm_kernel_name(lsa.kernel_for(c.tokens, hidden, dt));
           if (c.variant == 4 || c.variant == 6) {  // zero copy: x lives in the symmetric input, out is the symmetric output
             if (lsa.input_buffer() == nullptr) throw std::runtime_error("zero copy needs the LSA path");
@@ -204,7 +196,7 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
                              : c.variant == 2 ? "push"
                              : c.variant == 3 ? "bulk"
                              : c.variant == 4 ? "bulk_zero_copy"
-                             : c.variant == 5 ? (c.shared_streams ? "ce_shared_streams" : "ce")
+                             : c.variant == 5 ? "ce"
                              : c.variant == 6 ? "ce_zero_copy"
                                               : "auto:" + c.auto_kernel},
                   {"ce_chunks", c.variant >= 5 ? (c.chunks ? std::to_string(c.chunks) : "auto") : "-"}};

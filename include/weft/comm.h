@@ -116,10 +116,6 @@ struct CommOptions {
   // chunk j + 1); 0: chosen from the slice size (also overridable by WEFT_COMM_CE_CHUNKS).
   // Every rank must use the same value.
   int copy_engine_chunks = 0;
-  // Copy-engine kernel: one push stream and one pull stream per peer (true: the copies to and
-  // from different peers run on different copy engines at once), or one of each for all peers
-  // (false: the peers' copies run one after another; fewer copy engines busy).
-  bool copy_engine_stream_per_peer = true;
 };
 
 class Communicator {
@@ -157,8 +153,6 @@ class Communicator {
   void set_kernel(CommKernel k);
   // CommOptions::copy_engine_chunks for the next calls (same value on every rank).
   void set_copy_engine_chunks(int chunks);
-  // CommOptions::copy_engine_stream_per_peer for the next calls (per rank; need not agree).
-  void set_copy_engine_stream_per_peer(bool per_peer);
 
   // Tokens this rank owns in the two-shot schedule: {begin, count}.
   std::pair<int64_t, int64_t> owned_tokens(int64_t tokens) const;

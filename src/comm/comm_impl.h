@@ -52,18 +52,15 @@ struct Communicator::Impl {
   uint32_t* state = nullptr;
 
   // Copy-engine kernel (CommKernel::kCopyEngine, fused_allreduce_ce.cu), created by lsa_setup:
-  // internal streams per peer offset i (peer (rank + i) % world): ce_push[i], i >= 1, pushes x
-  // rows to that owner's staging; ce_pull[i], i >= 0, pulls that owner's normalized rows (i = 0:
-  // the own rows, a local copy). Events fork them from / join them to the caller's stream per
-  // chunk; peer_base is the window base of every rank as mapped in this process
-  // (ncclGetLsaPointer(win, 0, q), read once at setup), the copies' peer addresses.
+  // two internal streams (pushes of x rows to the owners' staging; pulls of the owners'
+  // normalized rows), events forking / joining them with the caller's stream per chunk, and the
+  // window base of every rank as mapped in this process (ncclGetLsaPointer(win, 0, q), read once
+  // at setup) for the copies' peer addresses.
   static constexpr int kMaxCeChunks = 8;  // == comm_detail::kMaxCeChunks (selector.h)
-  cudaStream_t ce_push[kCommMaxWorld] = {}, ce_pull[kCommMaxWorld] = {};
-  cudaEvent_t ce_start = nullptr;
-  cudaEvent_t ce_pushed[kMaxCeChunks][kCommMaxWorld] = {}, ce_reduced[kMaxCeChunks] = {};
-  cudaEvent_t ce_pulled[kCommMaxWorld] = {};
+  cudaStream_t ce_push = nullptr, ce_pull = nullptr;
+  cudaEvent_t ce_start = nullptr, ce_pulled = nullptr;
+  cudaEvent_t ce_pushed[kMaxCeChunks] = {}, ce_reduced[kMaxCeChunks] = {};
   char* peer_base[kCommMaxWorld] = {};
-  bool ce_stream_per_peer = true;  // false: ce_push[1] and ce_pull[0] carry every peer's copies
   int ce_chunks = 0;  // chunks per call; 0: by size (ce_chunk_count)
 };
 

@@ -102,7 +102,6 @@ void init(Communicator::Impl& im) {
   im.one_shot_max_bytes = comm_detail::one_shot_max_bytes_from_env(im.opt.one_shot_max_bytes);
   im.kernel = resolve_kernel(im.opt.kernel);
   im.ce_chunks = im.opt.copy_engine_chunks;
-  im.ce_stream_per_peer = im.opt.copy_engine_stream_per_peer;
   WEFT_CUDA_CHECK(cudaMalloc(&im.state, comm_detail::kStateWords * sizeof(uint32_t)));
   WEFT_CUDA_CHECK(cudaMemset(im.state, 0, comm_detail::kStateWords * sizeof(uint32_t)));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -216,8 +215,6 @@ void Communicator::set_copy_engine_chunks(int chunks) {
   check_ce_chunks(chunks, "chunks");
   impl_->ce_chunks = chunks;
 }
-
-void Communicator::set_copy_engine_stream_per_peer(bool per_peer) { impl_->ce_stream_per_peer = per_peer; }
 
 std::pair<int64_t, int64_t> Communicator::owned_tokens(int64_t tokens) const {
   const comm_detail::TokenRange r = comm_detail::owned_range(tokens, impl_->world, impl_->rank);

@@ -8,13 +8,10 @@
 // for the SMs is the owner's local reduction: (world + 1) / world S of loads and 2 / world S of
 // stores per rank.
 //
-// Per call, on the caller's stream s and internal copy streams (by default one push and one pull
-// stream per peer, so that every peer's copies have their own copy engine; with
-// CommOptions::copy_engine_stream_per_peer = false one push and one pull stream serve all peers,
-// and the peers' copies run one after another), the owned slice of
+// Per call, on the caller's stream s and two internal streams (push, pull), the owned slice of
 // every rank (owned_range) cut into K chunks of consecutive rows (chunk j of a slice of n rows:
 // rows [n * j / K, n * (j + 1) / K), the same cut on every rank):
-//   push streams: for each chunk j: copy x's rows of chunk j of every peer's slice into slot
+//   push stream:  for each chunk j: copy x's rows of chunk j of every peer's slice into slot
 //                 `rank` of that peer's staging (peers in rotated order rank+1, rank+2, ..);
 //                 record pushed[j].
 //   stream s:     for each chunk j: wait pushed[j]; launch the reduce kernel for chunk j:
@@ -23,10 +20,10 @@
 //                 rows of chunk j (fused_reduce.cuh, normalized rows into the LOCAL symmetric
 //                 output only), barrier c (every owner's rows of chunk j are in its symmetric
 //                 output); record reduced[j].
-//   pull streams: for each chunk j: wait reduced[j]; copy every owner's normalized rows of chunk
+//   pull stream:  for each chunk j: wait reduced[j]; copy every owner's normalized rows of chunk
 //                 j from its symmetric output into `out` (the own rows by a local copy, skipped
 //                 when out is the symmetric output).
-//   s waits for the pull streams at the end (fork / join by events: capturable in a CUDA graph).
+//   s waits for the pull stream at the end (fork / join by events: capturable in a CUDA graph).
 // So the pushes of chunk j + 1 and the pulls of chunk j - 1 run while chunk j is reduced.
 // Reuse safety across calls: a rank's pushes of call k+1 start after its kernels of call k, each
 // of which passed a barrier that every owner reaches only after its last staging read of that
@@ -119,17 +116,9 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
   p.num_chunks = K;
   const TokenRange mine = owned_range(p.tokens, world, rank);
 
-  // Streams in use: one per peer offset (ce_push[1..world-1], ce_pull[0..world-1]), or
-  // ce_push[1] and ce_pull[0] for all of them.
-  const bool per_peer = im.ce_stream_per_peer;
-  const int push_lo = 1, push_hi = per_peer ? world : std::min(world, 2);
-  const int pull_hi = per_peer ? world : 1;
-  const auto push_stream = [&](int i) { return im.ce_push[per_peer ? i : 1]; };
-  const auto pull_stream = [&](int i) { return im.ce_pull[per_peer ? i : 0]; };
-
   WEFT_CUDA_CHECK(cudaEventRecord(im.ce_start, stream));
-  for (int i = push_lo; i < push_hi; ++i) WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_push[i], im.ce_start, 0));
-  for (int i = 0; i < pull_hi; ++i) WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_pull[i], im.ce_start, 0));
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_push, im.ce_start, 0));
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_pull, im.ce_start, 0));
   for (int j = 0; j < K; ++j) {
     for (int i = 1; i < world; ++i) {
       const int o = (rank + i) % world;
@@ -138,12 +127,10 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
       if (r.hi <= r.lo) continue;
       char* dst = im.peer_base[o] + im.stage_off + (rank * p.slot_rows + r.lo) * row_bytes;
       WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, x + (so.begin + r.lo) * row_bytes, (r.hi - r.lo) * row_bytes,
-                                      cudaMemcpyDeviceToDevice, push_stream(i)));
+                                      cudaMemcpyDeviceToDevice, im.ce_push));
     }
-    for (int i = push_lo; i < push_hi; ++i) {
-      WEFT_CUDA_CHECK(cudaEventRecord(im.ce_pushed[j][i], im.ce_push[i]));
-      WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.ce_pushed[j][i], 0));
-    }
+    WEFT_CUDA_CHECK(cudaEventRecord(im.ce_pushed[j], im.ce_push));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.ce_pushed[j], 0));
 
     const RowSpan own = chunk_rows(mine.count, j, K);
     p.ce_chunk = j;
@@ -153,7 +140,7 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
     pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once);
     launch_reduce(p, dtype, num_ctas, stream);
     WEFT_CUDA_CHECK(cudaEventRecord(im.ce_reduced[j], stream));
-    for (int i = 0; i < pull_hi; ++i) WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_pull[i], im.ce_reduced[j], 0));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_pull, im.ce_reduced[j], 0));
 
     for (int i = 0; i < world; ++i) {
       const int o = (rank + i) % world;
@@ -163,13 +150,11 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
       if (r.hi <= r.lo) continue;
       const int64_t off = (so.begin + r.lo) * row_bytes;
       WEFT_CUDA_CHECK(cudaMemcpyAsync(out + off, im.peer_base[o] + im.out_off + off, (r.hi - r.lo) * row_bytes,
-                                      cudaMemcpyDeviceToDevice, pull_stream(i)));
+                                      cudaMemcpyDeviceToDevice, im.ce_pull));
     }
   }
-  for (int i = 0; i < pull_hi; ++i) {
-    WEFT_CUDA_CHECK(cudaEventRecord(im.ce_pulled[i], im.ce_pull[i]));
-    WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.ce_pulled[i], 0));
-  }
+  WEFT_CUDA_CHECK(cudaEventRecord(im.ce_pulled, im.ce_pull));
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.ce_pulled, 0));
 }
 
 }  // namespace weft::comm_detail

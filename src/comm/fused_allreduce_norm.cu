@@ -53,13 +53,6 @@ namespace {
 // 64 KB in flight per CTA (HBM/L2 latency ~1 us under load -> ~60 GB/s per CTA).
 constexpr int kCopyUnroll = 16;
 
-// Phase B batch of the push kernel: half the copy-engine kernel's. Its pass 2 also stores to
-// every peer, and with the full batch ptxas spilled up to 80 bytes per thread at the 255-register
-// cap; the push kernel only runs calls below 16 MiB (select_kernel), where a row's load latency,
-// not the loads in flight, sets its time.
-template <int kMaxWorld>
-constexpr int kPushReduceBatch = reduce_batch<kMaxWorld>() / 2;
-
 // Copies n 16-byte vectors (CTA-wide), kCopyUnroll independent loads per thread in flight.
 __device__ __forceinline__ void copy_vecs(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t n) {
   for (int64_t i0 = threadIdx.x; i0 < n; i0 += kCopyUnroll * kCommBlock) {
@@ -115,7 +108,7 @@ __global__ void __launch_bounds__(kCommBlock, 1) fused_allreduce_norm_kernel(con
     // B. reduce + residual + norm (+ all-gather stores in two-shot).
     if (!bad) {
       const TokenRange seg = segment_of(p, p.rank, ch);
-      reduce_norm_rows<T, kMaxWorld, kPushReduceBatch<kMaxWorld>>(p, seg, 0, seg.count, seg_sums);
+      reduce_norm_rows<T, kMaxWorld>(p, seg, 0, seg.count, seg_sums);
     }
     // 4. barrier c.
     bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
@@ -195,7 +188,7 @@ void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t
   }
   p.rows_per_cta = (p.slot_rows + l.num_ctas - 1) / l.num_ctas;
   pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once);
-  p.seg_len = canon_seg_len(p.vecs);
+  p.seg_len = 32 * ((p.vecs + 32 * kSegs - 1) / (32 * kSegs));
   p.eps = l.eps;
   p.out_is_sym = l.out == sym + im.out_off ? 1 : 0;
   p.dtype_code = static_cast<uint32_t>(l.dtype);

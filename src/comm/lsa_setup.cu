@@ -36,38 +36,28 @@ void ce_setup(Communicator::Impl& im) {
   WEFT_CUDA_CHECK(copy);
   // (The own rank's LSA pointer is a second mapping of im.sym in NCCL's flat LSA range, not
   // im.sym itself; both address the same memory.)
-  const auto new_stream = [](cudaStream_t* st) {
-    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
-  };
-  const auto new_event = [](cudaEvent_t* ev) { WEFT_CUDA_CHECK(cudaEventCreateWithFlags(ev, cudaEventDisableTiming)); };
-  new_event(&im.ce_start);
-  for (int i = 0; i < im.world; ++i) {
-    if (i > 0) new_stream(&im.ce_push[i]);
-    new_stream(&im.ce_pull[i]);
-    new_event(&im.ce_pulled[i]);
-    for (int j = 0; j < Communicator::Impl::kMaxCeChunks; ++j)
-      if (i > 0) new_event(&im.ce_pushed[j][i]);
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&im.ce_push, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&im.ce_pull, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_start, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_pulled, cudaEventDisableTiming));
+  for (int j = 0; j < Communicator::Impl::kMaxCeChunks; ++j) {
+    WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_pushed[j], cudaEventDisableTiming));
+    WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_reduced[j], cudaEventDisableTiming));
   }
-  for (int j = 0; j < Communicator::Impl::kMaxCeChunks; ++j) new_event(&im.ce_reduced[j]);
 }
 
 void ce_teardown(Communicator::Impl& im) noexcept {
-  const auto drop_event = [](cudaEvent_t& ev) {
-    if (ev) cudaEventDestroy(ev);
-    ev = nullptr;
-  };
-  const auto drop_stream = [](cudaStream_t& st) {
-    if (st) cudaStreamDestroy(st);
-    st = nullptr;
-  };
-  drop_event(im.ce_start);
-  for (int i = 0; i < kCommMaxWorld; ++i) {
-    drop_stream(im.ce_push[i]);
-    drop_stream(im.ce_pull[i]);
-    drop_event(im.ce_pulled[i]);
-    for (int j = 0; j < Communicator::Impl::kMaxCeChunks; ++j) drop_event(im.ce_pushed[j][i]);
+  for (int j = 0; j < Communicator::Impl::kMaxCeChunks; ++j) {
+    if (im.ce_pushed[j]) cudaEventDestroy(im.ce_pushed[j]);
+    if (im.ce_reduced[j]) cudaEventDestroy(im.ce_reduced[j]);
+    im.ce_pushed[j] = im.ce_reduced[j] = nullptr;
   }
-  for (int j = 0; j < Communicator::Impl::kMaxCeChunks; ++j) drop_event(im.ce_reduced[j]);
+  if (im.ce_start) cudaEventDestroy(im.ce_start);
+  if (im.ce_pulled) cudaEventDestroy(im.ce_pulled);
+  if (im.ce_push) cudaStreamDestroy(im.ce_push);
+  if (im.ce_pull) cudaStreamDestroy(im.ce_pull);
+  im.ce_start = im.ce_pulled = nullptr;
+  im.ce_push = im.ce_pull = nullptr;
 }
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }

@@ -355,11 +355,9 @@ TEST(CommFused, TenThousandCallsBackToBack) {
         cudaMemsetAsync(dout.get(), 0xFF, bytes, s);
         // Kernel switches every 7 calls (coprime with 3 and 5): push, bulk and copy-engine calls
         // follow each other in every combination of variant and CTA count (shared per-CTA state,
-        // staging reuse); the copy engine's chunk count cycles through 1..4, its copy streams
-        // between per peer and shared.
+        // staging reuse); the copy engine's chunk count cycles through 1..4.
         c.set_kernel(kKernels[(i / 7) % 3]);
         c.set_copy_engine_chunks(1 + i % 4);
-        c.set_copy_engine_stream_per_peer((i / 11 + r) % 2 == 0);  // per rank; ranks differ
         weft::fused_allreduce_add_rmsnorm(c, tx, tres, tw, 1e-6, tout, ctas[i % 5], s, vs[i % 3]);
         if (i == 0) {
           cudaStreamSynchronize(s);
@@ -492,19 +490,13 @@ TEST(CommFused, CopyEngineChunksAndGraphReplay) {
             "bulk " + name(p, AllReduceVariant::kTwoShot, 8, world));
       set_kernel(g, CommKernel::kCopyEngine);
       for (int chunks = 1; chunks <= 8; ++chunks) {
-        // Copy streams per peer or shared, alternating with the chunk count; ranks differ on
-        // odd counts (the choice is per rank).
-        for (int r = 0; r < world; ++r) {
-          g.comm(r).set_copy_engine_chunks(chunks);
-          g.comm(r).set_copy_engine_stream_per_peer(chunks % 2 == 0 || r % 2 == 0);
-        }
+        for (int r = 0; r < world; ++r) g.comm(r).set_copy_engine_chunks(chunks);
         for (Mode mode : {Mode::kOutOfPlace, Mode::kInPlace, Mode::kZeroCopy})
           check(g, p, run(g, p, AllReduceVariant::kTwoShot, 5, mode), AllReduceVariant::kTwoShot, true, &canonical,
                 "ce chunks " + std::to_string(chunks) + " mode " + std::to_string(static_cast<int>(mode)) + " " +
                     name(p, AllReduceVariant::kTwoShot, 5, world));
         if (HasFailure()) return;
       }
-      for (int r = 0; r < world; ++r) g.comm(r).set_copy_engine_stream_per_peer(true);
     }
     // Graph capture and replay (3 chunks per call, 8 CTAs).
     const int64_t T = 777, H = 4096;
