@@ -255,21 +255,6 @@ WEFT_BENCH_GROUP(decode) {
     unsetenv("WEFT_DECODE_WARPS");
     unsetenv("WEFT_DECODE_STAGES");
   }
-  // Page warm-up A/B (WEFT_DECODE_WARM_PAGES, read when the wrapper is built): "decode/warm/..."
-  // with the default, "decode/nowarm/..." with it off, side by side per shape.
-  {
-    const std::pair<int32_t, int32_t> warm_shapes[] = {
-        {1, 32768}, {1, 131072}, {32, 4096}, {128, 4096}, {32, 32768}};
-    for (const Model& m : models)
-      for (auto [b, kv] : warm_shapes)
-        for (const char* tag : {"warm", "nowarm"}) {
-          if (tag[0] == 'n') setenv("WEFT_DECODE_WARM_PAGES", "0", 1);
-          run_decode_case(ctx, std::string("decode/") + tag + "/" + m.name + "/b" + std::to_string(b) + "/kv" +
-                                   std::to_string(kv),
-                          m, std::vector<int32_t>(b, kv));
-          unsetenv("WEFT_DECODE_WARM_PAGES");
-        }
-  }
   // "decode/marginal/...": ms = time(2 runs in one graph) - time(1 run), the steady-state cost
   // of a run without the launch latency and with warm address translations (run_decode_case).
   for (const Model& m : models)

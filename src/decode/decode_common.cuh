@@ -112,27 +112,6 @@ __device__ __forceinline__ int32_t kv_lookup_page(const DecodeParams<T>& p, cons
   const uint32_t q = p.page_shift >= 0 ? uint32_t(j) >> p.page_shift : uint32_t(j) / uint32_t(p.kv.table.page_size);
   return __ldg(pages + q);
 }
-// Item start: warms the address translations of the item's first p.warm_pages pages, one
-// prefetch of the page's first K row and first V row of the item's KV head per page, spread over
-// the CTA's threads. In a shuffled pool consecutive pages sit in different 2 MB regions, so
-// otherwise each page's first copy waits for its own translation miss, one after another along
-// the pipeline; warmed together, the misses overlap. The lines are ones the item reads anyway
-// (except the first page's when the item starts mid-page).
-template <class T>
-__device__ __forceinline__ void warm_item_pages(const DecodeParams<T>& p, const Item& it, const int32_t* pages,
-                                                int W, int warp, int lane) {
-  if (p.warm_pages <= 0 || it.kv_end <= it.kv_begin) return;
-  const uint32_t ps = uint32_t(p.kv.table.page_size);
-  const int first = int(p.page_shift >= 0 ? uint32_t(it.kv_begin) >> p.page_shift : uint32_t(it.kv_begin) / ps);
-  const int last = int(p.page_shift >= 0 ? uint32_t(it.kv_end - 1) >> p.page_shift : uint32_t(it.kv_end - 1) / ps);
-  const int n = min(last - first + 1, p.warm_pages);
-  for (int i = warp * 32 + lane; i < n; i += W * 32) {
-    const int64_t pg = __ldg(pages + first + i);
-    ptx::prefetch_l2(p.kv.k.data + pg * p.kv.k.page_stride + int64_t(it.kv_head) * p.kv.k.head_stride);
-    ptx::prefetch_l2(p.kv.v.data + pg * p.kv.v.page_stride + int64_t(it.kv_head) * p.kv.v.head_stride);
-  }
-}
-
 template <class T>
 __device__ __forceinline__ int64_t kv_row_offset(const DecodeParams<T>& p, int32_t page, int k0, int kv_head,
                                                  int lane) {

@@ -27,8 +27,7 @@ namespace weft::decode {
 // Per-warp prologue of an item: this thread's share of the item's Q rows -> sQ (one commit
 // group), then the warp's first S-1 tiles -> stages 0 .. S-2 (one group each, empty past the
 // warp's last tile); returns the page ids of the warp's tile S-1 (lookup issued, not awaited).
-// pg0: kv_lookup_page of the warp's first tile (requested early by the caller). Then the warp's
-// share of the item's page warm-up (warm_item_pages), after its own copies are on their way.
+// pg0: kv_lookup_page of the warp's first tile (requested early by the caller).
 template <class T, int D>
 __device__ __forceinline__ int32_t start_item(const DecodeParams<T>& p, const Item& it, const int32_t* pages,
                                               int32_t pg0, T* sQ, T* sPipe, int S, int W, int warp, int lane) {
@@ -48,7 +47,6 @@ __device__ __forceinline__ int32_t start_item(const DecodeParams<T>& p, const It
     }
     ptx::cp_async_commit();
   }
-  warm_item_pages(p, it, pages, W, warp, lane);
   return pg_next;
 }
 

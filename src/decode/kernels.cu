@@ -54,7 +54,6 @@ DecodeParams<T> make_params(const LaunchArgs& a) {
   p.page_shift = log2_exact(p.kv.table.page_size);
   p.stages = a.stages;
   p.warps = a.warps;
-  p.warm_pages = a.warm_pages;
   return p;
 }
 
@@ -139,18 +138,6 @@ int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
   }
 #undef WEFT_DECODE_KERNELS
   return n_min < 1 ? 1 : n_min;
-}
-
-int decode_warm_pages() {
-  // One prefetch per page for up to 2 x 128 pages (two per thread of a 4-warp CTA): an item of a
-  // batch-1 split is 4096 keys = 256 pages of 16, each in a different 2 MB region of a shuffled
-  // pool, so without it every page's first copy waits for its own translation miss.
-  int n = 256;
-  if (const char* env = std::getenv("WEFT_DECODE_WARM_PAGES")) {
-    const int v = std::atoi(env);
-    if (v >= 0 && v <= 4096) n = v;
-  }
-  return n;
 }
 
 bool path_compiled(DecodePath path) {

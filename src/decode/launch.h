@@ -30,7 +30,6 @@ struct LaunchArgs {
   int32_t grid = 0;
   int32_t stages = 3;  // per-warp pipeline stages (decode_stages)
   int32_t warps = 4;   // warps per CTA (decode_warps)
-  int32_t warm_pages = 0;  // pages per item whose translations are warmed (decode_warm_pages)
 };
 
 // Launches the decode kernel of (dtype, head_dim, path) with args.grid persistent CTAs.
@@ -43,10 +42,6 @@ int decode_stages(int32_t head_dim);
 int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device);
 // Warps per CTA: 4, or the environment variable WEFT_DECODE_WARPS (2 .. 8; a tuning knob).
 int decode_warps(int32_t head_dim);
-// Pages per work item whose address translations the CTA warms when the item starts (one L2
-// prefetch of the item's first K and V row in each page): the default, or the environment
-// variable WEFT_DECODE_WARM_PAGES (0 .. 4096; 0 turns it off; a tuning knob for benches).
-int decode_warm_pages();
 bool path_compiled(DecodePath path);
 
 }  // namespace weft::decode

@@ -78,7 +78,6 @@ struct BatchDecodeWrapper::Impl {
   int32_t grid = 0;
   int32_t stages = 3;             // per-warp pipeline stages (decode::decode_stages)
   int32_t warps = 4;              // warps per CTA (decode::decode_warps)
-  int32_t warm_pages = 0;         // decode::decode_warm_pages
   plan::WorkspaceLayout layout;
   void* staging = nullptr;        // pinned, layout.metadata_bytes()
   cudaEvent_t staging_done = nullptr;
@@ -117,7 +116,6 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
   check::head_dim_supported(head_dim, "head_dim");
   impl_->stages = decode::decode_stages(head_dim);
   impl_->warps = decode::decode_warps(head_dim);
-  impl_->warm_pages = decode::decode_warm_pages();
   impl_->grid = grid_for(head_dim, impl_->stages, impl_->warps);
   impl_->layout = plan::WorkspaceLayout(decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, impl_->grid));
   WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, impl_->layout.metadata_bytes(), cudaHostAllocDefault));
@@ -274,7 +272,6 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   a.path = im.path;
   a.grid = im.grid;
   a.stages = im.stages;
-  a.warm_pages = im.warm_pages;
   a.warps = im.warps;
   decode::launch_decode(a, stream);
   // Always launched (fixed grid, reads the merge count on the device): a graph captured for a
