@@ -38,6 +38,8 @@
 #include <nccl_device.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "comm/comm_impl.h"
 #include "comm/fused_common.cuh"
@@ -71,7 +73,8 @@ __global__ void __launch_bounds__(kCommBlock, 1) ce_reduce_kernel(const Params p
     __syncthreads();
     bad = s_bad;
   }
-  if (!bad) reduce_norm_rows<T, kMaxWorld>(p, owned_range(p.tokens, p.world, p.rank), p.ce_k_lo, p.ce_k_hi, seg_sums);
+  if (!bad && !p.ce_skip_rows)
+    reduce_norm_rows<T, kMaxWorld>(p, owned_range(p.tokens, p.world, p.rank), p.ce_k_lo, p.ce_k_hi, seg_sums);
   // Chunk 0 always closes with the barrier (the mismatch is only known after the first one).
   if (!bad || first) bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
   if (threadIdx.x == 0) {
@@ -96,6 +99,21 @@ void launch_reduce(const Params& p, DType dtype, int num_ctas, cudaStream_t stre
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
+// Timing knob, for placing time between the stages (docs/perf-notes-comm.md): the environment
+// variable WEFT_COMM_CE_SKIP leaves one stage of every call out: "copies" (no cudaMemcpyAsync),
+// "reduce" (no reduce launch) or "rows" (the reduce kernels run their barriers but reduce no
+// row). The results are then WRONG: set it only in a timing experiment. Read per call.
+enum class CeSkip { kNone, kCopies, kReduce, kRows };
+CeSkip ce_skip() {
+  const char* s = std::getenv("WEFT_COMM_CE_SKIP");
+  if (s == nullptr) return CeSkip::kNone;
+  const std::string v(s);
+  return v == "copies"   ? CeSkip::kCopies
+         : v == "reduce" ? CeSkip::kReduce
+         : v == "rows"   ? CeSkip::kRows
+                         : CeSkip::kNone;
+}
+
 // Rows [lo, hi) of chunk j of a slice of n rows.
 struct RowSpan {
   int64_t lo, hi;
@@ -115,6 +133,8 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
   p.peer_stores = 0;
   p.num_chunks = K;
   const TokenRange mine = owned_range(p.tokens, world, rank);
+  const CeSkip skip = ce_skip();
+  p.ce_skip_rows = skip == CeSkip::kRows ? 1 : 0;
 
   WEFT_CUDA_CHECK(cudaEventRecord(im.ce_start, stream));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_push, im.ce_start, 0));
@@ -126,8 +146,9 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
       const RowSpan r = chunk_rows(so.count, j, K);
       if (r.hi <= r.lo) continue;
       char* dst = im.peer_base[o] + im.stage_off + (rank * p.slot_rows + r.lo) * row_bytes;
-      WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, x + (so.begin + r.lo) * row_bytes, (r.hi - r.lo) * row_bytes,
-                                      cudaMemcpyDeviceToDevice, im.ce_push));
+      if (skip != CeSkip::kCopies)
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, x + (so.begin + r.lo) * row_bytes, (r.hi - r.lo) * row_bytes,
+                                        cudaMemcpyDeviceToDevice, im.ce_push));
     }
     WEFT_CUDA_CHECK(cudaEventRecord(im.ce_pushed[j], im.ce_push));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.ce_pushed[j], 0));
@@ -138,7 +159,7 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
     p.ce_k_hi = own.hi;
     p.rows_per_cta = std::max<int64_t>(1, (own.hi - own.lo + num_ctas - 1) / num_ctas);
     pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once);
-    launch_reduce(p, dtype, num_ctas, stream);
+    if (skip != CeSkip::kReduce) launch_reduce(p, dtype, num_ctas, stream);
     WEFT_CUDA_CHECK(cudaEventRecord(im.ce_reduced[j], stream));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_pull, im.ce_reduced[j], 0));
 
@@ -149,8 +170,9 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
       const RowSpan r = chunk_rows(so.count, j, K);
       if (r.hi <= r.lo) continue;
       const int64_t off = (so.begin + r.lo) * row_bytes;
-      WEFT_CUDA_CHECK(cudaMemcpyAsync(out + off, im.peer_base[o] + im.out_off + off, (r.hi - r.lo) * row_bytes,
-                                      cudaMemcpyDeviceToDevice, im.ce_pull));
+      if (skip != CeSkip::kCopies)
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(out + off, im.peer_base[o] + im.out_off + off, (r.hi - r.lo) * row_bytes,
+                                        cudaMemcpyDeviceToDevice, im.ce_pull));
     }
   }
   WEFT_CUDA_CHECK(cudaEventRecord(im.ce_pulled, im.ce_pull));
