@@ -52,9 +52,16 @@
 namespace weft::comm_detail {
 namespace {
 
-template <class T, int kMaxWorld>
-__global__ void __launch_bounds__(kCommBlock, 1) ce_reduce_kernel(const Params p) {
-  __shared__ float seg_sums[kCommWarps][kSegs];
+// kBlock threads: 256 (8 warps, the push kernel's phase B batch) or 512 (16 warps, half the
+// batch per thread under the 128-register cap: the same loads in flight per CTA, spread over
+// twice the rows at once; ptxas: 126-128 registers, 0 spills; 1024 threads spilled 280-480 bytes
+// at the 64-register cap). Chosen per call (ce_block).
+template <class T, int kMaxWorld, int kBlock>
+__global__ void __launch_bounds__(kBlock, 1) ce_reduce_kernel(const Params p) {
+  constexpr int kScaled = reduce_batch<kMaxWorld>() * kCommBlock / kBlock;
+  constexpr int kB = kScaled > 1 ? kScaled : 1;
+  static_assert(kB >= 1, "pass 1 batch");
+  __shared__ float seg_sums[kBlock / 32][kSegs];
   __shared__ uint32_t s_bad;
   const int c = blockIdx.x, num_ctas = gridDim.x;
   const bool first = p.ce_chunk == 0, last = p.ce_chunk == p.num_chunks - 1;
@@ -74,7 +81,7 @@ __global__ void __launch_bounds__(kCommBlock, 1) ce_reduce_kernel(const Params p
     bad = s_bad;
   }
   if (!bad && !p.ce_skip_rows)
-    reduce_norm_rows<T, kMaxWorld>(p, owned_range(p.tokens, p.world, p.rank), p.ce_k_lo, p.ce_k_hi, seg_sums);
+    reduce_norm_rows<T, kMaxWorld, kB>(p, owned_range(p.tokens, p.world, p.rank), p.ce_k_lo, p.ce_k_hi, seg_sums);
   // Chunk 0 always closes with the barrier (the mismatch is only known after the first one).
   if (!bad || first) bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
   if (threadIdx.x == 0) {
@@ -86,16 +93,30 @@ __global__ void __launch_bounds__(kCommBlock, 1) ce_reduce_kernel(const Params p
   }
 }
 
-void launch_reduce(const Params& p, DType dtype, int num_ctas, cudaStream_t stream) {
+template <int kBlock>
+void launch_reduce_block(const Params& p, DType dtype, int num_ctas, cudaStream_t stream) {
   WEFT_DISPATCH_HALF_TYPES(dtype, "x", [&] {
     using T = scalar_t;
     if (p.world <= 2)
-      ce_reduce_kernel<T, 2><<<num_ctas, kCommBlock, 0, stream>>>(p);
+      ce_reduce_kernel<T, 2, kBlock><<<num_ctas, kBlock, 0, stream>>>(p);
     else if (p.world <= 4)
-      ce_reduce_kernel<T, 4><<<num_ctas, kCommBlock, 0, stream>>>(p);
+      ce_reduce_kernel<T, 4, kBlock><<<num_ctas, kBlock, 0, stream>>>(p);
     else
-      ce_reduce_kernel<T, 8><<<num_ctas, kCommBlock, 0, stream>>>(p);
+      ce_reduce_kernel<T, 8, kBlock><<<num_ctas, kBlock, 0, stream>>>(p);
   });
+}
+
+// Threads per reduce CTA: 256, or WEFT_COMM_CE_BLOCK=512 (a tuning knob, read per call).
+int ce_block() {
+  const char* s = std::getenv("WEFT_COMM_CE_BLOCK");
+  return s != nullptr && std::atoi(s) == 512 ? 512 : kCommBlock;
+}
+
+void launch_reduce(const Params& p, DType dtype, int num_ctas, int block, cudaStream_t stream) {
+  if (block == 512)
+    launch_reduce_block<512>(p, dtype, num_ctas, stream);
+  else
+    launch_reduce_block<kCommBlock>(p, dtype, num_ctas, stream);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -135,6 +156,7 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
   const TokenRange mine = owned_range(p.tokens, world, rank);
   const CeSkip skip = ce_skip();
   p.ce_skip_rows = skip == CeSkip::kRows ? 1 : 0;
+  const int block = ce_block();
 
   WEFT_CUDA_CHECK(cudaEventRecord(im.ce_start, stream));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_push, im.ce_start, 0));
@@ -158,8 +180,8 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
     p.ce_k_lo = own.lo;
     p.ce_k_hi = own.hi;
     p.rows_per_cta = std::max<int64_t>(1, (own.hi - own.lo + num_ctas - 1) / num_ctas);
-    pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once);
-    if (skip != CeSkip::kReduce) launch_reduce(p, dtype, num_ctas, stream);
+    pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once, block);
+    if (skip != CeSkip::kReduce) launch_reduce(p, dtype, num_ctas, block, stream);
     WEFT_CUDA_CHECK(cudaEventRecord(im.ce_reduced[j], stream));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_pull, im.ce_reduced[j], 0));
 

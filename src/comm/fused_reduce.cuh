@@ -35,8 +35,8 @@ __device__ __forceinline__ uint4* lsa_ptr(const Params& p, size_t off, int peer)
 // of vectors l, l + 32, ... in order, then the warp's xor tree (warp_sum) gives the segment sum;
 // the row sum is the left fold 0 + s_0 + s_1 + ... in segment order. A group of G warps per row
 // gives warp w segments [w * kSegs / G, (w + 1) * kSegs / G); G > 1 folds through shared memory.
-constexpr int kSegs = kCommWarps;
-static_assert(kSegs == kCanonSegs, "one warp per canonical segment");
+constexpr int kSegs = kCanonSegs;
+static_assert(kSegs == kCommWarps, "the push kernel's 8 warps: one warp per canonical segment");
 
 // Phase B for this CTA's rows of its own segment `seg` (rows begin.. of the tokens; row k of the
 // segment sits at row k of every staging slot). The rows reduced by this launch are
@@ -44,10 +44,9 @@ static_assert(kSegs == kCanonSegs, "one warp per canonical segment");
 // (R = p.rows_per_cta). Normalized rows go to `p.out` (one-shot, or p.peer_stores == 0: the
 // copy-engine kernel, whose p.out is the local symmetric output) or to `p.out` and every peer's
 // symmetric output (two-shot push).
-template <class T, int kMaxWorld>
+template <class T, int kMaxWorld, int kB = reduce_batch<kMaxWorld>()>
 __device__ void reduce_norm_rows(const Params& p, TokenRange seg, int64_t k_lo, int64_t k_hi,
                                  float (*seg_sums)[kSegs]) {
-  constexpr int kB = reduce_batch<kMaxWorld>();
   const int64_t k0 = k_lo + blockIdx.x * p.rows_per_cta;
   const int64_t cnt = k_hi - k0 < p.rows_per_cta ? k_hi - k0 : p.rows_per_cta;
   if (cnt <= 0) return;  // uniform over the CTA
@@ -163,10 +162,13 @@ __device__ void reduce_norm_rows(const Params& p, TokenRange seg, int64_t k_lo, 
 // Rows handled at once per CTA: one group of tpr threads per row; tpr = 32 (a warp per row, no
 // CTA barrier in the row reduction) once a CTA has >= 16 rows, more warps per row for fewer rows
 // (more loads in flight per row), never more threads than vectors in a row.
-inline void pass_layout(int64_t rows_per_cta, int vecs, int* tpr, int* rows_at_once) {
-  int rpa = 1;
-  while (rpa < kCommWarps && 2 * rpa <= rows_per_cta) rpa *= 2;
-  int t = kCommBlock / rpa;
+// A row group never spans more than kSegs warps (warp = canonical segment or a run of them), so
+// a CTA of more than kSegs warps always has at least block / (32 kSegs) rows at once.
+inline void pass_layout(int64_t rows_per_cta, int vecs, int* tpr, int* rows_at_once, int block = kCommBlock) {
+  const int min_rpa = block > 32 * kSegs ? block / (32 * kSegs) : 1;
+  int rpa = min_rpa;
+  while (rpa < block / 32 && 2 * rpa <= rows_per_cta) rpa *= 2;
+  int t = block / rpa;
   while (t > 32 && t > vecs) {
     t /= 2;
     rpa *= 2;
