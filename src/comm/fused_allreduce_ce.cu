@@ -52,15 +52,16 @@
 namespace weft::comm_detail {
 namespace {
 
-// kBlock threads: 256 (8 warps, the push kernel's phase B batch) or 512 (16 warps, half the
-// batch per thread under the 128-register cap: the same loads in flight per CTA, spread over
-// twice the rows at once; ptxas: 126-128 registers, 0 spills; 1024 threads spilled 280-480 bytes
-// at the 64-register cap). Chosen per call (ce_block).
+// kBlock threads: 512 (16 warps; the default) or 256 (8 warps, the push kernel's shape). At 512
+// the pass-1 batch per thread is half the push kernel's (the 128-register cap; ptxas: 126-128
+// registers, 0 spills): the same loads in flight per CTA, spread over twice the rows at once.
+// Measured on 4xH200 (fed62b6, docs/perf-notes-comm.md): the reduce alone is 1.2-1.35x faster at
+// 512 than at 256 from 1K tokens on. 768 and 1024 threads spilled 100-480 bytes per thread at the
+// 80 / 64-register caps.
 template <class T, int kMaxWorld, int kBlock>
 __global__ void __launch_bounds__(kBlock, 1) ce_reduce_kernel(const Params p) {
   constexpr int kScaled = reduce_batch<kMaxWorld>() * kCommBlock / kBlock;
   constexpr int kB = kScaled > 1 ? kScaled : 1;
-  static_assert(kB >= 1, "pass 1 batch");
   __shared__ float seg_sums[kBlock / 32][kSegs];
   __shared__ uint32_t s_bad;
   const int c = blockIdx.x, num_ctas = gridDim.x;
@@ -106,17 +107,18 @@ void launch_reduce_block(const Params& p, DType dtype, int num_ctas, cudaStream_
   });
 }
 
-// Threads per reduce CTA: 256, or WEFT_COMM_CE_BLOCK=512 (a tuning knob, read per call).
+// Threads per reduce CTA: 512, or 256 with WEFT_COMM_CE_BLOCK=256 (a tuning knob for A/B
+// timings, read per call; the bits do not depend on it).
 int ce_block() {
   const char* s = std::getenv("WEFT_COMM_CE_BLOCK");
-  return s != nullptr && std::atoi(s) == 512 ? 512 : kCommBlock;
+  return s != nullptr && std::atoi(s) == 256 ? 256 : 512;
 }
 
 void launch_reduce(const Params& p, DType dtype, int num_ctas, int block, cudaStream_t stream) {
-  if (block == 512)
-    launch_reduce_block<512>(p, dtype, num_ctas, stream);
+  if (block == 256)
+    launch_reduce_block<256>(p, dtype, num_ctas, stream);
   else
-    launch_reduce_block<kCommBlock>(p, dtype, num_ctas, stream);
+    launch_reduce_block<512>(p, dtype, num_ctas, stream);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
