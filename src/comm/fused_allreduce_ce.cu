@@ -60,8 +60,8 @@ namespace {
 // 80 / 64-register caps.
 template <class T, int kMaxWorld, int kBlock>
 __global__ void __launch_bounds__(kBlock, 1) ce_reduce_kernel(const Params p) {
-  constexpr int kScaled = reduce_batch<kMaxWorld>() * kCommBlock / kBlock;
-  constexpr int kB = kScaled > 1 ? kScaled : 1;
+  constexpr int kB = reduce_batch<kMaxWorld>() * kCommBlock / kBlock;
+  static_assert(kB >= 1, "a CTA this large has no pass-1 batch left");
   __shared__ float seg_sums[kBlock / 32][kSegs];
   __shared__ uint32_t s_bad;
   const int c = blockIdx.x, num_ctas = gridDim.x;
@@ -107,34 +107,12 @@ void launch_reduce_block(const Params& p, DType dtype, int num_ctas, cudaStream_
   });
 }
 
-// Threads per reduce CTA: 512, or 256 with WEFT_COMM_CE_BLOCK=256 (a tuning knob for A/B
-// timings, read per call; the bits do not depend on it).
-int ce_block() {
-  const char* s = std::getenv("WEFT_COMM_CE_BLOCK");
-  return s != nullptr && std::atoi(s) == 256 ? 256 : 512;
-}
-
 void launch_reduce(const Params& p, DType dtype, int num_ctas, int block, cudaStream_t stream) {
   if (block == 256)
     launch_reduce_block<256>(p, dtype, num_ctas, stream);
   else
     launch_reduce_block<512>(p, dtype, num_ctas, stream);
   WEFT_CUDA_CHECK_LAUNCH();
-}
-
-// Timing knob, for placing time between the stages (docs/perf-notes-comm.md): the environment
-// variable WEFT_COMM_CE_SKIP leaves one stage of every call out: "copies" (no cudaMemcpyAsync),
-// "reduce" (no reduce launch) or "rows" (the reduce kernels run their barriers but reduce no
-// row). The results are then WRONG: set it only in a timing experiment. Read per call.
-enum class CeSkip { kNone, kCopies, kReduce, kRows };
-CeSkip ce_skip() {
-  const char* s = std::getenv("WEFT_COMM_CE_SKIP");
-  if (s == nullptr) return CeSkip::kNone;
-  const std::string v(s);
-  return v == "copies"   ? CeSkip::kCopies
-         : v == "reduce" ? CeSkip::kReduce
-         : v == "rows"   ? CeSkip::kRows
-                         : CeSkip::kNone;
 }
 
 // Rows [lo, hi) of chunk j of a slice of n rows.
@@ -144,6 +122,23 @@ struct RowSpan {
 RowSpan chunk_rows(int64_t n, int j, int k) { return {n * j / k, n * (j + 1) / k}; }
 
 }  // namespace
+
+// WEFT_COMM_CE_BLOCK=256: reduce CTAs of 256 threads instead of 512 (a tuning knob for A/B
+// timings; the bits do not depend on it). WEFT_COMM_CE_SKIP, a timing knob for placing time
+// between the stages (docs/perf-notes-comm.md), leaves one stage of every call out: "copies" (no
+// cudaMemcpyAsync), "reduce" (no reduce launch) or "rows" (the reduce kernels run their barriers
+// but reduce no row). The results are then WRONG: set it only in a timing experiment.
+void ce_read_knobs(Communicator::Impl& im) {
+  using Skip = Communicator::Impl::CeSkip;
+  const char* block = std::getenv("WEFT_COMM_CE_BLOCK");
+  im.ce_block = block != nullptr && std::atoi(block) == 256 ? 256 : 512;
+  const char* skip = std::getenv("WEFT_COMM_CE_SKIP");
+  const std::string v = skip != nullptr ? skip : "";
+  im.ce_skip = v == "copies"   ? Skip::kCopies
+               : v == "reduce" ? Skip::kReduce
+               : v == "rows"   ? Skip::kRows
+                               : Skip::kNone;
+}
 
 void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_ctas, cudaStream_t stream) {
   const int world = im.world, rank = im.rank;
@@ -156,9 +151,10 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
   p.peer_stores = 0;
   p.num_chunks = K;
   const TokenRange mine = owned_range(p.tokens, world, rank);
-  const CeSkip skip = ce_skip();
-  p.ce_skip_rows = skip == CeSkip::kRows ? 1 : 0;
-  const int block = ce_block();
+  using Skip = Communicator::Impl::CeSkip;
+  const Skip skip = im.ce_skip;
+  p.ce_skip_rows = skip == Skip::kRows ? 1 : 0;
+  const int block = im.ce_block;
 
   WEFT_CUDA_CHECK(cudaEventRecord(im.ce_start, stream));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_push, im.ce_start, 0));
@@ -170,7 +166,7 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
       const RowSpan r = chunk_rows(so.count, j, K);
       if (r.hi <= r.lo) continue;
       char* dst = im.peer_base[o] + im.stage_off + (rank * p.slot_rows + r.lo) * row_bytes;
-      if (skip != CeSkip::kCopies)
+      if (skip != Skip::kCopies)
         WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, x + (so.begin + r.lo) * row_bytes, (r.hi - r.lo) * row_bytes,
                                         cudaMemcpyDeviceToDevice, im.ce_push));
     }
@@ -183,7 +179,7 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
     p.ce_k_hi = own.hi;
     p.rows_per_cta = std::max<int64_t>(1, (own.hi - own.lo + num_ctas - 1) / num_ctas);
     pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once, block);
-    if (skip != CeSkip::kReduce) launch_reduce(p, dtype, num_ctas, block, stream);
+    if (skip != Skip::kReduce) launch_reduce(p, dtype, num_ctas, block, stream);
     WEFT_CUDA_CHECK(cudaEventRecord(im.ce_reduced[j], stream));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_pull, im.ce_reduced[j], 0));
 
@@ -194,7 +190,7 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
       const RowSpan r = chunk_rows(so.count, j, K);
       if (r.hi <= r.lo) continue;
       const int64_t off = (so.begin + r.lo) * row_bytes;
-      if (skip != CeSkip::kCopies)
+      if (skip != Skip::kCopies)
         WEFT_CUDA_CHECK(cudaMemcpyAsync(out + off, im.peer_base[o] + im.out_off + off, (r.hi - r.lo) * row_bytes,
                                         cudaMemcpyDeviceToDevice, im.ce_pull));
     }

@@ -160,7 +160,7 @@ __device__ void reduce_norm_rows(const Params& p, TokenRange seg, int64_t k_lo, 
 }
 
 // Rows handled at once per CTA: one group of tpr threads per row; tpr = 32 (a warp per row, no
-// CTA barrier in the row reduction) once a CTA has >= 16 rows, more warps per row for fewer rows
+// CTA barrier in the row reduction) once a CTA has >= block / 32 rows, more warps per row for fewer rows
 // (more loads in flight per row), never more threads than vectors in a row.
 // A row group never spans more than kSegs warps (warp = canonical segment or a run of them), so
 // a CTA of more than kSegs warps always has at least block / (32 kSegs) rows at once.

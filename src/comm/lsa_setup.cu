@@ -25,6 +25,7 @@ __global__ void read_lsa_bases(ncclWindow_t win, int world, char** bases) {
 
 // Streams, events and peer addresses of the copy-engine kernel (CommKernel::kCopyEngine).
 void ce_setup(Communicator::Impl& im) {
+  ce_read_knobs(im);
   char** d_bases = nullptr;
   WEFT_CUDA_CHECK(cudaMalloc(&d_bases, kCommMaxWorld * sizeof(char*)));
   read_lsa_bases<<<1, 32>>>(im.win, im.world, d_bases);
