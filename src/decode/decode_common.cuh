@@ -66,8 +66,11 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n) {
 
 struct Item {
   int req, kv_head, row_begin, nrows, kv_begin, kv_end, slot;
+  int token0;  // qo_indptr[req]
 };
 
+// Item i from the plan's arrays (the qo_indptr load depends on the request: two load rounds).
+// Used for a CTA's later items, which are requested one item ahead.
 __device__ __forceinline__ Item load_item(const plan::PlanPointers& p, int i) {
   Item it;
   it.req = p.item_request[i];
@@ -77,6 +80,27 @@ __device__ __forceinline__ Item load_item(const plan::PlanPointers& p, int i) {
   it.kv_begin = p.item_kv_begin[i];
   it.kv_end = p.item_kv_end[i];
   it.slot = p.item_partial_slot[i];
+  it.token0 = p.qo_indptr[it.req];
+  return it;
+}
+
+// CTA c's item range and first item from its CtaRecord: three independent 16-byte loads, one
+// load round, where cta_indptr -> item arrays -> qo_indptr took three dependent rounds at the
+// start of every CTA (each a DRAM round trip after the plan's lines left L2).
+__device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int c, int* i0, int* i1) {
+  const int4* rec = reinterpret_cast<const int4*>(p.cta_first + c);
+  const int4 a = __ldg(rec), b = __ldg(rec + 1), d = __ldg(rec + 2);
+  *i0 = a.x;
+  *i1 = a.y;
+  Item it;
+  it.req = a.z;
+  it.kv_head = a.w;
+  it.row_begin = b.x;
+  it.nrows = b.y - b.x;
+  it.kv_begin = b.z;
+  it.kv_end = b.w;
+  it.slot = d.x;
+  it.token0 = d.y;
   return it;
 }
 
@@ -84,7 +108,7 @@ __device__ __forceinline__ Item load_item(const plan::PlanPointers& p, int i) {
 template <class T, int D>
 __device__ __forceinline__ void load_q(const DecodeParams<T>& p, const Item& it, T* sQ) {
   constexpr int kChunks = D / 8;
-  const int token0 = p.plan.qo_indptr[it.req];
+  const int token0 = it.token0;
   for (int idx = threadIdx.x; idx < kTileQ * kChunks; idx += blockDim.x) {
     const int r = idx / kChunks, c = idx % kChunks;
     const int ra = it.row_begin + r;
@@ -154,7 +178,7 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
                                                   const float* red_o, const float* red_m,
                                                   const float* red_l) {
   constexpr int kGroups = D / 8;  // 8 outputs per thread step: one 16-byte store of T
-  const int token0 = p.plan.qo_indptr[it.req];
+  const int token0 = it.token0;
   const int W = blockDim.x / 32;
   for (int idx = threadIdx.x; idx < it.nrows * kGroups; idx += blockDim.x) {
     const int r = idx / kGroups, c8 = idx % kGroups;

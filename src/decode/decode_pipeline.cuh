@@ -9,7 +9,8 @@
 // (decode_common.cuh), in warp order (deterministic).
 // Page ids are fetched one warp tile before their copies are issued (kv_lookup_page), so the
 // page-table load latency overlaps a whole tile of compute instead of stalling the copies.
-// Items back to back: the next item's metadata and first page ids are requested when an item
+// A CTA's range and first item come from its plan::CtaRecord (one round of loads; the page-table
+// base and the first page ids follow). Items back to back: the next item's metadata and first page ids are requested when an item
 // starts, and each warp issues the next item's Q and first S-1 tiles as soon as it leaves the
 // KV loop, so they load during the epilogue (stage S-1 doubles as the epilogue buffer; Q is
 // double-buffered). The pipeline never drains between the items of a CTA.
@@ -67,9 +68,9 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
   // waits (griddepcontrol.wait) for this whole grid to finish before reading any partial.
   asm volatile("griddepcontrol.launch_dependents;\n" ::);
 
-  const int i0 = p.plan.cta_indptr[blockIdx.x], i1 = p.plan.cta_indptr[blockIdx.x + 1];
+  int i0, i1;
+  Item it = load_first_item(p.plan, blockIdx.x, &i0, &i1);
   if (i0 >= i1) return;
-  Item it = load_item(p.plan, i0);
   const int32_t* pages = p.kv.table.indices + __ldg(p.kv.table.indptr + it.req);
   int32_t pg_next = start_item<T, D>(p, it, pages,
                                      kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane),

@@ -213,6 +213,8 @@ WorkspaceLayout::WorkspaceLayout(const PlanBounds& b) : bounds_(b) {
   std::size_t off = align_up(sizeof(PlanHeader), kAlign);
   off_cta_ = off;
   off = align_up(off + sizeof(int32_t) * (b.num_ctas + 1), kAlign);
+  off_first_ = off;
+  off = align_up(off + sizeof(CtaRecord) * std::size_t(b.num_ctas), kAlign);
   off_items_ = off;
   off = align_up(off + sizeof(int32_t) * kItemArrays * std::size_t(max_items_), kAlign);
   off_merges_ = off;
@@ -238,6 +240,7 @@ PlanPointers WorkspaceLayout::pointers(void* base) const {
   PlanPointers v{};
   v.header = reinterpret_cast<const PlanHeader*>(p);
   v.cta_indptr = i32(off_cta_, 0);
+  v.cta_first = reinterpret_cast<const CtaRecord*>(p + off_first_);
   v.item_request = i32(off_items_, 0 * mi);
   v.item_kv_head = i32(off_items_, 1 * mi);
   v.item_row_begin = i32(off_items_, 2 * mi);
@@ -305,6 +308,24 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
   put(v.merge_indptr, plan.merge_indptr);
   put(v.qo_indptr, plan.qo_indptr);
   put(v.kv_len, plan.kv_len);
+  CtaRecord* first = const_cast<CtaRecord*>(v.cta_first);
+  for (int32_t c = 0; c < plan.num_ctas; ++c) {
+    CtaRecord r{};
+    r.item_begin = plan.cta_indptr[c];
+    r.item_end = plan.cta_indptr[c + 1];
+    if (r.item_begin < r.item_end) {
+      const int32_t i = r.item_begin;
+      r.request = plan.item_request[i];
+      r.kv_head = plan.item_kv_head[i];
+      r.row_begin = plan.item_row_begin[i];
+      r.row_end = plan.item_row_end[i];
+      r.kv_begin = plan.item_kv_begin[i];
+      r.kv_end = plan.item_kv_end[i];
+      r.partial_slot = plan.item_partial_slot[i];
+      r.token0 = plan.qo_indptr[r.request];
+    }
+    first[c] = r;
+  }
 }
 
 Plan WorkspaceLayout::deserialize(const void* src) const {

@@ -127,10 +127,23 @@ struct PlanHeader {
   int32_t reserved[6];
 };
 
+// Per-CTA copy of the CTA's item range and FIRST item (written by serialize, derived from the
+// arrays above): a persistent kernel reads it with one round of independent 16-byte loads
+// instead of the dependent chain cta_indptr -> item arrays -> qo_indptr. 48 bytes: three int4.
+struct CtaRecord {
+  int32_t item_begin, item_end;  // cta_indptr[c], cta_indptr[c + 1]
+  int32_t request, kv_head, row_begin, row_end, kv_begin, kv_end, partial_slot;  // item item_begin
+  int32_t token0;                // qo_indptr[request]: the request's first query token
+  int32_t reserved[2];
+};
+static_assert(sizeof(CtaRecord) == 48, "CtaRecord is read as three 16-byte vectors");
+
 // Device-side view: the same arrays, as pointers into the workspace.
 struct PlanPointers {
   const PlanHeader* header;
   const int32_t* cta_indptr;
+  const CtaRecord* cta_first;  // num_ctas records, 16-byte aligned (fields of an empty CTA's
+                               // first item are 0)
   const int32_t* item_request;
   const int32_t* item_kv_head;
   const int32_t* item_row_begin;
@@ -175,7 +188,7 @@ class WorkspaceLayout {
  private:
   PlanBounds bounds_{};
   int32_t max_items_ = 0, max_merges_ = 0, max_slots_ = 0;
-  std::size_t off_cta_ = 0, off_items_ = 0, off_merges_ = 0, off_qo_ = 0, off_kv_ = 0;
+  std::size_t off_cta_ = 0, off_first_ = 0, off_items_ = 0, off_merges_ = 0, off_qo_ = 0, off_kv_ = 0;
   std::size_t off_po_ = 0, off_plse_ = 0;
   std::size_t metadata_bytes_ = 0, total_bytes_ = 0;
 };

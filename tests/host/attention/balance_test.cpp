@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <map>
 #include <random>
@@ -290,6 +291,23 @@ TEST(WorkspaceLayoutTest, FixedOffsetsRoundTripAndBounds) {
     EXPECT_TRUE(same_plan(p, q));
     EXPECT_EQ(v.header->num_items, p.num_items());
     EXPECT_EQ(v.header->num_merges, p.num_merges());
+    // Each CTA's record repeats its item range and first item.
+    for (int c = 0; c < p.num_ctas; ++c) {
+      const CtaRecord& r = v.cta_first[c];
+      ASSERT_EQ(r.item_begin, p.cta_indptr[c]) << "cta " << c;
+      ASSERT_EQ(r.item_end, p.cta_indptr[c + 1]) << "cta " << c;
+      if (r.item_begin == r.item_end) continue;
+      const int i = r.item_begin;
+      EXPECT_EQ(r.request, p.item_request[i]);
+      EXPECT_EQ(r.kv_head, p.item_kv_head[i]);
+      EXPECT_EQ(r.row_begin, p.item_row_begin[i]);
+      EXPECT_EQ(r.row_end, p.item_row_end[i]);
+      EXPECT_EQ(r.kv_begin, p.item_kv_begin[i]);
+      EXPECT_EQ(r.kv_end, p.item_kv_end[i]);
+      EXPECT_EQ(r.partial_slot, p.item_partial_slot[i]);
+      EXPECT_EQ(r.token0, p.qo_indptr[r.request]);
+    }
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(v.cta_first) % 16, 0u);
     // Every array lies inside the metadata region, partials after it, 256-byte aligned.
     const char* b0 = buf.data();
     EXPECT_LE(reinterpret_cast<const char*>(v.kv_len + bounds.max_batch), b0 + layout.metadata_bytes());
