@@ -66,7 +66,6 @@ struct Communicator::Impl {
   // threads per reduce CTA (WEFT_COMM_CE_BLOCK) and the stage a timing run leaves out
   // (WEFT_COMM_CE_SKIP; results are wrong with it).
   int ce_block = 512;
-  bool ce_one_stream = false;  // WEFT_COMM_CE_STREAMS=1: pulls on the push stream
   enum class CeSkip { kNone, kCopies, kReduce, kRows } ce_skip = CeSkip::kNone;
 };
 

@@ -124,8 +124,7 @@ RowSpan chunk_rows(int64_t n, int j, int k) { return {n * j / k, n * (j + 1) / k
 }  // namespace
 
 // WEFT_COMM_CE_BLOCK=256: reduce CTAs of 256 threads instead of 512 (a tuning knob for A/B
-// timings; the bits do not depend on it). WEFT_COMM_CE_STREAMS=1: pushes and pulls share one
-// copy stream (launch_copy_engine; the bits do not depend on it either). WEFT_COMM_CE_SKIP, a timing knob for placing time
+// timings; the bits do not depend on it). WEFT_COMM_CE_SKIP, a timing knob for placing time
 // between the stages (docs/perf-notes-comm.md), leaves one stage of every call out: "copies" (no
 // cudaMemcpyAsync), "reduce" (no reduce launch) or "rows" (the reduce kernels run their barriers
 // but reduce no row). The results are then WRONG: set it only in a timing experiment.
@@ -135,8 +134,6 @@ void ce_read_knobs(Communicator::Impl& im) {
   im.ce_block = block != nullptr && std::atoi(block) == 256 ? 256 : 512;
   const char* skip = std::getenv("WEFT_COMM_CE_SKIP");
   const std::string v = skip != nullptr ? skip : "";
-  const char* streams = std::getenv("WEFT_COMM_CE_STREAMS");
-  im.ce_one_stream = streams != nullptr && std::atoi(streams) == 1;
   im.ce_skip = v == "copies"   ? Skip::kCopies
                : v == "reduce" ? Skip::kReduce
                : v == "rows"   ? Skip::kRows
@@ -159,14 +156,10 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
   p.ce_skip_rows = skip == Skip::kRows ? 1 : 0;
   const int block = im.ce_block;
 
-  // One copy stream (WEFT_COMM_CE_STREAMS=1): the pulls go on the push stream, so the copy
-  // engine runs one copy at a time. Chunk j's pulls are then enqueued after chunk j + 1's pushes,
-  // so that the next reduce's inputs are not held up behind this chunk's reduce.
-  cudaStream_t const pull_stream = im.ce_one_stream ? im.ce_push : im.ce_pull;
   WEFT_CUDA_CHECK(cudaEventRecord(im.ce_start, stream));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_push, im.ce_start, 0));
-  if (!im.ce_one_stream) WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_pull, im.ce_start, 0));
-  auto push_chunk = [&](int j) {
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_pull, im.ce_start, 0));
+  for (int j = 0; j < K; ++j) {
     for (int i = 1; i < world; ++i) {
       const int o = (rank + i) % world;
       const TokenRange so = owned_range(p.tokens, world, o);
@@ -178,9 +171,8 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
                                         cudaMemcpyDeviceToDevice, im.ce_push));
     }
     WEFT_CUDA_CHECK(cudaEventRecord(im.ce_pushed[j], im.ce_push));
-  };
-  auto reduce_chunk = [&](int j) {
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.ce_pushed[j], 0));
+
     const RowSpan own = chunk_rows(mine.count, j, K);
     p.ce_chunk = j;
     p.ce_k_lo = own.lo;
@@ -189,9 +181,8 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
     pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once, block);
     if (skip != Skip::kReduce) launch_reduce(p, dtype, num_ctas, block, stream);
     WEFT_CUDA_CHECK(cudaEventRecord(im.ce_reduced[j], stream));
-  };
-  auto pull_chunk = [&](int j) {
-    WEFT_CUDA_CHECK(cudaStreamWaitEvent(pull_stream, im.ce_reduced[j], 0));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_pull, im.ce_reduced[j], 0));
+
     for (int i = 0; i < world; ++i) {
       const int o = (rank + i) % world;
       if (o == rank && out_is_sym) continue;  // already in place
@@ -201,19 +192,10 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
       const int64_t off = (so.begin + r.lo) * row_bytes;
       if (skip != Skip::kCopies)
         WEFT_CUDA_CHECK(cudaMemcpyAsync(out + off, im.peer_base[o] + im.out_off + off, (r.hi - r.lo) * row_bytes,
-                                        cudaMemcpyDeviceToDevice, pull_stream));
+                                        cudaMemcpyDeviceToDevice, im.ce_pull));
     }
-  };
-  for (int j = 0; j < K; ++j) {
-    push_chunk(j);
-    reduce_chunk(j);
-    if (!im.ce_one_stream)
-      pull_chunk(j);
-    else if (j > 0)
-      pull_chunk(j - 1);
   }
-  if (im.ce_one_stream) pull_chunk(K - 1);
-  WEFT_CUDA_CHECK(cudaEventRecord(im.ce_pulled, pull_stream));
+  WEFT_CUDA_CHECK(cudaEventRecord(im.ce_pulled, im.ce_pull));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.ce_pulled, 0));
 }
 
