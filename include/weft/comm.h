@@ -113,7 +113,7 @@ struct CommOptions {
   // Communicator::set_kernel (same value on every rank, between calls).
   CommKernel kernel = CommKernel::kAuto;
   // Copy-engine kernel: chunks per call (1..8; the copies of chunk j overlap the reduction of
-  // chunk j + 1); 0: chosen from the slice size (also overridable by WEFT_COMM_CE_CHUNKS).
+  // chunk j + 1); 0: chosen from the size of x and the world size (also overridable by WEFT_COMM_CE_CHUNKS).
   // Every rank must use the same value.
   int copy_engine_chunks = 0;
 };

@@ -143,7 +143,7 @@ void ce_read_knobs(Communicator::Impl& im) {
 void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_ctas, cudaStream_t stream) {
   const int world = im.world, rank = im.rank;
   const int64_t row_bytes = static_cast<int64_t>(p.hidden) * static_cast<int64_t>(dtype_size(dtype));
-  const int K = ce_chunk_count(static_cast<int64_t>(p.tokens) * row_bytes, im.ce_chunks);
+  const int K = ce_chunk_count(static_cast<int64_t>(p.tokens) * row_bytes, world, im.ce_chunks);
   const char* const x = static_cast<const char*>(p.x);
   char* const out = static_cast<char*>(p.out);
   const bool out_is_sym = p.out_is_sym != 0;

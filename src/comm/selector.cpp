@@ -38,18 +38,22 @@ CommKernel select_kernel(int64_t bytes) {
   return bytes >= kCopyEngineMinBytes ? CommKernel::kCopyEngine : CommKernel::kPush;
 }
 
-int ce_chunk_count(int64_t bytes, int requested) {
+int ce_chunk_count(int64_t bytes, int world, int requested) {
   if (requested > 0) return std::min(requested, kMaxCeChunks);
   if (const char* s = std::getenv("WEFT_COMM_CE_CHUNKS")) {
     const int v = std::atoi(s);
     if (v >= 1) return std::min(v, kMaxCeChunks);
   }
-  // Best K measured at 8 CTAs on 2 and 4 H200 (hidden 8192 bf16): 1 at 128 and 512 tokens
-  // (2 ties at 512; more chunks add ~7 us each of copy and launch set-up), 2 at 1K, 2-4 at 2K,
-  // 4 at 4K and 8K (8 is slower at world 4). One chunk per 8 MiB of x, at most 4, fits all.
+  // Best K at 8 CTAs on 2 and 4 H200 (hidden 8192 bf16), 512-thread reduce CTAs (d03205f,
+  // bench/results/h200x4_comm_ce_chunks_streams_d03205f.json): 1 at 128 and 512 tokens (more
+  // chunks add ~7 us each of copy and launch set-up), 2 at 1K. From 2K on, world 2 (the reduce
+  // sets the time) is fastest at 4 (8K: 924 against 991 us at 2), world 4 (the copies set it)
+  // at 2 (8K: 876 against 945 us at 4; 4K: 467 against 508; 2K: 258 against 295). One chunk per
+  // 8 MiB of x, at most 4 at world <= 2 and 2 above (worlds 3 and > 4 unmeasured: they take the
+  // world-4 cap, whose copies also dominate).
   constexpr int64_t kBytesPerChunk = int64_t{8} << 20;
-  constexpr int64_t kMaxAutoChunks = 4;
-  return static_cast<int>(std::clamp<int64_t>(bytes / kBytesPerChunk, 1, kMaxAutoChunks));
+  const int64_t max_auto_chunks = world <= 2 ? 4 : 2;
+  return static_cast<int>(std::clamp<int64_t>(bytes / kBytesPerChunk, 1, max_auto_chunks));
 }
 
 }  // namespace weft::comm_detail

@@ -27,9 +27,9 @@ constexpr int64_t kCopyEngineMinBytes = int64_t{16} << 20;
 CommKernel select_kernel(int64_t bytes);
 
 // Copy-engine kernel: chunks per call. requested in 1..kMaxCeChunks is taken as is; 0: the
-// environment WEFT_COMM_CE_CHUNKS (1..kMaxCeChunks) if set, else by size (one chunk per 8 MiB
-// of x, 1..4).
+// environment WEFT_COMM_CE_CHUNKS (1..kMaxCeChunks) if set, else by size and world (one chunk
+// per 8 MiB of x, at most 4 at world <= 2 and at most 2 from world 3 on).
 constexpr int kMaxCeChunks = 8;
-int ce_chunk_count(int64_t bytes, int requested);
+int ce_chunk_count(int64_t bytes, int world, int requested);
 
 }  // namespace weft::comm_detail

@@ -96,28 +96,36 @@ TEST(CommSelector, KernelBySize) {
   EXPECT_TRUE(ce);
 }
 
-// Chunk count: requests are honoured (capped), the size rule gives 1..4 and never decreases
-// with the size; the environment overrides only when no count was requested.
+// Chunk count: requests are honoured (capped), the size rule gives 1..4 at world 2 and 1..2 at
+// world 4 and never decreases with the size; the environment overrides only when no count was
+// requested.
 TEST(CommSelector, CopyEngineChunks) {
   ::unsetenv("WEFT_COMM_CE_CHUNKS");
-  for (int k = 1; k <= kMaxCeChunks; ++k) EXPECT_EQ(ce_chunk_count(1, k), k);
-  EXPECT_EQ(ce_chunk_count(1, kMaxCeChunks + 5), kMaxCeChunks);
+  for (int world : {2, 4, 8})
+    for (int k = 1; k <= kMaxCeChunks; ++k) EXPECT_EQ(ce_chunk_count(1, world, k), k);
+  EXPECT_EQ(ce_chunk_count(1, 2, kMaxCeChunks + 5), kMaxCeChunks);
   const int64_t row = 8192 * 2;
-  EXPECT_EQ(ce_chunk_count(128 * row, 0), 1);
-  EXPECT_EQ(ce_chunk_count(1024 * row, 0), 2);
-  EXPECT_EQ(ce_chunk_count(8192 * row, 0), 4);
-  int prev = 0;
-  for (int64_t b = 1; b <= (int64_t(1) << 33); b *= 2) {
-    const int k = ce_chunk_count(b, 0);
-    EXPECT_GE(k, std::max(prev, 1));
-    EXPECT_LE(k, 4);
-    prev = k;
+  EXPECT_EQ(ce_chunk_count(128 * row, 2, 0), 1);
+  EXPECT_EQ(ce_chunk_count(1024 * row, 2, 0), 2);
+  EXPECT_EQ(ce_chunk_count(8192 * row, 2, 0), 4);
+  EXPECT_EQ(ce_chunk_count(128 * row, 4, 0), 1);
+  EXPECT_EQ(ce_chunk_count(1024 * row, 4, 0), 2);
+  EXPECT_EQ(ce_chunk_count(2048 * row, 4, 0), 2);
+  EXPECT_EQ(ce_chunk_count(8192 * row, 4, 0), 2);
+  for (int world : {2, 3, 4, 8}) {
+    int prev = 0;
+    for (int64_t b = 1; b <= (int64_t(1) << 33); b *= 2) {
+      const int k = ce_chunk_count(b, world, 0);
+      EXPECT_GE(k, std::max(prev, 1));
+      EXPECT_LE(k, world <= 2 ? 4 : 2);
+      prev = k;
+    }
   }
   ::setenv("WEFT_COMM_CE_CHUNKS", "3", 1);
-  EXPECT_EQ(ce_chunk_count(8192 * row, 0), 3);
-  EXPECT_EQ(ce_chunk_count(8192 * row, 2), 2);
+  EXPECT_EQ(ce_chunk_count(8192 * row, 4, 0), 3);
+  EXPECT_EQ(ce_chunk_count(8192 * row, 4, 2), 2);
   ::setenv("WEFT_COMM_CE_CHUNKS", "junk", 1);
-  EXPECT_EQ(ce_chunk_count(8192 * row, 0), 4);
+  EXPECT_EQ(ce_chunk_count(8192 * row, 2, 0), 4);
   ::unsetenv("WEFT_COMM_CE_CHUNKS");
 }
 
