@@ -54,7 +54,7 @@ struct DecodePlanInfo {
   int32_t batch = 0;
   int32_t num_ctas = 0;     // fixed grid of run()
   int32_t num_items = 0;
-  int32_t num_merges = 0;   // split outputs merged after the main kernel
+  int32_t num_merges = 0;   // split query tiles (merged in the decode kernel)
   int32_t max_chunk = 0;    // longest KV chunk of one work item
   bool split = false;
   DecodePath path = DecodePath::kAuto;  // resolved path
@@ -85,7 +85,7 @@ class BatchDecodeWrapper {
                     cudaStream_t stream);
 
   // Validates every argument against the plan (weft::Error naming it, nothing launched), then
-  // launches the decode kernel and, when the workspace can hold split outputs, the merge kernel.
+  // launches the decode kernel (one launch: split tiles are merged inside it, in a fixed order).
   // lse may be nullptr unless the planned variant has return_lse.
   void run(const TensorView& q, const PagedKVCache& cache, const PageTable& table, const TensorView& out,
            const TensorView* lse, cudaStream_t stream);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "attention/merge_row.cuh"
 #include "common/cuda_check.h"
 #include "common/types.cuh"
 
@@ -10,17 +11,6 @@ namespace weft::attn {
 namespace {
 
 constexpr int kWarps = 4;  // one warp per output row; 4 rows in flight per CTA
-
-template <class T>
-__device__ __forceinline__ void store4(T* dst, float a, float b, float c, float d) {
-  // 4 x 16-bit = 8 bytes; head_dim % 4 == 0 and 16-byte aligned rows keep this aligned.
-  union { T h[4]; uint2 u; } pk;
-  pk.h[0] = detail::from_float<T>(a);
-  pk.h[1] = detail::from_float<T>(b);
-  pk.h[2] = detail::from_float<T>(c);
-  pk.h[3] = detail::from_float<T>(d);
-  *reinterpret_cast<uint2*>(dst) = pk.u;
-}
 
 // One merge entry's metadata (plan data, written by plan() before the producer kernel ran).
 struct MergeEntry {
@@ -35,19 +25,6 @@ __device__ __forceinline__ MergeEntry load_entry(const plan::PlanPointers& p, in
   e.s0 = p.merge_indptr[m];
   e.s1 = p.merge_indptr[m + 1];
   return e;
-}
-
-// Slots per batch of O loads in flight per lane (one float4 each): 16 keeps 64 registers of
-// loads, so a typical split (<= 48 slots) costs <= 3 load latencies instead of one per 8 slots.
-constexpr int kSlotBatch = 16;
-
-// v[j] = column c (float4) of slot k + j of the row, j < min(kSlotBatch, cnt - k); zeros past.
-__device__ __forceinline__ void load_slot_batch(float4 (&v)[kSlotBatch], const float* o_row0, int64_t slot_stride,
-                                                int k, int cnt, int c, bool active) {
-#pragma unroll
-  for (int j = 0; j < kSlotBatch; ++j)
-    v[j] = active && k + j < cnt ? reinterpret_cast<const float4*>(o_row0 + (k + j) * slot_stride)[c]
-                                 : make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 template <class T>
@@ -65,70 +42,16 @@ __global__ void __launch_bounds__(kWarps * 32) plan_merge_kernel(plan::PlanPoint
   // reading partials. A no-op when the launch had no programmatic dependency.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int d4 = out.head_dim / 4;
-  const int64_t slot_stride = static_cast<int64_t>(tile_q) * out.head_dim;  // floats between slots of a row
   for (int m = blockIdx.x; m < num_merges; m += gridDim.x) {
     const MergeEntry e = m == static_cast<int>(blockIdx.x) ? first : load_entry(p, m);
     for (int r = e.r0 + warp; r < e.r1; r += kWarps) {
       const int i = r - e.r0;
-      const int n = e.s1 - e.s0;
-      const float* lse_i = p.partial_lse + static_cast<int64_t>(e.s0) * tile_q + i;  // slot k: lse_i[k * tile_q]
-      const float* o_i = p.partial_o + (static_cast<int64_t>(e.s0) * tile_q + i) * out.head_dim;
-      // In flight together: this lane's first LSE (slot `lane`) and the first batch of O slots
-      // of the first column block (their addresses do not depend on the LSEs).
-      const float lse_lane = lane < n ? lse_i[static_cast<int64_t>(lane) * tile_q] : -INFINITY;
-      float4 v[kSlotBatch];
-      load_slot_batch(v, o_i, slot_stride, 0, min(32, n), lane, lane < d4);
-      // Slot k's LSE lives on lane k % 32: max and sum are warp reductions (xor tree: a fixed
-      // order, bitwise deterministic), so a merge of many slots costs ~one load latency, not n.
-      float mx = lse_lane;
-      for (int k = lane + 32; k < n; k += 32) mx = fmaxf(mx, lse_i[static_cast<int64_t>(k) * tile_q]);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       const int token = e.token0 + r / out.group_size;
       const int head = e.kv_head * out.group_size + r % out.group_size;
-      T* orow = static_cast<T*>(out.o) + token * out.o_stride_token + head * out.o_stride_head;
-      if (mx == -INFINITY) {
-        for (int c = lane; c < d4; c += 32) store4(orow + 4 * c, 0.f, 0.f, 0.f, 0.f);
-        if (out.lse != nullptr && lane == 0) out.lse[token * out.lse_stride_token + head] = -INFINITY;
-        continue;
-      }
-      const float w_lane = lane < n ? exp2f(lse_lane - mx) : 0.f;  // weight of slot `lane`
-      float sum = w_lane;
-      for (int k = lane + 32; k < n; k += 32) sum += exp2f(lse_i[static_cast<int64_t>(k) * tile_q] - mx);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      const float inv = 1.f / sum;
-      // O: each lane owns 4 columns; slots are accumulated in KV order (sequential, fixed),
-      // their weights broadcast from the lane that holds them; kSlotBatch loads in flight.
-      for (int cb = 0; cb < d4; cb += 32) {
-        const int c = cb + lane;
-        const bool active = c < d4;
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int kb = 0; kb < n; kb += 32) {
-          const float wl = kb == 0 ? w_lane
-                           : kb + lane < n ? exp2f(lse_i[static_cast<int64_t>(kb + lane) * tile_q] - mx)
-                                           : 0.f;
-          const int cnt = min(32, n - kb);
-          for (int k = 0; k < cnt; k += kSlotBatch) {
-            if (cb != 0 || kb != 0 || k != 0)  // the first batch is already in flight
-              load_slot_batch(v, o_i + static_cast<int64_t>(kb) * slot_stride, slot_stride, k, cnt, c, active);
-#pragma unroll
-            for (int j = 0; j < kSlotBatch; ++j) {  // accumulated in slot order
-              const float w = __shfl_sync(0xffffffffu, wl, (k + j) & 31);
-              if (k + j < cnt) {
-                acc.x += w * v[j].x;
-                acc.y += w * v[j].y;
-                acc.z += w * v[j].z;
-                acc.w += w * v[j].w;
-              }
-            }
-          }
-        }
-        if (active) store4(orow + 4 * c, acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-      }
-      if (out.lse != nullptr && lane == 0)
-        out.lse[token * out.lse_stride_token + head] = (mx + log2f(sum)) * 0.69314718055994531f;
+      merge_row_warp<T>(p.partial_lse + static_cast<int64_t>(e.s0) * tile_q + i,
+                        p.partial_o + (static_cast<int64_t>(e.s0) * tile_q + i) * out.head_dim, e.s1 - e.s0, tile_q,
+                        out.head_dim, static_cast<T*>(out.o) + token * out.o_stride_token + head * out.o_stride_head,
+                        out.lse != nullptr ? out.lse + token * out.lse_stride_token + head : nullptr, lane);
     }
   }
 }

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "attention/merge_row.cuh"
 #include "common/ptx.cuh"
 #include "common/types.cuh"
 #include "decode/decode_params.cuh"
@@ -67,6 +68,7 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n) {
 struct Item {
   int req, kv_head, row_begin, nrows, kv_begin, kv_end, slot;
   int token0;  // qo_indptr[req]
+  int merge;   // split items: the merge entry of the tile (slot >= 0); else -1
 };
 
 // Item i from the plan's arrays (the qo_indptr load depends on the request: two load rounds).
@@ -81,6 +83,7 @@ __device__ __forceinline__ Item load_item(const plan::PlanPointers& p, int i) {
   it.kv_end = p.item_kv_end[i];
   it.slot = p.item_partial_slot[i];
   it.token0 = p.qo_indptr[it.req];
+  it.merge = p.item_merge[i];
   return it;
 }
 
@@ -101,6 +104,7 @@ __device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int
   it.kv_end = b.w;
   it.slot = d.x;
   it.token0 = d.y;
+  it.merge = d.z;
   return it;
 }
 
@@ -229,6 +233,44 @@ template <class T>
 __device__ __forceinline__ float logit_log2(const DecodeParams<T>& p, float qk) {
   if (p.soft_cap > 0.f) return p.cap_log2 * tanhf(qk * p.sm_scale / p.soft_cap);
   return qk * p.scale_log2;
+}
+
+// In-kernel merge of split tiles (replaces a separate merge kernel for decode). Called by the
+// whole CTA after it stored the partial state of a split item (it.slot >= 0): the CTA counts
+// the finished slot in the tile's merge counter; the CTA that finishes the LAST slot merges
+// the tile's rows (attn::merge_row_warp, the merge kernel's code, so the bits are the same:
+// slots in KV order, whichever CTA merges) and resets the counter to 0 for the next run.
+// Memory order (the threadfence-reduction pattern): every thread fences its partial stores
+// before the CTA's one atomic; the last CTA fences after it and reads the partials from L2.
+template <class T, int D>
+__device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, const Item& it) {
+  __shared__ int s_first_slot;  // the tile's first slot if this CTA merges, else -1
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int s0 = p.plan.merge_indptr[it.merge], s1 = p.plan.merge_indptr[it.merge + 1];
+    const unsigned done = atomicAdd(p.plan.merge_counter + it.merge, 1u) + 1u;
+    const bool last = done == unsigned(s1 - s0);
+    if (last) {
+      __threadfence();
+      p.plan.merge_counter[it.merge] = 0u;  // every slot of this run is counted: no one else touches it
+    }
+    s_first_slot = last ? s0 : -1;
+  }
+  __syncthreads();
+  const int s0 = s_first_slot;
+  if (s0 < 0) return;
+  const int n = p.plan.merge_indptr[it.merge + 1] - s0;
+  const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = warp; i < it.nrows; i += W) {
+    const int ra = it.row_begin + i;
+    const int64_t token = it.token0 + ra / p.group_size;
+    const int64_t head = int64_t(it.kv_head) * p.group_size + ra % p.group_size;
+    attn::merge_row_warp<T>(p.plan.partial_lse + int64_t(s0) * kTileQ + i,
+                            p.plan.partial_o + (int64_t(s0) * kTileQ + i) * D, n, kTileQ, D,
+                            p.o + token * p.o_stride_token + head * p.o_stride_head,
+                            p.lse != nullptr ? p.lse + token * p.lse_stride_token + head : nullptr, lane);
+  }
 }
 
 }  // namespace weft::decode

@@ -64,10 +64,6 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
   T* sQ0 = reinterpret_cast<T*>(smem_raw + L::pipe_bytes(S, W) + L::red_ml_bytes(W));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  // The merge kernel (launched with programmatic stream serialization) may start now: it
-  // waits (griddepcontrol.wait) for this whole grid to finish before reading any partial.
-  asm volatile("griddepcontrol.launch_dependents;\n" ::);
-
   int i0, i1;
   Item it = load_first_item(p.plan, blockIdx.x, &i0, &i1);
   if (i0 >= i1) return;
@@ -130,6 +126,7 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     ml.store(red_o, red_m, red_l, warp, lane, it.nrows);
     __syncthreads();
     combine_and_store<T, D>(p, it, red_o, red_m, red_l);
+    if (it.slot >= 0) merge_tile_if_last<T, D>(p, it);
     it = nx;
     pages = nx_pages;
   }

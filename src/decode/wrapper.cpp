@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "attention/merge.cuh"
 #include "attention/plan/balance.h"
 #include "common/cuda_check.h"
 #include "decode/decode_plan.h"
@@ -274,18 +273,8 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   a.stages = im.stages;
   a.warps = im.warps;
   decode::launch_decode(a, stream);
-  // Always launched (fixed grid, reads the merge count on the device): a graph captured for a
-  // plan without splits must stay valid after a re-plan that splits.
-  attn::MergeOutput mo;
-  mo.o = out.data;
-  mo.dtype = im.dtype;
-  mo.o_stride_token = out.strides[0];
-  mo.o_stride_head = out.strides[1];
-  mo.lse = lse != nullptr ? static_cast<float*>(lse->data) : nullptr;
-  mo.lse_stride_token = lse != nullptr ? lse->strides[0] : 0;
-  mo.head_dim = im.head_dim;
-  mo.group_size = a.group_size;
-  attn::launch_plan_merge(ptrs, mo, im.layout.max_merges(), stream);
+  // No merge kernel: split tiles are merged inside the decode kernel by the CTA that finishes
+  // their last slot (merge_tile_if_last), so run() is one launch whatever the plan.
 }
 
 }  // namespace weft

@@ -195,7 +195,7 @@ Plan balance(const BatchShape& shape, const BalanceConfig& cfg) {
 
 // ---------------------------------------------------------------------------------------------
 namespace {
-constexpr int kItemArrays = 7;
+constexpr int kItemArrays = 8;
 constexpr int kMergeArrays = 4;
 std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
 }  // namespace
@@ -219,6 +219,8 @@ WorkspaceLayout::WorkspaceLayout(const PlanBounds& b) : bounds_(b) {
   off = align_up(off + sizeof(int32_t) * kItemArrays * std::size_t(max_items_), kAlign);
   off_merges_ = off;
   off = align_up(off + sizeof(int32_t) * (kMergeArrays * std::size_t(max_merges_) + max_merges_ + 1), kAlign);
+  off_counter_ = off;
+  off = align_up(off + sizeof(uint32_t) * std::size_t(max_merges_), kAlign);
   off_qo_ = off;
   off = align_up(off + sizeof(int32_t) * (b.max_batch + 1), kAlign);
   off_kv_ = off;
@@ -248,11 +250,13 @@ PlanPointers WorkspaceLayout::pointers(void* base) const {
   v.item_kv_begin = i32(off_items_, 4 * mi);
   v.item_kv_end = i32(off_items_, 5 * mi);
   v.item_partial_slot = i32(off_items_, 6 * mi);
+  v.item_merge = i32(off_items_, 7 * mi);
   v.merge_request = i32(off_merges_, 0 * mm);
   v.merge_kv_head = i32(off_merges_, 1 * mm);
   v.merge_row_begin = i32(off_merges_, 2 * mm);
   v.merge_row_end = i32(off_merges_, 3 * mm);
   v.merge_indptr = i32(off_merges_, 4 * mm);
+  v.merge_counter = reinterpret_cast<uint32_t*>(p + off_counter_);
   v.qo_indptr = i32(off_qo_, 0);
   v.kv_len = i32(off_kv_, 0);
   v.partial_o = reinterpret_cast<float*>(p + off_po_);
@@ -308,6 +312,16 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
   put(v.merge_indptr, plan.merge_indptr);
   put(v.qo_indptr, plan.qo_indptr);
   put(v.kv_len, plan.kv_len);
+  // item_merge: the merge entry whose slot range holds the item's partial slot (slots of a merge
+  // are consecutive); the counters stay 0 (memset above).
+  int32_t* item_merge = const_cast<int32_t*>(v.item_merge);
+  std::vector<int32_t> slot_merge(std::max(plan.num_partial_slots(), 0), -1);
+  for (int32_t m = 0; m < plan.num_merges(); ++m)
+    for (int32_t s = plan.merge_indptr[m]; s < plan.merge_indptr[m + 1]; ++s) slot_merge[s] = m;
+  for (int32_t i = 0; i < plan.num_items(); ++i) {
+    const int32_t s = plan.item_partial_slot[i];
+    item_merge[i] = s >= 0 && s < static_cast<int32_t>(slot_merge.size()) ? slot_merge[s] : -1;
+  }
   CtaRecord* first = const_cast<CtaRecord*>(v.cta_first);
   for (int32_t c = 0; c < plan.num_ctas; ++c) {
     CtaRecord r{};
@@ -323,6 +337,7 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
       r.kv_end = plan.item_kv_end[i];
       r.partial_slot = plan.item_partial_slot[i];
       r.token0 = plan.qo_indptr[r.request];
+      r.merge = item_merge[i];
     }
     first[c] = r;
   }

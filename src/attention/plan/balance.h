@@ -134,7 +134,8 @@ struct CtaRecord {
   int32_t item_begin, item_end;  // cta_indptr[c], cta_indptr[c + 1]
   int32_t request, kv_head, row_begin, row_end, kv_begin, kv_end, partial_slot;  // item item_begin
   int32_t token0;                // qo_indptr[request]: the request's first query token
-  int32_t reserved[2];
+  int32_t merge;                 // item_merge of item item_begin
+  int32_t reserved;
 };
 static_assert(sizeof(CtaRecord) == 48, "CtaRecord is read as three 16-byte vectors");
 
@@ -151,6 +152,7 @@ struct PlanPointers {
   const int32_t* item_kv_begin;
   const int32_t* item_kv_end;
   const int32_t* item_partial_slot;
+  const int32_t* item_merge;   // split items: the merge entry of their tile; -1 for final items
   const int32_t* merge_request;
   const int32_t* merge_kv_head;
   const int32_t* merge_row_begin;
@@ -158,6 +160,10 @@ struct PlanPointers {
   const int32_t* merge_indptr;
   const int32_t* qo_indptr;
   const int32_t* kv_len;
+  // One counter per merge entry, 0 between runs: a kernel that merges in place (decode) counts
+  // the finished slots of each split tile; the CTA that finishes the last one merges the tile and
+  // resets the counter to 0. Inside the metadata region, so every plan() copy zeroes them too.
+  uint32_t* merge_counter;
   float* partial_o;    // [max_slots, tile_q, head_dim]: slot s row i at (s * tile_q + i) * head_dim
   float* partial_lse;  // [max_slots, tile_q], BASE-2 log-sum-exp (kernels work in log2)
 };
@@ -188,7 +194,7 @@ class WorkspaceLayout {
  private:
   PlanBounds bounds_{};
   int32_t max_items_ = 0, max_merges_ = 0, max_slots_ = 0;
-  std::size_t off_cta_ = 0, off_first_ = 0, off_items_ = 0, off_merges_ = 0, off_qo_ = 0, off_kv_ = 0;
+  std::size_t off_cta_ = 0, off_first_ = 0, off_items_ = 0, off_merges_ = 0, off_counter_ = 0, off_qo_ = 0, off_kv_ = 0;
   std::size_t off_po_ = 0, off_plse_ = 0;
   std::size_t metadata_bytes_ = 0, total_bytes_ = 0;
 };

@@ -1,0 +1,98 @@
+// Device function: merge of one query row's split-KV partial states (the math of merge.cuh),
+// executed by one warp. Shared by the merge kernel (merge.cu) and the decode kernel's in-kernel
+// merge (decode_pipeline.cuh), so both give the same bits.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "common/types.cuh"
+
+namespace weft::attn {
+
+// Slots per batch of O loads in flight per lane (one float4 each): 16 keeps 64 registers of
+// loads, so a typical split (<= 48 slots) costs <= 3 load latencies instead of one per slot.
+constexpr int kMergeSlotBatch = 16;
+
+template <class T>
+__device__ __forceinline__ void merge_store4(T* dst, float a, float b, float c, float d) {
+  // 4 x 16-bit = 8 bytes; head_dim % 4 == 0 and 16-byte aligned rows keep this aligned.
+  union { T h[4]; uint2 u; } pk;
+  pk.h[0] = detail::from_float<T>(a);
+  pk.h[1] = detail::from_float<T>(b);
+  pk.h[2] = detail::from_float<T>(c);
+  pk.h[3] = detail::from_float<T>(d);
+  *reinterpret_cast<uint2*>(dst) = pk.u;
+}
+
+// v[j] = column c (float4) of slot k + j of the row, j < min(kMergeSlotBatch, cnt - k); zeros
+// past. Loads go to L2 (.cg): the partials were written by other CTAs, possibly in this grid.
+__device__ __forceinline__ void merge_load_batch(float4 (&v)[kMergeSlotBatch], const float* o_row0,
+                                                 int64_t slot_stride, int k, int cnt, int c, bool active) {
+#pragma unroll
+  for (int j = 0; j < kMergeSlotBatch; ++j)
+    v[j] = active && k + j < cnt ? __ldcg(reinterpret_cast<const float4*>(o_row0 + (k + j) * slot_stride) + c)
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// Row i of a split query tile whose n partial slots are consecutive: slot k's LSE (base 2) at
+// lse_i[k * tile_q], its O row (fp32, head_dim) at o_i + k * tile_q * head_dim. Writes the merged
+// row to orow (head_dim elements of T) and, when lse_out is not null, the natural-log LSE.
+// Every LSE -inf (all keys masked): O = 0, LSE = -inf.
+template <class T>
+__device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* o_i, int n, int tile_q,
+                                               int head_dim, T* orow, float* lse_out, int lane) {
+  const int d4 = head_dim / 4;
+  const int64_t slot_stride = static_cast<int64_t>(tile_q) * head_dim;  // floats between slots of the row
+  auto lse_at = [&](int k) { return __ldcg(lse_i + static_cast<int64_t>(k) * tile_q); };
+  // In flight together: this lane's first LSE (slot `lane`) and the first batch of O slots of
+  // the first column block (their addresses do not depend on the LSEs).
+  const float lse_lane = lane < n ? lse_at(lane) : -INFINITY;
+  float4 v[kMergeSlotBatch];
+  merge_load_batch(v, o_i, slot_stride, 0, min(32, n), lane, lane < d4);
+  // Slot k's LSE lives on lane k % 32: max and sum are warp reductions (xor tree: a fixed
+  // order, bitwise deterministic), so a merge of many slots costs ~one load latency, not n.
+  float mx = lse_lane;
+  for (int k = lane + 32; k < n; k += 32) mx = fmaxf(mx, lse_at(k));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (mx == -INFINITY) {
+    for (int c = lane; c < d4; c += 32) merge_store4(orow + 4 * c, 0.f, 0.f, 0.f, 0.f);
+    if (lse_out != nullptr && lane == 0) *lse_out = -INFINITY;
+    return;
+  }
+  const float w_lane = lane < n ? exp2f(lse_lane - mx) : 0.f;  // weight of slot `lane`
+  float sum = w_lane;
+  for (int k = lane + 32; k < n; k += 32) sum += exp2f(lse_at(k) - mx);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const float inv = 1.f / sum;
+  // O: each lane owns 4 columns; slots are accumulated in KV order (sequential, fixed), their
+  // weights broadcast from the lane that holds them; kMergeSlotBatch loads in flight.
+  for (int cb = 0; cb < d4; cb += 32) {
+    const int c = cb + lane;
+    const bool active = c < d4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int kb = 0; kb < n; kb += 32) {
+      const float wl = kb == 0 ? w_lane : kb + lane < n ? exp2f(lse_at(kb + lane) - mx) : 0.f;
+      const int cnt = min(32, n - kb);
+      for (int k = 0; k < cnt; k += kMergeSlotBatch) {
+        if (cb != 0 || kb != 0 || k != 0)  // the first batch is already in flight
+          merge_load_batch(v, o_i + static_cast<int64_t>(kb) * slot_stride, slot_stride, k, cnt, c, active);
+#pragma unroll
+        for (int j = 0; j < kMergeSlotBatch; ++j) {  // accumulated in slot order
+          const float w = __shfl_sync(0xffffffffu, wl, (k + j) & 31);
+          if (k + j < cnt) {
+            acc.x += w * v[j].x;
+            acc.y += w * v[j].y;
+            acc.z += w * v[j].z;
+            acc.w += w * v[j].w;
+          }
+        }
+      }
+    }
+    if (active) merge_store4(orow + 4 * c, acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+  }
+  if (lse_out != nullptr && lane == 0) *lse_out = (mx + log2f(sum)) * 0.69314718055994531f;
+}
+
+}  // namespace weft::attn
