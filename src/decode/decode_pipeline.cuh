@@ -10,8 +10,8 @@
 // Page ids are fetched one warp tile before their copies are issued (kv_lookup_page), so the
 // page-table load latency overlaps a whole tile of compute instead of stalling the copies.
 // A CTA's range and first item come from its plan::CtaRecord (one round of loads; the page-table
-// base and the first page ids follow). Items back to back: the next item's metadata and first page ids are requested when an item
-// starts, and each warp issues the next item's Q and first S-1 tiles as soon as it leaves the
+// base and the first page ids follow). Items back to back: the next item's metadata and first
+// page ids are requested when an item starts, and each warp issues the next item's Q and first S-1 tiles as soon as it leaves the
 // KV loop, so they load during the epilogue (stage S-1 doubles as the epilogue buffer; Q is
 // double-buffered). The pipeline never drains between the items of a CTA.
 //
