@@ -11,9 +11,11 @@
 // page-table load latency overlaps a whole tile of compute instead of stalling the copies.
 // A CTA's range and first item come from its plan::CtaRecord (one round of loads; the page-table
 // base and the first page ids follow). Items back to back: the next item's metadata and first
-// page ids are requested when an item starts, and each warp issues the next item's Q and first S-1 tiles as soon as it leaves the
-// KV loop, so they load during the epilogue (stage S-1 doubles as the epilogue buffer; Q is
-// double-buffered). The pipeline never drains between the items of a CTA.
+// page ids are requested when an item starts, and each warp issues the next item's Q and first
+// S-1 tiles as soon as it leaves the KV loop, so they load during the epilogue (stage S-1 doubles
+// as the epilogue buffer; Q is double-buffered). The pipeline never drains between the items of
+// a CTA. A split item's CTA then counts the slot; the last one of a tile merges it
+// (merge_tile_if_last, decode_common.cuh).
 //
 // The per-tile math is the Mainloop policy (one per path, constructed per item per warp):
 //   Mainloop ml(sQ, lane);                 // zero state; may load Q fragments from sQ
