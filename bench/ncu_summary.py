@@ -10,7 +10,7 @@ def main() -> None:
     rows = [r for r in csv.reader(sys.stdin) if len(r) >= 15 and r[0] != "ID"]
     launches: dict = {}
     for r in rows:
-        key = (int(r[0]), r[4].split("(")[0].split("<")[0].replace("void ", ""))
+        key = (int(r[0]), r[4].replace("<unnamed>", "anon").replace("void ", "").split("<")[0].split("(")[0])
         launches.setdefault(key, []).append(f"{r[12]}={r[14]}")
     for (lid, name), metrics in sorted(launches.items()):
         print(lid, name, " ".join(metrics))
