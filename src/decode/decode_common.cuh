@@ -28,6 +28,9 @@ constexpr int kMaxStages = 8;
 //             first S-1 tiles (stages 0 .. S-2) can be in flight during the epilogue.
 //   m, l      [warps][16] fp32 each (epilogue)
 //   Q         two [16][D] buffers: the next item's Q loads while the current item runs.
+//   flag      16 bytes: the in-kernel merge's "this CTA merges" word (merge_tile_if_last).
+//             In the dynamic layout, not a static __shared__ variable: the kernels' dynamic
+//             limit is raised to the device's opt-in maximum, which leaves no static room.
 template <class T, int D>
 struct SmemLayout {
   static constexpr int kTileElems = kWarpKeys * D;                     // one K (or V) warp tile
@@ -40,9 +43,10 @@ struct SmemLayout {
     return stages * stage_all_warps(warps);
   }
   __host__ __device__ static constexpr size_t red_ml_bytes(int warps) { return 2 * warps * kTileQ * 4; }
-  __host__ __device__ static constexpr size_t bytes(int stages, int warps) {
+  __host__ __device__ static constexpr size_t flag_offset(int stages, int warps) {
     return pipe_bytes(stages, warps) + red_ml_bytes(warps) + 2 * kQBytes;
   }
+  __host__ __device__ static constexpr size_t bytes(int stages, int warps) { return flag_offset(stages, warps) + 16; }
 };
 
 // Row-major [rows][D] tile of 16-bit elements with its 16-byte chunks XOR-swizzled by row % 8,
@@ -242,9 +246,9 @@ __device__ __forceinline__ float logit_log2(const DecodeParams<T>& p, float qk) 
 // slots in KV order, whichever CTA merges) and resets the counter to 0 for the next run.
 // Memory order (the threadfence-reduction pattern): every thread fences its partial stores
 // before the CTA's one atomic; the last CTA fences after it and reads the partials from L2.
+// s_first_slot: the layout's flag word (shared memory).
 template <class T, int D>
-__device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, const Item& it) {
-  __shared__ int s_first_slot;  // the tile's first slot if this CTA merges, else -1
+__device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, const Item& it, int* s_first_slot) {
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -255,10 +259,10 @@ __device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, con
       __threadfence();
       p.plan.merge_counter[it.merge] = 0u;  // every slot of this run is counted: no one else touches it
     }
-    s_first_slot = last ? s0 : -1;
+    *s_first_slot = last ? s0 : -1;  // the tile's first slot if this CTA merges, else -1
   }
   __syncthreads();
-  const int s0 = s_first_slot;
+  const int s0 = *s_first_slot;
   if (s0 < 0) return;
   const int n = p.plan.merge_indptr[it.merge + 1] - s0;
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -64,6 +64,7 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
   float* red_m = reinterpret_cast<float*>(smem_raw + L::pipe_bytes(S, W));
   float* red_l = red_m + W * kTileQ;
   T* sQ0 = reinterpret_cast<T*>(smem_raw + L::pipe_bytes(S, W) + L::red_ml_bytes(W));
+  int* s_flag = reinterpret_cast<int*>(smem_raw + L::flag_offset(S, W));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   int i0, i1;
@@ -128,7 +129,7 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     ml.store(red_o, red_m, red_l, warp, lane, it.nrows);
     __syncthreads();
     combine_and_store<T, D>(p, it, red_o, red_m, red_l);
-    if (it.slot >= 0) merge_tile_if_last<T, D>(p, it);
+    if (it.slot >= 0) merge_tile_if_last<T, D>(p, it, s_flag);
     it = nx;
     pages = nx_pages;
   }
