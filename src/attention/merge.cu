@@ -1,8 +1,6 @@
 // Plan-ordered merge of fp32 partial attention states (see merge.cuh for the math).
 #include "attention/merge.cuh"
 
-#include <cmath>
-
 #include "attention/merge_row.cuh"
 #include "common/cuda_check.h"
 #include "common/types.cuh"

@@ -10,7 +10,7 @@
 namespace weft::attn {
 
 // Slots per batch of O loads in flight per lane (one float4 each): 16 keeps 64 registers of
-// loads, so a typical split (<= 48 slots) costs <= 3 load latencies instead of one per slot.
+// loads, so a typical split (<= 48 slots) costs <= 3 load latencies.
 constexpr int kMergeSlotBatch = 16;
 
 template <class T>

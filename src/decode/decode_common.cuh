@@ -28,7 +28,7 @@ constexpr int kMaxStages = 8;
 //             first S-1 tiles (stages 0 .. S-2) can be in flight during the epilogue.
 //   m, l      [warps][16] fp32 each (epilogue)
 //   Q         two [16][D] buffers: the next item's Q loads while the current item runs.
-//   flag      16 bytes: the in-kernel merge's "this CTA merges" word (merge_tile_if_last).
+//   flag      16 bytes: the in-kernel merge's {first slot, slot count} (merge_tile_if_last).
 //             In the dynamic layout, not a static __shared__ variable: the kernels' dynamic
 //             limit is raised to the device's opt-in maximum, which leaves no static room.
 template <class T, int D>
@@ -246,25 +246,26 @@ __device__ __forceinline__ float logit_log2(const DecodeParams<T>& p, float qk) 
 // slots in KV order, whichever CTA merges) and resets the counter to 0 for the next run.
 // Memory order (the threadfence-reduction pattern): every thread fences its partial stores
 // before the CTA's one atomic; the last CTA fences after it and reads the partials from L2.
-// s_first_slot: the layout's flag word (shared memory).
+// s_flag: the layout's 16-byte flag area (shared memory): {first slot, slot count} of the tile
+// when this CTA merges it, first slot -1 otherwise.
 template <class T, int D>
-__device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, const Item& it, int* s_first_slot) {
+__device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, const Item& it, int* s_flag) {
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    const int s0 = p.plan.merge_indptr[it.merge], s1 = p.plan.merge_indptr[it.merge + 1];
+    const int s0 = p.plan.merge_indptr[it.merge], n = p.plan.merge_indptr[it.merge + 1] - s0;
     const unsigned done = atomicAdd(p.plan.merge_counter + it.merge, 1u) + 1u;
-    const bool last = done == unsigned(s1 - s0);
+    const bool last = done == unsigned(n);
     if (last) {
       __threadfence();
       p.plan.merge_counter[it.merge] = 0u;  // every slot of this run is counted: no one else touches it
     }
-    *s_first_slot = last ? s0 : -1;  // the tile's first slot if this CTA merges, else -1
+    s_flag[0] = last ? s0 : -1;
+    s_flag[1] = n;
   }
   __syncthreads();
-  const int s0 = *s_first_slot;
+  const int s0 = s_flag[0], n = s_flag[1];
   if (s0 < 0) return;
-  const int n = p.plan.merge_indptr[it.merge + 1] - s0;
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = warp; i < it.nrows; i += W) {
     const int ra = it.row_begin + i;
