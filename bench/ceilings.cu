@@ -200,6 +200,29 @@ double measure_gemm(Context& ctx) {
 
 }  // namespace
 
+double plain_read_ms(Context& ctx, std::size_t bytes) {
+  DeviceArray buf(bytes);
+  WEFT_BENCH_CUDA(cudaMemset(buf.get(), 0x5A, bytes));
+  DeviceArray sink(sizeof(uint32_t) * 1024);
+  DeviceArray out(sizeof(uint32_t) * static_cast<std::size_t>(ctx.sm_count()) * 8);
+  const std::size_t n_vec = bytes / sizeof(uint4);
+  double best = 1e30;
+  for (int k : {2, 4}) {  // one persistent wave: block-contiguous chunks
+    const unsigned grid = static_cast<unsigned>(ctx.sm_count() * k);
+    best = std::min(best, ctx.time_ms([&](cudaStream_t s) {
+      chunk_read_kernel<<<grid, kReadThreads, 0, s>>>(buf.as<const uint4>(), n_vec, sink.as<uint32_t>());
+    }));
+  }
+  for (int k : {4, 8}) {  // grid-stride
+    const unsigned grid = static_cast<unsigned>(ctx.sm_count() * k);
+    best = std::min(best, ctx.time_ms([&](cudaStream_t s) {
+      stream_read_kernel<<<grid, kReadThreads, 0, s>>>(buf.as<const uint4>(), n_vec, out.as<uint32_t>());
+    }));
+  }
+  WEFT_BENCH_CUDA(cudaGetLastError());
+  return best;
+}
+
 void Context::measure_ceilings() {
   std::printf("measuring ceilings (copy 2 GiB memcpy, 4 GiB streaming read, bf16 GEMM 8192^3)...\n");
   std::fflush(stdout);

@@ -128,6 +128,12 @@ class Context {
   std::vector<Result> results_;
 };
 
+// The best median time of the read ceiling's plain streaming-read kernels (block-contiguous
+// chunks on 2 or 4 CTAs per SM, grid-stride on 4 or 8) over `bytes`, each timed like every case
+// (one launch after an L2 flush): what one memory-bound kernel of that size takes here, launch
+// and ramp included. Decode rows of the same bytes compare against it (bench/ceilings.cu).
+double plain_read_ms(Context& ctx, std::size_t bytes);
+
 // RAII device allocation (cudaMalloc; throws weft::Error("CUDA", ...) on failure).
 // RAII device allocation (src/common/device_allocation.h).
 using DeviceArray = weft::detail::DeviceAllocation;
