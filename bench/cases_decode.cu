@@ -9,8 +9,8 @@
 // rows keep pool order. Each row is the median over 3 fresh allocations of the pools (see
 // run_decode_case), with the min / max in extras; tuning rows use one allocation.
 // Variants "decode/w<W>s<S>/..." rebuild the wrapper with W warps per CTA and S per-warp stages;
-// "decode/notail/..." without the dynamic tail; "decode/floor/..." time a plain read kernel over
-// the same KV bytes (the reachable top for one kernel of that size).
+// "decode/floor/..." time a plain read kernel over the same KV bytes (the reachable top for one
+// kernel of that size).
 // Path variants "decode/path/{tc,cc}/<model>/b<B>/kv<KV>" force each kernel path (GQA groups
 // 1, 2, 4, 8) to set the kAuto heuristic (choose_decode_path); the plain rows use kAuto.
 #include <algorithm>
@@ -165,8 +165,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
                {"num_ctas", double(info.num_ctas)},
                {"num_items", double(info.num_items)},
                {"num_merges", double(info.num_merges)},
-               {"max_chunk", double(info.max_chunk)},
-               {"num_dynamic_items", double(info.num_dynamic_items)}};
+               {"max_chunk", double(info.max_chunk)}};
     ctx.report(r);
   } catch (const std::exception& e) {
     ctx.report_error(r, e.what());
@@ -257,22 +256,6 @@ WEFT_BENCH_GROUP(decode) {
                         std::vector<int32_t>(b, kv), single);
     unsetenv("WEFT_DECODE_WARPS");
     unsetenv("WEFT_DECODE_STAGES");
-  }
-  // "decode/notail/...": the dynamic tail turned off (WEFT_DECODE_DYNAMIC_TAIL=0, read when the
-  // wrapper is built) at the shapes that get one, for a same-process A/B against the main rows.
-  {
-    const std::pair<int32_t, int32_t> tail_shapes[] = {{32, 4096}, {32, 16384}, {128, 4096}, {256, 4096}, {32, 32768}};
-    setenv("WEFT_DECODE_DYNAMIC_TAIL", "0", 1);
-    for (const Model& m : models)
-      for (auto [b, kv] : tail_shapes)
-        run_decode_case(ctx, std::string("decode/notail/") + m.name + "/b" + std::to_string(b) + "/kv" +
-                                 std::to_string(kv),
-                        m, std::vector<int32_t>(b, kv));
-    std::vector<int32_t> lens(64);
-    for (int i = 0; i < 64; ++i) lens[i] = i % 2 ? 32768 : 512;
-    std::shuffle(lens.begin(), lens.end(), std::mt19937_64(11));
-    run_decode_case(ctx, "decode/notail/bimodal64", models[0], lens);
-    unsetenv("WEFT_DECODE_DYNAMIC_TAIL");
   }
   // "decode/floor/...": the best plain streaming-read kernel over the same KV bytes, timed the
   // same way (one launch after an L2 flush; weft::bench::plain_read_ms). The fixed cost of one

@@ -56,7 +56,6 @@ struct DecodePlanInfo {
   int32_t num_items = 0;
   int32_t num_merges = 0;   // split query tiles (merged in the decode kernel)
   int32_t max_chunk = 0;    // longest KV chunk of one work item
-  int32_t num_dynamic_items = 0;  // of num_items: chunks claimed at run time by free CTAs
   bool split = false;
   DecodePath path = DecodePath::kAuto;  // resolved path
 };

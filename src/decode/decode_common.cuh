@@ -28,9 +28,7 @@ constexpr int kMaxStages = 8;
 //             first S-1 tiles (stages 0 .. S-2) can be in flight during the epilogue.
 //   m, l      [warps][16] fp32 each (epilogue)
 //   Q         two [16][D] buffers: the next item's Q loads while the current item runs.
-//   flag      16 bytes: the in-kernel merge's {first slot, slot count} (merge_tile_if_last) and
-//             the claimed dynamic item (s_flag[2] in the item loop, s_flag[3] for a CTA's
-//             first item when it has no static ones; decode_items).
+//   flag      16 bytes: the in-kernel merge's {first slot, slot count} (merge_tile_if_last).
 //             In the dynamic layout, not a static __shared__ variable: the kernels' dynamic
 //             limit is raised to the device's opt-in maximum, which leaves no static room.
 template <class T, int D>
@@ -112,41 +110,6 @@ __device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int
   it.token0 = d.y;
   it.merge = d.z;
   return it;
-}
-
-// Dynamic items of the plan (plan::with_dynamic_tail): [begin, end) and the run's two counters
-// (claims, finished CTAs). Empty when the plan has none: then no atomics at all.
-struct DynamicQueue {
-  int begin = 0, end = 0;
-  uint32_t* counter = nullptr;
-  __device__ __forceinline__ bool active() const { return end > begin; }
-};
-// Header fields 8..11 {num_partial_slots, split, dyn_begin, dyn_end}: one 16-byte load, issued
-// with the CTA record (independent of it).
-__device__ __forceinline__ DynamicQueue load_dynamic_queue(const plan::PlanPointers& p) {
-  const int4 h = __ldg(reinterpret_cast<const int4*>(p.header) + 2);
-  DynamicQueue q;
-  q.begin = h.z;
-  q.end = h.w;
-  q.counter = p.dyn_counter;
-  return q;
-}
-// One claim (thread 0 only): the next unclaimed dynamic item, or -1 when all are taken.
-__device__ __forceinline__ int claim_dynamic(const DynamicQueue& q) {
-  const int i = q.begin + int(atomicAdd(q.counter, 1u));
-  return i < q.end ? i : -1;
-}
-// Thread 0, once per CTA after its last (failed) claim: count the CTA as finished; the last
-// CTA resets both counters for the next run. The fence orders this CTA's claims before its
-// count, so once every CTA is counted no claim can follow the reset.
-__device__ __forceinline__ void finish_dynamic(const DynamicQueue& q) {
-  if (!q.active() || threadIdx.x != 0) return;
-  __threadfence();
-  if (atomicAdd(q.counter + 1, 1u) == gridDim.x - 1) {
-    __threadfence();
-    q.counter[0] = 0u;
-    q.counter[1] = 0u;
-  }
 }
 
 // Q rows of the item -> sQ (rows >= nrows zero-filled). Row r: token r / g, head kv_head*g + r % g.

@@ -15,8 +15,7 @@
 // S-1 tiles as soon as it leaves the KV loop, so they load during the epilogue (stage S-1 doubles
 // as the epilogue buffer; Q is double-buffered). The pipeline never drains between the items of
 // a CTA. A split item's CTA then counts the slot; the last one of a tile merges it
-// (merge_tile_if_last, decode_common.cuh). After its static items a CTA claims the plan's
-// dynamic items (if any) one at a time, one item ahead (DynamicQueue, decode_common.cuh).
+// (merge_tile_if_last, decode_common.cuh).
 //
 // The per-tile math is the Mainloop policy (one per path, constructed per item per warp):
 //   Mainloop ml(sQ, lane);                 // zero state; may load Q fragments from sQ
@@ -70,50 +69,26 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
 
   int i0, i1;
   Item it = load_first_item(p.plan, blockIdx.x, &i0, &i1);
-  const DynamicQueue dq = load_dynamic_queue(p.plan);
-  int cur = i0;  // the item being executed
-  if (i0 >= i1) {  // no static items: start with a dynamic one, if any is left
-    if (!dq.active()) return;
-    if (threadIdx.x == 0) s_flag[3] = claim_dynamic(dq);  // not [2]: the loop's claim may overwrite it early
-    __syncthreads();
-    cur = s_flag[3];
-    if (cur < 0) {
-      finish_dynamic(dq);
-      return;
-    }
-    it = load_item(p.plan, cur);
-  }
+  if (i0 >= i1) return;
   const int32_t* pages = p.kv.table.indices + __ldg(p.kv.table.indptr + it.req);
   int32_t pg_next = start_item<T, D>(p, it, pages,
                                      kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane),
                                      sQ0, sPipe, S, W, warp, lane);
 
-  for (int n = 0;; ++n) {  // n: items started by this CTA (Q buffer parity)
-    T* sQ = sQ0 + (n & 1) * (L::kQBytes / sizeof(T));
-    // The next item: the CTA's next static one, else a claimed dynamic one (thread 0 claims
-    // now, one item ahead, so that the next item's loads can start when this one's KV loop ends;
-    // the index reaches every thread through s_flag[2] after the barrier below). Its metadata is
-    // requested now and used after this item's KV loop.
-    const bool static_next = cur + 1 < i1;
-    const bool dynamic_next = !static_next && dq.active();
-    if (dynamic_next && threadIdx.x == 0) s_flag[2] = claim_dynamic(dq);
-    int nxt = static_next ? cur + 1 : -1;
+  for (int ii = i0; ii < i1; ++ii) {
+    T* sQ = sQ0 + ((ii - i0) & 1) * (L::kQBytes / sizeof(T));
+    // Metadata of the next item, requested now and used after this item's KV loop.
+    const bool has_next = ii + 1 < i1;
     Item nx = it;
     const int32_t* nx_pages = pages;
     int32_t nx_pg0 = -1;
-    auto request_next = [&] {
-      nx = load_item(p.plan, nxt);
+    if (has_next) {
+      nx = load_item(p.plan, ii + 1);
       nx_pages = p.kv.table.indices + __ldg(p.kv.table.indptr + nx.req);
       nx_pg0 = kv_lookup_page(p, nx_pages, nx.kv_begin + warp * kWarpKeys, nx.kv_end, lane);
-    };
-    if (static_next) request_next();
+    }
     cp_async_wait_dyn(S - 1);  // this item's Q group (the oldest pending) has landed here ...
     __syncthreads();           // ... and everywhere; the previous epilogue is done with smem
-    if (dynamic_next) {
-      nxt = s_flag[2];  // rewritten only after this item's epilogue barriers
-      if (nxt >= 0) request_next();
-    }
-    const bool has_next = nxt >= 0;
 
     // Warp tiles of this warp: global tile index w + W * t, t < nt.
     const int total_tiles = (it.kv_end - it.kv_begin + kWarpKeys - 1) / kWarpKeys;
@@ -148,19 +123,16 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     // load during the epilogue; the epilogue only touches stage S-1 (red_o), red_m/l and sQ.
     __syncwarp();
     if (has_next)
-      pg_next = start_item<T, D>(p, nx, nx_pages, nx_pg0, sQ0 + ((n + 1) & 1) * (L::kQBytes / sizeof(T)), sPipe, S,
-                                 W, warp, lane);
+      pg_next = start_item<T, D>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
+                                 S, W, warp, lane);
     __syncthreads();  // every warp is done with stage S-1 (reused as red_o)
     ml.store(red_o, red_m, red_l, warp, lane, it.nrows);
     __syncthreads();
     combine_and_store<T, D>(p, it, red_o, red_m, red_l);
     if (it.slot >= 0) merge_tile_if_last<T, D>(p, it, s_flag);
-    if (!has_next) break;
-    cur = nxt;
     it = nx;
     pages = nx_pages;
   }
-  finish_dynamic(dq);
   ptx::cp_async_wait<0>();
 }
 

@@ -26,7 +26,6 @@ plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t nu
   b.num_ctas = grid;
   b.tile_q = kPlanTileQ;
   b.head_dim = head_dim;
-  b.max_dynamic = kTailChunksPerCta * grid;
   return b;
 }
 
@@ -59,9 +58,11 @@ double makespan(const plan::Plan& p) {
   for (double c : p.cta_cost) m = std::max(m, c);
   return m;
 }
+}  // namespace
 
-// balance() plus the search over the chunk count of the longest tile (decode_plan.h).
-plan::Plan search_chunk_count(const plan::BatchShape& shape, const plan::BalanceConfig& cfg, plan::Plan best) {
+plan::Plan plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg) {
+  plan::Plan best = plan::balance(shape, cfg);
+  if (!best.split || best.max_chunk <= 0) return best;  // nothing split: a larger bound changes nothing
   int64_t longest = 0;
   for (size_t b = 0; b < shape.kv_len.size(); ++b)
     longest = std::max<int64_t>(longest, shape.kv_len[b] - (shape.kv_start.empty() ? 0 : shape.kv_start[b]));
@@ -80,23 +81,6 @@ plan::Plan search_chunk_count(const plan::BatchShape& shape, const plan::Balance
       best = std::move(cand);
     }
   }
-  return best;
-}
-}  // namespace
-
-plan::DynamicTailConfig tail_config() {
-  plan::DynamicTailConfig t;
-  t.fraction = kTailFraction;
-  t.max_chunks_per_cta = kTailChunksPerCta;
-  t.min_chunk = kTailMinChunk;
-  t.granularity = kPlanKVTile;
-  return t;
-}
-
-plan::Plan plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg, bool dynamic_tail) {
-  plan::Plan best = plan::balance(shape, cfg);
-  if (best.split && best.max_chunk > 0) best = search_chunk_count(shape, cfg, std::move(best));
-  if (dynamic_tail && !best.split) return plan::with_dynamic_tail(best, cfg, tail_config());
   return best;
 }
 

@@ -30,19 +30,6 @@ plan::BatchShape batch_shape(const int32_t* kv_lens, int32_t batch, int32_t wind
 // cut the longest tile into n0 - 1 .. n0 - kPlanSearch chunks (n0: balance's count) and keeps
 // the plan with the lowest planned makespan (ties: the earlier, i.e. finer, candidate).
 inline constexpr int32_t kPlanSearch = 4;
-
-// Dynamic tail (plan::with_dynamic_tail) for plans that split nothing, i.e. about one or more
-// whole tiles per CTA (batch >= ~32 at kv >= 2K). There, every CTA streams equal work, yet SMs
-// finish apart: ncu on H200 (llama3 b32/kv4K) showed the busiest SM active ~8% longer than the
-// average one, and the kernel ends with the slowest. A quarter of the makespan (the budget) is
-// cut off the CTAs' last items in up to 4 chunks of >= 256 keys that free CTAs claim at run
-// time. Split plans (batch 1-8 at long kv) are left alone: their tiles are already cut in ~one
-// chunk per CTA, and more slots would lengthen the merge at the end of the kernel.
-inline constexpr double kTailFraction = 0.25;
-inline constexpr int32_t kTailChunksPerCta = 4;
-inline constexpr int32_t kTailMinChunk = 256;
-plan::DynamicTailConfig tail_config();
-
-plan::Plan plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg, bool dynamic_tail = true);
+plan::Plan plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg);
 
 }  // namespace weft::decode

@@ -1,6 +1,5 @@
 // BatchDecodeWrapper: plan (host, balanced split-KV) and run (validated launch, graph safe).
 #include <cmath>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -78,9 +77,6 @@ struct BatchDecodeWrapper::Impl {
   int32_t grid = 0;
   int32_t stages = 3;             // per-warp pipeline stages (decode::decode_stages)
   int32_t warps = 4;              // warps per CTA (decode::decode_warps)
-  // Dynamic tail of unsplit plans (decode_plan.h). WEFT_DECODE_DYNAMIC_TAIL=0 at construction
-  // turns it off: a tuning knob for same-run A/B rows, like WEFT_DECODE_WARPS.
-  bool dynamic_tail = true;
   plan::WorkspaceLayout layout;
   void* staging = nullptr;        // pinned, layout.metadata_bytes()
   cudaEvent_t staging_done = nullptr;
@@ -120,7 +116,6 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
   impl_->stages = decode::decode_stages(head_dim);
   impl_->warps = decode::decode_warps(head_dim);
   impl_->grid = grid_for(head_dim, impl_->stages, impl_->warps);
-  if (const char* env = std::getenv("WEFT_DECODE_DYNAMIC_TAIL")) impl_->dynamic_tail = std::atoi(env) != 0;
   impl_->layout = plan::WorkspaceLayout(decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, impl_->grid));
   WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, impl_->layout.metadata_bytes(), cudaHostAllocDefault));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->staging_done, cudaEventDisableTiming));
@@ -193,7 +188,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
   const plan::BatchShape shape = decode::batch_shape(kv_lens, batch, variant.window_left);
   const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads);
-  plan::Plan p = decode::plan_decode(shape, cfg, im.dynamic_tail);
+  plan::Plan p = decode::plan_decode(shape, cfg);
 
   // Reuse the staging buffer only once its previous copy has left it.
   if (im.staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(im.staging_done));
@@ -216,7 +211,6 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   info_.num_items = im.plan.num_items();
   info_.num_merges = im.plan.num_merges();
   info_.max_chunk = im.plan.max_chunk;
-  info_.num_dynamic_items = im.plan.num_dynamic_items();
   info_.split = im.plan.split;
   info_.path = im.path;
 }

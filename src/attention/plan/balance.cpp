@@ -4,10 +4,8 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <map>
 #include <queue>
 #include <string>
-#include <tuple>
 
 #include "weft/error.h"
 
@@ -195,122 +193,6 @@ Plan balance(const BatchShape& shape, const BalanceConfig& cfg) {
   return p;
 }
 
-Plan with_dynamic_tail(const Plan& in, const BalanceConfig& cfg, const DynamicTailConfig& tail) {
-  WEFT_CHECK_ARG(tail.fraction >= 0 && tail.fraction < 1, "tail.fraction", "must be in [0, 1), got " << tail.fraction);
-  WEFT_CHECK_ARG(tail.max_chunks_per_cta >= 0, "tail.max_chunks_per_cta",
-                 "must be >= 0, got " << tail.max_chunks_per_cta);
-  WEFT_CHECK_ARG(tail.min_chunk >= 1, "tail.min_chunk", "must be >= 1, got " << tail.min_chunk);
-  WEFT_CHECK_ARG(tail.granularity >= 1, "tail.granularity", "must be >= 1, got " << tail.granularity);
-  WEFT_CHECK_ARG(in.num_dynamic_items() == 0, "plan", "already has dynamic items");
-  const int32_t ctas = in.num_ctas;
-  // Makespan in keys (the cost model's beta part: what the tail is meant to even out).
-  int64_t makespan = 0;
-  for (int32_t c = 0; c < ctas; ++c) {
-    int64_t keys = 0;
-    for (int32_t i = in.cta_indptr[c]; i < in.cta_indptr[c + 1]; ++i) keys += in.item_kv_end[i] - in.item_kv_begin[i];
-    makespan = std::max(makespan, keys);
-  }
-  const int64_t budget = static_cast<int64_t>(tail.fraction * static_cast<double>(makespan));
-  const int64_t n_max = std::min<int64_t>(tail.max_chunks_per_cta, budget / tail.min_chunk);
-  if (n_max < 1) return in;
-  const int64_t clen = budget / n_max / tail.granularity * tail.granularity;
-  if (clen < tail.min_chunk) return in;
-
-  // Pieces of the new plan: static ones keep their CTA (owner), dynamic ones have owner -1.
-  struct Piece {
-    int32_t request, kv_head, row_begin, row_end, kv_begin, kv_end, owner, round;
-  };
-  std::vector<Piece> pieces;
-  pieces.reserve(in.num_items() + ctas * n_max);
-  for (int32_t c = 0; c < ctas; ++c) {
-    for (int32_t i = in.cta_indptr[c]; i < in.cta_indptr[c + 1]; ++i) {
-      Piece pc{in.item_request[i], in.item_kv_head[i], in.item_row_begin[i], in.item_row_end[i],
-               in.item_kv_begin[i], in.item_kv_end[i], c, 0};
-      const int64_t len = pc.kv_end - pc.kv_begin;
-      const int64_t n = i + 1 == in.cta_indptr[c + 1] ? std::min<int64_t>(n_max, len / clen - 1) : 0;
-      if (n < 1) {
-        pieces.push_back(pc);
-        continue;
-      }
-      // Boundaries stay whole granules from the item's start (16-key tiles stay on 16-key
-      // pages): the head is rounded down, so the last chunk may be up to granularity - 1 longer.
-      const int32_t cut = static_cast<int32_t>(pc.kv_begin + (len - n * clen) / tail.granularity * tail.granularity);
-      Piece head = pc;
-      head.kv_end = cut;
-      pieces.push_back(head);
-      for (int64_t j = 0; j < n; ++j) {
-        Piece d = pc;
-        d.kv_begin = static_cast<int32_t>(cut + j * clen);
-        d.kv_end = j + 1 == n ? pc.kv_end : static_cast<int32_t>(cut + (j + 1) * clen);
-        d.owner = -1;
-        d.round = static_cast<int32_t>(j);
-        pieces.push_back(d);
-      }
-    }
-  }
-
-  // Slots: each tile's pieces in KV order; tiles with > 1 piece get a merge entry (tile order:
-  // request, kv_head, row_begin).
-  using TileKey = std::tuple<int32_t, int32_t, int32_t>;
-  std::map<TileKey, std::vector<int32_t>> by_tile;
-  for (int32_t k = 0; k < static_cast<int32_t>(pieces.size()); ++k)
-    by_tile[{pieces[k].request, pieces[k].kv_head, pieces[k].row_begin}].push_back(k);
-  Plan p = in;
-  p.merge_request.clear();
-  p.merge_kv_head.clear();
-  p.merge_row_begin.clear();
-  p.merge_row_end.clear();
-  p.merge_indptr.assign(1, 0);
-  std::vector<int32_t> slot(pieces.size(), -1);
-  for (auto& [key, ks] : by_tile) {
-    if (ks.size() < 2) continue;
-    std::sort(ks.begin(), ks.end(), [&](int32_t a, int32_t b) { return pieces[a].kv_begin < pieces[b].kv_begin; });
-    const Piece& f = pieces[ks.front()];
-    p.merge_request.push_back(f.request);
-    p.merge_kv_head.push_back(f.kv_head);
-    p.merge_row_begin.push_back(f.row_begin);
-    p.merge_row_end.push_back(f.row_end);
-    for (size_t j = 0; j < ks.size(); ++j) slot[ks[j]] = p.merge_indptr.back() + static_cast<int32_t>(j);
-    p.merge_indptr.push_back(p.merge_indptr.back() + static_cast<int32_t>(ks.size()));
-  }
-
-  // Items: static ones by CTA (order kept), then dynamic ones round by round.
-  std::vector<int32_t> order;
-  order.reserve(pieces.size());
-  // Pieces were generated CTA by CTA, so the static ones are already grouped by owner.
-  p.cta_cost.assign(ctas, 0.0);
-  for (int32_t k = 0; k < static_cast<int32_t>(pieces.size()); ++k) {
-    if (pieces[k].owner < 0) continue;
-    order.push_back(k);
-    p.cta_cost[pieces[k].owner] +=
-        chunk_cost(cfg, pieces[k].row_end - pieces[k].row_begin, pieces[k].kv_end - pieces[k].kv_begin);
-  }
-  p.cta_indptr.assign(ctas + 1, 0);
-  for (int32_t k : order) p.cta_indptr[pieces[k].owner + 1]++;
-  for (int32_t c = 0; c < ctas; ++c) p.cta_indptr[c + 1] += p.cta_indptr[c];
-  for (int64_t r = 0; r < n_max; ++r)
-    for (int32_t k = 0; k < static_cast<int32_t>(pieces.size()); ++k)
-      if (pieces[k].owner < 0 && pieces[k].round == r) order.push_back(k);
-
-  auto fill = [&](std::vector<int32_t>& v, auto get) {
-    v.clear();
-    v.reserve(order.size());
-    for (int32_t k : order) v.push_back(get(k));
-  };
-  fill(p.item_request, [&](int32_t k) { return pieces[k].request; });
-  fill(p.item_kv_head, [&](int32_t k) { return pieces[k].kv_head; });
-  fill(p.item_row_begin, [&](int32_t k) { return pieces[k].row_begin; });
-  fill(p.item_row_end, [&](int32_t k) { return pieces[k].row_end; });
-  fill(p.item_kv_begin, [&](int32_t k) { return pieces[k].kv_begin; });
-  fill(p.item_kv_end, [&](int32_t k) { return pieces[k].kv_end; });
-  fill(p.item_partial_slot, [&](int32_t k) { return slot[k]; });
-  int32_t longest = 0;
-  for (const Piece& pc : pieces) longest = std::max(longest, pc.kv_end - pc.kv_begin);
-  p.max_chunk = longest;
-  p.split = p.num_merges() > 0;
-  return p;
-}
-
 // ---------------------------------------------------------------------------------------------
 namespace {
 constexpr int kItemArrays = 8;
@@ -325,14 +207,9 @@ WorkspaceLayout::WorkspaceLayout(const PlanBounds& b) : bounds_(b) {
   WEFT_CHECK_ARG(b.tile_q >= 1, "tile_q", "must be >= 1, got " << b.tile_q);
   WEFT_CHECK_ARG(b.head_dim >= 1 && b.head_dim % 4 == 0, "head_dim",
                  "must be a positive multiple of 4, got " << b.head_dim);
-  WEFT_CHECK_ARG(b.max_dynamic >= 0, "max_dynamic", "must be >= 0, got " << b.max_dynamic);
-  // balance(): items <= tiles + num_ctas, merges <= num_ctas, slots <= 2 * num_ctas.
-  // with_dynamic_tail adds max_dynamic items, <= num_ctas merges (tiles of the cut items) and
-  // one slot per dynamic item plus one per newly split tile.
-  const bool tail = b.max_dynamic > 0;
-  max_items_ = b.max_tiles + b.num_ctas + b.max_dynamic;
-  max_merges_ = b.num_ctas + (tail ? b.num_ctas : 0);
-  max_slots_ = 2 * b.num_ctas + (tail ? b.num_ctas + b.max_dynamic : 0);
+  max_items_ = b.max_tiles + b.num_ctas;
+  max_merges_ = b.num_ctas;
+  max_slots_ = 2 * b.num_ctas;
   std::size_t off = align_up(sizeof(PlanHeader), kAlign);
   off_cta_ = off;
   off = align_up(off + sizeof(int32_t) * (b.num_ctas + 1), kAlign);
@@ -343,7 +220,7 @@ WorkspaceLayout::WorkspaceLayout(const PlanBounds& b) : bounds_(b) {
   off_merges_ = off;
   off = align_up(off + sizeof(int32_t) * (kMergeArrays * std::size_t(max_merges_) + max_merges_ + 1), kAlign);
   off_counter_ = off;
-  off = align_up(off + sizeof(uint32_t) * (std::size_t(max_merges_) + 2), kAlign);  // + dyn_counter[2]
+  off = align_up(off + sizeof(uint32_t) * std::size_t(max_merges_), kAlign);
   off_qo_ = off;
   off = align_up(off + sizeof(int32_t) * (b.max_batch + 1), kAlign);
   off_kv_ = off;
@@ -380,7 +257,6 @@ PlanPointers WorkspaceLayout::pointers(void* base) const {
   v.merge_row_end = i32(off_merges_, 3 * mm);
   v.merge_indptr = i32(off_merges_, 4 * mm);
   v.merge_counter = reinterpret_cast<uint32_t*>(p + off_counter_);
-  v.dyn_counter = v.merge_counter + mm;
   v.qo_indptr = i32(off_qo_, 0);
   v.kv_len = i32(off_kv_, 0);
   v.partial_o = reinterpret_cast<float*>(p + off_po_);
@@ -403,8 +279,6 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
                  "plan", "items/merges/slots " << plan.num_items() << "/" << plan.num_merges() << "/"
                                                << plan.num_partial_slots() << " exceed bounds "
                                                << max_items_ << "/" << max_merges_ << "/" << max_slots_);
-  WEFT_CHECK_ARG(plan.num_dynamic_items() <= bounds_.max_dynamic, "plan",
-                 "dynamic items " << plan.num_dynamic_items() << " exceed bound " << bounds_.max_dynamic);
   std::memset(dst, 0, metadata_bytes_);
   char* base = static_cast<char*>(dst);
   PlanHeader h{};
@@ -418,8 +292,6 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
   h.num_kv_heads = plan.num_kv_heads;
   h.num_partial_slots = plan.num_partial_slots();
   h.split = plan.split ? 1 : 0;
-  h.dyn_begin = plan.num_static_items();
-  h.dyn_end = plan.num_items();
   std::memcpy(base, &h, sizeof(h));
   PlanPointers v = pointers(dst);
   auto put = [](const int32_t* d, const std::vector<int32_t>& s) {

@@ -32,14 +32,8 @@
 //   5. Each chunk goes to the CTA with the lowest load (min-heap; ties: lowest CTA index).
 //   Each CTA executes its items in the order assigned. Greedy LPT bounds the imbalance:
 //   max load - min load <= cost of the largest chunk.
-// Dynamic tail (with_dynamic_tail, optional, decode): the end of each CTA's last item is cut
-//   into short chunks that no CTA owns ("dynamic items", stored after the static ones); at run
-//   time a CTA that finishes its static items claims them one by one from a counter, so SMs
-//   that stream faster take more. Results stay bit-identical run to run: chunk boundaries and
-//   merge slots are fixed by the plan, only which CTA computes a chunk varies.
 // Bounds (independent of the lengths, so the workspace layout is fixed for a given max_batch):
-//   items <= tiles + num_ctas; split tiles (merges) <= num_ctas; partial slots <= 2 * num_ctas
-//   (more with a dynamic tail: see with_dynamic_tail and PlanBounds::max_dynamic).
+//   items <= tiles + num_ctas; split tiles (merges) <= num_ctas; partial slots <= 2 * num_ctas.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -74,8 +68,7 @@ struct BatchShape {
 };
 
 // A plan as plain arrays (struct of arrays). Items are flattened by CTA: CTA c executes items
-// cta_indptr[c] .. cta_indptr[c+1] - 1 in that order. Items cta_indptr[num_ctas] ..
-// num_items() - 1 are dynamic (with_dynamic_tail): claimed at run time by whichever CTA is free.
+// cta_indptr[c] .. cta_indptr[c+1] - 1 in that order.
 struct Plan {
   int32_t version = kPlanVersion;
   int32_t num_ctas = 0;
@@ -97,8 +90,6 @@ struct Plan {
   std::vector<double> cta_cost;       // num_ctas: planned load of each CTA
 
   int32_t num_items() const { return static_cast<int32_t>(item_request.size()); }
-  int32_t num_static_items() const { return cta_indptr.empty() ? 0 : cta_indptr.back(); }
-  int32_t num_dynamic_items() const { return num_items() - num_static_items(); }
   int32_t num_merges() const { return static_cast<int32_t>(merge_request.size()); }
   int32_t num_partial_slots() const { return merge_indptr.empty() ? 0 : merge_indptr.back(); }
 };
@@ -110,26 +101,6 @@ double chunk_cost(const BalanceConfig& cfg, int32_t rows, int32_t kv_length);
 // Throws weft::Error naming the offending field on bad input ("shape.kv_len[3]", "cfg.tile_q").
 Plan balance(const BatchShape& shape, const BalanceConfig& cfg);
 
-// How much of a plan with_dynamic_tail turns into dynamic chunks.
-struct DynamicTailConfig {
-  double fraction = 0.25;       // tail budget per CTA: this fraction of the plan's makespan in keys
-  int32_t max_chunks_per_cta = 4;  // chunks cut from one CTA's last item (bounds the workspace)
-  int32_t min_chunk = 256;      // no dynamic chunk is shorter (per-item cost vs balance gained)
-  int32_t granularity = 1;      // chunk lengths are multiples of this (the kernel's KV tile)
-};
-// Cuts the end of every CTA's last item into dynamic chunks: with makespan W (keys of the most
-// loaded CTA), budget T = fraction * W, n = min(max_chunks_per_cta, T / min_chunk) chunks of
-// C = T / n keys (rounded down to the granularity) are cut from the item's end, fewer when the
-// item is shorter than n + 1 chunks (the CTA keeps a head of at least one chunk). Boundaries
-// stay whole granules from the item's start, so the last chunk is C .. C + granularity - 1 keys
-// (the head is rounded down). Nothing changes
-// when n < 1. Then every tile's pieces get consecutive partial slots in KV order again (a tile
-// with one piece stays final). Static items keep their CTA and order; the dynamic ones follow,
-// round by round (chunk 0 of every CTA, then chunk 1, ...). cta_cost drops by what was cut.
-// Deterministic. Bounds: dynamic items <= max_chunks_per_cta * num_ctas; merges grow by at most
-// num_ctas, slots by at most num_ctas + dynamic items.
-Plan with_dynamic_tail(const Plan& plan, const BalanceConfig& cfg, const DynamicTailConfig& tail);
-
 // ---------------------------------------------------------------------------------------------
 // Workspace layout: every array at a FIXED offset computed from bounds, so the device pointers a
 // kernel (or a captured CUDA graph) reads never change from one plan to the next.
@@ -139,7 +110,6 @@ struct PlanBounds {
   int32_t num_ctas = 0;
   int32_t tile_q = 16;
   int32_t head_dim = 0;      // partial-state row width (fp32)
-  int32_t max_dynamic = 0;   // dynamic items a plan may carry (with_dynamic_tail); 0: none
 };
 
 // Header at offset 0 of the workspace (read by kernels: counts of the current plan).
@@ -154,11 +124,8 @@ struct PlanHeader {
   int32_t num_kv_heads;
   int32_t num_partial_slots;
   int32_t split;
-  int32_t dyn_begin, dyn_end;  // dynamic items [dyn_begin, dyn_end) (empty: none); 16-byte aligned
-                               // with num_partial_slots and split (a kernel loads fields 8..11)
-  int32_t reserved[4];
+  int32_t reserved[6];
 };
-static_assert(offsetof(PlanHeader, dyn_begin) == 40, "a kernel reads fields 8..11 as one int4");
 
 // Per-CTA copy of the CTA's item range and FIRST item (written by serialize, derived from the
 // arrays above): a persistent kernel reads it with one round of independent 16-byte loads
@@ -197,9 +164,6 @@ struct PlanPointers {
   // the finished slots of each split tile; the CTA that finishes the last one merges the tile and
   // resets the counter to 0. Inside the metadata region, so every plan() copy zeroes them too.
   uint32_t* merge_counter;
-  // Dynamic items (with_dynamic_tail): [0] claims made this run, [1] CTAs that finished. The
-  // last CTA to finish resets both to 0. Zeroed by every plan() copy, like merge_counter.
-  uint32_t* dyn_counter;
   float* partial_o;    // [max_slots, tile_q, head_dim]: slot s row i at (s * tile_q + i) * head_dim
   float* partial_lse;  // [max_slots, tile_q], BASE-2 log-sum-exp (kernels work in log2)
 };

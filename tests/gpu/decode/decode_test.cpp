@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -479,107 +478,6 @@ TEST(Decode, RepeatedRunsBitwiseIdenticalWithSplit) {
   for (DecodePath path : kPaths) {
     repeated_runs_identical(path, 32, 8);
     repeated_runs_identical(path, 8, 8);
-  }
-}
-
-// Dynamic tail (plans that split nothing get chunks claimed at run time, decode_plan.h):
-// against the reference, bitwise identical over repeated runs (which CTA claims which chunk
-// changes from run to run; the bits must not), and over CUDA-graph replays (the claim counters
-// must be reset by each run). The same batch with the tail turned off
-// (WEFT_DECODE_DYNAMIC_TAIL=0) is checked too.
-void dynamic_tail_case(const Case& c, Rng& rng, int repeats) {
-  SCOPED_TRACE(c.describe());
-  Batch bt(c, rng);
-  const int32_t batch = int32_t(c.lens.size());
-  Workspace ws(batch, c);
-  BatchDecodeWrapper w(batch, c.hq, c.hkv, c.d, c.path);
-  plan_for(w, bt, ws);
-  ASSERT_GT(w.plan_info().num_dynamic_items, 0) << "the case must get a dynamic tail on this GPU (grid "
-                                                << w.plan_info().num_ctas << ")";
-  const size_t n_out = c.lens.size() * c.hq * c.d, n_lse = c.lens.size() * c.hq;
-  std::vector<uint16_t> first;
-  std::vector<float> first_lse;
-  auto check_same = [&](const char* what, int i) {
-    const auto o = bt.dout.to_vector<uint16_t>(n_out);
-    const auto l = bt.dlse.to_vector<float>(n_lse);
-    if (first.empty()) {
-      first = o;
-      first_lse = l;
-      return;
-    }
-    ASSERT_EQ(o, first) << what << " " << i;
-    ASSERT_EQ(0, std::memcmp(l.data(), first_lse.data(), l.size() * 4)) << what << " " << i;
-  };
-  for (int i = 0; i < repeats; ++i) {
-    bt.dout.poison();
-    bt.dlse.poison();
-    run_for(w, bt);
-    WEFT_TEST_CUDA(cudaDeviceSynchronize());
-    ASSERT_NO_FATAL_FAILURE(check_same("run", i));
-    if (i == 0) check_against_reference(bt);
-  }
-  cudaStream_t s;
-  WEFT_TEST_CUDA(cudaStreamCreate(&s));
-  cudaGraph_t graph;
-  WEFT_TEST_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  run_for(w, bt, s);
-  WEFT_TEST_CUDA(cudaStreamEndCapture(s, &graph));
-  cudaGraphExec_t exec;
-  WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 3; ++i) {
-    bt.dout.poison(s);
-    bt.dlse.poison(s);
-    WEFT_TEST_CUDA(cudaGraphLaunch(exec, s));
-    WEFT_TEST_CUDA(cudaStreamSynchronize(s));
-    ASSERT_NO_FATAL_FAILURE(check_same("graph replay", i));
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
-
-  setenv("WEFT_DECODE_DYNAMIC_TAIL", "0", 1);
-  BatchDecodeWrapper off(batch, c.hq, c.hkv, c.d, c.path);
-  unsetenv("WEFT_DECODE_DYNAMIC_TAIL");
-  plan_for(off, bt, ws);
-  EXPECT_EQ(off.plan_info().num_dynamic_items, 0);
-  bt.dout.poison();
-  bt.dlse.poison();
-  run_for(off, bt);
-  WEFT_TEST_CUDA(cudaDeviceSynchronize());
-  check_against_reference(bt);
-}
-
-// ~256 tiles of 1.1-1.5K keys: nothing is split, one 16-key-multiple chunk per CTA is dynamic.
-TEST(DecodeSmall, DynamicTail) {
-  WEFT_REQUIRE_GPU();
-  Rng rng = Rng::for_current_test();
-  for (auto [hq, hkv] : {std::pair{32, 8}, std::pair{8, 8}}) {  // tensor-core (group 4) and CUDA-core (group 1)
-    Case c;
-    c.hq = hq;
-    c.hkv = hkv;
-    c.lens.resize(32);
-    for (auto& l : c.lens) l = int32_t(rng.randint(1100, 1500));
-    dynamic_tail_case(c, rng, 5);
-  }
-}
-
-// The shape the tail is for: Llama-3-8B heads, batch 32 at 4K keys (4 chunks per CTA), exact and
-// ragged lengths, page sizes 16 and 1, fp16 and HND once each.
-TEST(Decode, DynamicTailBatch32) {
-  WEFT_REQUIRE_GPU();
-  Rng rng = Rng::for_current_test();
-  for (int v = 0; v < 3; ++v) {
-    Case c;
-    c.hq = 32;
-    c.hkv = 8;
-    c.lens.assign(32, 4096);
-    if (v == 1) {
-      for (auto& l : c.lens) l = int32_t(rng.randint(3900, 4096));
-      c.dtype = DType::kFloat16;
-      c.layout = KVLayout::kHND;
-    }
-    if (v == 2) c.page_size = 1;
-    dynamic_tail_case(c, rng, 10);
   }
 }
 

@@ -9,7 +9,6 @@
 #include <map>
 #include <random>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "tests/common/test_util.h"
@@ -36,33 +35,6 @@ std::vector<int32_t> random_lengths(Rng& rng, int n, int32_t max_len, bool zipf)
   return v;
 }
 
-// A random batch (decode: qo_len 1; prefill: qo_len up to 300 and 64-row tiles), optionally
-// with sliding windows, and a random planner configuration.
-std::pair<BatchShape, BalanceConfig> random_problem(Rng& rng, int batch, int32_t max_len, bool zipf, bool prefill,
-                                                   bool window) {
-  static const int groups[] = {1, 2, 4, 8, 16};
-  BatchShape s;
-  s.kv_len = random_lengths(rng, batch, max_len, zipf);
-  s.qo_len.assign(batch, 1);
-  if (prefill)
-    for (int b = 0; b < batch; ++b) s.qo_len[b] = static_cast<int32_t>(rng.randint(0, std::min(s.kv_len[b], 300)));
-  if (window) {
-    s.kv_start.resize(batch);
-    for (int b = 0; b < batch; ++b) s.kv_start[b] = std::max(0, s.kv_len[b] - int32_t(rng.randint(1, 5000)));
-  }
-  BalanceConfig cfg;
-  cfg.num_ctas = static_cast<int32_t>(rng.randint(1, 300));
-  cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 8));
-  cfg.group_size = groups[rng.randint(0, 4)];
-  cfg.tile_q = prefill ? 64 : 16;
-  cfg.kv_granularity = static_cast<int32_t>(1 << rng.randint(0, 6));
-  cfg.min_chunk = static_cast<int32_t>(rng.randint(0, 1) ? 0 : 256);
-  cfg.alpha = rng.randint(0, 1) ? 1.0 : 0.0;
-  return {s, cfg};
-}
-
-void check_coverage(const BatchShape& s, const BalanceConfig& cfg, const Plan& p);
-
 // Checks every invariant a kernel relies on; returns nothing, fails the test on violation.
 void check_plan(const BatchShape& s, const BalanceConfig& cfg, const Plan& p) {
   ASSERT_EQ(p.version, kPlanVersion);
@@ -71,35 +43,6 @@ void check_plan(const BatchShape& s, const BalanceConfig& cfg, const Plan& p) {
   ASSERT_EQ(p.cta_indptr.front(), 0);
   ASSERT_EQ(p.cta_indptr.back(), p.num_items());
   for (int c = 0; c < cfg.num_ctas; ++c) ASSERT_LE(p.cta_indptr[c], p.cta_indptr[c + 1]);
-  ASSERT_NO_FATAL_FAILURE(check_coverage(s, cfg, p));
-  const int n = p.num_items();
-  // Bounds used by the fixed workspace layout.
-  ASSERT_LE(p.num_items(), p.num_tiles + cfg.num_ctas);
-  ASSERT_LE(p.num_merges(), cfg.num_ctas);
-  ASSERT_LE(p.num_partial_slots(), 2 * cfg.num_ctas);
-  for (int i = 0; i < n; ++i)
-    if (p.item_partial_slot[i] >= 0) ASSERT_LE(p.item_kv_end[i] - p.item_kv_begin[i], p.max_chunk);
-  // Balance: within one chunk.
-  double max_chunk_cost = 0;
-  for (int i = 0; i < n; ++i)
-    max_chunk_cost = std::max(max_chunk_cost, chunk_cost(cfg, p.item_row_end[i] - p.item_row_begin[i],
-                                                         p.item_kv_end[i] - p.item_kv_begin[i]));
-  std::vector<double> load(cfg.num_ctas, 0);
-  for (int c = 0; c < cfg.num_ctas; ++c)
-    for (int i = p.cta_indptr[c]; i < p.cta_indptr[c + 1]; ++i)
-      load[c] += chunk_cost(cfg, p.item_row_end[i] - p.item_row_begin[i], p.item_kv_end[i] - p.item_kv_begin[i]);
-  for (int c = 0; c < cfg.num_ctas; ++c) ASSERT_DOUBLE_EQ(load[c], p.cta_cost[c]);
-  if (n > 0) {
-    const auto [mn, mx] = std::minmax_element(load.begin(), load.end());
-    ASSERT_LE(*mx - *mn, max_chunk_cost + 1e-9) << "imbalance beyond one chunk";
-  }
-}
-
-// What every plan (static or with dynamic items) must satisfy for a kernel: per (request, head,
-// row range) the items partition [kv_start, kv_len) exactly once; a tile with one item writes
-// the final output; a split tile's slots are consecutive in KV order under exactly one merge
-// entry; every slot is used once.
-void check_coverage(const BatchShape& s, const BalanceConfig& cfg, const Plan& p) {
   const int n = p.num_items();
   ASSERT_EQ(static_cast<int>(p.item_kv_head.size()), n);
   ASSERT_EQ(static_cast<int>(p.item_partial_slot.size()), n);
@@ -108,6 +51,7 @@ void check_coverage(const BatchShape& s, const BalanceConfig& cfg, const Plan& p
   using Key = std::tuple<int32_t, int32_t, int32_t, int32_t>;
   std::map<Key, std::vector<std::pair<int32_t, int32_t>>> ranges;  // (kv_begin, slot)
   std::map<Key, std::vector<int32_t>> ends;
+  double max_chunk_cost = 0;
   for (int i = 0; i < n; ++i) {
     const int32_t b = p.item_request[i];
     ASSERT_GE(b, 0);
@@ -118,9 +62,14 @@ void check_coverage(const BatchShape& s, const BalanceConfig& cfg, const Plan& p
     ASSERT_LE(p.item_row_end[i] - p.item_row_begin[i], cfg.tile_q);
     ASSERT_GT(p.item_row_end[i], p.item_row_begin[i]);
     ASSERT_EQ(p.item_row_begin[i] % cfg.tile_q, 0);
+    if (p.item_partial_slot[i] >= 0) {
+      ASSERT_LE(p.item_kv_end[i] - p.item_kv_begin[i], p.max_chunk);
+    }
     Key k{b, p.item_kv_head[i], p.item_row_begin[i], p.item_row_end[i]};
     ranges[k].push_back({p.item_kv_begin[i], p.item_partial_slot[i]});
     ends[k].push_back(p.item_kv_end[i]);
+    max_chunk_cost = std::max(max_chunk_cost, chunk_cost(cfg, p.item_row_end[i] - p.item_row_begin[i],
+                                                         p.item_kv_end[i] - p.item_kv_begin[i]));
   }
   // Every tile appears.
   int64_t expected_tiles = 0;
@@ -172,6 +121,20 @@ void check_coverage(const BatchShape& s, const BalanceConfig& cfg, const Plan& p
     if (p.item_partial_slot[i] >= 0) slot_use[p.item_partial_slot[i]]++;
   for (int u : slot_use) ASSERT_EQ(u, 1);
   ASSERT_EQ(p.split, p.num_merges() > 0);
+  // Bounds used by the fixed workspace layout.
+  ASSERT_LE(p.num_items(), p.num_tiles + cfg.num_ctas);
+  ASSERT_LE(p.num_merges(), cfg.num_ctas);
+  ASSERT_LE(p.num_partial_slots(), 2 * cfg.num_ctas);
+  // Balance: within one chunk.
+  std::vector<double> load(cfg.num_ctas, 0);
+  for (int c = 0; c < cfg.num_ctas; ++c)
+    for (int i = p.cta_indptr[c]; i < p.cta_indptr[c + 1]; ++i)
+      load[c] += chunk_cost(cfg, p.item_row_end[i] - p.item_row_begin[i], p.item_kv_end[i] - p.item_kv_begin[i]);
+  for (int c = 0; c < cfg.num_ctas; ++c) ASSERT_DOUBLE_EQ(load[c], p.cta_cost[c]);
+  if (n > 0) {
+    const auto [mn, mx] = std::minmax_element(load.begin(), load.end());
+    ASSERT_LE(*mx - *mn, max_chunk_cost + 1e-9) << "imbalance beyond one chunk";
+  }
 }
 
 bool same_plan(const Plan& a, const Plan& b) {
@@ -186,143 +149,34 @@ bool same_plan(const Plan& a, const Plan& b) {
 
 TEST(BalancePlanner, RandomizedDecodeAndPrefillBatches) {
   Rng rng = Rng::for_current_test();
+  const int groups[] = {1, 2, 4, 8, 16};
   for (int iter = 0; iter < 120; ++iter) {
     const bool zipf = iter % 2 == 1;
     const bool prefill = iter % 5 == 4;
     const int batch = static_cast<int>(rng.randint(1, 96));
-    auto [s, cfg] = random_problem(rng, batch, 32768, zipf, prefill, iter % 3 == 0);
+    BatchShape s;
+    s.kv_len = random_lengths(rng, batch, 32768, zipf);
+    s.qo_len.assign(batch, 1);
+    if (prefill)
+      for (int b = 0; b < batch; ++b) s.qo_len[b] = static_cast<int32_t>(rng.randint(0, std::min(s.kv_len[b], 300)));
+    if (iter % 3 == 0) {  // sliding window
+      s.kv_start.resize(batch);
+      for (int b = 0; b < batch; ++b) s.kv_start[b] = std::max(0, s.kv_len[b] - int32_t(rng.randint(1, 5000)));
+    }
+    BalanceConfig cfg;
+    cfg.num_ctas = static_cast<int32_t>(rng.randint(1, 300));
+    cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 8));
+    cfg.group_size = groups[rng.randint(0, 4)];
+    cfg.tile_q = prefill ? 64 : 16;
+    cfg.kv_granularity = static_cast<int32_t>(1 << rng.randint(0, 6));
+    cfg.min_chunk = static_cast<int32_t>(rng.randint(0, 1) ? 0 : 256);
+    cfg.alpha = rng.randint(0, 1) ? 1.0 : 0.0;
     cfg.min_gain = rng.randint(0, 1) ? 0.1 : 0.0;
     SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << batch << " ctas " << cfg.num_ctas);
     const Plan p = balance(s, cfg);
     ASSERT_NO_FATAL_FAILURE(check_plan(s, cfg, p));
     ASSERT_TRUE(same_plan(p, balance(s, cfg))) << "planner is not deterministic";
   }
-}
-
-// Dynamic tail on random plans of balance(): coverage and slot rules still hold; each CTA keeps
-// its static items in order (only the last one shortened, from its end); the dynamic chunks are
-// C .. C + granularity - 1 keys at whole granules from the item start; the workspace layout with
-// max_dynamic = max_chunks_per_cta * num_ctas holds the plan and round-trips it.
-TEST(DynamicTail, RandomizedPlansKeepCoverageAndBounds) {
-  Rng rng = Rng::for_current_test();
-  int tailed = 0;
-  for (int iter = 0; iter < 150; ++iter) {
-    const bool prefill = iter % 5 == 4;
-    const int batch = static_cast<int>(rng.randint(0, 96));
-    auto [s, cfg] = random_problem(rng, batch, iter % 3 ? 8192 : 32768, iter % 2, prefill, iter % 4 == 0);
-    DynamicTailConfig t;
-    const double fractions[] = {0.1, 0.25, 0.5};
-    t.fraction = fractions[rng.randint(0, 2)];
-    t.max_chunks_per_cta = static_cast<int32_t>(rng.randint(1, 6));
-    t.min_chunk = static_cast<int32_t>(16 << rng.randint(0, 4));
-    t.granularity = cfg.kv_granularity;
-    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << batch << " ctas " << cfg.num_ctas
-                                      << " fraction " << t.fraction << " chunks " << t.max_chunks_per_cta
-                                      << " min " << t.min_chunk << " g " << t.granularity);
-    const Plan in = balance(s, cfg);
-    const Plan out = with_dynamic_tail(in, cfg, t);
-    ASSERT_NO_FATAL_FAILURE(check_coverage(s, cfg, out));
-    ASSERT_TRUE(same_plan(out, with_dynamic_tail(in, cfg, t))) << "not deterministic";
-
-    // The chunk length C, derived independently from the documented rule.
-    int64_t makespan = 0;
-    for (int c = 0; c < cfg.num_ctas; ++c) {
-      int64_t keys = 0;
-      for (int i = in.cta_indptr[c]; i < in.cta_indptr[c + 1]; ++i) keys += in.item_kv_end[i] - in.item_kv_begin[i];
-      makespan = std::max(makespan, keys);
-    }
-    const int64_t budget = static_cast<int64_t>(t.fraction * double(makespan));
-    const int64_t n_max = std::min<int64_t>(t.max_chunks_per_cta, budget / t.min_chunk);
-    const int64_t clen = n_max >= 1 ? budget / n_max / t.granularity * t.granularity : 0;
-    if (n_max < 1 || clen < t.min_chunk) {
-      ASSERT_TRUE(same_plan(out, in));
-      ASSERT_EQ(out.num_dynamic_items(), 0);
-      continue;
-    }
-
-    // Static part: same CTAs, same items in order; only a CTA's last item may end earlier.
-    ASSERT_EQ(out.cta_indptr.size(), in.cta_indptr.size());
-    ASSERT_EQ(out.cta_indptr.front(), 0);
-    for (int c = 0; c < cfg.num_ctas; ++c) {
-      ASSERT_EQ(out.cta_indptr[c + 1] - out.cta_indptr[c], in.cta_indptr[c + 1] - in.cta_indptr[c]);
-      double cost = 0;
-      for (int k = 0; k < in.cta_indptr[c + 1] - in.cta_indptr[c]; ++k) {
-        const int a = in.cta_indptr[c] + k, b = out.cta_indptr[c] + k;
-        ASSERT_EQ(out.item_request[b], in.item_request[a]);
-        ASSERT_EQ(out.item_kv_head[b], in.item_kv_head[a]);
-        ASSERT_EQ(out.item_row_begin[b], in.item_row_begin[a]);
-        ASSERT_EQ(out.item_kv_begin[b], in.item_kv_begin[a]);
-        const bool last = a + 1 == in.cta_indptr[c + 1];
-        if (last) {
-          ASSERT_LE(out.item_kv_end[b], in.item_kv_end[a]);
-          if (out.item_kv_end[b] < in.item_kv_end[a]) {  // cut: the head keeps >= one chunk
-            ASSERT_GE(out.item_kv_end[b] - out.item_kv_begin[b], clen);
-            ASSERT_EQ((out.item_kv_end[b] - out.item_kv_begin[b]) % t.granularity, 0);
-          }
-        } else {
-          ASSERT_EQ(out.item_kv_end[b], in.item_kv_end[a]);
-        }
-        cost += chunk_cost(cfg, out.item_row_end[b] - out.item_row_begin[b], out.item_kv_end[b] - out.item_kv_begin[b]);
-      }
-      ASSERT_DOUBLE_EQ(cost, out.cta_cost[c]);
-    }
-    // Dynamic part: C .. C + g - 1 keys each, at most max_chunks_per_cta per CTA.
-    ASSERT_LE(out.num_dynamic_items(), int64_t(t.max_chunks_per_cta) * cfg.num_ctas);
-    for (int i = out.num_static_items(); i < out.num_items(); ++i) {
-      const int32_t len = out.item_kv_end[i] - out.item_kv_begin[i];
-      ASSERT_GE(len, clen);
-      ASSERT_LT(len, clen + t.granularity);
-      ASSERT_GE(out.item_partial_slot[i], 0);
-    }
-    tailed += out.num_dynamic_items() > 0;
-
-    // The workspace layout sized with max_dynamic holds it and round-trips it.
-    PlanBounds bounds{std::max(1, batch), out.num_tiles, cfg.num_ctas, cfg.tile_q, 64,
-                      t.max_chunks_per_cta * cfg.num_ctas};
-    WorkspaceLayout layout(bounds);
-    std::vector<char> buf(layout.metadata_bytes());
-    ASSERT_NO_THROW(layout.serialize(out, buf.data()));
-    const PlanPointers v = layout.pointers(buf.data());
-    ASSERT_EQ(v.header->dyn_begin, out.num_static_items());
-    ASSERT_EQ(v.header->dyn_end, out.num_items());
-    ASSERT_EQ(v.dyn_counter[0], 0u);
-    ASSERT_EQ(v.dyn_counter[1], 0u);
-    ASSERT_TRUE(same_plan(out, layout.deserialize(buf.data())));
-  }
-  EXPECT_GT(tailed, 20) << "too few random plans got a tail: the test would not test it";
-}
-
-// The case the tail is for: 256 equal tiles of 4K keys on 264 CTAs (llama3-8b, batch 32).
-TEST(DynamicTail, EqualTilesGetFourChunksEach) {
-  BatchShape s;
-  s.kv_len.assign(32, 4096);
-  s.qo_len.assign(32, 1);
-  const BalanceConfig cfg{264, 8, 4, 16, 16, 256};
-  const Plan in = balance(s, cfg);
-  ASSERT_FALSE(in.split);
-  DynamicTailConfig t;  // 0.25 x 4096 = 1024 keys: 4 chunks of 256
-  t.granularity = 16;
-  const Plan out = with_dynamic_tail(in, cfg, t);
-  check_coverage(s, cfg, out);
-  EXPECT_EQ(out.num_static_items(), 256);
-  EXPECT_EQ(out.num_dynamic_items(), 1024);
-  EXPECT_EQ(out.num_merges(), 256);
-  EXPECT_EQ(out.num_partial_slots(), 256 * 5);
-  for (int i = 0; i < out.num_static_items(); ++i) EXPECT_EQ(out.item_kv_end[i] - out.item_kv_begin[i], 3072);
-  for (int i = out.num_static_items(); i < out.num_items(); ++i)
-    EXPECT_EQ(out.item_kv_end[i] - out.item_kv_begin[i], 256);
-  // Round by round: the first 256 dynamic items are chunk 0 of every cut item (keys 3072..3327).
-  for (int i = 256; i < 512; ++i) EXPECT_EQ(out.item_kv_begin[i], 3072);
-  // Bad configurations name the field.
-  t.min_chunk = 0;
-  try {
-    with_dynamic_tail(in, cfg, t);
-    FAIL() << "expected weft::Error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), "tail.min_chunk");
-  }
-  t.min_chunk = 256;
-  EXPECT_THROW(with_dynamic_tail(out, cfg, t), Error);  // already has dynamic items
 }
 
 TEST(BalancePlanner, NoSplitWhenNotNeeded) {

@@ -24,11 +24,8 @@ TEST(DecodePlan, BoundsHoldForEveryBatchUpToMax) {
       std::vector<int32_t> lens(batch);
       for (auto& l : lens) l = static_cast<int32_t>(rng.randint(0, iter % 2 ? 131072 : 600));
       const int32_t window = iter % 3 == 0 ? static_cast<int32_t>(rng.randint(0, 4096)) : -1;
-      const plan::BatchShape shape = batch_shape(lens.data(), batch, window);
-      const plan::Plan p = plan::balance(shape, balance_config(grid, hq, hkv));
+      const plan::Plan p = plan::balance(batch_shape(lens.data(), batch, window), balance_config(grid, hq, hkv));
       ASSERT_NO_THROW(layout.serialize(p, buf.data()));
-      // What run() executes: the searched plan, with a dynamic tail when nothing is split.
-      ASSERT_NO_THROW(layout.serialize(plan_decode(shape, balance_config(grid, hq, hkv)), buf.data()));
       for (int i = 0; i < p.num_items(); ++i) {
         const int32_t b = p.item_request[i];
         if (window >= 0) ASSERT_GE(p.item_kv_begin[i], std::max(0, lens[b] - 1 - window));
@@ -100,33 +97,6 @@ TEST(DecodePlan, SearchNeverWorseThanBalance) {
     for (int32_t l : lens) want += int64_t(l) * hkv;
     EXPECT_EQ(keys, want);
   }
-}
-
-// The dynamic tail goes only to plans that split nothing (decode_plan.h), and can be turned off.
-TEST(DecodePlan, DynamicTailOnlyForUnsplitPlans) {
-  const plan::BalanceConfig cfg = balance_config(264, 32, 8);
-  std::vector<int32_t> lens(32, 4096);  // llama3-8b b32/kv4K: 256 tiles of 4K keys
-  plan::Plan p = plan_decode(batch_shape(lens.data(), 32, -1), cfg);
-  EXPECT_EQ(p.num_static_items(), 256);
-  EXPECT_EQ(p.num_dynamic_items(), 256 * kTailChunksPerCta);
-  EXPECT_TRUE(p.split);  // every tile is now a head plus its chunks
-  for (int i = p.num_static_items(); i < p.num_items(); ++i) {
-    EXPECT_EQ(p.item_kv_end[i] - p.item_kv_begin[i], kTailMinChunk);
-    EXPECT_EQ(p.item_kv_begin[i] % kPlanKVTile, 0);
-  }
-  p = plan_decode(batch_shape(lens.data(), 32, -1), cfg, /*dynamic_tail=*/false);
-  EXPECT_EQ(p.num_dynamic_items(), 0);
-  EXPECT_FALSE(p.split);
-  lens = {32768};  // batch 1: split across the CTAs, no tail
-  p = plan_decode(batch_shape(lens.data(), 1, -1), cfg);
-  EXPECT_TRUE(p.split);
-  EXPECT_EQ(p.num_dynamic_items(), 0);
-  lens.assign(32, 600);  // short tiles: a quarter of the makespan is below one 256-key chunk
-  p = plan_decode(batch_shape(lens.data(), 32, -1), cfg);
-  EXPECT_EQ(p.num_dynamic_items(), 0);
-  // The workspace of plan_bounds holds the largest tail.
-  const plan::WorkspaceLayout layout(plan_bounds(32, 32, 8, 128, 264));
-  EXPECT_EQ(layout.bounds().max_dynamic, kTailChunksPerCta * 264);
 }
 
 TEST(DecodePlan, BadShapesThrow) {
