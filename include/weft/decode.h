@@ -74,8 +74,7 @@ class BatchDecodeWrapper {
   BatchDecodeWrapper(const BatchDecodeWrapper&) = delete;
   BatchDecodeWrapper& operator=(const BatchDecodeWrapper&) = delete;
 
-  // Plan from the host mirrors of a page table (indptr, last_page_len). run() checks that its
-  // table has the planned lengths (and so the planned indptr, whose entries the plan keeps).
+  // Plan from the host mirrors of a page table (indptr, last_page_len).
   void plan(const PageTable& table, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
             int32_t page_size, DType dtype, KVLayout layout, const AttentionVariant& variant,
             void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
@@ -95,11 +94,6 @@ class BatchDecodeWrapper {
   int32_t num_ctas() const;
 
  private:
-  // plan() and plan_lengths(); page_offsets: table.indptr (host, batch + 1 entries) or nullptr.
-  void plan_impl(const int32_t* kv_lens, const int32_t* page_offsets, int32_t batch, int32_t num_qo_heads,
-                 int32_t num_kv_heads, int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,
-                 const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
-                 cudaStream_t stream);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   DecodePlanInfo info_;

@@ -93,10 +93,8 @@ __device__ __forceinline__ Item load_item(const plan::PlanPointers& p, int i) {
 
 // CTA c's item range and first item from its CtaRecord: three independent 16-byte loads, one
 // load round, where cta_indptr -> item arrays -> qo_indptr took three dependent rounds at the
-// start of every CTA (each a DRAM round trip after the plan's lines left L2). *page_offset: the
-// request's first page-table entry (table.indptr[req]) when the plan has it, else -1.
-__device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int c, int* i0, int* i1,
-                                                int* page_offset) {
+// start of every CTA (each a DRAM round trip after the plan's lines left L2).
+__device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int c, int* i0, int* i1) {
   const int4* rec = reinterpret_cast<const int4*>(p.cta_first + c);
   const int4 a = __ldg(rec), b = __ldg(rec + 1), d = __ldg(rec + 2);
   *i0 = a.x;
@@ -111,7 +109,6 @@ __device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int
   it.slot = d.x;
   it.token0 = d.y;
   it.merge = d.z;
-  *page_offset = d.w;
   return it;
 }
 

@@ -9,8 +9,8 @@
 // (decode_common.cuh), in warp order (deterministic).
 // Page ids are fetched one warp tile before their copies are issued (kv_lookup_page), so the
 // page-table load latency overlaps a whole tile of compute instead of stalling the copies.
-// A CTA's range and first item come from its plan::CtaRecord (one round of loads), with the
-// request's page-table offset when the plan was made from the table; the first page ids follow. Items back to back: the next item's metadata and first
+// A CTA's range and first item come from its plan::CtaRecord (one round of loads; the page-table
+// base and the first page ids follow). Items back to back: the next item's metadata and first
 // page ids are requested when an item starts, and each warp issues the next item's Q and first
 // S-1 tiles as soon as it leaves the KV loop, so they load during the epilogue (stage S-1 doubles
 // as the epilogue buffer; Q is double-buffered). The pipeline never drains between the items of
@@ -67,12 +67,10 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
   int* s_flag = reinterpret_cast<int*>(smem_raw + L::flag_offset(S, W));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  int i0, i1, page_offset;
-  Item it = load_first_item(p.plan, blockIdx.x, &i0, &i1, &page_offset);
+  int i0, i1;
+  Item it = load_first_item(p.plan, blockIdx.x, &i0, &i1);
   if (i0 >= i1) return;
-  // The plan's copy of indptr[req] saves the first page lookup a dependent DRAM round trip.
-  const int32_t* pages =
-      p.kv.table.indices + (page_offset >= 0 ? page_offset : __ldg(p.kv.table.indptr + it.req));
+  const int32_t* pages = p.kv.table.indices + __ldg(p.kv.table.indptr + it.req);
   int32_t pg_next = start_item<T, D>(p, it, pages,
                                      kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane),
                                      sQ0, sPipe, S, W, warp, lane);

@@ -156,22 +156,14 @@ void BatchDecodeWrapper::plan(const PageTable& table, int32_t num_qo_heads, int3
     WEFT_CHECK_ARG(len <= INT32_MAX, "table.indptr", "request " << b << " too long: " << len);
     lens[b] = static_cast<int32_t>(len);
   }
-  plan_impl(lens.data(), table.indptr.host, table.batch_size, num_qo_heads, num_kv_heads, head_dim, page_size,
-            dtype, layout, variant, workspace, workspace_bytes, stream);
+  plan_lengths(lens.data(), table.batch_size, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout,
+               variant, workspace, workspace_bytes, stream);
 }
 
 void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int32_t num_qo_heads,
                                       int32_t num_kv_heads, int32_t head_dim, int32_t page_size, DType dtype,
                                       KVLayout layout, const AttentionVariant& variant, void* workspace,
                                       std::size_t workspace_bytes, cudaStream_t stream) {
-  plan_impl(kv_lens, nullptr, batch, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout, variant,
-            workspace, workspace_bytes, stream);
-}
-
-void BatchDecodeWrapper::plan_impl(const int32_t* kv_lens, const int32_t* page_offsets, int32_t batch,
-                                   int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim, int32_t page_size,
-                                   DType dtype, KVLayout layout, const AttentionVariant& variant, void* workspace,
-                                   std::size_t workspace_bytes, cudaStream_t stream) {
   Impl& im = *impl_;
   WEFT_CHECK_ARG(batch >= 0 && batch <= im.max_batch, "batch",
                  "must be in [0, max_batch = " << im.max_batch << "], got " << batch);
@@ -197,7 +189,6 @@ void BatchDecodeWrapper::plan_impl(const int32_t* kv_lens, const int32_t* page_o
   const plan::BatchShape shape = decode::batch_shape(kv_lens, batch, variant.window_left);
   const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads);
   plan::Plan p = decode::plan_decode(shape, cfg);
-  if (page_offsets != nullptr) p.kv_page_offset.assign(page_offsets, page_offsets + batch);
 
   // Reuse the staging buffer only once its previous copy has left it.
   if (im.staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(im.staging_done));
@@ -258,8 +249,6 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
                  "planned " << im.num_kv_heads << ", got " << cache.num_kv_heads());
   WEFT_CHECK_ARG(cache.head_dim() == d, "cache.head_dim", "planned " << d << ", got " << cache.head_dim());
   WEFT_CHECK_ARG(table.batch_size == batch, "table.batch_size", "planned " << batch << ", got " << table.batch_size);
-  // Equal lengths with indptr[0] = 0 (validate_paged_kv) also mean an equal indptr, which the plan
-  // keeps a copy of (kv_page_offset): a page count and last_page_len follow from each length.
   for (int32_t b = 0; b < table.batch_size; ++b) {
     WEFT_CHECK_ARG(kv_len_of(table, im.page_size, b) == im.plan.kv_len[b], "table",
                    "kv_len of request " << b << " is " << kv_len_of(table, im.page_size, b) << " but the plan has "

@@ -322,12 +322,9 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
     const int32_t s = plan.item_partial_slot[i];
     item_merge[i] = s >= 0 && s < static_cast<int32_t>(slot_merge.size()) ? slot_merge[s] : -1;
   }
-  WEFT_CHECK_ARG(plan.kv_page_offset.empty() || plan.kv_page_offset.size() == std::size_t(plan.batch), "plan",
-                 "kv_page_offset has " << plan.kv_page_offset.size() << " entries for batch " << plan.batch);
   CtaRecord* first = const_cast<CtaRecord*>(v.cta_first);
   for (int32_t c = 0; c < plan.num_ctas; ++c) {
     CtaRecord r{};
-    r.page_offset = -1;
     r.item_begin = plan.cta_indptr[c];
     r.item_end = plan.cta_indptr[c + 1];
     if (r.item_begin < r.item_end) {
@@ -341,7 +338,6 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
       r.partial_slot = plan.item_partial_slot[i];
       r.token0 = plan.qo_indptr[r.request];
       r.merge = item_merge[i];
-      if (!plan.kv_page_offset.empty()) r.page_offset = plan.kv_page_offset[r.request];
     }
     first[c] = r;
   }

@@ -87,10 +87,6 @@ struct Plan {
   std::vector<int32_t> merge_indptr;  // num_merges + 1 (slot ranges)
   std::vector<int32_t> qo_indptr;     // batch + 1: first query token of each request
   std::vector<int32_t> kv_len;        // batch
-  // Optional (empty: unknown): each request's first entry in the page table's indices
-  // (table.indptr[b]), set by a caller that planned from the table itself. CtaRecord carries it,
-  // so a kernel's first page lookup does not wait for an indptr load.
-  std::vector<int32_t> kv_page_offset;
   std::vector<double> cta_cost;       // num_ctas: planned load of each CTA
 
   int32_t num_items() const { return static_cast<int32_t>(item_request.size()); }
@@ -139,7 +135,7 @@ struct CtaRecord {
   int32_t request, kv_head, row_begin, row_end, kv_begin, kv_end, partial_slot;  // item item_begin
   int32_t token0;                // qo_indptr[request]: the request's first query token
   int32_t merge;                 // item_merge of item item_begin
-  int32_t page_offset;           // kv_page_offset[request], or -1 when the plan has none
+  int32_t reserved;
 };
 static_assert(sizeof(CtaRecord) == 48, "CtaRecord is read as three 16-byte vectors");
 

@@ -281,9 +281,7 @@ TEST(WorkspaceLayoutTest, FixedOffsetsRoundTripAndBounds) {
     s.kv_len = random_lengths(rng, batch, 32768, iter % 2);
     s.qo_len.assign(batch, 1);
     BalanceConfig cfg{132, 8, 4, 16, 64, 0};
-    Plan p = balance(s, cfg);
-    if (iter % 2)  // page-table offsets known (plan from a table): the records carry them
-      for (int b = 0; b < batch; ++b) p.kv_page_offset.push_back(static_cast<int32_t>(rng.randint(0, 1 << 20)));
+    const Plan p = balance(s, cfg);
     layout.serialize(p, buf.data());
     // Pointers never depend on the plan.
     const PlanPointers v = layout.pointers(buf.data());
@@ -298,9 +296,7 @@ TEST(WorkspaceLayoutTest, FixedOffsetsRoundTripAndBounds) {
       const CtaRecord& r = v.cta_first[c];
       ASSERT_EQ(r.item_begin, p.cta_indptr[c]) << "cta " << c;
       ASSERT_EQ(r.item_end, p.cta_indptr[c + 1]) << "cta " << c;
-      if (r.item_begin == r.item_end || p.kv_page_offset.empty()) EXPECT_EQ(r.page_offset, -1);
       if (r.item_begin == r.item_end) continue;
-      if (!p.kv_page_offset.empty()) EXPECT_EQ(r.page_offset, p.kv_page_offset[p.item_request[r.item_begin]]);
       const int i = r.item_begin;
       EXPECT_EQ(r.request, p.item_request[i]);
       EXPECT_EQ(r.kv_head, p.item_kv_head[i]);
@@ -326,9 +322,6 @@ TEST(WorkspaceLayoutTest, FixedOffsetsRoundTripAndBounds) {
   EXPECT_THROW(layout.serialize(p, buf.data()), Error);
   const Plan other = balance(BatchShape{{1}, {10}, {}}, BalanceConfig{100, 8, 4, 16, 64, 0});
   EXPECT_THROW(layout.serialize(other, buf.data()), Error);
-  Plan wrong_offsets = balance(BatchShape{{1, 1}, {10, 20}, {}}, BalanceConfig{132, 8, 4, 16, 64, 0});
-  wrong_offsets.kv_page_offset = {0};  // one entry for a batch of two
-  EXPECT_THROW(layout.serialize(wrong_offsets, buf.data()), Error);
   EXPECT_THROW(WorkspaceLayout(PlanBounds{0, 1, 1, 16, 128}), Error);
 }
 
