@@ -481,6 +481,36 @@ TEST(Decode, RepeatedRunsBitwiseIdenticalWithSplit) {
   }
 }
 
+// plan_lengths (KV lengths, no page table at plan time) gives the same bits as plan(), split and
+// unsplit, and matches the reference.
+TEST(DecodeSmall, PlanLengthsMatchesPlan) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (auto lens : {std::vector<int32_t>{5, 3000, 0, 777}, std::vector<int32_t>{40, 1, 130, 64, 900, 17}}) {
+    Case c;
+    c.lens = lens;
+    Batch bt(c, rng);
+    const int32_t batch = int32_t(lens.size());
+    Workspace ws(batch, c);
+    BatchDecodeWrapper w(batch, c.hq, c.hkv, c.d);
+    std::vector<uint16_t> got[2];
+    for (int mode = 0; mode < 2; ++mode) {
+      if (mode == 0)
+        plan_for(w, bt, ws);
+      else
+        w.plan_lengths(lens.data(), batch, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.buf.get(),
+                       ws.bytes, nullptr);
+      bt.dout.poison();
+      bt.dlse.poison();
+      run_for(w, bt);
+      WEFT_TEST_CUDA(cudaDeviceSynchronize());
+      if (mode == 1) check_against_reference(bt);
+      got[mode] = bt.dout.to_vector<uint16_t>(lens.size() * c.hq * c.d);
+    }
+    EXPECT_EQ(got[0], got[1]);
+  }
+}
+
 // Rejected calls throw weft::Error naming the argument and leave the output untouched.
 TEST(DecodeSmall, BadArgumentsThrowAndWriteNothing) {
   WEFT_REQUIRE_GPU();
