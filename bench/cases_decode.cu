@@ -43,6 +43,11 @@ struct CaseOptions {
   weft::KVLayout layout = weft::KVLayout::kNHD;
   int allocations = 3;        // fresh pool allocations; the row reports the median
   bool shuffled_pages = true; // pages in a random permutation of the pool (fragmented cache)
+  // Where the V pool lies relative to the K pool: two cudaMallocs (kSeparate; back to back in
+  // a fresh address range, so V = K + pool bytes, a power of two for these shapes), one buffer
+  // with each page's K then V (kInterleaved, the [page][2][...] cache of FlashInfer/vLLM-style
+  // engines), or one buffer with V 3 MiB past the end of K (kOffset: not a power of two).
+  enum class KVPlacement { kSeparate, kInterleaved, kOffset } placement = KVPlacement::kSeparate;
 };
 
 void run_decode_case(weft::bench::Context& ctx, const std::string& name, const Model& m,
@@ -62,7 +67,10 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
               {"head_dim", std::to_string(kHeadDim)}, {"page_size", std::to_string(kPageSize)},
               {"dtype", "bf16"}, {"path", weft::decode_path_name(path)},
               {"layout", layout == weft::KVLayout::kNHD ? "NHD" : "HND"},
-              {"pages", opt.shuffled_pages ? "shuffled" : "sequential"}};
+              {"pages", opt.shuffled_pages ? "shuffled" : "sequential"},
+              {"kv_placement", opt.placement == CaseOptions::KVPlacement::kSeparate      ? "separate"
+                               : opt.placement == CaseOptions::KVPlacement::kInterleaved ? "interleaved"
+                                                                                       : "offset"}};
   r.bytes = kv_bytes + 2.0 * batch * m.hq * kHeadDim * 2;
   r.flops = 4.0 * double(total_kv) * m.hq * kHeadDim;
   r.ceiling = "read";
@@ -92,11 +100,31 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
     // fresh ones (a spacer allocation before each moves the pools) and the spread in extras.
     for (int rep = 0; rep < allocations; ++rep) {
       DeviceArray spacer(size_t(rep) * ((size_t(1) << 30) + (size_t(6) << 20)));
-      DeviceArray k(pool_elems * 2), v(pool_elems * 2), q(size_t(batch) * m.hq * kHeadDim * 2),
+      using KVP = CaseOptions::KVPlacement;
+      const size_t kv_gap = opt.placement == KVP::kOffset ? (size_t(3) << 20) : 0;
+      DeviceArray kv(opt.placement == KVP::kSeparate ? 16 : 2 * pool_elems * 2 + kv_gap);
+      DeviceArray k(opt.placement == KVP::kSeparate ? pool_elems * 2 : 16),
+          v(opt.placement == KVP::kSeparate ? pool_elems * 2 : 16), q(size_t(batch) * m.hq * kHeadDim * 2),
           out(size_t(batch) * m.hq * kHeadDim * 2), d_indptr(indptr.size() * 4), d_indices(indices.size() * 4),
           d_last(last.size() * 4);
-      weft::bench::fill_random(k.get(), pool_elems, weft::DType::kBFloat16, 1);
-      weft::bench::fill_random(v.get(), pool_elems, weft::DType::kBFloat16, 2);
+      const size_t page_elems = size_t(kPageSize) * m.hkv * kHeadDim;
+      void* k_base = k.get();
+      void* v_base = v.get();
+      int64_t page_stride = int64_t(page_elems);
+      if (opt.placement == KVP::kInterleaved) {
+        k_base = kv.get();
+        v_base = static_cast<char*>(kv.get()) + page_elems * 2;
+        page_stride = 2 * int64_t(page_elems);
+      } else if (opt.placement == KVP::kOffset) {
+        k_base = kv.get();
+        v_base = static_cast<char*>(kv.get()) + pool_elems * 2 + kv_gap;
+      }
+      if (opt.placement == KVP::kSeparate) {
+        weft::bench::fill_random(k.get(), pool_elems, weft::DType::kBFloat16, 1);
+        weft::bench::fill_random(v.get(), pool_elems, weft::DType::kBFloat16, 2);
+      } else {
+        weft::bench::fill_random(kv.get(), (2 * pool_elems * 2 + kv_gap) / 2, weft::DType::kBFloat16, 1);
+      }
       weft::bench::fill_random(q.get(), size_t(batch) * m.hq * kHeadDim, weft::DType::kBFloat16, 3);
       WEFT_BENCH_CUDA(cudaMemcpy(d_indptr.get(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
       WEFT_BENCH_CUDA(cudaMemcpy(d_indices.get(), indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
@@ -111,8 +139,9 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
       cache.layout = layout;
       const bool nhd = layout == weft::KVLayout::kNHD;
       const int64_t dim1 = nhd ? kPageSize : m.hkv, dim2 = nhd ? m.hkv : kPageSize;
-      cache.k_pages = weft::TensorView(k.get(), weft::DType::kBFloat16, {num_pages, dim1, dim2, kHeadDim});
-      cache.v_pages = weft::TensorView(v.get(), weft::DType::kBFloat16, {num_pages, dim1, dim2, kHeadDim});
+      const std::initializer_list<int64_t> strides = {page_stride, dim2 * kHeadDim, kHeadDim, 1};
+      cache.k_pages = weft::TensorView(k_base, weft::DType::kBFloat16, {num_pages, dim1, dim2, kHeadDim}, strides);
+      cache.v_pages = weft::TensorView(v_base, weft::DType::kBFloat16, {num_pages, dim1, dim2, kHeadDim}, strides);
       weft::TensorView tq(q.get(), weft::DType::kBFloat16, {batch, m.hq, kHeadDim});
       weft::TensorView tout(out.get(), weft::DType::kBFloat16, {batch, m.hq, kHeadDim});
 
@@ -166,6 +195,8 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
                {"num_items", double(info.num_items)},
                {"num_merges", double(info.num_merges)},
                {"max_chunk", double(info.max_chunk)}};
+    for (size_t i = 0; i < one_ms_all.size(); ++i)  // each allocation's time, in allocation order
+      r.extra.push_back({"alloc" + std::to_string(i) + "_ms", one_ms_all[i]});
     ctx.report(r);
   } catch (const std::exception& e) {
     ctx.report_error(r, e.what());
@@ -258,6 +289,26 @@ WEFT_BENCH_GROUP(decode) {
                         std::vector<int32_t>(b, kv), single);
     unsetenv("WEFT_DECODE_WARPS");
     unsetenv("WEFT_DECODE_STAGES");
+  }
+  // "decode/kvinterleaved/..." and "decode/kvoffset/...": the V pool placed differently relative
+  // to the K pool (CaseOptions::placement), 5 allocations each, at the shapes whose rows showed
+  // two speed modes across allocations.
+  {
+    const std::pair<int32_t, int32_t> shapes_kv[] = {{1, 32768}, {1, 131072}, {32, 4096}};
+    const std::pair<const char*, CaseOptions::KVPlacement> placements[] = {
+        {"kvseparate", CaseOptions::KVPlacement::kSeparate},
+        {"kvinterleaved", CaseOptions::KVPlacement::kInterleaved},
+        {"kvoffset", CaseOptions::KVPlacement::kOffset}};
+    for (auto [tag, placement] : placements)
+      for (const Model& m : models)
+        for (auto [b, kv] : shapes_kv) {
+          CaseOptions o;
+          o.placement = placement;
+          o.allocations = 5;
+          run_decode_case(ctx, std::string("decode/") + tag + "/" + m.name + "/b" + std::to_string(b) + "/kv" +
+                                   std::to_string(kv),
+                          m, std::vector<int32_t>(b, kv), o);
+        }
   }
   // "decode/floor/...": the best plain streaming-read kernel over the same KV bytes, timed the
   // same way (one launch after an L2 flush; weft::bench::plain_read_ms). The fixed cost of one
