@@ -331,6 +331,26 @@ WEFT_BENCH_GROUP(decode) {
         ctx.report_error(r, e.what());
       }
     }
+  // "decode/floor/spacer<i>/<MB>": the same plain read with a spacer of i x (1 GiB + 6 MiB)
+  // allocated first (as run_decode_case's allocation i does), to see whether the speed modes of
+  // the decode rows across allocations also show for a plain read.
+  for (int i = 0; i < 6; ++i)
+    for (double mb : {128.0, 512.0}) {
+      weft::bench::Result r;
+      r.name = "decode/floor/spacer" + std::to_string(i) + "/" + std::to_string(int(mb)) + "MiB";
+      if (!ctx.wants(r.name)) continue;
+      r.params = {{"spacer_bytes", std::to_string(size_t(i) * ((size_t(1) << 30) + (size_t(6) << 20)))},
+                  {"kernel", "plain streaming read"}};
+      r.bytes = mb * (1 << 20);
+      r.ceiling = "read";
+      try {
+        DeviceArray spacer(size_t(i) * ((size_t(1) << 30) + (size_t(6) << 20)));
+        r.ms = weft::bench::plain_read_ms(ctx, static_cast<std::size_t>(r.bytes));
+        ctx.report(r);
+      } catch (const std::exception& e) {
+        ctx.report_error(r, e.what());
+      }
+    }
   // "decode/marginal/...": ms = time(2 runs in one graph) - time(1 run), the steady-state cost
   // of a run without the launch latency and with warm address translations (run_decode_case).
   for (const Model& m : models)
