@@ -44,15 +44,17 @@ __device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* 
   const int d4 = head_dim / 4;
   const int64_t slot_stride = static_cast<int64_t>(tile_q) * head_dim;  // floats between slots of the row
   auto lse_at = [&](int k) { return __ldcg(lse_i + static_cast<int64_t>(k) * tile_q); };
-  // In flight together: this lane's first LSE (slot `lane`) and the first batch of O slots of
-  // the first column block (their addresses do not depend on the LSEs).
+  // In flight together: this lane's first two LSEs (slots `lane` and `lane + 32`) and the first
+  // batch of O slots of the first column block (their addresses do not depend on the LSEs).
+  // Splits of up to 64 slots then need no LSE load after the first round.
   const float lse_lane = lane < n ? lse_at(lane) : -INFINITY;
+  const float lse_lane2 = lane + 32 < n ? lse_at(lane + 32) : -INFINITY;
   float4 v[kMergeSlotBatch];
   merge_load_batch(v, o_i, slot_stride, 0, min(32, n), lane, lane < d4);
   // Slot k's LSE lives on lane k % 32: max and sum are warp reductions (xor tree: a fixed
   // order, bitwise deterministic), so a merge of many slots costs ~one load latency, not n.
-  float mx = lse_lane;
-  for (int k = lane + 32; k < n; k += 32) mx = fmaxf(mx, lse_at(k));
+  float mx = fmaxf(lse_lane, lse_lane2);  // = the loop below from k = lane + 32 (max is exact)
+  for (int k = lane + 64; k < n; k += 32) mx = fmaxf(mx, lse_at(k));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   if (mx == -INFINITY) {
@@ -61,8 +63,10 @@ __device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* 
     return;
   }
   const float w_lane = lane < n ? exp2f(lse_lane - mx) : 0.f;  // weight of slot `lane`
+  const float w_lane2 = lane + 32 < n ? exp2f(lse_lane2 - mx) : 0.f;  // weight of slot `lane + 32`
   float sum = w_lane;
-  for (int k = lane + 32; k < n; k += 32) sum += exp2f(lse_at(k) - mx);
+  if (lane + 32 < n) sum += w_lane2;  // same terms in the same order as a loop from lane + 32
+  for (int k = lane + 64; k < n; k += 32) sum += exp2f(lse_at(k) - mx);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   const float inv = 1.f / sum;
@@ -73,7 +77,7 @@ __device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* 
     const bool active = c < d4;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int kb = 0; kb < n; kb += 32) {
-      const float wl = kb == 0 ? w_lane : kb + lane < n ? exp2f(lse_at(kb + lane) - mx) : 0.f;
+      const float wl = kb == 0 ? w_lane : kb == 32 ? w_lane2 : kb + lane < n ? exp2f(lse_at(kb + lane) - mx) : 0.f;
       const int cnt = min(32, n - kb);
       for (int k = 0; k < cnt; k += kMergeSlotBatch) {
         if (cb != 0 || kb != 0 || k != 0)  // the first batch is already in flight

@@ -3,6 +3,8 @@
 //             16-byte cp.async, page ids looked up one tile ahead (kv_lookup / kv_issue)
 //   epilogue: cross-warp combine of online-softmax states, final or partial store
 #pragma once
+#include <cuda/atomic>
+
 #include <cstdint>
 
 #include "attention/merge_row.cuh"
@@ -73,7 +75,20 @@ struct Item {
   int req, kv_head, row_begin, nrows, kv_begin, kv_end, slot;
   int token0;  // qo_indptr[req]
   int merge;   // split items: the merge entry of the tile (slot >= 0); else -1
+  // Split items: the tile's first slot and slot count (merge_indptr[merge], [merge + 1] -
+  // [merge]), loaded with the item's metadata so the end-of-item merge does not wait for them.
+  int merge_s0, merge_n;
 };
+
+// merge_indptr of a split item (a load that depends on it.merge, issued with the metadata).
+__device__ __forceinline__ void load_merge_range(const plan::PlanPointers& p, Item& it) {
+  it.merge_s0 = 0;
+  it.merge_n = 0;
+  if (it.merge >= 0) {
+    it.merge_s0 = p.merge_indptr[it.merge];
+    it.merge_n = p.merge_indptr[it.merge + 1] - it.merge_s0;
+  }
+}
 
 // Item i from the plan's arrays (the qo_indptr load depends on the request: two load rounds).
 // Used for a CTA's later items, which are requested one item ahead.
@@ -88,6 +103,7 @@ __device__ __forceinline__ Item load_item(const plan::PlanPointers& p, int i) {
   it.slot = p.item_partial_slot[i];
   it.token0 = p.qo_indptr[it.req];
   it.merge = p.item_merge[i];
+  load_merge_range(p, it);
   return it;
 }
 
@@ -109,6 +125,7 @@ __device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int
   it.slot = d.x;
   it.token0 = d.y;
   it.merge = d.z;
+  load_merge_range(p, it);
   return it;
 }
 
@@ -244,24 +261,22 @@ __device__ __forceinline__ float logit_log2(const DecodeParams<T>& p, float qk) 
 // the finished slot in the tile's merge counter; the CTA that finishes the LAST slot merges
 // the tile's rows (attn::merge_row_warp, the merge kernel's code, so the bits are the same:
 // slots in KV order, whichever CTA merges) and resets the counter to 0 for the next run.
-// Memory order (the threadfence-reduction pattern): every thread fences its partial stores
-// before the CTA's one atomic; the last CTA fences after it and reads the partials from L2.
+// Memory order (the pattern of CUTLASS's GenericBarrier): the barrier orders every thread's
+// partial stores before thread 0's acq_rel atomic at device scope (release: cumulative over
+// what the barrier ordered); the last CTA's thread 0 acquires the other CTAs' stores with the
+// same atomic and its barrier passes them on to the threads that read the partials.
 // s_flag: the layout's 16-byte flag area (shared memory): {first slot, slot count} of the tile
 // when this CTA merges it, first slot -1 otherwise.
 template <class T, int D>
 __device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, const Item& it, int* s_flag) {
-  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    const int s0 = p.plan.merge_indptr[it.merge], n = p.plan.merge_indptr[it.merge + 1] - s0;
-    const unsigned done = atomicAdd(p.plan.merge_counter + it.merge, 1u) + 1u;
-    const bool last = done == unsigned(n);
-    if (last) {
-      __threadfence();
-      p.plan.merge_counter[it.merge] = 0u;  // every slot of this run is counted: no one else touches it
-    }
-    s_flag[0] = last ? s0 : -1;
-    s_flag[1] = n;
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> counter(p.plan.merge_counter[it.merge]);
+    const bool last = counter.fetch_add(1u, cuda::memory_order_acq_rel) + 1u == uint32_t(it.merge_n);
+    // Every slot of this run is counted: no one else touches the counter until the next launch.
+    if (last) counter.store(0u, cuda::memory_order_relaxed);
+    s_flag[0] = last ? it.merge_s0 : -1;
+    s_flag[1] = it.merge_n;
   }
   __syncthreads();
   const int s0 = s_flag[0], n = s_flag[1];
