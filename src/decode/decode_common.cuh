@@ -75,19 +75,21 @@ struct Item {
   int req, kv_head, row_begin, nrows, kv_begin, kv_end, slot;
   int token0;  // qo_indptr[req]
   int merge;   // split items: the merge entry of the tile (slot >= 0); else -1
-  // Split items: the tile's first slot and slot count (merge_indptr[merge], [merge + 1] -
-  // [merge]), loaded with the item's metadata so the end-of-item merge does not wait for them.
-  int merge_s0, merge_n;
 };
 
-// merge_indptr of a split item (a load that depends on it.merge, issued with the metadata).
-__device__ __forceinline__ void load_merge_range(const plan::PlanPointers& p, Item& it) {
-  it.merge_s0 = 0;
-  it.merge_n = 0;
+// A split item's tile: its first partial slot and slot count (merge_indptr). Loaded when the
+// item's KV loop ends, so the loads overlap the epilogue (not held in registers through the
+// KV loop, where the CUDA-core kernel is at its register peak).
+struct MergeRange {
+  int s0 = 0, n = 0;
+};
+__device__ __forceinline__ MergeRange load_merge_range(const plan::PlanPointers& p, const Item& it) {
+  MergeRange r;
   if (it.merge >= 0) {
-    it.merge_s0 = p.merge_indptr[it.merge];
-    it.merge_n = p.merge_indptr[it.merge + 1] - it.merge_s0;
+    r.s0 = p.merge_indptr[it.merge];
+    r.n = p.merge_indptr[it.merge + 1] - r.s0;
   }
+  return r;
 }
 
 // Item i from the plan's arrays (the qo_indptr load depends on the request: two load rounds).
@@ -103,7 +105,6 @@ __device__ __forceinline__ Item load_item(const plan::PlanPointers& p, int i) {
   it.slot = p.item_partial_slot[i];
   it.token0 = p.qo_indptr[it.req];
   it.merge = p.item_merge[i];
-  load_merge_range(p, it);
   return it;
 }
 
@@ -125,7 +126,6 @@ __device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int
   it.slot = d.x;
   it.token0 = d.y;
   it.merge = d.z;
-  load_merge_range(p, it);
   return it;
 }
 
@@ -268,15 +268,16 @@ __device__ __forceinline__ float logit_log2(const DecodeParams<T>& p, float qk) 
 // s_flag: the layout's 16-byte flag area (shared memory): {first slot, slot count} of the tile
 // when this CTA merges it, first slot -1 otherwise.
 template <class T, int D>
-__device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, const Item& it, int* s_flag) {
+__device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, const Item& it, MergeRange mr,
+                                                   int* s_flag) {
   __syncthreads();
   if (threadIdx.x == 0) {
     cuda::atomic_ref<uint32_t, cuda::thread_scope_device> counter(p.plan.merge_counter[it.merge]);
-    const bool last = counter.fetch_add(1u, cuda::memory_order_acq_rel) + 1u == uint32_t(it.merge_n);
+    const bool last = counter.fetch_add(1u, cuda::memory_order_acq_rel) + 1u == uint32_t(mr.n);
     // Every slot of this run is counted: no one else touches the counter until the next launch.
     if (last) counter.store(0u, cuda::memory_order_relaxed);
-    s_flag[0] = last ? it.merge_s0 : -1;
-    s_flag[1] = it.merge_n;
+    s_flag[0] = last ? mr.s0 : -1;
+    s_flag[1] = mr.n;
   }
   __syncthreads();
   const int s0 = s_flag[0], n = s_flag[1];

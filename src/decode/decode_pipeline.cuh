@@ -122,6 +122,7 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     // Start the next item now, so its Q and first S-1 tiles (stages 0 .. S-2, this warp's own)
     // load during the epilogue; the epilogue only touches stage S-1 (red_o), red_m/l and sQ.
     __syncwarp();
+    const MergeRange mr = load_merge_range(p.plan, it);  // used after the epilogue
     if (has_next)
       pg_next = start_item<T, D>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
                                  S, W, warp, lane);
@@ -129,7 +130,7 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     ml.store(red_o, red_m, red_l, warp, lane, it.nrows);
     __syncthreads();
     combine_and_store<T, D>(p, it, red_o, red_m, red_l);
-    if (it.slot >= 0) merge_tile_if_last<T, D>(p, it, s_flag);
+    if (it.slot >= 0) merge_tile_if_last<T, D>(p, it, mr, s_flag);
     it = nx;
     pages = nx_pages;
   }
