@@ -131,7 +131,7 @@ finish() {
 
 # Pass WEFT_COMMIT from the machine that holds the checkout: a lent machine gets a copy of the
 # working tree whose git metadata can lag it (one call reported the session's first commit for a
-# tree eleven commits newer), so git there may name the wrong commit.
+# tree fifteen commits newer), so git there may name the wrong commit.
 COMMIT="${WEFT_COMMIT:-}"
 [ -z "$COMMIT" ] && COMMIT="$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || true)"
 [ -z "$COMMIT" ] && COMMIT="unknown"
