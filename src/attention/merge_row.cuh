@@ -10,8 +10,7 @@
 namespace weft::attn {
 
 // Slots per batch of O loads in flight per lane (one float4 each): 16 keeps 64 registers of
-// loads, so a typical split (<= 48 slots) costs <= 3 load latencies. (A caller with registers
-// to spare may pass a larger batch to merge_row_warp.)
+// loads, so a typical split (<= 48 slots) costs <= 3 load latencies.
 constexpr int kMergeSlotBatch = 16;
 
 template <class T>
@@ -25,13 +24,12 @@ __device__ __forceinline__ void merge_store4(T* dst, float a, float b, float c, 
   *reinterpret_cast<uint2*>(dst) = pk.u;
 }
 
-// v[j] = column c (float4) of slot k + j of the row, j < min(Batch, cnt - k); zeros
+// v[j] = column c (float4) of slot k + j of the row, j < min(kMergeSlotBatch, cnt - k); zeros
 // past. Loads go to L2 (.cg): the partials were written by other CTAs, possibly in this grid.
-template <int Batch>
-__device__ __forceinline__ void merge_load_batch(float4 (&v)[Batch], const float* o_row0, int64_t slot_stride,
-                                                 int k, int cnt, int c, bool active) {
+__device__ __forceinline__ void merge_load_batch(float4 (&v)[kMergeSlotBatch], const float* o_row0,
+                                                 int64_t slot_stride, int k, int cnt, int c, bool active) {
 #pragma unroll
-  for (int j = 0; j < Batch; ++j)
+  for (int j = 0; j < kMergeSlotBatch; ++j)
     v[j] = active && k + j < cnt ? __ldcg(reinterpret_cast<const float4*>(o_row0 + (k + j) * slot_stride) + c)
                                  : make_float4(0.f, 0.f, 0.f, 0.f);
 }
@@ -40,9 +38,7 @@ __device__ __forceinline__ void merge_load_batch(float4 (&v)[Batch], const float
 // lse_i[k * tile_q], its O row (fp32, head_dim) at o_i + k * tile_q * head_dim. Writes the merged
 // row to orow (head_dim elements of T) and, when lse_out is not null, the natural-log LSE.
 // Every LSE -inf (all keys masked): O = 0, LSE = -inf.
-// Batch: O slots in flight per lane per round (registers: 4 per slot). The order of the sums
-// does not depend on it, so neither do the bits.
-template <class T, int Batch = kMergeSlotBatch>
+template <class T>
 __device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* o_i, int n, int tile_q,
                                                int head_dim, T* orow, float* lse_out, int lane) {
   const int d4 = head_dim / 4;
@@ -53,7 +49,7 @@ __device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* 
   // Splits of up to 64 slots then need no LSE load after the first round.
   const float lse_lane = lane < n ? lse_at(lane) : -INFINITY;
   const float lse_lane2 = lane + 32 < n ? lse_at(lane + 32) : -INFINITY;
-  float4 v[Batch];
+  float4 v[kMergeSlotBatch];
   merge_load_batch(v, o_i, slot_stride, 0, min(32, n), lane, lane < d4);
   // Slot k's LSE lives on lane k % 32: max and sum are warp reductions (xor tree: a fixed
   // order, bitwise deterministic), so a merge of many slots costs ~one load latency, not n.
@@ -75,7 +71,7 @@ __device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* 
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   const float inv = 1.f / sum;
   // O: each lane owns 4 columns; slots are accumulated in KV order (sequential, fixed), their
-  // weights broadcast from the lane that holds them; Batch loads in flight.
+  // weights broadcast from the lane that holds them; kMergeSlotBatch loads in flight.
   for (int cb = 0; cb < d4; cb += 32) {
     const int c = cb + lane;
     const bool active = c < d4;
@@ -83,11 +79,11 @@ __device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* 
     for (int kb = 0; kb < n; kb += 32) {
       const float wl = kb == 0 ? w_lane : kb == 32 ? w_lane2 : kb + lane < n ? exp2f(lse_at(kb + lane) - mx) : 0.f;
       const int cnt = min(32, n - kb);
-      for (int k = 0; k < cnt; k += Batch) {
+      for (int k = 0; k < cnt; k += kMergeSlotBatch) {
         if (cb != 0 || kb != 0 || k != 0)  // the first batch is already in flight
           merge_load_batch(v, o_i + static_cast<int64_t>(kb) * slot_stride, slot_stride, k, cnt, c, active);
 #pragma unroll
-        for (int j = 0; j < Batch; ++j) {  // accumulated in slot order
+        for (int j = 0; j < kMergeSlotBatch; ++j) {  // accumulated in slot order
           const float w = __shfl_sync(0xffffffffu, wl, (k + j) & 31);
           if (k + j < cnt) {
             acc.x += w * v[j].x;

@@ -21,10 +21,6 @@ constexpr int kWarpKeys = 16;  // keys per warp tile: one mma K step of P.V; the
 static_assert(kTileQ == kPlanTileQ && kWarpKeys == kPlanKVTile, "planner and kernel tiles must agree");
 constexpr int kMaxThreads = kMaxWarps * 32;
 constexpr int kMaxStages = 8;
-// O slots in flight per lane in the in-kernel merge: 24 covers the common batch-1 split (33
-// slots on 264 CTAs) in two load rounds instead of three. The merge runs after the KV loop, and
-// decode's occupancy is set by shared memory (2 CTAs x 128 threads may use 255 registers).
-constexpr int kMergeBatch = 24;
 
 // Shared memory of one CTA for `stages` per-warp pipeline stages (runtime: the stage count is a
 // launch argument, not a template parameter), in this order:
@@ -291,7 +287,7 @@ __device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, con
     const int ra = it.row_begin + i;
     const int64_t token = it.token0 + ra / p.group_size;
     const int64_t head = int64_t(it.kv_head) * p.group_size + ra % p.group_size;
-    attn::merge_row_warp<T, kMergeBatch>(p.plan.partial_lse + int64_t(s0) * kTileQ + i,
+    attn::merge_row_warp<T>(p.plan.partial_lse + int64_t(s0) * kTileQ + i,
                             p.plan.partial_o + (int64_t(s0) * kTileQ + i) * D, n, kTileQ, D,
                             p.o + token * p.o_stride_token + head * p.o_stride_head,
                             p.lse != nullptr ? p.lse + token * p.lse_stride_token + head : nullptr, lane);
