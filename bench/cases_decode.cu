@@ -33,6 +33,10 @@ using weft::bench::DeviceArray;
 constexpr int64_t kHeadDim = 128, kPageSize = 16;
 constexpr double kMaxKVBytes = 60.0 * (1ull << 30);
 
+// Allocation i of a row (and of the floor/spacer rows) is preceded by a spacer of this many
+// bytes, so that fresh allocations land in different places (run_decode_case).
+size_t spacer_bytes(int i) { return size_t(i) * ((size_t(1) << 30) + (size_t(6) << 20)); }
+
 struct Model {
   const char* name;
   int32_t hq, hkv;
@@ -99,32 +103,23 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
     // placement of a fresh allocation matters, so a row reports the median over `allocations`
     // fresh ones (a spacer allocation before each moves the pools) and the spread in extras.
     for (int rep = 0; rep < allocations; ++rep) {
-      DeviceArray spacer(size_t(rep) * ((size_t(1) << 30) + (size_t(6) << 20)));
+      DeviceArray spacer(spacer_bytes(rep));
+      // K and V pools: two allocations (kSeparate; v_pool holds V), or both in k_pool.
       using KVP = CaseOptions::KVPlacement;
-      const size_t kv_gap = opt.placement == KVP::kOffset ? (size_t(3) << 20) : 0;
-      DeviceArray kv(opt.placement == KVP::kSeparate ? 16 : 2 * pool_elems * 2 + kv_gap);
-      DeviceArray k(opt.placement == KVP::kSeparate ? pool_elems * 2 : 16),
-          v(opt.placement == KVP::kSeparate ? pool_elems * 2 : 16), q(size_t(batch) * m.hq * kHeadDim * 2),
-          out(size_t(batch) * m.hq * kHeadDim * 2), d_indptr(indptr.size() * 4), d_indices(indices.size() * 4),
-          d_last(last.size() * 4);
+      const bool separate = opt.placement == KVP::kSeparate;
       const size_t page_elems = size_t(kPageSize) * m.hkv * kHeadDim;
-      void* k_base = k.get();
-      void* v_base = v.get();
-      int64_t page_stride = int64_t(page_elems);
-      if (opt.placement == KVP::kInterleaved) {
-        k_base = kv.get();
-        v_base = static_cast<char*>(kv.get()) + page_elems * 2;
-        page_stride = 2 * int64_t(page_elems);
-      } else if (opt.placement == KVP::kOffset) {
-        k_base = kv.get();
-        v_base = static_cast<char*>(kv.get()) + pool_elems * 2 + kv_gap;
-      }
-      if (opt.placement == KVP::kSeparate) {
-        weft::bench::fill_random(k.get(), pool_elems, weft::DType::kBFloat16, 1);
-        weft::bench::fill_random(v.get(), pool_elems, weft::DType::kBFloat16, 2);
-      } else {
-        weft::bench::fill_random(kv.get(), (2 * pool_elems * 2 + kv_gap) / 2, weft::DType::kBFloat16, 1);
-      }
+      const size_t pool_bytes = pool_elems * 2, page_bytes = page_elems * 2;
+      const size_t kv_gap = opt.placement == KVP::kOffset ? (size_t(3) << 20) : 0;
+      DeviceArray k_pool(separate ? pool_bytes : 2 * pool_bytes + kv_gap), v_pool(separate ? pool_bytes : 0);
+      DeviceArray q(size_t(batch) * m.hq * kHeadDim * 2), out(size_t(batch) * m.hq * kHeadDim * 2),
+          d_indptr(indptr.size() * 4), d_indices(indices.size() * 4), d_last(last.size() * 4);
+      char* const k_base = static_cast<char*>(k_pool.get());
+      void* const v_base = separate ? v_pool.get()
+                           : opt.placement == KVP::kInterleaved ? k_base + page_bytes
+                                                                : k_base + pool_bytes + kv_gap;
+      const int64_t page_stride = int64_t(page_elems) * (opt.placement == KVP::kInterleaved ? 2 : 1);
+      weft::bench::fill_random(k_pool.get(), k_pool.bytes() / 2, weft::DType::kBFloat16, 1);
+      if (separate) weft::bench::fill_random(v_pool.get(), pool_elems, weft::DType::kBFloat16, 2);
       weft::bench::fill_random(q.get(), size_t(batch) * m.hq * kHeadDim, weft::DType::kBFloat16, 3);
       WEFT_BENCH_CUDA(cudaMemcpy(d_indptr.get(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
       WEFT_BENCH_CUDA(cudaMemcpy(d_indices.get(), indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
@@ -197,6 +192,26 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
                {"max_chunk", double(info.max_chunk)}};
     for (size_t i = 0; i < one_ms_all.size(); ++i)  // each allocation's time, in allocation order
       r.extra.push_back({"alloc" + std::to_string(i) + "_ms", one_ms_all[i]});
+    ctx.report(r);
+  } catch (const std::exception& e) {
+    ctx.report_error(r, e.what());
+  }
+}
+
+// A plain-read row (weft::bench::plain_read_ms over `bytes`), after a spacer allocation of
+// spacer_bytes(spacer) when spacer > 0.
+void report_plain_read(weft::bench::Context& ctx, const std::string& name,
+                       std::vector<std::pair<std::string, std::string>> params, double bytes, int spacer = 0) {
+  weft::bench::Result r;
+  r.name = name;
+  if (!ctx.wants(r.name)) return;
+  r.params = std::move(params);
+  r.params.push_back({"kernel", "plain streaming read"});
+  r.bytes = bytes;
+  r.ceiling = "read";
+  try {
+    DeviceArray spacer_alloc(spacer_bytes(spacer));
+    r.ms = weft::bench::plain_read_ms(ctx, static_cast<std::size_t>(bytes));
     ctx.report(r);
   } catch (const std::exception& e) {
     ctx.report_error(r, e.what());
@@ -315,42 +330,17 @@ WEFT_BENCH_GROUP(decode) {
   // launch and its ramp is in it too, so it shows what fraction of the read ceiling any single
   // kernel of that size reaches here: the reachable top for the decode row of the same shape.
   for (const Model& m : models)
-    for (auto [b, kv] : {std::pair{1, 16384}, std::pair{1, 32768}, std::pair{1, 131072}, std::pair{32, 4096}}) {
-      weft::bench::Result r;
-      r.name = std::string("decode/floor/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv);
-      if (!ctx.wants(r.name)) continue;
-      const double kv_bytes = double(b) * kv * m.hkv * kHeadDim * 2 * 2;
-      r.params = {{"model", m.name}, {"batch", std::to_string(b)}, {"kv_len", std::to_string(kv)},
-                  {"kernel", "plain streaming read"}};
-      r.bytes = kv_bytes;
-      r.ceiling = "read";
-      try {
-        r.ms = weft::bench::plain_read_ms(ctx, static_cast<std::size_t>(kv_bytes));
-        ctx.report(r);
-      } catch (const std::exception& e) {
-        ctx.report_error(r, e.what());
-      }
-    }
+    for (auto [b, kv] : {std::pair{1, 16384}, std::pair{1, 32768}, std::pair{1, 131072}, std::pair{32, 4096}})
+      report_plain_read(ctx, std::string("decode/floor/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
+                        {{"model", m.name}, {"batch", std::to_string(b)}, {"kv_len", std::to_string(kv)}},
+                        double(b) * kv * m.hkv * kHeadDim * 2 * 2);
   // "decode/floor/spacer<i>/<MB>": the same plain read with a spacer of i x (1 GiB + 6 MiB)
   // allocated first (as run_decode_case's allocation i does), to see whether the speed modes of
   // the decode rows across allocations also show for a plain read.
   for (int i = 0; i < 6; ++i)
-    for (double mb : {128.0, 512.0}) {
-      weft::bench::Result r;
-      r.name = "decode/floor/spacer" + std::to_string(i) + "/" + std::to_string(int(mb)) + "MiB";
-      if (!ctx.wants(r.name)) continue;
-      r.params = {{"spacer_bytes", std::to_string(size_t(i) * ((size_t(1) << 30) + (size_t(6) << 20)))},
-                  {"kernel", "plain streaming read"}};
-      r.bytes = mb * (1 << 20);
-      r.ceiling = "read";
-      try {
-        DeviceArray spacer(size_t(i) * ((size_t(1) << 30) + (size_t(6) << 20)));
-        r.ms = weft::bench::plain_read_ms(ctx, static_cast<std::size_t>(r.bytes));
-        ctx.report(r);
-      } catch (const std::exception& e) {
-        ctx.report_error(r, e.what());
-      }
-    }
+    for (int mib : {128, 512})
+      report_plain_read(ctx, "decode/floor/spacer" + std::to_string(i) + "/" + std::to_string(mib) + "MiB",
+                        {{"spacer_bytes", std::to_string(spacer_bytes(i))}}, double(mib) * (1 << 20), i);
   // "decode/marginal/...": ms = time(2 runs in one graph) - time(1 run), the steady-state cost
   // of a run without the launch latency and with warm address translations (run_decode_case).
   for (const Model& m : models)

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "comm/selector.h"
 #include "weft/comm.h"
 #include "weft/error.h"
 
@@ -56,10 +57,9 @@ struct Communicator::Impl {
   // normalized rows), events forking / joining them with the caller's stream per chunk, and the
   // window base of every rank as mapped in this process (ncclGetLsaPointer(win, 0, q), read once
   // at setup) for the copies' peer addresses.
-  static constexpr int kMaxCeChunks = 8;  // == comm_detail::kMaxCeChunks (selector.h)
   cudaStream_t ce_push = nullptr, ce_pull = nullptr;
   cudaEvent_t ce_start = nullptr, ce_pulled = nullptr;
-  cudaEvent_t ce_pushed[kMaxCeChunks] = {}, ce_reduced[kMaxCeChunks] = {};
+  cudaEvent_t ce_pushed[comm_detail::kMaxCeChunks] = {}, ce_reduced[comm_detail::kMaxCeChunks] = {};
   char* peer_base[kCommMaxWorld] = {};
   int ce_chunks = 0;  // chunks per call; 0: by size (ce_chunk_count)
   // Tuning and timing knobs of the copy-engine kernel, read once at setup (ce_read_knobs):

@@ -49,8 +49,6 @@ const char* comm_kernel_name(CommKernel k) {
 
 namespace {
 
-static_assert(Communicator::Impl::kMaxCeChunks == comm_detail::kMaxCeChunks, "one chunk limit");
-
 // kAuto stays kAuto (per call by size, comm_detail::select_kernel) unless WEFT_COMM_KERNEL names
 // a kernel.
 CommKernel resolve_kernel(CommKernel k) {
@@ -70,8 +68,8 @@ void check_kernel(CommKernel k, const char* name) {
 }
 
 void check_ce_chunks(int chunks, const char* name) {
-  WEFT_CHECK_ARG(chunks >= 0 && chunks <= Communicator::Impl::kMaxCeChunks, name,
-                 "must be in [0, " << Communicator::Impl::kMaxCeChunks << "] (0: by size), got " << chunks);
+  WEFT_CHECK_ARG(chunks >= 0 && chunks <= comm_detail::kMaxCeChunks, name,
+                 "must be in [0, " << comm_detail::kMaxCeChunks << "] (0: by size), got " << chunks);
 }
 
 bool env_flag(const char* name) {

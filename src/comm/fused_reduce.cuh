@@ -29,7 +29,6 @@ __device__ __forceinline__ uint4* lsa_ptr(const Params& p, size_t off, int peer)
   return static_cast<uint4*>(lsa_raw(p, off, peer));
 }
 
-
 // Canonical sum of squares (bit-identical for every CTA count / pass layout): a row is cut into
 // kSegs segments of seg_len vectors (a multiple of 32). Within a segment, lane l sums the squares
 // of vectors l, l + 32, ... in order, then the warp's xor tree (warp_sum) gives the segment sum;
@@ -176,6 +175,5 @@ inline void pass_layout(int64_t rows_per_cta, int vecs, int* tpr, int* rows_at_o
   *tpr = t;
   *rows_at_once = rpa;
 }
-
 
 }  // namespace weft::comm_detail

@@ -41,14 +41,14 @@ void ce_setup(Communicator::Impl& im) {
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&im.ce_pull, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_start, cudaEventDisableTiming));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_pulled, cudaEventDisableTiming));
-  for (int j = 0; j < Communicator::Impl::kMaxCeChunks; ++j) {
+  for (int j = 0; j < kMaxCeChunks; ++j) {
     WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_pushed[j], cudaEventDisableTiming));
     WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.ce_reduced[j], cudaEventDisableTiming));
   }
 }
 
 void ce_teardown(Communicator::Impl& im) noexcept {
-  for (int j = 0; j < Communicator::Impl::kMaxCeChunks; ++j) {
+  for (int j = 0; j < kMaxCeChunks; ++j) {
     if (im.ce_pushed[j]) cudaEventDestroy(im.ce_pushed[j]);
     if (im.ce_reduced[j]) cudaEventDestroy(im.ce_reduced[j]);
     im.ce_pushed[j] = im.ce_reduced[j] = nullptr;

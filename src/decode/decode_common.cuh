@@ -30,7 +30,7 @@ constexpr int kMaxStages = 8;
 //             first S-1 tiles (stages 0 .. S-2) can be in flight during the epilogue.
 //   m, l      [warps][16] fp32 each (epilogue)
 //   Q         two [16][D] buffers: the next item's Q loads while the current item runs.
-//   flag      16 bytes: the in-kernel merge's {first slot, slot count} (merge_tile_if_last).
+//   flag      16 bytes: whether this CTA merges the tile it just finished (merge_tile_if_last).
 //             In the dynamic layout, not a static __shared__ variable: the kernels' dynamic
 //             limit is raised to the device's opt-in maximum, which leaves no static room.
 template <class T, int D>
@@ -129,20 +129,28 @@ __device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int
   return it;
 }
 
-// Q rows of the item -> sQ (rows >= nrows zero-filled). Row r: token r / g, head kv_head*g + r % g.
+// Where row ra of an item's (request, kv head) lives: row ra is token token0 + ra / g, query head
+// kv_head * g + ra % g (g = the GQA group). Used for Q, the output and the LSE.
+struct RowPos {
+  int64_t token, head;
+};
+template <class T>
+__device__ __forceinline__ RowPos row_pos(const DecodeParams<T>& p, const Item& it, int ra) {
+  return {it.token0 + ra / p.group_size, int64_t(it.kv_head) * p.group_size + ra % p.group_size};
+}
+
+// Q rows of the item -> sQ (rows >= nrows zero-filled).
 template <class T, int D>
 __device__ __forceinline__ void load_q(const DecodeParams<T>& p, const Item& it, T* sQ) {
   constexpr int kChunks = D / 8;
-  const int token0 = it.token0;
   for (int idx = threadIdx.x; idx < kTileQ * kChunks; idx += blockDim.x) {
     const int r = idx / kChunks, c = idx % kChunks;
     const int ra = it.row_begin + r;
     const bool valid = r < it.nrows;
     const T* src = p.q;
     if (valid) {
-      const int64_t token = token0 + ra / p.group_size;
-      const int64_t head = int64_t(it.kv_head) * p.group_size + ra % p.group_size;
-      src = p.q + token * p.q_stride_token + head * p.q_stride_head + c * 8;
+      const RowPos rp = row_pos(p, it, ra);
+      src = p.q + rp.token * p.q_stride_token + rp.head * p.q_stride_head + c * 8;
     }
     ptx::cp_async_16(sQ + swz<D>(r, c), src, valid ? 16 : 0);
   }
@@ -203,7 +211,6 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
                                                   const float* red_o, const float* red_m,
                                                   const float* red_l) {
   constexpr int kGroups = D / 8;  // 8 outputs per thread step: one 16-byte store of T
-  const int token0 = it.token0;
   const int W = blockDim.x / 32;
   for (int idx = threadIdx.x; idx < it.nrows * kGroups; idx += blockDim.x) {
     const int r = idx / kGroups, c8 = idx % kGroups;
@@ -232,14 +239,13 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
     }
     const int ra = it.row_begin + r;
     if (it.slot < 0) {
-      const int64_t token = token0 + ra / p.group_size;
-      const int64_t head = int64_t(it.kv_head) * p.group_size + ra % p.group_size;
+      const RowPos rp = row_pos(p, it, ra);
       union { T h[8]; uint4 u; } pk;
 #pragma unroll
       for (int e = 0; e < 8; ++e) pk.h[e] = detail::from_float<T>(o[e]);
-      *reinterpret_cast<uint4*>(p.o + token * p.o_stride_token + head * p.o_stride_head + c8 * 8) = pk.u;
+      *reinterpret_cast<uint4*>(p.o + rp.token * p.o_stride_token + rp.head * p.o_stride_head + c8 * 8) = pk.u;
       if (p.lse != nullptr && c8 == 0)
-        p.lse[token * p.lse_stride_token + head] = lse2 * 0.69314718055994531f;  // log2 -> ln
+        p.lse[rp.token * p.lse_stride_token + rp.head] = lse2 * 0.69314718055994531f;  // log2 -> ln
     } else {
       float* dst = p.plan.partial_o + (int64_t(it.slot) * kTileQ + r) * D + c8 * 8;
       reinterpret_cast<float4*>(dst)[0] = make_float4(o[0], o[1], o[2], o[3]);
@@ -265,8 +271,8 @@ __device__ __forceinline__ float logit_log2(const DecodeParams<T>& p, float qk) 
 // partial stores before thread 0's acq_rel atomic at device scope (release: cumulative over
 // what the barrier ordered); the last CTA's thread 0 acquires the other CTAs' stores with the
 // same atomic and its barrier passes them on to the threads that read the partials.
-// s_flag: the layout's 16-byte flag area (shared memory): {first slot, slot count} of the tile
-// when this CTA merges it, first slot -1 otherwise.
+// s_flag: the layout's 16-byte flag area (shared memory): s_flag[0] = 1 when this CTA merges
+// the tile (every thread already holds the tile's slot range, mr).
 template <class T, int D>
 __device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, const Item& it, MergeRange mr,
                                                    int* s_flag) {
@@ -276,21 +282,17 @@ __device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, con
     const bool last = counter.fetch_add(1u, cuda::memory_order_acq_rel) + 1u == uint32_t(mr.n);
     // Every slot of this run is counted: no one else touches the counter until the next launch.
     if (last) counter.store(0u, cuda::memory_order_relaxed);
-    s_flag[0] = last ? mr.s0 : -1;
-    s_flag[1] = mr.n;
+    s_flag[0] = last ? 1 : 0;
   }
   __syncthreads();
-  const int s0 = s_flag[0], n = s_flag[1];
-  if (s0 < 0) return;
+  if (s_flag[0] == 0) return;
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = warp; i < it.nrows; i += W) {
-    const int ra = it.row_begin + i;
-    const int64_t token = it.token0 + ra / p.group_size;
-    const int64_t head = int64_t(it.kv_head) * p.group_size + ra % p.group_size;
-    attn::merge_row_warp<T>(p.plan.partial_lse + int64_t(s0) * kTileQ + i,
-                            p.plan.partial_o + (int64_t(s0) * kTileQ + i) * D, n, kTileQ, D,
-                            p.o + token * p.o_stride_token + head * p.o_stride_head,
-                            p.lse != nullptr ? p.lse + token * p.lse_stride_token + head : nullptr, lane);
+    const RowPos rp = row_pos(p, it, it.row_begin + i);
+    attn::merge_row_warp<T>(p.plan.partial_lse + int64_t(mr.s0) * kTileQ + i,
+                            p.plan.partial_o + (int64_t(mr.s0) * kTileQ + i) * D, mr.n, kTileQ, D,
+                            p.o + rp.token * p.o_stride_token + rp.head * p.o_stride_head,
+                            p.lse != nullptr ? p.lse + rp.token * p.lse_stride_token + rp.head : nullptr, lane);
   }
 }
 

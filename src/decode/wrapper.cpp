@@ -45,6 +45,13 @@ DeviceInfo current_device() {
   return d;
 }
 
+// The path run() will take, known at construction: forced, or kAuto's choice for the GQA group
+// (choose_decode_path does not depend on the dtype). It sets the stage count (decode_stages).
+DecodePath construction_path(DecodePath forced, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim) {
+  if (forced != DecodePath::kAuto) return forced;
+  return choose_decode_path(num_kv_heads > 0 ? num_qo_heads / num_kv_heads : 1, head_dim, DType::kBFloat16);
+}
+
 int32_t grid_for(int32_t head_dim, int32_t stages, int32_t warps) {
   check::head_dim_supported(head_dim, "head_dim");
   const DeviceInfo d = current_device();
@@ -105,14 +112,6 @@ std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo
     grid = std::max(grid, grid_for(head_dim, decode::decode_stages(head_dim, path), warps));
   const plan::PlanBounds b = decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, grid);
   return plan::WorkspaceLayout(b).total_bytes();
-}
-
-// The path run() will take, known at construction: forced, or kAuto's choice for the GQA group
-// (choose_decode_path does not depend on the dtype). It sets the stage count (decode_stages).
-static DecodePath construction_path(DecodePath forced, int32_t num_qo_heads, int32_t num_kv_heads,
-                                    int32_t head_dim) {
-  if (forced != DecodePath::kAuto) return forced;
-  return choose_decode_path(num_kv_heads > 0 ? num_qo_heads / num_kv_heads : 1, head_dim, DType::kBFloat16);
 }
 
 BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
