@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "decode/trace.h"
 #include "harness.h"
 #include "weft/decode.h"
 #include "weft/error.h"
@@ -53,6 +54,81 @@ struct CaseOptions {
   // engines), or one buffer with V 3 MiB past the end of K (kOffset: not a power of two).
   enum class KVPlacement { kSeparate, kInterleaved, kOffset } placement = KVPlacement::kSeparate;
 };
+
+// Diagnostic build only (-DWEFT_DECODE_TRACE=ON, decode/trace.h): launch `launch` `runs` times,
+// each after an L2 flush as in the timed runs, read the per-CTA timeline of each launch and add
+// the medians over launches of its summary to r.extra (all in ns; "trace_*"):
+//   span: first CTA entry to last CTA exit; start_spread: last entry - first entry;
+//   <event>_med / _max over CTAs with items: time from the CTA's entry to the event;
+//   last_*: the CTA that exits last (its entry offset, its events, whether it merged);
+//   merge_med: entry of the merge to exit, over CTAs that merged a tile.
+void add_trace_extras(weft::bench::Context& ctx, const std::function<void(cudaStream_t)>& launch, int ctas,
+                      weft::bench::Result& r, int runs = 9) {
+  namespace wd = weft::decode;
+  if (!wd::trace_compiled()) return;
+  static const char* kNames[wd::kTraceEvents] = {"entry",  "item_ready",    "first_tile", "loop_end",
+                                                 "states", "item_stored", "merge_decided", "exit"};
+  std::vector<std::vector<std::pair<std::string, double>>> per_run;
+  for (int run = 0; run < runs; ++run) {
+    ctx.flush_l2(ctx.stream());
+    launch(ctx.stream());
+    WEFT_BENCH_CUDA(cudaStreamSynchronize(ctx.stream()));
+    const std::vector<wd::TraceRecord> t = wd::trace_read(ctas);
+    double g_ns = 0, cycles = 0;
+    uint64_t first_entry = ~uint64_t{0}, last_entry = 0, last_exit = 0;
+    int last = -1;
+    for (size_t c = 0; c < t.size(); ++c) {
+      first_entry = std::min(first_entry, t[c].global_entry_ns);
+      last_entry = std::max(last_entry, t[c].global_entry_ns);
+      if (t[c].global_exit_ns >= last_exit) last_exit = t[c].global_exit_ns, last = int(c);
+      g_ns += double(t[c].global_exit_ns - t[c].global_entry_ns);
+      cycles += double(t[c].clock[wd::kTraceExit] - t[c].clock[wd::kTraceEntry]);
+    }
+    if (last < 0 || cycles <= 0) continue;
+    const double ns_per_cycle = g_ns / cycles;  // globaltimer has coarse steps; the ratio of sums is not
+    auto since_entry = [&](const wd::TraceRecord& x, int ev) {
+      return double(x.clock[ev] - x.clock[wd::kTraceEntry]) * ns_per_cycle;
+    };
+    std::vector<std::pair<std::string, double>> v = {
+        {"trace_span", double(last_exit - first_entry)}, {"trace_start_spread", double(last_entry - first_entry)},
+        {"trace_ns_per_cycle", ns_per_cycle}};
+    for (int ev = 1; ev < wd::kTraceEvents; ++ev) {
+      std::vector<double> d;
+      for (const auto& x : t)
+        if (x.items > 0) d.push_back(since_entry(x, ev));
+      if (d.empty()) continue;
+      std::sort(d.begin(), d.end());
+      v.push_back({std::string("trace_") + kNames[ev] + "_med", d[d.size() / 2]});
+      v.push_back({std::string("trace_") + kNames[ev] + "_max", d.back()});
+    }
+    std::vector<double> merge;
+    for (const auto& x : t)
+      if (x.merged) merge.push_back(double(x.clock[wd::kTraceExit] - x.clock[wd::kTraceMergeDecided]) * ns_per_cycle);
+    std::sort(merge.begin(), merge.end());
+    v.push_back({"trace_merges", double(merge.size())});
+    if (!merge.empty()) v.push_back({"trace_merge_med", merge[merge.size() / 2]});
+    const wd::TraceRecord& lx = t[size_t(last)];
+    v.push_back({"trace_last_entry_offset", double(lx.global_entry_ns - first_entry)});
+    v.push_back({"trace_last_merged", double(lx.merged)});
+    for (int ev = 1; ev < wd::kTraceEvents; ++ev)
+      v.push_back({std::string("trace_last_") + kNames[ev], since_entry(lx, ev)});
+    per_run.push_back(std::move(v));
+  }
+  if (per_run.empty()) return;
+  std::string line = "  trace (median of " + std::to_string(per_run.size()) + " launches, ns):";
+  for (size_t k = 0; k < per_run[0].size(); ++k) {
+    std::vector<double> vals;
+    for (const auto& v : per_run)
+      if (k < v.size() && v[k].first == per_run[0][k].first) vals.push_back(v[k].second);
+    std::sort(vals.begin(), vals.end());
+    const double med = vals[vals.size() / 2];
+    r.extra.push_back({per_run[0][k].first, med});
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " %s=%.0f", per_run[0][k].first.c_str() + 6, med);
+    line += buf;
+  }
+  std::printf("%s\n", line.c_str());
+}
 
 void run_decode_case(weft::bench::Context& ctx, const std::string& name, const Model& m,
                      const std::vector<int32_t>& lens, const CaseOptions& opt = {}) {
@@ -170,6 +246,18 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
         return ms;
       };
       one_ms_all.push_back(time_runs(1));
+      if (rep == 0 && weft::decode::trace_compiled()) {  // diagnostic build: timeline of this allocation
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
+        w.run(tq, cache, table, tout, nullptr, cap);
+        WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
+        WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+        add_trace_extras(ctx, [&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); },
+                         w.plan_info().num_ctas, r);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+      }
       // Steady-state cost of one run: time(2 runs) - time(1 run), without the launch latency
       // and with translations warm for the second run (first allocation only).
       if (marginal && rep == 0) marginal_ms = time_runs(2) - one_ms_all.back();
@@ -181,6 +269,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
     const double median_ms = sorted[sorted.size() / 2];
     r.ms = marginal ? marginal_ms : median_ms;
     std::sort(plan_us.begin(), plan_us.end());
+    const std::vector<std::pair<std::string, double>> trace = std::move(r.extra);  // diagnostic build only
     r.extra = {{"plan_us", plan_us[plan_us.size() / 2]},
                {"one_run_ms", median_ms},
                {"allocations", double(allocations)},
@@ -192,6 +281,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
                {"max_chunk", double(info.max_chunk)}};
     for (size_t i = 0; i < one_ms_all.size(); ++i)  // each allocation's time, in allocation order
       r.extra.push_back({"alloc" + std::to_string(i) + "_ms", one_ms_all[i]});
+    r.extra.insert(r.extra.end(), trace.begin(), trace.end());
     ctx.report(r);
   } catch (const std::exception& e) {
     ctx.report_error(r, e.what());

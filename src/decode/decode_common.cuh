@@ -12,6 +12,7 @@
 #include "common/types.cuh"
 #include "decode/decode_params.cuh"
 #include "decode/decode_plan.h"
+#include "decode/trace.cuh"
 
 namespace weft::decode {
 
@@ -285,7 +286,9 @@ __device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, con
     s_flag[0] = last ? 1 : 0;
   }
   __syncthreads();
+  WEFT_DECODE_TRACE_POINT(kTraceMergeDecided);  // of the CTA's last split item
   if (s_flag[0] == 0) return;
+  WEFT_DECODE_TRACE_MERGED(true);
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = warp; i < it.nrows; i += W) {
     const RowPos rp = row_pos(p, it, it.row_begin + i);

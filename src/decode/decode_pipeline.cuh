@@ -67,9 +67,13 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
   int* s_flag = reinterpret_cast<int*>(smem_raw + L::flag_offset(S, W));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
+  WEFT_DECODE_TRACE_ENTRY();
   int i0, i1;
   Item it = load_first_item(p.plan, blockIdx.x, &i0, &i1);
-  if (i0 >= i1) return;
+  if (i0 >= i1) {
+    WEFT_DECODE_TRACE_EXIT(0);
+    return;
+  }
   const int32_t* pages = p.kv.table.indices + __ldg(p.kv.table.indptr + it.req);
   int32_t pg_next = start_item<T, D>(p, it, pages,
                                      kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane),
@@ -89,6 +93,7 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     }
     cp_async_wait_dyn(S - 1);  // this item's Q group (the oldest pending) has landed here ...
     __syncthreads();           // ... and everywhere; the previous epilogue is done with smem
+    WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceItemReady);
 
     // Warp tiles of this warp: global tile index w + W * t, t < nt.
     const int total_tiles = (it.kv_end - it.kv_begin + kWarpKeys - 1) / kWarpKeys;
@@ -114,6 +119,7 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
       }
       cp_async_wait_dyn(S - 1);  // tile t has landed (this lane's copies) ...
       __syncwarp();              // ... and every lane's
+      WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0 && t == 0, kTraceFirstTile);
       const T* sK = stage(rd);
       rd = rd + 1 == S ? 0 : rd + 1;
       ml.tile(p, sQ, sK, sK + L::kTileElems, tile_k0(t), it.kv_end, it.nrows, lane);
@@ -122,6 +128,7 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     // Start the next item now, so its Q and first S-1 tiles (stages 0 .. S-2, this warp's own)
     // load during the epilogue; the epilogue only touches stage S-1 (red_o), red_m/l and sQ.
     __syncwarp();
+    WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceLoopEnd);
     const MergeRange mr = load_merge_range(p.plan, it);  // used after the epilogue
     if (has_next)
       pg_next = start_item<T, D>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
@@ -129,12 +136,16 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     __syncthreads();  // every warp is done with stage S-1 (reused as red_o)
     ml.store(red_o, red_m, red_l, warp, lane, it.nrows);
     __syncthreads();
+    WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceStatesStored);
     combine_and_store<T, D>(p, it, red_o, red_m, red_l);
+    WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceItemStored);
+    WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceMergeDecided);  // a split item records it again
     if (it.slot >= 0) merge_tile_if_last<T, D>(p, it, mr, s_flag);
     it = nx;
     pages = nx_pages;
   }
   ptx::cp_async_wait<0>();
+  WEFT_DECODE_TRACE_EXIT(i1 - i0);
 }
 
 }  // namespace weft::decode

@@ -8,8 +8,22 @@
 #include "decode/decode_cc.cuh"
 #include "decode/decode_tc.cuh"
 #include "decode/launch.h"
+#include "decode/trace.h"
 
 namespace weft::decode {
+
+#if WEFT_DECODE_TRACE
+bool trace_compiled() { return true; }
+std::vector<TraceRecord> trace_read(int ctas) {
+  std::vector<TraceRecord> r(static_cast<size_t>(std::clamp(ctas, 0, kTraceMaxCtas)));
+  WEFT_CUDA_CHECK(cudaMemcpyFromSymbol(r.data(), g_trace, r.size() * sizeof(TraceRecord)));
+  return r;
+}
+#else
+bool trace_compiled() { return false; }
+std::vector<TraceRecord> trace_read(int) { return {}; }
+#endif
+
 namespace {
 
 template <class T, int D>

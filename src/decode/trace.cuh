@@ -1,0 +1,57 @@
+// Internal: device side of the decode timeline (decode/trace.h). WEFT_DECODE_TRACE_POINT(ev)
+// records clock64() for thread 0 of the CTA; with the build option off it expands to nothing.
+#pragma once
+#include "decode/trace.h"
+
+#if WEFT_DECODE_TRACE
+namespace weft::decode {
+// One record per CTA of the last launch. Defined here: kernels.cu is the only translation unit
+// that includes this header (through the decode kernels), and trace_read() there copies it.
+__device__ TraceRecord g_trace[kTraceMaxCtas];
+
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ bool trace_thread() { return threadIdx.x == 0 && blockIdx.x < kTraceMaxCtas; }
+}  // namespace weft::decode
+
+#define WEFT_DECODE_TRACE_POINT(ev)                                                        \
+  do {                                                                                     \
+    if (::weft::decode::trace_thread()) ::weft::decode::g_trace[blockIdx.x].clock[ev] = clock64(); \
+  } while (0)
+#define WEFT_DECODE_TRACE_FIRST_ITEM_POINT(first, ev) \
+  do {                                                \
+    if (first) WEFT_DECODE_TRACE_POINT(ev);           \
+  } while (0)
+#define WEFT_DECODE_TRACE_ENTRY()                                                      \
+  do {                                                                                 \
+    if (::weft::decode::trace_thread()) {                                              \
+      ::weft::decode::TraceRecord& r_ = ::weft::decode::g_trace[blockIdx.x];           \
+      r_.global_entry_ns = ::weft::decode::global_timer_ns();                          \
+      r_.clock[::weft::decode::kTraceEntry] = clock64();                               \
+      r_.merged = 0;                                                                   \
+      r_.items = 0;                                                                    \
+    }                                                                                  \
+  } while (0)
+#define WEFT_DECODE_TRACE_EXIT(n_items)                                                \
+  do {                                                                                 \
+    if (::weft::decode::trace_thread()) {                                              \
+      ::weft::decode::TraceRecord& r_ = ::weft::decode::g_trace[blockIdx.x];           \
+      r_.clock[::weft::decode::kTraceExit] = clock64();                                \
+      r_.global_exit_ns = ::weft::decode::global_timer_ns();                           \
+      r_.items = (n_items);                                                            \
+    }                                                                                  \
+  } while (0)
+#define WEFT_DECODE_TRACE_MERGED(first)                                                  \
+  do {                                                                                   \
+    if ((first) && ::weft::decode::trace_thread()) ::weft::decode::g_trace[blockIdx.x].merged = 1; \
+  } while (0)
+#else
+#define WEFT_DECODE_TRACE_POINT(ev) do {} while (0)
+#define WEFT_DECODE_TRACE_FIRST_ITEM_POINT(first, ev) do {} while (0)
+#define WEFT_DECODE_TRACE_ENTRY() do {} while (0)
+#define WEFT_DECODE_TRACE_EXIT(n_items) do {} while (0)
+#define WEFT_DECODE_TRACE_MERGED(first) do {} while (0)
+#endif
