@@ -63,11 +63,12 @@ struct CaseOptions {
 //   last_*: the CTA that exits last (its entry offset, its events, whether it merged);
 //   merge_med: entry of the merge to exit, over CTAs that merged a tile.
 void add_trace_extras(weft::bench::Context& ctx, const std::function<void(cudaStream_t)>& launch, int ctas,
-                      weft::bench::Result& r, int runs = 9) {
+                      weft::bench::Result& r, const std::string& prefix = "trace_", int runs = 9) {
   namespace wd = weft::decode;
   if (!wd::trace_compiled()) return;
-  static const char* kNames[wd::kTraceEvents] = {"entry",  "item_ready",    "first_tile", "loop_end",
-                                                 "states", "item_stored", "merge_decided", "exit"};
+  static const char* kNames[wd::kTraceEvents] = {"entry",      "record",   "issued", "item_ready",
+                                                 "first_tile", "loop_end", "states", "item_stored",
+                                                 "merge_decided", "exit"};
   std::vector<std::vector<std::pair<std::string, double>>> per_run;
   for (int run = 0; run < runs; ++run) {
     ctx.flush_l2(ctx.stream());
@@ -90,32 +91,31 @@ void add_trace_extras(weft::bench::Context& ctx, const std::function<void(cudaSt
       return double(x.clock[ev] - x.clock[wd::kTraceEntry]) * ns_per_cycle;
     };
     std::vector<std::pair<std::string, double>> v = {
-        {"trace_span", double(last_exit - first_entry)}, {"trace_start_spread", double(last_entry - first_entry)},
-        {"trace_ns_per_cycle", ns_per_cycle}};
+        {prefix + "span", double(last_exit - first_entry)}, {prefix + "start_spread", double(last_entry - first_entry)},
+        {prefix + "ns_per_cycle", ns_per_cycle}};
     for (int ev = 1; ev < wd::kTraceEvents; ++ev) {
       std::vector<double> d;
       for (const auto& x : t)
         if (x.items > 0) d.push_back(since_entry(x, ev));
       if (d.empty()) continue;
       std::sort(d.begin(), d.end());
-      v.push_back({std::string("trace_") + kNames[ev] + "_med", d[d.size() / 2]});
-      v.push_back({std::string("trace_") + kNames[ev] + "_max", d.back()});
+      v.push_back({prefix + kNames[ev] + "_med", d[d.size() / 2]});
+      v.push_back({prefix + kNames[ev] + "_max", d.back()});
     }
     std::vector<double> merge;
     for (const auto& x : t)
       if (x.merged) merge.push_back(double(x.clock[wd::kTraceExit] - x.clock[wd::kTraceMergeDecided]) * ns_per_cycle);
     std::sort(merge.begin(), merge.end());
-    v.push_back({"trace_merges", double(merge.size())});
-    if (!merge.empty()) v.push_back({"trace_merge_med", merge[merge.size() / 2]});
+    v.push_back({prefix + "merges", double(merge.size())});
+    if (!merge.empty()) v.push_back({prefix + "merge_med", merge[merge.size() / 2]});
     const wd::TraceRecord& lx = t[size_t(last)];
-    v.push_back({"trace_last_entry_offset", double(lx.global_entry_ns - first_entry)});
-    v.push_back({"trace_last_merged", double(lx.merged)});
-    for (int ev = 1; ev < wd::kTraceEvents; ++ev)
-      v.push_back({std::string("trace_last_") + kNames[ev], since_entry(lx, ev)});
+    v.push_back({prefix + "last_entry_offset", double(lx.global_entry_ns - first_entry)});
+    v.push_back({prefix + "last_merged", double(lx.merged)});
+    for (int ev = 1; ev < wd::kTraceEvents; ++ev) v.push_back({prefix + "last_" + kNames[ev], since_entry(lx, ev)});
     per_run.push_back(std::move(v));
   }
   if (per_run.empty()) return;
-  std::string line = "  trace (median of " + std::to_string(per_run.size()) + " launches, ns):";
+  std::string line = "  " + prefix + " (median of " + std::to_string(per_run.size()) + " launches, ns):";
   for (size_t k = 0; k < per_run[0].size(); ++k) {
     std::vector<double> vals;
     for (const auto& v : per_run)
@@ -124,7 +124,7 @@ void add_trace_extras(weft::bench::Context& ctx, const std::function<void(cudaSt
     const double med = vals[vals.size() / 2];
     r.extra.push_back({per_run[0][k].first, med});
     char buf[96];
-    std::snprintf(buf, sizeof buf, " %s=%.0f", per_run[0][k].first.c_str() + 6, med);
+    std::snprintf(buf, sizeof buf, " %s=%.0f", per_run[0][k].first.c_str() + prefix.size(), med);
     line += buf;
   }
   std::printf("%s\n", line.c_str());
@@ -246,15 +246,17 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
         return ms;
       };
       one_ms_all.push_back(time_runs(1));
-      if (rep == 0 && weft::decode::trace_compiled()) {  // diagnostic build: timeline of this allocation
+      // Diagnostic build: timeline of this allocation, of one run after the L2 flush ("trace_")
+      // and of the second of two runs in one graph ("trace_warm_": caches and translations warm).
+      for (int runs = 1; rep == 0 && weft::decode::trace_compiled() && runs <= 2; ++runs) {
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
-        w.run(tq, cache, table, tout, nullptr, cap);
+        for (int i = 0; i < runs; ++i) w.run(tq, cache, table, tout, nullptr, cap);
         WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
         WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
         add_trace_extras(ctx, [&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); },
-                         w.plan_info().num_ctas, r);
+                         w.plan_info().num_ctas, r, runs == 1 ? "trace_" : "trace_warm_");
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
       }
@@ -282,6 +284,38 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
     for (size_t i = 0; i < one_ms_all.size(); ++i)  // each allocation's time, in allocation order
       r.extra.push_back({"alloc" + std::to_string(i) + "_ms", one_ms_all[i]});
     r.extra.insert(r.extra.end(), trace.begin(), trace.end());
+    ctx.report(r);
+  } catch (const std::exception& e) {
+    ctx.report_error(r, e.what());
+  }
+}
+
+// Does nothing: the launch-overhead rows time it.
+__global__ void empty_kernel() {}
+
+// "decode/floor/launch/smem<KB>": one empty kernel with the decode grid (2 CTAs per SM of 128
+// threads) and `smem_bytes` of dynamic shared memory, captured in a graph and timed like a decode
+// row (one graph launch after an L2 flush): the part of a row's time that is launch and
+// completion, outside any kernel work.
+void report_launch_overhead(weft::bench::Context& ctx, int smem_bytes) {
+  weft::bench::Result r;
+  r.name = "decode/floor/launch/smem" + std::to_string(smem_bytes / 1024) + "K";
+  if (!ctx.wants(r.name)) return;
+  r.params = {{"grid", std::to_string(2 * ctx.sm_count())}, {"threads", "128"}, {"smem_bytes", std::to_string(smem_bytes)}};
+  try {
+    WEFT_BENCH_CUDA(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    cudaStream_t cap;
+    WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
+    empty_kernel<<<2 * ctx.sm_count(), 128, smem_bytes, cap>>>();
+    WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
+    WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    r.ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(cap);
     ctx.report(r);
   } catch (const std::exception& e) {
     ctx.report_error(r, e.what());
@@ -424,6 +458,7 @@ WEFT_BENCH_GROUP(decode) {
       report_plain_read(ctx, std::string("decode/floor/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
                         {{"model", m.name}, {"batch", std::to_string(b)}, {"kv_len", std::to_string(kv)}},
                         double(b) * kv * m.hkv * kHeadDim * 2 * 2);
+  for (int kb : {0, 100}) report_launch_overhead(ctx, kb * 1024);
   // "decode/floor/spacer<i>/<MB>": the same plain read with a spacer of i x (1 GiB + 6 MiB)
   // allocated first (as run_decode_case's allocation i does), to see whether the speed modes of
   // the decode rows across allocations also show for a plain read.

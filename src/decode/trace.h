@@ -12,6 +12,8 @@ namespace weft::decode {
 // Points of a CTA's timeline (clock64, SM cycles), in the order they happen.
 enum TraceEvent : int {
   kTraceEntry = 0,     // first instruction
+  kTraceRecord,        // the CTA's record (item range, first item) landed
+  kTraceIssued,        // warp 0 issued its first copies (its first page ids landed)
   kTraceItemReady,     // first item's Q landed, CTA barrier passed (metadata + first copies issued)
   kTraceFirstTile,     // warp 0: its first KV tile landed
   kTraceLoopEnd,       // warp 0: left the KV loop
