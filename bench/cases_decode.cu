@@ -66,8 +66,8 @@ void add_trace_extras(weft::bench::Context& ctx, const std::function<void(cudaSt
                       weft::bench::Result& r, const std::string& prefix = "trace_", int runs = 9) {
   namespace wd = weft::decode;
   if (!wd::trace_compiled()) return;
-  static const char* kNames[wd::kTraceEvents] = {"entry",      "record",   "issued", "item_ready",
-                                                 "first_tile", "loop_end", "states", "item_stored",
+  static const char* kNames[wd::kTraceEvents] = {"entry",      "record",   "indptr", "page0",  "issued",
+                                                 "item_ready", "first_tile", "loop_end", "states", "item_stored",
                                                  "merge_decided", "exit"};
   std::vector<std::vector<std::pair<std::string, double>>> per_run;
   for (int run = 0; run < runs; ++run) {

@@ -76,9 +76,10 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
   }
   WEFT_DECODE_TRACE_POINT(kTraceRecord);
   const int32_t* pages = p.kv.table.indices + __ldg(p.kv.table.indptr + it.req);
-  int32_t pg_next = start_item<T, D>(p, it, pages,
-                                     kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane),
-                                     sQ0, sPipe, S, W, warp, lane);
+  WEFT_DECODE_TRACE_AFTER(reinterpret_cast<intptr_t>(pages), kTraceIndptr);
+  const int32_t pg0 = kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane);
+  WEFT_DECODE_TRACE_AFTER(pg0, kTracePage0);
+  int32_t pg_next = start_item<T, D>(p, it, pages, pg0, sQ0, sPipe, S, W, warp, lane);
   WEFT_DECODE_TRACE_POINT(kTraceIssued);
 
   for (int ii = i0; ii < i1; ++ii) {

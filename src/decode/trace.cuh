@@ -21,6 +21,14 @@ __device__ __forceinline__ bool trace_thread() { return threadIdx.x == 0 && bloc
   do {                                                                                     \
     if (::weft::decode::trace_thread()) ::weft::decode::g_trace[blockIdx.x].clock[ev] = clock64(); \
   } while (0)
+// Records the event once `value` has arrived: storing it makes thread 0 wait for the load.
+#define WEFT_DECODE_TRACE_AFTER(value, ev)                                             \
+  do {                                                                                 \
+    if (::weft::decode::trace_thread()) {                                              \
+      ::weft::decode::g_trace[blockIdx.x].sink = (long long)(value);                   \
+      ::weft::decode::g_trace[blockIdx.x].clock[ev] = clock64();                       \
+    }                                                                                  \
+  } while (0)
 #define WEFT_DECODE_TRACE_FIRST_ITEM_POINT(first, ev) \
   do {                                                \
     if (first) WEFT_DECODE_TRACE_POINT(ev);           \
@@ -50,6 +58,7 @@ __device__ __forceinline__ bool trace_thread() { return threadIdx.x == 0 && bloc
   } while (0)
 #else
 #define WEFT_DECODE_TRACE_POINT(ev) do {} while (0)
+#define WEFT_DECODE_TRACE_AFTER(value, ev) do {} while (0)
 #define WEFT_DECODE_TRACE_FIRST_ITEM_POINT(first, ev) do {} while (0)
 #define WEFT_DECODE_TRACE_ENTRY() do {} while (0)
 #define WEFT_DECODE_TRACE_EXIT(n_items) do {} while (0)

@@ -13,6 +13,8 @@ namespace weft::decode {
 enum TraceEvent : int {
   kTraceEntry = 0,     // first instruction
   kTraceRecord,        // the CTA's record (item range, first item) landed
+  kTraceIndptr,        // indptr[request] of the first item landed
+  kTracePage0,         // lane 0's first page id landed
   kTraceIssued,        // warp 0 issued its first copies (its first page ids landed)
   kTraceItemReady,     // first item's Q landed, CTA barrier passed (metadata + first copies issued)
   kTraceFirstTile,     // warp 0: its first KV tile landed
@@ -32,6 +34,7 @@ struct TraceRecord {
   uint64_t global_exit_ns;
   int32_t merged;               // 1 when this CTA merged a split tile
   int32_t items;                // items this CTA ran
+  int64_t sink;                 // values stored so that a point waits for them (WEFT_DECODE_TRACE_AFTER)
 };
 
 // Whether the library was built with WEFT_DECODE_TRACE.
