@@ -113,6 +113,20 @@ void add_trace_extras(weft::bench::Context& ctx, const std::function<void(cudaSt
     v.push_back({prefix + "last_merged", double(lx.merged)});
     for (int ev = 1; ev < wd::kTraceEvents; ++ev) v.push_back({prefix + "last_" + kNames[ev], since_entry(lx, ev)});
     per_run.push_back(std::move(v));
+    // WEFT_TRACE_DUMP=<file>: the last launch's raw records, one CSV line per CTA (times in ns
+    // from the first entry; events relative to the CTA's own entry).
+    const char* dump = std::getenv("WEFT_TRACE_DUMP");
+    if (dump != nullptr && run == runs - 1) {
+      if (FILE* f = std::fopen(dump, "a")) {
+        for (size_t c = 0; c < t.size(); ++c) {
+          std::fprintf(f, "%s,%s,%zu,%d,%d,%d,%.0f", r.name.c_str(), prefix.c_str(), c, t[c].smid, t[c].items,
+                       t[c].merged, double(t[c].global_entry_ns - first_entry));
+          for (int ev = 1; ev < wd::kTraceEvents; ++ev) std::fprintf(f, ",%.0f", since_entry(t[c], ev));
+          std::fprintf(f, "\n");
+        }
+        std::fclose(f);
+      }
+    }
   }
   if (per_run.empty()) return;
   std::string line = "  " + prefix + " (median of " + std::to_string(per_run.size()) + " launches, ns):";

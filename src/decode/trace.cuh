@@ -14,6 +14,11 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+__device__ __forceinline__ uint32_t sm_id() {
+  uint32_t v;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(v));
+  return v;
+}
 __device__ __forceinline__ bool trace_thread() { return threadIdx.x == 0 && blockIdx.x < kTraceMaxCtas; }
 }  // namespace weft::decode
 
@@ -40,6 +45,7 @@ __device__ __forceinline__ bool trace_thread() { return threadIdx.x == 0 && bloc
       r_.global_entry_ns = ::weft::decode::global_timer_ns();                          \
       r_.clock[::weft::decode::kTraceEntry] = clock64();                               \
       r_.merged = 0;                                                                   \
+      r_.smid = static_cast<int32_t>(::weft::decode::sm_id());                         \
       r_.items = 0;                                                                    \
     }                                                                                  \
   } while (0)

@@ -34,6 +34,8 @@ struct TraceRecord {
   uint64_t global_exit_ns;
   int32_t merged;               // 1 when this CTA merged a split tile
   int32_t items;                // items this CTA ran
+  int32_t smid;                 // the SM the CTA ran on
+  int32_t pad;
   int64_t sink;                 // values stored so that a point waits for them (WEFT_DECODE_TRACE_AFTER)
 };
 
