@@ -246,34 +246,33 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
 
       cudaStream_t cap;
       WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
-      auto time_runs = [&](int runs) {
+      // run() `runs` times captured in one graph, handed to `use` as a launch function.
+      auto with_graph = [&](int runs, const std::function<void(const std::function<void(cudaStream_t)>&)>& use) {
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
         for (int i = 0; i < runs; ++i) w.run(tq, cache, table, tout, nullptr, cap);
         WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
         WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-        ctx.warm_up_once([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
-        const double ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
+        use([exec](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
+      };
+      auto time_runs = [&](int runs) {
+        double ms = 0;
+        with_graph(runs, [&](const std::function<void(cudaStream_t)>& launch) {
+          ctx.warm_up_once(launch);
+          ms = ctx.time_ms(launch);
+        });
         return ms;
       };
       one_ms_all.push_back(time_runs(1));
       // Diagnostic build: timeline of this allocation, of one run after the L2 flush ("trace_")
       // and of the second of two runs in one graph ("trace_warm_": caches and translations warm).
-      for (int runs = 1; rep == 0 && weft::decode::trace_compiled() && runs <= 2; ++runs) {
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < runs; ++i) w.run(tq, cache, table, tout, nullptr, cap);
-        WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
-        WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-        add_trace_extras(ctx, [&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); },
-                         w.plan_info().num_ctas, r, runs == 1 ? "trace_" : "trace_warm_");
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
-      }
+      for (int runs = 1; rep == 0 && weft::decode::trace_compiled() && runs <= 2; ++runs)
+        with_graph(runs, [&](const std::function<void(cudaStream_t)>& launch) {
+          add_trace_extras(ctx, launch, w.plan_info().num_ctas, r, runs == 1 ? "trace_" : "trace_warm_");
+        });
       // Steady-state cost of one run: time(2 runs) - time(1 run), without the launch latency
       // and with translations warm for the second run (first allocation only).
       if (marginal && rep == 0) marginal_ms = time_runs(2) - one_ms_all.back();
@@ -427,8 +426,7 @@ WEFT_BENCH_GROUP(decode) {
   // CTA shape variants (WEFT_DECODE_WARPS / WEFT_DECODE_STAGES, read when the wrapper is built):
   // "decode/w<W>s<S>/..." at a few shapes, to tune decode_warps() / decode_stages().
   const std::pair<int32_t, int32_t> shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}, {32, 32768}};
-  // (w4s3: the tensor-core default; for CUDA-core-path models it is the stage count used before
-  // decode_stages() took the path into account, so those rows are the same-process comparison.)
+  // (w4s3: the D128 stage count before change 14, the same-process comparison for the default S = 2.)
   const std::pair<int, int> variants[] = {{8, 3}, {4, 2}, {4, 3}};
   CaseOptions single;  // tuning rows: one allocation each
   single.allocations = 1;

@@ -94,21 +94,20 @@ void launch_decode(const LaunchArgs& a, cudaStream_t stream) {
   WEFT_DISPATCH_HALF_TYPES(a.dtype, "q", [&] { dispatch<scalar_t>(a, stream); });
 }
 
-int decode_stages(int32_t head_dim, DecodePath path) {
+int decode_stages(int32_t head_dim) {
   // Per-warp stages: enough 16-key tiles in flight per SM to cover HBM latency at full
-  // bandwidth (~33 B/ns per SM x ~2 us loaded latency = ~64 KB) with room to spare, while
-  // keeping 2 CTAs (8 warps) per SM for D <= 128:
+  // bandwidth, while keeping 2 CTAs (8 warps) per SM for D <= 128:
   //   D64:  6 x 4 KB  x 4 warps = 96 KB / CTA -> 2 CTAs/SM
-  //   D128: 3 x 8 KB  x 4 warps = 96 KB / CTA -> 2 CTAs/SM
+  //   D128: 2 x 8 KB  x 4 warps = 64 KB / CTA -> 2 CTAs/SM (the CUDA-core kernel's 227 registers
+  //         bound the grid at 2 anyway)
   //   D256: 3 x 16 KB x 4 warps = 192 KB / CTA -> 1 CTA/SM
-  // (+ 2 Q buffers and the epilogue's m/l). H200, D128: S=4 (1 CTA/SM) fell to ~2.3 TB/s;
-  // S=2 with 3 CTAs/SM won with several items per CTA and lost with one (perf-notes-decode.md).
-  // CUDA-core path (GQA groups 1-2) at D128: S=2. Same registers-bound 2 CTAs/SM (227
-  // registers), one tile fewer in flight per warp, and faster where the pages are scattered:
-  // Llama-2-7B (group 1) b1/kv32K 0.877 against 0.772 and 0.840 against 0.753 of the read ceiling
-  // in two H200 runs (rows decode/w4s2 against the main rows, 4589b1e and cb775fb); batch >= 32
-  // rows within +-1%. The tensor-core path loses with S=2 (llama3 b32/kv4K 0.795 against 0.887).
-  int s = head_dim == 64 ? 6 : head_dim == 128 && path == DecodePath::kCudaCore ? 2 : 3;
+  // (+ 2 Q buffers and the epilogue's m/l). D128, both paths at S = 2 (H200, same-call A/B of
+  // S = 3 against S = 2, perf-notes-decode.md, change 14): with S = 3 a warp's second prologue
+  // copy waits in the issue queue until the memory system drains (the per-CTA timeline shows the
+  // first copies issued ~2.5 us later), so the CTA starts computing later; S = 2 was faster on
+  // 41 of 43 rows (llama3 b1 1.5-6%, b32/kv4K 1.8%, bimodal 1.1%) and within noise on the rest.
+  // S = 4 (1 CTA/SM) fell to ~2.3 TB/s. D64 and D256 are not re-measured.
+  int s = head_dim == 64 ? 6 : head_dim == 128 ? 2 : 3;
   if (const char* env = std::getenv("WEFT_DECODE_STAGES")) {
     const int v = std::atoi(env);
     if (v >= 2 && v <= kMaxStages) s = v;

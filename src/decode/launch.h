@@ -34,11 +34,9 @@ struct LaunchArgs {
 
 // Launches the decode kernel of (dtype, head_dim, path) with args.grid persistent CTAs.
 void launch_decode(const LaunchArgs& args, cudaStream_t stream);
-// Per-warp pipeline stages for head_dim and the kernel path the wrapper will run (kTensorCore
-// or kCudaCore; known at construction from the GQA group): the tuned default (see
-// decode_stages in kernels.cu), or the environment variable WEFT_DECODE_STAGES (2 .. 8; a
-// tuning knob for benches).
-int decode_stages(int32_t head_dim, DecodePath path);
+// Per-warp pipeline stages for head_dim: the tuned default (see decode_stages in kernels.cu),
+// or the environment variable WEFT_DECODE_STAGES (2 .. 8; a tuning knob for benches).
+int decode_stages(int32_t head_dim);
 // Resident CTAs per SM of the tensor-core kernel for head_dim with `stages` stages (sizes the
 // fixed grid). Also raises the kernels' dynamic shared memory limit (outside any graph capture).
 int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device);

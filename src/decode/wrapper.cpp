@@ -45,13 +45,6 @@ DeviceInfo current_device() {
   return d;
 }
 
-// The path run() will take, known at construction: forced, or kAuto's choice for the GQA group
-// (choose_decode_path does not depend on the dtype). It sets the stage count (decode_stages).
-DecodePath construction_path(DecodePath forced, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim) {
-  if (forced != DecodePath::kAuto) return forced;
-  return choose_decode_path(num_kv_heads > 0 ? num_qo_heads / num_kv_heads : 1, head_dim, DType::kBFloat16);
-}
-
 int32_t grid_for(int32_t head_dim, int32_t stages, int32_t warps) {
   check::head_dim_supported(head_dim, "head_dim");
   const DeviceInfo d = current_device();
@@ -104,12 +97,7 @@ struct BatchDecodeWrapper::Impl {
 std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
                                                int32_t head_dim) {
   check::head_dim_supported(head_dim, "head_dim");
-  // The grid follows the stage count, which follows the path a wrapper is built with: size for
-  // the larger grid of the two paths (the layout grows with the CTA count).
-  const int32_t warps = decode::decode_warps(head_dim);
-  int32_t grid = 0;
-  for (DecodePath path : {DecodePath::kTensorCore, DecodePath::kCudaCore})
-    grid = std::max(grid, grid_for(head_dim, decode::decode_stages(head_dim, path), warps));
+  const int32_t grid = grid_for(head_dim, decode::decode_stages(head_dim), decode::decode_warps(head_dim));
   const plan::PlanBounds b = decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, grid);
   return plan::WorkspaceLayout(b).total_bytes();
 }
@@ -125,7 +113,7 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
   WEFT_CHECK_ARG(decode_path_available(path), "path",
                  "decode path " << decode_path_name(path) << " is not compiled in this build");
   check::head_dim_supported(head_dim, "head_dim");
-  impl_->stages = decode::decode_stages(head_dim, construction_path(path, num_qo_heads, num_kv_heads, head_dim));
+  impl_->stages = decode::decode_stages(head_dim);
   impl_->warps = decode::decode_warps(head_dim);
   impl_->grid = grid_for(head_dim, impl_->stages, impl_->warps);
   impl_->layout = plan::WorkspaceLayout(decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, impl_->grid));
