@@ -105,7 +105,7 @@ int decode_stages(int32_t head_dim) {
   // S = 3 against S = 2, perf-notes-decode.md, change 14): with S = 3 a warp's second prologue
   // copy waits in the issue queue until the memory system drains (the per-CTA timeline shows the
   // first copies issued ~2.5 us later), so the CTA starts computing later. Tensor-core rows
-  // (llama3, bimodal): S = 2 faster on 23 of 24 (b1 1.5-6%, b32/kv4K 1.8%, bimodal 1.1%), the
+  // (llama3, bimodal): S = 2 faster on 23 of 24 (b1 1.3-6%, b32/kv4K 1.8%, bimodal 1.1%), the
   // other +0.3%; CUDA-core rows (llama2): faster on 16 of 19, the others within 0.35%.
   // S = 4 (1 CTA/SM) fell to ~2.3 TB/s. D64 and D256 are not re-measured.
   int s = head_dim == 64 ? 6 : head_dim == 128 ? 2 : 3;
