@@ -55,6 +55,22 @@ struct CaseOptions {
   enum class KVPlacement { kSeparate, kInterleaved, kOffset } placement = KVPlacement::kSeparate;
 };
 
+using LaunchFn = std::function<void(cudaStream_t)>;
+
+// Captures `capture` (enqueueing on the capture stream `cap`) into a graph and hands `use` a
+// function that launches the instantiated graph on a given stream.
+void with_graph(cudaStream_t cap, const LaunchFn& capture, const std::function<void(const LaunchFn&)>& use) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
+  capture(cap);
+  WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
+  WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  use([exec](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 // Diagnostic build only (-DWEFT_DECODE_TRACE=ON, decode/trace.h): launch `launch` `runs` times,
 // each after an L2 flush as in the timed runs, read the per-CTA timeline of each launch and add
 // the medians over launches of its summary to r.extra (all in ns; "trace_*"):
@@ -62,7 +78,7 @@ struct CaseOptions {
 //   <event>_med / _max over CTAs with items: time from the CTA's entry to the event;
 //   last_*: the CTA that exits last (its entry offset, its events, whether it merged);
 //   merge_med: entry of the merge to exit, over CTAs that merged a tile.
-void add_trace_extras(weft::bench::Context& ctx, const std::function<void(cudaStream_t)>& launch, int ctas,
+void add_trace_extras(weft::bench::Context& ctx, const LaunchFn& launch, int ctas,
                       weft::bench::Result& r, const std::string& prefix = "trace_", int runs = 9) {
   namespace wd = weft::decode;
   if (!wd::trace_compiled()) return;
@@ -246,21 +262,15 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
 
       cudaStream_t cap;
       WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
-      // run() `runs` times captured in one graph, handed to `use` as a launch function.
-      auto with_graph = [&](int runs, const std::function<void(const std::function<void(cudaStream_t)>&)>& use) {
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < runs; ++i) w.run(tq, cache, table, tout, nullptr, cap);
-        WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
-        WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-        use([exec](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
+      // run() `runs` times in one graph.
+      auto runs_of = [&](int runs) {
+        return [&, runs](cudaStream_t st) {
+          for (int i = 0; i < runs; ++i) w.run(tq, cache, table, tout, nullptr, st);
+        };
       };
       auto time_runs = [&](int runs) {
         double ms = 0;
-        with_graph(runs, [&](const std::function<void(cudaStream_t)>& launch) {
+        with_graph(cap, runs_of(runs), [&](const LaunchFn& launch) {
           ctx.warm_up_once(launch);
           ms = ctx.time_ms(launch);
         });
@@ -270,7 +280,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
       // Diagnostic build: timeline of this allocation, of one run after the L2 flush ("trace_")
       // and of the second of two runs in one graph ("trace_warm_": caches and translations warm).
       for (int runs = 1; rep == 0 && weft::decode::trace_compiled() && runs <= 2; ++runs)
-        with_graph(runs, [&](const std::function<void(cudaStream_t)>& launch) {
+        with_graph(cap, runs_of(runs), [&](const LaunchFn& launch) {
           add_trace_extras(ctx, launch, w.plan_info().num_ctas, r, runs == 1 ? "trace_" : "trace_warm_");
         });
       // Steady-state cost of one run: time(2 runs) - time(1 run), without the launch latency
@@ -319,15 +329,9 @@ void report_launch_overhead(weft::bench::Context& ctx, int smem_bytes) {
     WEFT_BENCH_CUDA(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     cudaStream_t cap;
     WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
-    empty_kernel<<<2 * ctx.sm_count(), 128, smem_bytes, cap>>>();
-    WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
-    WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    r.ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    with_graph(
+        cap, [&](cudaStream_t st) { empty_kernel<<<2 * ctx.sm_count(), 128, smem_bytes, st>>>(); },
+        [&](const LaunchFn& launch) { r.ms = ctx.time_ms(launch); });
     cudaStreamDestroy(cap);
     ctx.report(r);
   } catch (const std::exception& e) {

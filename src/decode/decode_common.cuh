@@ -288,7 +288,7 @@ __device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, con
   __syncthreads();
   WEFT_DECODE_TRACE_POINT(kTraceMergeDecided);  // of the CTA's last split item
   if (s_flag[0] == 0) return;
-  WEFT_DECODE_TRACE_MERGED(true);
+  WEFT_DECODE_TRACE_MERGED();
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = warp; i < it.nrows; i += W) {
     const RowPos rp = row_pos(p, it, it.row_begin + i);

@@ -22,45 +22,45 @@ __device__ __forceinline__ uint32_t sm_id() {
 __device__ __forceinline__ bool trace_thread() { return threadIdx.x == 0 && blockIdx.x < kTraceMaxCtas; }
 }  // namespace weft::decode
 
+// Thread 0's record; the macros below do nothing on other threads.
+#define WEFT_DECODE_TRACE_REC ::weft::decode::g_trace[blockIdx.x]
 #define WEFT_DECODE_TRACE_POINT(ev)                                                        \
   do {                                                                                     \
-    if (::weft::decode::trace_thread()) ::weft::decode::g_trace[blockIdx.x].clock[ev] = clock64(); \
+    if (::weft::decode::trace_thread()) WEFT_DECODE_TRACE_REC.clock[ev] = clock64();       \
   } while (0)
 // Records the event once `value` has arrived: storing it makes thread 0 wait for the load.
-#define WEFT_DECODE_TRACE_AFTER(value, ev)                                             \
-  do {                                                                                 \
-    if (::weft::decode::trace_thread()) {                                              \
-      ::weft::decode::g_trace[blockIdx.x].sink = (long long)(value);                   \
-      ::weft::decode::g_trace[blockIdx.x].clock[ev] = clock64();                       \
-    }                                                                                  \
+#define WEFT_DECODE_TRACE_AFTER(value, ev)                                                 \
+  do {                                                                                     \
+    if (::weft::decode::trace_thread()) {                                                  \
+      WEFT_DECODE_TRACE_REC.sink = (long long)(value);                                     \
+      WEFT_DECODE_TRACE_REC.clock[ev] = clock64();                                         \
+    }                                                                                      \
   } while (0)
 #define WEFT_DECODE_TRACE_FIRST_ITEM_POINT(first, ev) \
   do {                                                \
     if (first) WEFT_DECODE_TRACE_POINT(ev);           \
   } while (0)
-#define WEFT_DECODE_TRACE_ENTRY()                                                      \
-  do {                                                                                 \
-    if (::weft::decode::trace_thread()) {                                              \
-      ::weft::decode::TraceRecord& r_ = ::weft::decode::g_trace[blockIdx.x];           \
-      r_.global_entry_ns = ::weft::decode::global_timer_ns();                          \
-      r_.clock[::weft::decode::kTraceEntry] = clock64();                               \
-      r_.merged = 0;                                                                   \
-      r_.smid = static_cast<int32_t>(::weft::decode::sm_id());                         \
-      r_.items = 0;                                                                    \
-    }                                                                                  \
+#define WEFT_DECODE_TRACE_ENTRY()                                                          \
+  do {                                                                                     \
+    if (::weft::decode::trace_thread()) {                                                  \
+      WEFT_DECODE_TRACE_REC.global_entry_ns = ::weft::decode::global_timer_ns();           \
+      WEFT_DECODE_TRACE_REC.clock[::weft::decode::kTraceEntry] = clock64();                \
+      WEFT_DECODE_TRACE_REC.merged = 0;                                                    \
+      WEFT_DECODE_TRACE_REC.smid = static_cast<int32_t>(::weft::decode::sm_id());          \
+      WEFT_DECODE_TRACE_REC.items = 0;                                                     \
+    }                                                                                      \
   } while (0)
-#define WEFT_DECODE_TRACE_EXIT(n_items)                                                \
-  do {                                                                                 \
-    if (::weft::decode::trace_thread()) {                                              \
-      ::weft::decode::TraceRecord& r_ = ::weft::decode::g_trace[blockIdx.x];           \
-      r_.clock[::weft::decode::kTraceExit] = clock64();                                \
-      r_.global_exit_ns = ::weft::decode::global_timer_ns();                           \
-      r_.items = (n_items);                                                            \
-    }                                                                                  \
+#define WEFT_DECODE_TRACE_EXIT(n_items)                                                    \
+  do {                                                                                     \
+    if (::weft::decode::trace_thread()) {                                                  \
+      WEFT_DECODE_TRACE_REC.clock[::weft::decode::kTraceExit] = clock64();                 \
+      WEFT_DECODE_TRACE_REC.global_exit_ns = ::weft::decode::global_timer_ns();            \
+      WEFT_DECODE_TRACE_REC.items = (n_items);                                             \
+    }                                                                                      \
   } while (0)
-#define WEFT_DECODE_TRACE_MERGED(first)                                                  \
-  do {                                                                                   \
-    if ((first) && ::weft::decode::trace_thread()) ::weft::decode::g_trace[blockIdx.x].merged = 1; \
+#define WEFT_DECODE_TRACE_MERGED()                                                         \
+  do {                                                                                     \
+    if (::weft::decode::trace_thread()) WEFT_DECODE_TRACE_REC.merged = 1;                  \
   } while (0)
 #else
 #define WEFT_DECODE_TRACE_POINT(ev) do {} while (0)
@@ -68,5 +68,5 @@ __device__ __forceinline__ bool trace_thread() { return threadIdx.x == 0 && bloc
 #define WEFT_DECODE_TRACE_FIRST_ITEM_POINT(first, ev) do {} while (0)
 #define WEFT_DECODE_TRACE_ENTRY() do {} while (0)
 #define WEFT_DECODE_TRACE_EXIT(n_items) do {} while (0)
-#define WEFT_DECODE_TRACE_MERGED(first) do {} while (0)
+#define WEFT_DECODE_TRACE_MERGED() do {} while (0)
 #endif
