@@ -39,9 +39,15 @@ struct MergeStage {
   }
 };
 
+// Slots of one round arrive in up to kMergeParts commit groups, so the accumulation of the
+// first part overlaps the transfer of the later ones.
+constexpr int kMergeParts = 4;
+
 // Merge of one tile staged through shared memory `buf` (16-byte aligned, G slots per round).
-// Whole CTA; no cp.async group of this thread may be pending that the caller still needs to
-// overlap (the copies here are waited with wait_group 0). Ends with a CTA barrier.
+// Whole CTA; waits with wait_group 0, so any older cp.async group of this thread (the next
+// item's prologue) lands here too. Ends with a CTA barrier.
+// Order of a round: each warp's first row's LSEs are requested first, then every slot's O rows
+// (copies, in kMergeParts groups), so the weights are computed while the O bytes stream in.
 template <class T, int D>
 __device__ __forceinline__ void merge_tile_staged(const DecodeParams<T>& p, const Item& it, MergeRange mr,
                                                   unsigned char* buf, const MergeStage<D>& ms, int G) {
@@ -55,22 +61,34 @@ __device__ __forceinline__ void merge_tile_staged(const DecodeParams<T>& p, cons
   // Slot k, row r: LSE at lse0[k * kTileQ + r], O at o0 + (k * kTileQ + r) * D (plan layout).
   const float* lse0 = p.plan.partial_lse + int64_t(mr.s0) * kTileQ;
   const float* o0 = p.plan.partial_o + int64_t(mr.s0) * kTileQ * D;
-  // Copies of slots [g0, g0 + g) -> sO[k - g0][r][c]; .cg (L2): other CTAs wrote them in this grid.
-  auto issue = [&](int g0, int g) {
-    for (int idx = threadIdx.x; idx < g * items; idx += blockDim.x) {
-      const int k = idx / items, rc = idx - k * items, r = rc / kD4, c = rc - r * kD4;
-      ptx::cp_async_16(sO + idx, o0 + (int64_t(g0 + k) * kTileQ + r) * D + 4 * c);
+  const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Slots [g0, g0 + g) -> sO[k - g0][r][c] in kMergeParts commit groups of `part` slots (empty
+  // groups past g). .cg: other CTAs wrote the partials in this grid (L2).
+  auto issue = [&](int g0, int g, int part) {
+    for (int q = 0; q < kMergeParts; ++q) {
+      for (int k = q * part; k < min(g, (q + 1) * part); ++k)
+        for (int rc = threadIdx.x; rc < items; rc += blockDim.x) {
+          const int r = rc / kD4, c = rc % kD4;
+          ptx::cp_async_16(sO + k * items + rc, o0 + (int64_t(g0 + k) * kTileQ + r) * D + 4 * c);
+        }
+      ptx::cp_async_commit();
     }
-    ptx::cp_async_commit();
   };
-  issue(0, min(G, n));  // addresses do not depend on the LSEs: in flight with the weights' loads
+  auto lse_of = [&](int r, int k) { return __ldcg(lse0 + int64_t(k) * kTileQ + r); };
+  // This warp's first row's two LSEs (slots lane, lane + 32), requested before the copies.
+  float lse_first = -INFINITY, lse_first2 = -INFINITY;
+  if (warp < nrows) {
+    if (lane < n) lse_first = lse_of(warp, lane);
+    if (lane + 32 < n) lse_first2 = lse_of(warp, lane + 32);
+  }
+  int part = (min(G, n) + kMergeParts - 1) / kMergeParts;
+  issue(0, min(G, n), part);
 
   // Weights, one warp per row (merge_row_warp's math): every slot's weight -> sW.
-  const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int r = warp; r < nrows; r += W) {
-    auto lse_at = [&](int k) { return __ldcg(lse0 + int64_t(k) * kTileQ + r); };
-    const float lse_lane = lane < n ? lse_at(lane) : -INFINITY;
-    const float lse_lane2 = lane + 32 < n ? lse_at(lane + 32) : -INFINITY;
+    auto lse_at = [&](int k) { return lse_of(r, k); };
+    const float lse_lane = r == warp ? lse_first : lane < n ? lse_at(lane) : -INFINITY;
+    const float lse_lane2 = r == warp ? lse_first2 : lane + 32 < n ? lse_at(lane + 32) : -INFINITY;
     const attn::MergeWeights mw = attn::merge_weights(lse_lane, lse_lane2, lse_at, n, lane);
     const bool masked = mw.mx == -INFINITY;  // O = 0 (all weights and inv 0), LSE = -inf
     for (int k = lane; k < n; k += 32)
@@ -88,30 +106,35 @@ __device__ __forceinline__ void merge_tile_staged(const DecodeParams<T>& p, cons
     const int g = min(G, n - g0);
     if (g0 > 0) {
       __syncthreads();  // every thread is done reading the previous round's slots
-      issue(g0, g);
+      part = (g + kMergeParts - 1) / kMergeParts;
+      issue(g0, g, part);
     }
-    ptx::cp_async_wait<0>();
-    __syncthreads();  // every thread's copies (and the weights) are visible
     const bool last_round = g0 + g == n;
-    for (int idx = threadIdx.x; idx < items; idx += blockDim.x) {
-      const int r = idx / kD4, c = idx - r * kD4;
-      float4 acc = g0 == 0 ? make_float4(0.f, 0.f, 0.f, 0.f) : sAcc[idx];
-      const float* w_row = sW + r * n + g0;
-      for (int k = 0; k < g; ++k) {  // slots in KV order, merge_row_warp's expressions
-        const float w = w_row[k];
-        const float4 v = sO[k * items + idx];
-        acc.x += w * v.x;
-        acc.y += w * v.y;
-        acc.z += w * v.z;
-        acc.w += w * v.w;
-      }
-      if (!last_round) {
-        sAcc[idx] = acc;
-      } else {
-        const float inv = sInv[r];
-        const RowPos rp = row_pos(p, it, it.row_begin + r);
-        attn::merge_store4(p.o + rp.token * p.o_stride_token + rp.head * p.o_stride_head + 4 * c, acc.x * inv,
-                           acc.y * inv, acc.z * inv, acc.w * inv);
+    for (int q = 0; q < kMergeParts; ++q) {
+      cp_async_wait_dyn(kMergeParts - 1 - q);  // this thread's part q has landed ...
+      __syncthreads();                          // ... every thread's (and the weights)
+      const int k_end = min(g, (q + 1) * part);
+      for (int idx = threadIdx.x; idx < items; idx += blockDim.x) {
+        float4 acc = g0 == 0 && q == 0 ? make_float4(0.f, 0.f, 0.f, 0.f) : sAcc[idx];
+        const float* w_row = sW + (idx / kD4) * n + g0;
+#pragma unroll 8
+        for (int k = q * part; k < k_end; ++k) {  // slots in KV order, merge_row_warp's expressions
+          const float w = w_row[k];
+          const float4 v = sO[k * items + idx];
+          acc.x += w * v.x;
+          acc.y += w * v.y;
+          acc.z += w * v.z;
+          acc.w += w * v.w;
+        }
+        if (!last_round || q + 1 < kMergeParts) {
+          sAcc[idx] = acc;
+        } else {
+          const int r = idx / kD4, c = idx % kD4;
+          const float inv = sInv[r];
+          const RowPos rp = row_pos(p, it, it.row_begin + r);
+          attn::merge_store4(p.o + rp.token * p.o_stride_token + rp.head * p.o_stride_head + 4 * c, acc.x * inv,
+                             acc.y * inv, acc.z * inv, acc.w * inv);
+        }
       }
     }
   }
