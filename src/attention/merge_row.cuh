@@ -1,7 +1,6 @@
 // Device function: merge of one query row's split-KV partial states (the math of merge.cuh),
-// executed by one warp. Used by the merge kernel (merge.cu) and by the decode kernel's in-kernel
-// merge when its shared memory cannot stage a slot (decode_merge.cuh, which shares merge_weights
-// and the accumulation order, so every path gives the same bits).
+// executed by one warp. Shared by the merge kernel (merge.cu) and the decode kernel's in-kernel
+// merge (decode_pipeline.cuh), so both give the same bits.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -35,34 +34,6 @@ __device__ __forceinline__ void merge_load_batch(float4 (&v)[kMergeSlotBatch], c
                                  : make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
-// Softmax weights of one row's n partial slots, one warp: slot k's weight exp2(lse_k - mx) lives on
-// lane k % 32. The caller loaded lse_lane (slot lane) and lse_lane2 (slot lane + 32), -inf past n;
-// lse_at(k) loads slot k's LSE for k >= 64. mx = max LSE (-inf when every slot is masked: then
-// every other field is 0), sum = the weights' sum (xor tree: a fixed order, bitwise deterministic).
-// Shared by merge_row_warp and the decode kernel's staged merge (decode_merge.cuh): same bits.
-struct MergeWeights {
-  float mx, sum, w_lane, w_lane2;
-};
-template <class LseAt>
-__device__ __forceinline__ MergeWeights merge_weights(float lse_lane, float lse_lane2, LseAt lse_at, int n, int lane) {
-  MergeWeights r{-INFINITY, 0.f, 0.f, 0.f};
-  float mx = fmaxf(lse_lane, lse_lane2);  // = the loop below from k = lane + 32 (max is exact)
-  for (int k = lane + 64; k < n; k += 32) mx = fmaxf(mx, lse_at(k));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if (mx == -INFINITY) return r;
-  r.mx = mx;
-  r.w_lane = lane < n ? exp2f(lse_lane - mx) : 0.f;        // weight of slot `lane`
-  r.w_lane2 = lane + 32 < n ? exp2f(lse_lane2 - mx) : 0.f;  // weight of slot `lane + 32`
-  float sum = r.w_lane;
-  if (lane + 32 < n) sum += r.w_lane2;  // same terms in the same order as a loop from lane + 32
-  for (int k = lane + 64; k < n; k += 32) sum += exp2f(lse_at(k) - mx);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  r.sum = sum;
-  return r;
-}
-
 // Row i of a split query tile whose n partial slots are consecutive: slot k's LSE (base 2) at
 // lse_i[k * tile_q], its O row (fp32, head_dim) at o_i + k * tile_q * head_dim. Writes the merged
 // row to orow (head_dim elements of T) and, when lse_out is not null, the natural-log LSE.
@@ -80,15 +51,24 @@ __device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* 
   const float lse_lane2 = lane + 32 < n ? lse_at(lane + 32) : -INFINITY;
   float4 v[kMergeSlotBatch];
   merge_load_batch(v, o_i, slot_stride, 0, min(32, n), lane, lane < d4);
-  // Slot k's LSE lives on lane k % 32: max and sum are warp reductions, so a merge of many
-  // slots costs ~one load latency, not n.
-  const MergeWeights mw = merge_weights(lse_lane, lse_lane2, lse_at, n, lane);
-  if (mw.mx == -INFINITY) {
+  // Slot k's LSE lives on lane k % 32: max and sum are warp reductions (xor tree: a fixed
+  // order, bitwise deterministic), so a merge of many slots costs ~one load latency, not n.
+  float mx = fmaxf(lse_lane, lse_lane2);  // = the loop below from k = lane + 32 (max is exact)
+  for (int k = lane + 64; k < n; k += 32) mx = fmaxf(mx, lse_at(k));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (mx == -INFINITY) {
     for (int c = lane; c < d4; c += 32) merge_store4(orow + 4 * c, 0.f, 0.f, 0.f, 0.f);
     if (lse_out != nullptr && lane == 0) *lse_out = -INFINITY;
     return;
   }
-  const float mx = mw.mx, sum = mw.sum, w_lane = mw.w_lane, w_lane2 = mw.w_lane2;
+  const float w_lane = lane < n ? exp2f(lse_lane - mx) : 0.f;  // weight of slot `lane`
+  const float w_lane2 = lane + 32 < n ? exp2f(lse_lane2 - mx) : 0.f;  // weight of slot `lane + 32`
+  float sum = w_lane;
+  if (lane + 32 < n) sum += w_lane2;  // same terms in the same order as a loop from lane + 32
+  for (int k = lane + 64; k < n; k += 32) sum += exp2f(lse_at(k) - mx);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   const float inv = 1.f / sum;
   // O: each lane owns 4 columns; slots are accumulated in KV order (sequential, fixed), their
   // weights broadcast from the lane that holds them; kMergeSlotBatch loads in flight.

@@ -3,13 +3,16 @@
 //             16-byte cp.async, page ids looked up one tile ahead (kv_lookup / kv_issue)
 //   epilogue: cross-warp combine of online-softmax states, final or partial store
 #pragma once
-#include <cmath>
+#include <cuda/atomic>
+
 #include <cstdint>
 
+#include "attention/merge_row.cuh"
 #include "common/ptx.cuh"
 #include "common/types.cuh"
 #include "decode/decode_params.cuh"
 #include "decode/decode_plan.h"
+#include "decode/trace.cuh"
 
 namespace weft::decode {
 
@@ -258,6 +261,42 @@ template <class T>
 __device__ __forceinline__ float logit_log2(const DecodeParams<T>& p, float qk) {
   if (p.soft_cap > 0.f) return p.cap_log2 * tanhf(qk * p.sm_scale / p.soft_cap);
   return qk * p.scale_log2;
+}
+
+// In-kernel merge of split tiles (replaces a separate merge kernel for decode). Called by the
+// whole CTA after it stored the partial state of a split item (it.slot >= 0): the CTA counts
+// the finished slot in the tile's merge counter; the CTA that finishes the LAST slot merges
+// the tile's rows (attn::merge_row_warp, the merge kernel's code, so the bits are the same:
+// slots in KV order, whichever CTA merges) and resets the counter to 0 for the next run.
+// Memory order (the pattern of CUTLASS's GenericBarrier): the barrier orders every thread's
+// partial stores before thread 0's acq_rel atomic at device scope (release: cumulative over
+// what the barrier ordered); the last CTA's thread 0 acquires the other CTAs' stores with the
+// same atomic and its barrier passes them on to the threads that read the partials.
+// s_flag: the layout's 16-byte flag area (shared memory): s_flag[0] = 1 when this CTA merges
+// the tile (every thread already holds the tile's slot range, mr).
+template <class T, int D>
+__device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, const Item& it, MergeRange mr,
+                                                   int* s_flag) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> counter(p.plan.merge_counter[it.merge]);
+    const bool last = counter.fetch_add(1u, cuda::memory_order_acq_rel) + 1u == uint32_t(mr.n);
+    // Every slot of this run is counted: no one else touches the counter until the next launch.
+    if (last) counter.store(0u, cuda::memory_order_relaxed);
+    s_flag[0] = last ? 1 : 0;
+  }
+  __syncthreads();
+  WEFT_DECODE_TRACE_POINT(kTraceMergeDecided);  // of the CTA's last split item
+  if (s_flag[0] == 0) return;
+  WEFT_DECODE_TRACE_MERGED();
+  const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = warp; i < it.nrows; i += W) {
+    const RowPos rp = row_pos(p, it, it.row_begin + i);
+    attn::merge_row_warp<T>(p.plan.partial_lse + int64_t(mr.s0) * kTileQ + i,
+                            p.plan.partial_o + (int64_t(mr.s0) * kTileQ + i) * D, mr.n, kTileQ, D,
+                            p.o + rp.token * p.o_stride_token + rp.head * p.o_stride_head,
+                            p.lse != nullptr ? p.lse + rp.token * p.lse_stride_token + rp.head : nullptr, lane);
+  }
 }
 
 }  // namespace weft::decode

@@ -15,7 +15,7 @@
 // S-1 tiles as soon as it leaves the KV loop, so they load during the epilogue (stage S-1 doubles
 // as the epilogue buffer; Q is double-buffered). The pipeline never drains between the items of
 // a CTA. A split item's CTA then counts the slot; the last one of a tile merges it
-// (merge_tile_if_last, decode_merge.cuh).
+// (merge_tile_if_last, decode_common.cuh).
 //
 // The per-tile math is the Mainloop policy (one per path, constructed per item per warp):
 //   Mainloop ml(sQ, lane);                 // zero state; may load Q fragments from sQ
@@ -23,8 +23,7 @@
 //   ml.store(red_o, red_m, red_l, warp, lane, nrows);  // unnormalised O, m (log2), l -> smem
 // decode_tc.cuh (mma.sync, GQA group in M) and decode_cc.cuh (fp32 FMA) provide them.
 #pragma once
-#include "decode/decode_merge.cuh"
-#include "decode/trace.cuh"
+#include "decode/decode_common.cuh"
 
 namespace weft::decode {
 
@@ -144,12 +143,7 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     combine_and_store<T, D>(p, it, red_o, red_m, red_l);
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceItemStored);
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceMergeDecided);  // a split item records it again
-    if (it.slot >= 0) {
-      // Free for a merge: after the CTA's last item everything below the flag; else stage S-1.
-      unsigned char* free_smem = has_next ? reinterpret_cast<unsigned char*>(red_o) : smem_raw;
-      const size_t free_bytes = has_next ? L::stage_all_warps(W) : L::flag_offset(S, W);
-      merge_tile_if_last<T, D>(p, it, mr, s_flag, free_smem, free_bytes);
-    }
+    if (it.slot >= 0) merge_tile_if_last<T, D>(p, it, mr, s_flag);
     it = nx;
     pages = nx_pages;
   }

@@ -68,7 +68,6 @@ DecodeParams<T> make_params(const LaunchArgs& a) {
   p.page_shift = log2_exact(p.kv.table.page_size);
   p.stages = a.stages;
   p.warps = a.warps;
-  p.merge_staged = a.merge_staged;
   return p;
 }
 
@@ -115,11 +114,6 @@ int decode_stages(int32_t head_dim) {
     if (v >= 2 && v <= kMaxStages) s = v;
   }
   return s;
-}
-
-int32_t decode_merge_staged() {
-  const char* env = std::getenv("WEFT_DECODE_MERGE");
-  return env != nullptr && std::string(env) == "warp" ? 0 : 1;
 }
 
 int decode_warps(int32_t head_dim) {

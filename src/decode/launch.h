@@ -30,7 +30,6 @@ struct LaunchArgs {
   int32_t grid = 0;
   int32_t stages = 3;  // per-warp pipeline stages (decode_stages)
   int32_t warps = 4;   // warps per CTA (decode_warps)
-  int32_t merge_staged = 1;  // split-tile merge staged through shared memory (decode_merge_staged)
 };
 
 // Launches the decode kernel of (dtype, head_dim, path) with args.grid persistent CTAs.
@@ -43,10 +42,6 @@ int decode_stages(int32_t head_dim);
 int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device);
 // Warps per CTA: 4, or the environment variable WEFT_DECODE_WARPS (2 .. 8; a tuning knob).
 int decode_warps(int32_t head_dim);
-// Split-tile merge: 1 = staged through shared memory (the default), 0 = per-warp register loads
-// (same bits), when the environment variable WEFT_DECODE_MERGE is "warp" (a knob for same-call
-// A/B timing and for the test that both give the same bits).
-int32_t decode_merge_staged();
 bool path_compiled(DecodePath path);
 
 }  // namespace weft::decode

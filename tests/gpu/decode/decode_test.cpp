@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -479,63 +478,6 @@ TEST(Decode, RepeatedRunsBitwiseIdenticalWithSplit) {
   for (DecodePath path : kPaths) {
     repeated_runs_identical(path, 32, 8);
     repeated_runs_identical(path, 8, 8);
-  }
-}
-
-// The split-tile merge staged through shared memory (the default) and the per-warp register
-// merge (WEFT_DECODE_MERGE=warp, read when the wrapper is constructed) give the same bits, and
-// match the reference: one round (llama3 batch 1: ~33 slots of 4 rows after a CTA's last item),
-// several rounds (16-row tiles with many slots), merges by CTAs that have a next item (more
-// tiles than CTAs), D 64/128/256, a sliding window.
-TEST(DecodeSmall, StagedMergeMatchesWarpMerge) {
-  WEFT_REQUIRE_GPU();
-  Rng rng = Rng::for_current_test();
-  struct MergeCase {
-    std::vector<int32_t> lens;
-    int32_t hq, hkv, d;
-    DType dtype;
-    int32_t window_left;
-  };
-  std::vector<int32_t> many = lengths(rng, 64, 4000, false);
-  many[0] = 30000;
-  const MergeCase cases[] = {
-      {{32000}, 32, 8, 128, DType::kBFloat16, -1},
-      {{20000}, 16, 1, 128, DType::kFloat16, -1},
-      {{9000}, 16, 1, 256, DType::kBFloat16, -1},
-      {{30000, 500, 12000, 1}, 6, 2, 64, DType::kFloat16, -1},
-      {many, 8, 8, 128, DType::kBFloat16, -1},
-      {{30000, 500, 12000, 1}, 32, 2, 128, DType::kBFloat16, 9000},
-  };
-  for (const MergeCase& mc : cases) {
-    Case c;
-    c.lens = mc.lens;
-    c.hq = mc.hq;
-    c.hkv = mc.hkv;
-    c.d = mc.d;
-    c.dtype = mc.dtype;
-    c.var.window_left = mc.window_left;
-    SCOPED_TRACE(c.describe());
-    Batch bt(c, rng);
-    const int32_t batch = int32_t(c.lens.size());
-    Workspace ws(batch, c);
-    std::vector<uint16_t> out[2];
-    std::vector<float> lse[2];
-    for (int mode = 0; mode < 2; ++mode) {  // 0: staged (default), 1: per warp
-      if (mode == 1) ASSERT_EQ(0, setenv("WEFT_DECODE_MERGE", "warp", 1));
-      BatchDecodeWrapper w(batch, c.hq, c.hkv, c.d);
-      if (mode == 1) ASSERT_EQ(0, unsetenv("WEFT_DECODE_MERGE"));
-      plan_for(w, bt, ws);
-      ASSERT_TRUE(w.plan_info().split);
-      bt.dout.poison();
-      bt.dlse.poison();
-      run_for(w, bt);
-      WEFT_TEST_CUDA(cudaDeviceSynchronize());
-      if (mode == 0) check_against_reference(bt);
-      out[mode] = bt.dout.to_vector<uint16_t>(c.lens.size() * c.hq * c.d);
-      lse[mode] = bt.dlse.to_vector<float>(c.lens.size() * c.hq);
-    }
-    EXPECT_EQ(out[0], out[1]);
-    EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * 4));
   }
 }
 
