@@ -41,6 +41,7 @@ size_t spacer_bytes(int i) { return size_t(i) * ((size_t(1) << 30) + (size_t(6) 
 struct Model {
   const char* name;
   int32_t hq, hkv;
+  int32_t d = kHeadDim;  // head_dim
 };
 
 struct CaseOptions {
@@ -171,18 +172,18 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
   const int64_t batch = lens.size();
   int64_t total_kv = 0;
   for (int32_t l : lens) total_kv += l;
-  const double kv_bytes = double(total_kv) * m.hkv * kHeadDim * 2 /*K,V*/ * 2 /*bf16*/;
+  const double kv_bytes = double(total_kv) * m.hkv * m.d * 2 /*K,V*/ * 2 /*bf16*/;
   r.params = {{"model", m.name}, {"batch", std::to_string(batch)}, {"total_kv", std::to_string(total_kv)},
               {"qo_heads", std::to_string(m.hq)}, {"kv_heads", std::to_string(m.hkv)},
-              {"head_dim", std::to_string(kHeadDim)}, {"page_size", std::to_string(kPageSize)},
+              {"head_dim", std::to_string(m.d)}, {"page_size", std::to_string(kPageSize)},
               {"dtype", "bf16"}, {"path", weft::decode_path_name(path)},
               {"layout", layout == weft::KVLayout::kNHD ? "NHD" : "HND"},
               {"pages", opt.shuffled_pages ? "shuffled" : "sequential"},
               {"kv_placement", opt.placement == CaseOptions::KVPlacement::kSeparate      ? "separate"
                                : opt.placement == CaseOptions::KVPlacement::kInterleaved ? "interleaved"
                                                                                        : "offset"}};
-  r.bytes = kv_bytes + 2.0 * batch * m.hq * kHeadDim * 2;
-  r.flops = 4.0 * double(total_kv) * m.hq * kHeadDim;
+  r.bytes = kv_bytes + 2.0 * batch * m.hq * m.d * 2;
+  r.flops = 4.0 * double(total_kv) * m.hq * m.d;
   r.ceiling = "read";
   const bool marginal = name.find("/marginal/") != std::string::npos;
   if (!weft::decode_path_available(path)) {
@@ -200,7 +201,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
     std::vector<int32_t> indices(num_pages);
     std::iota(indices.begin(), indices.end(), 0);
     if (opt.shuffled_pages) std::shuffle(indices.begin(), indices.end(), std::mt19937_64(7));
-    const size_t pool_elems = size_t(num_pages) * kPageSize * m.hkv * kHeadDim;
+    const size_t pool_elems = size_t(num_pages) * kPageSize * m.hkv * m.d;
     std::vector<double> one_ms_all, plan_us;
     double marginal_ms = 0;
     weft::DecodePlanInfo info;
@@ -213,11 +214,11 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
       // K and V pools: two allocations (kSeparate; v_pool holds V), or both in k_pool.
       using KVP = CaseOptions::KVPlacement;
       const bool separate = opt.placement == KVP::kSeparate;
-      const size_t page_elems = size_t(kPageSize) * m.hkv * kHeadDim;
+      const size_t page_elems = size_t(kPageSize) * m.hkv * m.d;
       const size_t pool_bytes = pool_elems * 2, page_bytes = page_elems * 2;
       const size_t kv_gap = opt.placement == KVP::kOffset ? (size_t(3) << 20) : 0;
       DeviceArray k_pool(separate ? pool_bytes : 2 * pool_bytes + kv_gap), v_pool(separate ? pool_bytes : 0);
-      DeviceArray q(size_t(batch) * m.hq * kHeadDim * 2), out(size_t(batch) * m.hq * kHeadDim * 2),
+      DeviceArray q(size_t(batch) * m.hq * m.d * 2), out(size_t(batch) * m.hq * m.d * 2),
           d_indptr(indptr.size() * 4), d_indices(indices.size() * 4), d_last(last.size() * 4);
       char* const k_base = static_cast<char*>(k_pool.get());
       void* const v_base = separate ? v_pool.get()
@@ -226,7 +227,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
       const int64_t page_stride = int64_t(page_elems) * (opt.placement == KVP::kInterleaved ? 2 : 1);
       weft::bench::fill_random(k_pool.get(), k_pool.bytes() / 2, weft::DType::kBFloat16, 1);
       if (separate) weft::bench::fill_random(v_pool.get(), pool_elems, weft::DType::kBFloat16, 2);
-      weft::bench::fill_random(q.get(), size_t(batch) * m.hq * kHeadDim, weft::DType::kBFloat16, 3);
+      weft::bench::fill_random(q.get(), size_t(batch) * m.hq * m.d, weft::DType::kBFloat16, 3);
       WEFT_BENCH_CUDA(cudaMemcpy(d_indptr.get(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
       WEFT_BENCH_CUDA(cudaMemcpy(d_indices.get(), indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
       WEFT_BENCH_CUDA(cudaMemcpy(d_last.get(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
@@ -240,21 +241,21 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
       cache.layout = layout;
       const bool nhd = layout == weft::KVLayout::kNHD;
       const int64_t dim1 = nhd ? kPageSize : m.hkv, dim2 = nhd ? m.hkv : kPageSize;
-      const std::initializer_list<int64_t> strides = {page_stride, dim2 * kHeadDim, kHeadDim, 1};
-      cache.k_pages = weft::TensorView(k_base, weft::DType::kBFloat16, {num_pages, dim1, dim2, kHeadDim}, strides);
-      cache.v_pages = weft::TensorView(v_base, weft::DType::kBFloat16, {num_pages, dim1, dim2, kHeadDim}, strides);
-      weft::TensorView tq(q.get(), weft::DType::kBFloat16, {batch, m.hq, kHeadDim});
-      weft::TensorView tout(out.get(), weft::DType::kBFloat16, {batch, m.hq, kHeadDim});
+      const std::initializer_list<int64_t> strides = {page_stride, dim2 * m.d, m.d, 1};
+      cache.k_pages = weft::TensorView(k_base, weft::DType::kBFloat16, {num_pages, dim1, dim2, m.d}, strides);
+      cache.v_pages = weft::TensorView(v_base, weft::DType::kBFloat16, {num_pages, dim1, dim2, m.d}, strides);
+      weft::TensorView tq(q.get(), weft::DType::kBFloat16, {batch, m.hq, m.d});
+      weft::TensorView tout(out.get(), weft::DType::kBFloat16, {batch, m.hq, m.d});
 
-      const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(int32_t(batch), m.hq, m.hkv, kHeadDim);
+      const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(int32_t(batch), m.hq, m.hkv, m.d);
       DeviceArray ws(ws_bytes);
-      weft::BatchDecodeWrapper w(int32_t(batch), m.hq, m.hkv, kHeadDim, path);
+      weft::BatchDecodeWrapper w(int32_t(batch), m.hq, m.hkv, m.d, path);
       cudaStream_t s = ctx.stream();
       weft::AttentionVariant var;
       // plan() cost on the host (median of a few; includes enqueueing the async copy).
       for (int i = 0; i < (rep == 0 ? 7 : 1); ++i) {
         const auto t0 = std::chrono::steady_clock::now();
-        w.plan(table, m.hq, m.hkv, kHeadDim, kPageSize, weft::DType::kBFloat16, layout, var, ws.get(), ws_bytes, s);
+        w.plan(table, m.hq, m.hkv, m.d, kPageSize, weft::DType::kBFloat16, layout, var, ws.get(), ws_bytes, s);
         const auto t1 = std::chrono::steady_clock::now();
         if (rep == 0) plan_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
         WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
@@ -372,7 +373,7 @@ WEFT_BENCH_GROUP(decode) {
   for (const Model& m : models)
     for (int32_t b : batches)
       for (int32_t kv : kvs) {
-        const double bytes = double(b) * kv * m.hkv * kHeadDim * 4;
+        const double bytes = double(b) * kv * m.hkv * m.d * 4;
         if (bytes > kMaxKVBytes) continue;
         run_decode_case(ctx, std::string("decode/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
                         m, std::vector<int32_t>(b, kv));
@@ -427,6 +428,15 @@ WEFT_BENCH_GROUP(decode) {
                           m, std::vector<int32_t>(b, kv), forced);
         }
   }
+  // Head dims 64 and 256 ("decode/hdim/..."): GQA group 4 (a Llama-3.2-1B-like 32/8 at D64) and
+  // group 2 (a Gemma-2-9B-like 16/8 at D256), for the stage counts of decode_stages() at those dims.
+  {
+    const Model hdim_models[] = {{"d64-32x8", 32, 8, 64}, {"d256-16x8", 16, 8, 256}};
+    for (const Model& m : hdim_models)
+      for (auto [b, kv] : {std::pair{1, 32768}, std::pair{32, 4096}, std::pair{128, 4096}})
+        run_decode_case(ctx, std::string("decode/hdim/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
+                        m, std::vector<int32_t>(b, kv), CaseOptions{});
+  }
   // CTA shape variants (WEFT_DECODE_WARPS / WEFT_DECODE_STAGES, read when the wrapper is built):
   // "decode/w<W>s<S>/..." at a few shapes, to tune decode_warps() / decode_stages().
   const std::pair<int32_t, int32_t> shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}, {32, 32768}};
@@ -473,7 +483,7 @@ WEFT_BENCH_GROUP(decode) {
     for (auto [b, kv] : {std::pair{1, 16384}, std::pair{1, 32768}, std::pair{1, 131072}, std::pair{32, 4096}})
       report_plain_read(ctx, std::string("decode/floor/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
                         {{"model", m.name}, {"batch", std::to_string(b)}, {"kv_len", std::to_string(kv)}},
-                        double(b) * kv * m.hkv * kHeadDim * 2 * 2);
+                        double(b) * kv * m.hkv * m.d * 2 * 2);
   for (int kb : {0, 100}) report_launch_overhead(ctx, kb * 1024);
   // "decode/floor/spacer<i>/<MB>": the same plain read with a spacer of i x (1 GiB + 6 MiB)
   // allocated first (as run_decode_case's allocation i does), to see whether the speed modes of
