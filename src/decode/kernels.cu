@@ -95,20 +95,21 @@ void launch_decode(const LaunchArgs& a, cudaStream_t stream) {
 }
 
 int decode_stages(int32_t head_dim) {
-  // Per-warp stages: enough 16-key tiles in flight per SM to cover HBM latency at full
-  // bandwidth, while keeping 2 CTAs (8 warps) per SM for D <= 128:
-  //   D64:  6 x 4 KB  x 4 warps = 96 KB / CTA -> 2 CTAs/SM
-  //   D128: 2 x 8 KB  x 4 warps = 64 KB / CTA -> 2 CTAs/SM (the CUDA-core kernel's 227 registers
-  //         bound the grid at 2 anyway)
-  //   D256: 3 x 16 KB x 4 warps = 192 KB / CTA -> 1 CTA/SM
-  // (+ 2 Q buffers and the epilogue's m/l). D128, both paths at S = 2 (H200, same-call A/B of
-  // S = 3 against S = 2, perf-notes-decode.md, change 14): with S = 3 a warp's second prologue
-  // copy waits in the issue queue until the memory system drains (the per-CTA timeline shows the
-  // first copies issued ~2.5 us later), so the CTA starts computing later. Tensor-core rows
-  // (llama3, bimodal): S = 2 faster on 23 of 24 (b1 1.3-6%, b32/kv4K 1.8%, bimodal 1.1%), the
-  // other +0.3%; CUDA-core rows (llama2): faster on 16 of 19, the others within 0.35%.
-  // S = 4 (1 CTA/SM) fell to ~2.3 TB/s. D64 and D256 are not re-measured.
-  int s = head_dim == 64 ? 6 : head_dim == 128 ? 2 : 3;
+  (void)head_dim;
+  // Per-warp stages: S = 2 at every head dim (one 16-key tile in flight while the warp computes
+  // the other), 4 warps per CTA:
+  //   D64:  2 x 4 KB  x 4 warps = 32 KB / CTA -> 2 CTAs/SM (bound by registers)
+  //   D128: 2 x 8 KB  x 4 warps = 64 KB / CTA -> 2 CTAs/SM (the CUDA-core kernel's 227 registers)
+  //   D256: 2 x 16 KB x 4 warps = 128 KB / CTA -> 1 CTA/SM
+  // (+ 2 Q buffers and the epilogue's m/l). More stages do not help: a warp's later prologue
+  // copies wait in the issue queue until the memory system drains (per-CTA timeline,
+  // perf-notes-decode.md, change 14), so the CTA starts computing later. Same-call A/Bs on H200:
+  // D128 S = 3 -> 2: faster on 23 of 24 tensor-core rows (b1 1.3-6%, b32/kv4K 1.8%) and 16 of 19
+  // CUDA-core rows, the others within 0.35% (change 14). D64 S = 6 -> 2: 7% (b1/kv32K), 3%
+  // (b32/kv4K), 2% (b128/kv4K) faster, S = 3 and 4 in between; D256 S = 3 -> 2: 0.8% faster at
+  // b1/kv32K, within 0.2% at b32/kv4K and b128/kv4K (change 16). S = 4 at D128 (1 CTA/SM) fell
+  // to ~2.3 TB/s.
+  int s = 2;
   if (const char* env = std::getenv("WEFT_DECODE_STAGES")) {
     const int v = std::atoi(env);
     if (v >= 2 && v <= kMaxStages) s = v;
