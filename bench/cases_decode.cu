@@ -432,10 +432,24 @@ WEFT_BENCH_GROUP(decode) {
   // group 2 (a Gemma-2-9B-like 16/8 at D256), for the stage counts of decode_stages() at those dims.
   {
     const Model hdim_models[] = {{"d64-32x8", 32, 8, 64}, {"d256-16x8", 16, 8, 256}};
+    const std::pair<int32_t, int32_t> hdim_shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}};
     for (const Model& m : hdim_models)
-      for (auto [b, kv] : {std::pair{1, 32768}, std::pair{32, 4096}, std::pair{128, 4096}})
+      for (auto [b, kv] : hdim_shapes)
         run_decode_case(ctx, std::string("decode/hdim/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
                         m, std::vector<int32_t>(b, kv), CaseOptions{});
+    // Forced paths at these head dims, groups 2 and 4 ("decode/hdim/path/{tc,cc}/..."), for kAuto's
+    // choice (choose_decode_path) away from D128.
+    const Model hdim_path_models[] = {{"d64-16x8", 16, 8, 64}, {"d64-32x8", 32, 8, 64}, {"d256-16x8", 16, 8, 256},
+                                      {"d256-32x8", 32, 8, 256}};
+    for (const Model& m : hdim_path_models)
+      for (auto [b, kv] : hdim_shapes)
+        for (auto [tag, path] : {std::pair{"tc", weft::DecodePath::kTensorCore}, std::pair{"cc", weft::DecodePath::kCudaCore}}) {
+          CaseOptions forced;
+          forced.path = path;
+          run_decode_case(ctx, std::string("decode/hdim/path/") + tag + "/" + m.name + "/b" + std::to_string(b) + "/kv" +
+                                   std::to_string(kv),
+                          m, std::vector<int32_t>(b, kv), forced);
+        }
   }
   // CTA shape variants (WEFT_DECODE_WARPS / WEFT_DECODE_STAGES, read when the wrapper is built):
   // "decode/w<W>s<S>/..." at a few shapes, to tune decode_warps() / decode_stages().
