@@ -437,10 +437,10 @@ WEFT_BENCH_GROUP(decode) {
       for (auto [b, kv] : hdim_shapes)
         run_decode_case(ctx, std::string("decode/hdim/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
                         m, std::vector<int32_t>(b, kv), CaseOptions{});
-    // Forced paths at these head dims, groups 2 and 4 ("decode/hdim/path/{tc,cc}/..."), for kAuto's
+    // Forced paths at these head dims, groups 1, 2 and 4 ("decode/hdim/path/{tc,cc}/..."), for kAuto's
     // choice (choose_decode_path) away from D128.
-    const Model hdim_path_models[] = {{"d64-16x8", 16, 8, 64}, {"d64-32x8", 32, 8, 64}, {"d256-16x8", 16, 8, 256},
-                                      {"d256-32x8", 32, 8, 256}};
+    const Model hdim_path_models[] = {{"d64-16x16", 16, 16, 64},  {"d64-16x8", 16, 8, 64},   {"d64-32x8", 32, 8, 64},
+                                      {"d256-16x16", 16, 16, 256}, {"d256-16x8", 16, 8, 256}, {"d256-32x8", 32, 8, 256}};
     for (const Model& m : hdim_path_models)
       for (auto [b, kv] : hdim_shapes)
         for (auto [tag, path] : {std::pair{"tc", weft::DecodePath::kTensorCore}, std::pair{"cc", weft::DecodePath::kCudaCore}}) {
