@@ -43,8 +43,9 @@ enum class DecodePath : int32_t {
 };
 const char* decode_path_name(DecodePath p);
 
-// The heuristic used by kAuto, set from bench "decode/path/{tc,cc}/...": kCudaCore for GQA
-// groups 1 and 2, kTensorCore from 3 on (numbers in src/decode/wrapper.cpp).
+// The heuristic used by kAuto, set from bench "decode/path/{tc,cc}/..." and
+// "decode/hdim/path/{tc,cc}/...": kCudaCore for GQA groups 1 and 2 at head_dim 128, kTensorCore
+// otherwise (numbers in src/decode/wrapper.cpp).
 DecodePath choose_decode_path(int32_t group_size, int32_t head_dim, DType dtype);
 // Whether a path is compiled into this build.
 bool decode_path_available(DecodePath p);

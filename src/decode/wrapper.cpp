@@ -16,8 +16,8 @@ namespace weft {
 
 namespace {
 
-// kAuto: the CUDA-core path below this GQA group size, the tensor-core path from it on.
-// Measured on H200 at commit 82a6494 (bench "decode/path/{tc,cc}/<model>/<shape>", bf16, D128,
+// kAuto at head_dim 128: the CUDA-core path below this GQA group size, the tensor-core path from
+// it on (other head dims: tensor cores at every group, see choose_decode_path). Measured on H200 at commit 82a6494 (bench "decode/path/{tc,cc}/<model>/<shape>", bf16, D128,
 // page 16, median of 3 pool allocations; fraction of the read ceiling 4609 GB/s, tc / cc;
 // bench/results/h200_all_82a6494.json, docs/perf-notes-decode.md):
 //   group 1 (llama2-7b 32/32):  b1/kv32K 0.743/0.746  b32/kv4K 0.932/0.924  b32/kv16K 0.947/0.939
@@ -29,9 +29,17 @@ namespace {
 // The CUDA-core path does g rows' FMA work per tile and is issue-bound from g ~ 3-4 on. The
 // tensor-core path (keys in the mma M dimension, the group in one or two n8 tiles) costs the
 // same for every g <= 8 and, since that change, matches the CUDA-core path at groups 1-2 within
-// 1.5% either way. Groups 1-2 stay on CUDA cores: same speed, and P stays fp32 there (the
-// tensor-core path rounds P to 16 bits). Only D128 bf16 was measured; the per-row work scales
-// with D like the bytes do, so the same threshold is used for all.
+// 1.5% either way. Groups 1-2 stay on CUDA cores at D128: same speed, and P stays fp32 there
+// (the tensor-core path rounds P to 16 bits).
+// At D64 and D256 the tensor-core path is faster at every group (bench "decode/hdim/path/...",
+// H200 at 144daa4 / 2f9ee16, read ceiling 4610 GB/s, median of 3 allocations, tc / cc µs;
+// bench/results/h200_decode_hdim_paths_2f9ee16.json):
+//   D64  group 1 (16/16):  b1/kv32K 42.0/44.7   b32/kv4K 140.2/149.9  b128/kv4K 539.2/575.1
+//   D64  group 2 (16/8):   b1/kv32K 27.4/33.3   b32/kv4K 73.4/95.1    b128/kv4K 273.5/361.5
+//   D256 group 1 (16/16):  b1/kv32K 132.1/133.7 b32/kv4K 493.6/500.3  b128/kv4K 1966.2/2005.8
+//   D256 group 2 (16/8):   b1/kv32K 72.3/83.4   b32/kv4K 252.6/299.3  b128/kv4K 976.7/1172.9
+// (the CUDA-core D256 kernel runs at 255 registers with spills; at D64 a 16-key tile is only
+// 4 KB, so the CUDA-core path's per-tile work weighs more against its bytes).
 constexpr int32_t kTensorCoreMinGroup = 3;
 
 struct DeviceInfo {
@@ -67,9 +75,8 @@ bool decode_path_available(DecodePath p) {
 }
 
 DecodePath choose_decode_path(int32_t group_size, int32_t head_dim, DType dtype) {
-  (void)head_dim;
-  (void)dtype;
-  return group_size < kTensorCoreMinGroup ? DecodePath::kCudaCore : DecodePath::kTensorCore;
+  (void)dtype;  // measured with bf16; fp16 runs the same instructions
+  return head_dim == 128 && group_size < kTensorCoreMinGroup ? DecodePath::kCudaCore : DecodePath::kTensorCore;
 }
 
 struct BatchDecodeWrapper::Impl {
