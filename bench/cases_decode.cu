@@ -411,25 +411,28 @@ WEFT_BENCH_GROUP(decode) {
         run_decode_case(ctx, std::string("decode/hnd/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
                         m, std::vector<int32_t>(b, kv), hnd);
   }
-  // Forced paths at a few shapes, GQA groups 1 (llama2), 2, 4 (llama3-8b), 8 (llama3-70b heads).
+  // "<prefix>{tc,cc}/<model>/b<B>/kv<KV>": both kernel paths forced, for kAuto's choice
+  // (choose_decode_path).
+  auto forced_path_rows = [&](const std::string& prefix, const auto& path_models, const auto& path_shapes) {
+    for (const Model& m : path_models)
+      for (auto [b, kv] : path_shapes)
+        for (auto [tag, path] : {std::pair{"tc", weft::DecodePath::kTensorCore}, std::pair{"cc", weft::DecodePath::kCudaCore}}) {
+          CaseOptions forced;
+          forced.path = path;
+          run_decode_case(ctx, prefix + tag + "/" + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv), m,
+                          std::vector<int32_t>(b, kv), forced);
+        }
+  };
+  // D128 at a few shapes, GQA groups 1 (llama2), 2, 4 (llama3-8b), 8 (llama3-70b heads).
   {
     const Model path_models[] = {{"llama2-7b", 32, 32}, {"g2-16x8", 16, 8}, {"llama3-8b", 32, 8},
                                  {"llama3-70b", 64, 8}};
     const std::pair<int32_t, int32_t> path_shapes[] = {{1, 32768}, {32, 4096}, {32, 16384}, {128, 4096}};
-    const std::pair<const char*, weft::DecodePath> paths[] = {{"tc", weft::DecodePath::kTensorCore},
-                                                             {"cc", weft::DecodePath::kCudaCore}};
-    for (const Model& m : path_models)
-      for (auto [b, kv] : path_shapes)
-        for (auto [tag, path] : paths) {
-          CaseOptions forced;
-          forced.path = path;
-          run_decode_case(ctx, std::string("decode/path/") + tag + "/" + m.name + "/b" + std::to_string(b) + "/kv" +
-                                   std::to_string(kv),
-                          m, std::vector<int32_t>(b, kv), forced);
-        }
+    forced_path_rows("decode/path/", path_models, path_shapes);
   }
   // Head dims 64 and 256 ("decode/hdim/..."): GQA group 4 (a Llama-3.2-1B-like 32/8 at D64) and
-  // group 2 (a Gemma-2-9B-like 16/8 at D256), for the stage counts of decode_stages() at those dims.
+  // group 2 (a Gemma-2-9B-like 16/8 at D256), for the stage counts of decode_stages() at those dims;
+  // and both paths forced at groups 1, 2 and 4 ("decode/hdim/path/...").
   {
     const Model hdim_models[] = {{"d64-32x8", 32, 8, 64}, {"d256-16x8", 16, 8, 256}};
     const std::pair<int32_t, int32_t> hdim_shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}};
@@ -437,19 +440,9 @@ WEFT_BENCH_GROUP(decode) {
       for (auto [b, kv] : hdim_shapes)
         run_decode_case(ctx, std::string("decode/hdim/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
                         m, std::vector<int32_t>(b, kv), CaseOptions{});
-    // Forced paths at these head dims, groups 1, 2 and 4 ("decode/hdim/path/{tc,cc}/..."), for kAuto's
-    // choice (choose_decode_path) away from D128.
     const Model hdim_path_models[] = {{"d64-16x16", 16, 16, 64},  {"d64-16x8", 16, 8, 64},   {"d64-32x8", 32, 8, 64},
                                       {"d256-16x16", 16, 16, 256}, {"d256-16x8", 16, 8, 256}, {"d256-32x8", 32, 8, 256}};
-    for (const Model& m : hdim_path_models)
-      for (auto [b, kv] : hdim_shapes)
-        for (auto [tag, path] : {std::pair{"tc", weft::DecodePath::kTensorCore}, std::pair{"cc", weft::DecodePath::kCudaCore}}) {
-          CaseOptions forced;
-          forced.path = path;
-          run_decode_case(ctx, std::string("decode/hdim/path/") + tag + "/" + m.name + "/b" + std::to_string(b) + "/kv" +
-                                   std::to_string(kv),
-                          m, std::vector<int32_t>(b, kv), forced);
-        }
+    forced_path_rows("decode/hdim/path/", hdim_path_models, hdim_shapes);
   }
   // CTA shape variants (WEFT_DECODE_WARPS / WEFT_DECODE_STAGES, read when the wrapper is built):
   // "decode/w<W>s<S>/..." at a few shapes, to tune decode_warps() / decode_stages().
