@@ -243,6 +243,19 @@ double Context::time_ms(const std::function<void(cudaStream_t)>& fn, int warmup,
   return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
+void with_graph(cudaStream_t cap, const std::function<void(cudaStream_t)>& capture,
+                const std::function<void(const std::function<void(cudaStream_t)>&)>& use) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
+  capture(cap);
+  WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
+  WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  use([exec](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 double Context::gb_per_s(const Result& r) {
   return (r.ms > 0 && r.bytes > 0) ? r.bytes / r.ms / 1e6 : 0.0;
 }

@@ -132,7 +132,14 @@ class Context {
 // chunks on 2 or 4 CTAs per SM, grid-stride on 4 or 8) over `bytes`, each timed like every case
 // (one launch after an L2 flush): what one memory-bound kernel of that size takes here, launch
 // and ramp included. Decode rows of the same bytes compare against it (bench/ceilings.cu).
-double plain_read_ms(Context& ctx, std::size_t bytes);
+// With runs > 1: `copies` buffers of `bytes` and `runs` launches back to back in one graph (run i
+// reads copy i % copies) after one flush; returns the graph's time / runs (the steady-state rate).
+double plain_read_ms(Context& ctx, std::size_t bytes, int copies = 1, int runs = 1);
+
+// Captures `capture` (enqueueing on the capture stream `cap`) into a graph and hands `use` a
+// function that launches the instantiated graph on a given stream.
+void with_graph(cudaStream_t cap, const std::function<void(cudaStream_t)>& capture,
+                const std::function<void(const std::function<void(cudaStream_t)>&)>& use);
 
 // RAII device allocation (cudaMalloc; throws weft::Error("CUDA", ...) on failure).
 // RAII device allocation (src/common/device_allocation.h).

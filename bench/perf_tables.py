@@ -58,6 +58,29 @@ def main():
         rng = f"{frac * c['ms'] / lo:.3f}–{frac * c['ms'] / hi:.3f}" if lo and hi else "–"
         print(f"| {n} | {c['ms']:.4f} | {c['gb_per_s']:.0f} | {frac:.3f} | {rng} | {ts} |")
 
+    steady = rows("decode/steady/")
+    if steady:
+        print("\n### Decode, steady state (8 runs back to back in one graph on rotated KV copies)\n")
+        print("The rows above time one run after an L2 flush, so each carries the ~4 µs launch and "
+              "completion of a single graph (`decode/floor/launch`). These rows time 8 runs in one "
+              "graph after one flush, run i on copy i mod `copies` of the pools (copies sized so that "
+              "each run reads its KV from DRAM), as a serving step replays layer after layer; ms is "
+              "per run. The one-run column is the same process's one-run time of the first copy. The "
+              "torch rows run 8 cuDNN calls the same way; `floor` is a plain read of the same bytes.\n")
+        print("| case | copies | weft ms/run | fraction of read | one-run fraction | torch ms/call | "
+              "torch fraction | floor fraction |")
+        print("|---|---|---|---|---|---|---|---|")
+        floors = {c["name"].replace("decode/floor/steady/", "decode/steady/"): c for c in rows("decode/floor/steady/")}
+        for c in steady:
+            n, e = c["name"], c.get("extra", {})
+            tt, fl = tc.get(n), floors.get(n)
+            one = e.get("one_run_ms")
+            one_frac = f"{c['fraction_of_ceiling'] * c['ms'] / one:.3f}" if one else "–"
+            ts = f"{tt['ms']:.4f} | {tt['gb_per_s'] / ce['read_gbps']:.3f}" if tt else "– | –"
+            fs = f"{fl['fraction_of_ceiling']:.3f}" if fl else "–"
+            print(f"| {n} | {e.get('copies', 0):.0f} | {c['ms']:.4f} | {c['fraction_of_ceiling']:.3f} | "
+                  f"{one_frac} | {ts} | {fs} |")
+
     forced = rows("decode/path/")
     if forced:
         print("\n### Decode with the path forced (fraction of the read ceiling)\n")

@@ -8,7 +8,8 @@ run outside the event bracket, median of the timed runs.
            K/V contiguous [B, Hkv, L, 128]; GQA through enable_gqa=True, else K/V expanded to Hq
            heads (params "kv_expanded": "1"); params "gqa_mode" says which: gqa | folded | expanded | plain
            (folded: the query heads of one KV head as the query-length axis, no K/V copy). GB/s counts the logical KV (Hkv heads) + q + o.
-           Names: torch/decode/<model>/b<B>/kv<L>.
+           Names: torch/decode/<model>/b<B>/kv<L>. Steady-state rows torch/decode/steady/...
+           (target shapes): 8 calls back to back in one CUDA graph on rotated K/V copies, per call.
   prefill: FLASH backend, causal, bf16, head_dim 128, 32 q / 8 kv heads, one sequence of L tokens.
            TFLOP/s counts causal FLOPs once: 4 * L * L * D * H / 2. Names: torch/prefill/causal/L<L>.
 
@@ -34,6 +35,10 @@ PREFILL_L = [1024, 2048, 4096, 8192, 16384]
 QUICK_PREFILL_L = [1024, 4096, 8192]
 PREFILL_HEADS = (32, 8)
 KV_CAP_BYTES = 60 * GiB  # skip decode shapes whose allocated K+V exceed this
+# Steady-state rows (torch/decode/steady/...), timed as weft-bench's decode/steady rows: STEADY_RUNS
+# calls back to back (one CUDA graph) on rotated K/V copies after one flush, ms = time / calls.
+STEADY_RUNS = 8
+STEADY_CAP_BYTES = 40 * GiB  # all copies of one steady row
 
 
 def parse_args():
@@ -65,6 +70,7 @@ class Timer:
         self.reps = reps
         props = torch.cuda.get_device_properties(0)
         l2 = int(getattr(props, "L2_cache_size", 0) or 0) or (50 << 20)
+        self.l2_bytes = l2
         self.flush = torch.full((2 * l2,), 0x5A, dtype=torch.uint8, device="cuda")
         self.n = 0
 
@@ -127,11 +133,40 @@ def short_error(ex):
     return (type(ex).__name__ + ": " + (msg[0] if msg else "")).strip()[:400]
 
 
-def run_sdpa(torch, F, backend, timer, q, k, v, causal, groups, allow_expand=True):
+def steady_runner(torch, calls, runs):
+    """One callable that runs calls[i % len(calls)] for i < runs back to back: a CUDA graph of them
+    when capture works (so the host's launch rate never shows in the time), else an eager loop.
+    Returns (fn, timing) with timing "graph" or "eager: <why capture failed>"."""
+    def eager():
+        for i in range(runs):
+            calls[i % len(calls)]()
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture, as torch.cuda.graph advises
+            eager()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            eager()
+        return graph.replay, "graph"
+    except Exception as ex:  # noqa: BLE001 - fall back and say why
+        torch.cuda.synchronize()
+        return eager, "eager: " + short_error(ex)
+
+
+def run_sdpa(torch, F, backend, timer, q, k, v, causal, groups, allow_expand=True, copies=None,
+             runs=1):
     """Returns (ms, how, note). GQA (groups > 1) tries, in order: enable_gqa=True; for decode
     (q_len 1, not causal) the `groups` query heads sharing a KV head folded into the query-length
     axis (q [B, Hkv, groups, D]: the same math, no K/V copy); then, if allow_expand, K/V expanded
-    to the q heads. Raises SdpaRefused listing every refusal."""
+    to the q heads. Raises SdpaRefused listing every refusal.
+    Steady state (runs > 1): `runs` calls back to back after one flush, call i on the K/V pair
+    copies[i % len(copies)] (k, v first); ms is the time per call (steady_runner says how they
+    were launched, in the note). Expanded K/V is not tried then."""
+    pairs = [(k, v)] + list(copies or [])
+    if runs > 1:
+        allow_expand = False
     from torch.nn.attention import sdpa_kernel
     if groups == 1:
         attempts = ["plain"]
@@ -160,12 +195,20 @@ def run_sdpa(torch, F, backend, timer, q, k, v, causal, groups, allow_expand=Tru
 
             # The backend is forced around the whole timing loop, so its context manager's host
             # cost never sits between the start event and the kernel.
+            timing = None
             with sdpa_kernel(backend):
                 fn()  # surfaces "no available kernel" before timing
                 torch.cuda.synchronize()
-                ms = timer.time_ms(fn)
-            note = ("refused before: " + " | ".join(errors)) if errors else None
-            return ms, how, note
+                if runs == 1:
+                    ms = timer.time_ms(fn)
+                else:
+                    calls = [(lambda k_=k_, v_=v_: F.scaled_dot_product_attention(
+                        qq, k_, v_, is_causal=causal, **kw)) for k_, v_ in pairs]
+                    steady_fn, timing = steady_runner(torch, calls, runs)
+                    ms = timer.time_ms(steady_fn) / runs
+            notes = (["refused before: " + " | ".join(errors)] if errors else []) + \
+                ([f"{runs} calls on {len(pairs)} K/V copies, launched as {timing}"] if timing else [])
+            return ms, how, ("; ".join(notes) or None)
         except (RuntimeError, TypeError, ValueError) as ex:
             errors.append(f"[{how}] " + short_error(ex))
         finally:
@@ -180,59 +223,90 @@ def wants(name, filters):
     return not filters or any(f in name for f in filters)
 
 
+def steady_copies(kv_bytes, l2_bytes):
+    """K/V copies of a steady-state row (weft-bench's steady_copies): between two reads of one
+    copy the others move at least 2x the L2 capacity, so every call reads its K/V from DRAM."""
+    others = -(-2 * l2_bytes // kv_bytes)
+    return max(2, min(STEADY_RUNS, others + 1))
+
+
+def is_steady_shape(b, L):
+    """The issue's target shapes: batch >= 32 at kv >= 4K, batch 1 at kv >= 32K."""
+    return (b >= 32 and L >= 4096) or (b == 1 and L >= 32768)
+
+
+def decode_case(torch, F, backend, args, timer, model, b, L, steady):
+    """One decode row; steady: STEADY_RUNS calls on rotated K/V copies (run_sdpa). Returns the
+    case dict, or None when the shape is skipped."""
+    hq, hkv = MODELS[model]
+    groups = hq // hkv
+    name = f"torch/decode/{'steady/' if steady else ''}{model}/b{b}/kv{L}"
+    if not wants(name, args.filter):
+        return None
+    params = {"model": model, "batch": b, "kv_len": L, "num_qo_heads": hq,
+              "num_kv_heads": hkv, "head_dim": HEAD_DIM, "dtype": "bf16",
+              "backend": args.decode_backend}
+    kv_bytes = 2 * b * hkv * L * HEAD_DIM * 2  # K and V, bf16, logical heads
+    copies = steady_copies(kv_bytes, timer.l2_bytes) if steady else 1
+    cap = STEADY_CAP_BYTES if steady else KV_CAP_BYTES
+    if copies * kv_bytes > cap:
+        print(f"{name:<48}  skipped: K+V {copies * kv_bytes / GiB:.1f} GiB > {cap / GiB:.0f} GiB",
+              flush=True)
+        return None
+    if steady:
+        params.update({"copies": copies, "runs_per_graph": STEADY_RUNS})
+    free, _ = torch.cuda.mem_get_info()
+    if copies * kv_bytes * 1.1 > free:
+        return case(name, params, error=f"skipped: K+V {copies * kv_bytes / GiB:.1f} GiB > free "
+                                        f"{free / GiB:.1f} GiB", ceiling="read")
+    q = None
+    pairs = []
+    try:
+        q = torch.empty(b, hq, 1, HEAD_DIM, dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
+        for _ in range(copies):
+            pairs.append(tuple(torch.empty(b, hkv, L, HEAD_DIM, dtype=torch.bfloat16,
+                                           device="cuda").uniform_(-1, 1) for _ in range(2)))
+        # Expanded K/V (GQA fallback) is allocated next to the originals: cap both.
+        allow_expand = (kv_bytes * (1 + groups) <= KV_CAP_BYTES
+                        and kv_bytes * (1 + groups) * 1.1 < free)
+        (k, v), rest = pairs[0], pairs[1:]
+        ms, how, note = run_sdpa(torch, F, backend, timer, q, k, v, False, groups, allow_expand,
+                                 copies=rest, runs=STEADY_RUNS if steady else 1)
+        k = v = rest = None
+        params["gqa_mode"] = how
+        if how == "expanded":
+            params["kv_expanded"] = "1"
+        qo_bytes = 2 * b * hq * HEAD_DIM * 2
+        flops = 4.0 * b * hq * L * HEAD_DIM
+        c = case(name, params, ms=ms, nbytes=float(kv_bytes + qo_bytes), flops=flops,
+                 ceiling="read")
+        if note:
+            c["note"] = note
+    except Exception as ex:  # noqa: BLE001 - record and go on
+        c = case(name, params, error=short_error(ex), ceiling="read")
+    finally:
+        q = None
+        pairs = []
+        torch.cuda.empty_cache()
+    return c
+
+
 def bench_decode(torch, F, args, timer, results):
     from torch.nn.attention import SDPBackend
     backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                "efficient": SDPBackend.EFFICIENT_ATTENTION}[args.decode_backend]
     batches = QUICK_BATCHES if args.quick else DECODE_BATCHES
     kvs = QUICK_KV if args.quick else DECODE_KV
-    for model, (hq, hkv) in MODELS.items():
-        groups = hq // hkv
-        for b in batches:
-            for L in kvs:
-                name = f"torch/decode/{model}/b{b}/kv{L}"
-                if not wants(name, args.filter):
-                    continue
-                params = {"model": model, "batch": b, "kv_len": L, "num_qo_heads": hq,
-                          "num_kv_heads": hkv, "head_dim": HEAD_DIM, "dtype": "bf16",
-                          "backend": args.decode_backend}
-                kv_bytes = 2 * b * hkv * L * HEAD_DIM * 2  # K and V, bf16, logical heads
-                if kv_bytes > KV_CAP_BYTES:
-                    print(f"{name:<48}  skipped: K+V {kv_bytes / GiB:.1f} GiB > 60 GiB", flush=True)
-                    continue
-                free, _ = torch.cuda.mem_get_info()
-                if kv_bytes * 1.1 > free:
-                    c = case(name, params, error=f"skipped: K+V {kv_bytes / GiB:.1f} GiB > free "
-                                                 f"{free / GiB:.1f} GiB", ceiling="read")
-                    results.append(c)
-                    print_row(c)
-                    continue
-                q = k = v = None
-                try:
-                    q = torch.empty(b, hq, 1, HEAD_DIM, dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
-                    k = torch.empty(b, hkv, L, HEAD_DIM, dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
-                    v = torch.empty(b, hkv, L, HEAD_DIM, dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
-                    # Expanded K/V (GQA fallback) is allocated next to the originals: cap both.
-                    allow_expand = (kv_bytes * (1 + groups) <= KV_CAP_BYTES
-                                    and kv_bytes * (1 + groups) * 1.1 < free)
-                    ms, how, note = run_sdpa(torch, F, backend, timer, q, k, v, False, groups,
-                                             allow_expand)
-                    params["gqa_mode"] = how
-                    if how == "expanded":
-                        params["kv_expanded"] = "1"
-                    qo_bytes = 2 * b * hq * HEAD_DIM * 2
-                    flops = 4.0 * b * hq * L * HEAD_DIM
-                    c = case(name, params, ms=ms, nbytes=float(kv_bytes + qo_bytes), flops=flops,
-                             ceiling="read")
-                    if note:
-                        c["note"] = note
-                except Exception as ex:  # noqa: BLE001 - record and go on
-                    c = case(name, params, error=short_error(ex), ceiling="read")
-                finally:
-                    q = k = v = None
-                    torch.cuda.empty_cache()
-                results.append(c)
-                print_row(c)
+    for steady in (False, True):
+        for model in MODELS:
+            for b in batches:
+                for L in kvs:
+                    if steady and not is_steady_shape(b, L):
+                        continue
+                    c = decode_case(torch, F, backend, args, timer, model, b, L, steady)
+                    if c is not None:
+                        results.append(c)
+                        print_row(c)
 
 
 def bench_prefill(torch, F, args, timer, results):
