@@ -158,7 +158,7 @@ int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
   }
 #undef WEFT_DECODE_KERNELS
   // Experiment knob: WEFT_DECODE_CTAS_PER_SM=<k> sets the grid to k CTAs per SM, capped by the
-  // tensor-core kernels' residency alone (for A/Bs of tensor-core shapes only).
+  // residency of the tensor-core kernel for GQA groups <= 8 alone (A/Bs of such shapes only).
   if (const char* env = std::getenv("WEFT_DECODE_CTAS_PER_SM")) {
     int k = std::atoi(env), tc = 1 << 30;
     const size_t smem = head_dim == 64    ? SmemLayout<half, 64>::bytes(stages, warps)
@@ -170,7 +170,6 @@ int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
     };
     if (head_dim == 128) {
       tc_query(reinterpret_cast<const void*>(decode_tc_kernel<__nv_bfloat16, 128, 1>));
-      tc_query(reinterpret_cast<const void*>(decode_tc_kernel<__nv_bfloat16, 128, 2>));
     }
     if (k >= 1 && tc < (1 << 30)) return std::min(k, tc);
   }
