@@ -157,22 +157,6 @@ int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
     default: throw Error("head_dim", "expected 64, 128 or 256, got " + std::to_string(head_dim));
   }
 #undef WEFT_DECODE_KERNELS
-  // Experiment knob: WEFT_DECODE_CTAS_PER_SM=<k> sets the grid to k CTAs per SM, capped by the
-  // residency of the tensor-core kernel for GQA groups <= 8 alone (A/Bs of such shapes only).
-  if (const char* env = std::getenv("WEFT_DECODE_CTAS_PER_SM")) {
-    int k = std::atoi(env), tc = 1 << 30;
-    const size_t smem = head_dim == 64    ? SmemLayout<half, 64>::bytes(stages, warps)
-                        : head_dim == 128 ? SmemLayout<half, 128>::bytes(stages, warps)
-                                          : SmemLayout<half, 256>::bytes(stages, warps);
-    auto tc_query = [&](const void* kern) {
-      WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, warps * 32, smem));
-      tc = std::min(tc, n);
-    };
-    if (head_dim == 128) {
-      tc_query(reinterpret_cast<const void*>(decode_tc_kernel<__nv_bfloat16, 128, 1>));
-    }
-    if (k >= 1 && tc < (1 << 30)) return std::min(k, tc);
-  }
   return n_min < 1 ? 1 : n_min;
 }
 

@@ -1,6 +1,5 @@
 // BatchDecodeWrapper: plan (host, balanced split-KV) and run (validated launch, graph safe).
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -194,13 +193,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   for (int32_t b = 0; b < batch; ++b)
     WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
   const plan::BatchShape shape = decode::batch_shape(kv_lens, batch, variant.window_left);
-  plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads);
-  // Tuning knob for same-call A/Bs (as WEFT_DECODE_STAGES): a larger shortest chunk, i.e. fewer,
-  // longer split chunks (fewer partial slots per merge, fewer busy CTAs).
-  if (const char* env = std::getenv("WEFT_DECODE_MIN_CHUNK")) {
-    const int v = std::atoi(env);
-    if (v > cfg.min_chunk) cfg.min_chunk = v;
-  }
+  const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads);
   plan::Plan p = decode::plan_decode(shape, cfg);
 
   // Reuse the staging buffer only once its previous copy has left it.
