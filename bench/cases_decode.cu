@@ -10,7 +10,8 @@
 // run_decode_case), with the min / max in extras; tuning rows use one allocation.
 // Variants "decode/w<W>s<S>/..." rebuild the wrapper with W warps per CTA and S per-warp stages;
 // "decode/floor/..." time a plain read kernel over the same KV bytes (the reachable top for one
-// kernel of that size).
+// kernel of that size). "decode/steady/..." time 8 runs back to back in one graph on rotated
+// copies of the pools (the steady state of a serving step; CaseOptions::copies).
 // Path variants "decode/path/{tc,cc}/<model>/b<B>/kv<KV>" force each kernel path (GQA groups
 // 1, 2, 4, 8) to set the kAuto heuristic (choose_decode_path); the plain rows use kAuto.
 #include <algorithm>
