@@ -36,6 +36,12 @@ using weft::bench::with_graph;
 
 constexpr int64_t kHeadDim = 128, kPageSize = 16;
 constexpr double kMaxKVBytes = 60.0 * (1ull << 30);
+constexpr double kMaxSteadyBytes = 40.0 * (1ull << 30);  // all pool copies of one steady-state row
+
+// "<prefix><model>/b<B>/kv<KV>": the name of a uniform-length row.
+std::string row_name(const std::string& prefix, const char* model, int32_t batch, int32_t kv) {
+  return prefix + model + "/b" + std::to_string(batch) + "/kv" + std::to_string(kv);
+}
 
 // Allocation i of a row (and of the floor/spacer rows) is preceded by a spacer of this many
 // bytes, so that fresh allocations land in different places (run_decode_case).
@@ -46,6 +52,9 @@ struct Model {
   int32_t hq, hkv;
   int32_t d = kHeadDim;  // head_dim
 };
+
+// Bytes of K and V (bf16) that `keys` keys of model m take.
+double kv_bytes_of(const Model& m, double keys) { return keys * m.hkv * m.d * 2 /*K,V*/ * 2 /*bf16*/; }
 
 struct CaseOptions {
   weft::DecodePath path = weft::DecodePath::kAuto;
@@ -179,7 +188,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
   const int64_t batch = lens.size();
   int64_t total_kv = 0;
   for (int32_t l : lens) total_kv += l;
-  const double kv_bytes = double(total_kv) * m.hkv * m.d * 2 /*K,V*/ * 2 /*bf16*/;
+  const double kv_bytes = kv_bytes_of(m, double(total_kv));
   r.params = {{"model", m.name}, {"batch", std::to_string(batch)}, {"total_kv", std::to_string(total_kv)},
               {"qo_heads", std::to_string(m.hq)}, {"kv_heads", std::to_string(m.hkv)},
               {"head_dim", std::to_string(m.d)}, {"page_size", std::to_string(kPageSize)},
@@ -259,7 +268,6 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
         cache.v_pages = weft::TensorView(v_base, weft::DType::kBFloat16, {num_pages, dim1, dim2, m.d}, strides);
         caches.push_back(cache);
       }
-      const weft::PagedKVCache& cache = caches[0];
       weft::TensorView tq(q.get(), weft::DType::kBFloat16, {batch, m.hq, m.d});
       weft::TensorView tout(out.get(), weft::DType::kBFloat16, {batch, m.hq, m.d});
 
@@ -279,10 +287,10 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
 
       cudaStream_t cap;
       WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
-      // run() `runs` times in one graph.
+      // run() `runs` times in one graph, run i on copy i % copies of the pools.
       auto runs_of = [&](int runs) {
         return [&, runs](cudaStream_t st) {
-          for (int i = 0; i < runs; ++i) w.run(tq, cache, table, tout, nullptr, st);
+          for (int i = 0; i < runs; ++i) w.run(tq, caches[i % copies], table, tout, nullptr, st);
         };
       };
       auto time_runs = [&](int runs) {
@@ -304,12 +312,8 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
       // and with translations warm for the second run (first allocation only).
       if (marginal && rep == 0) marginal_ms = time_runs(2) - one_ms_all.back();
       if (steady)
-        with_graph(
-            cap,
-            [&](cudaStream_t st) {
-              for (int i = 0; i < kSteadyRuns; ++i) w.run(tq, caches[i % copies], table, tout, nullptr, st);
-            },
-            [&](const LaunchFn& launch) { steady_ms = ctx.time_ms(launch) / kSteadyRuns; });
+        with_graph(cap, runs_of(kSteadyRuns),
+                   [&](const LaunchFn& launch) { steady_ms = ctx.time_ms(launch) / kSteadyRuns; });
       cudaStreamDestroy(cap);
       info = w.plan_info();
     }
@@ -410,12 +414,11 @@ WEFT_BENCH_GROUP(decode) {
   for (const Model& m : models)
     for (int32_t b : batches)
       for (int32_t kv : kvs) {
-        const double bytes = double(b) * kv * m.hkv * m.d * 4;
-        if (bytes > kMaxKVBytes) continue;
-        run_decode_case(ctx, std::string("decode/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
+        if (kv_bytes_of(m, double(b) * kv) > kMaxKVBytes) continue;
+        run_decode_case(ctx, row_name("decode/", m.name, b, kv),
                         m, std::vector<int32_t>(b, kv));
       }
-  // Ragged bimodal: 64 requests, half 512 and half 32K keys, interleaved by a fixed shuffle.
+  // Ragged bimodal (bimodal_lens).
   {
     const std::vector<int32_t> lens = bimodal_lens();
     run_decode_case(ctx, "decode/bimodal64", models[0], lens);
@@ -432,18 +435,17 @@ WEFT_BENCH_GROUP(decode) {
   // Skipped where the copies would take more than 40 GiB.
   {
     auto steady_row = [&](const std::string& name, const Model& m, const std::vector<int32_t>& lens) {
-      double kv_bytes = 0;
-      for (int32_t l : lens) kv_bytes += double(l) * m.hkv * m.d * 4;
+      const double kv_bytes = kv_bytes_of(m, std::accumulate(lens.begin(), lens.end(), 0.0));
       CaseOptions o;
       o.copies = steady_copies(kv_bytes, double(ctx.l2_bytes()));
-      if (o.copies * kv_bytes > 40.0 * (1ull << 30)) return;
+      if (o.copies * kv_bytes > kMaxSteadyBytes) return;
       run_decode_case(ctx, name, m, lens, o);
     };
     for (const Model& m : models)
       for (int32_t b : batches)
         for (int32_t kv : kvs)
           if ((b >= 32 && kv >= 4096) || (b == 1 && kv >= 32768))
-            steady_row("decode/steady/" + std::string(m.name) + "/b" + std::to_string(b) + "/kv" + std::to_string(kv), m,
+            steady_row(row_name("decode/steady/", m.name, b, kv), m,
                        std::vector<int32_t>(b, kv));
     const std::vector<int32_t> lens = bimodal_lens();
     steady_row("decode/steady/bimodal64", models[0], lens);
@@ -456,8 +458,7 @@ WEFT_BENCH_GROUP(decode) {
     seq.shuffled_pages = false;
     for (const Model& m : models)
       for (auto [b, kv] : seq_shapes)
-        run_decode_case(ctx, std::string("decode/seqpages/") + m.name + "/b" + std::to_string(b) + "/kv" +
-                                 std::to_string(kv),
+        run_decode_case(ctx, row_name("decode/seqpages/", m.name, b, kv),
                         m, std::vector<int32_t>(b, kv), seq);
   }
   // HND pages ([page][head][slot][dim]: a head's 16 keys are one contiguous 4 KB run instead of
@@ -468,7 +469,7 @@ WEFT_BENCH_GROUP(decode) {
     hnd.layout = weft::KVLayout::kHND;
     for (const Model& m : models)
       for (auto [b, kv] : hnd_shapes)
-        run_decode_case(ctx, std::string("decode/hnd/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
+        run_decode_case(ctx, row_name("decode/hnd/", m.name, b, kv),
                         m, std::vector<int32_t>(b, kv), hnd);
   }
   // "<prefix>{tc,cc}/<model>/b<B>/kv<KV>": both kernel paths forced, for kAuto's choice
@@ -479,7 +480,7 @@ WEFT_BENCH_GROUP(decode) {
         for (auto [tag, path] : {std::pair{"tc", weft::DecodePath::kTensorCore}, std::pair{"cc", weft::DecodePath::kCudaCore}}) {
           CaseOptions forced;
           forced.path = path;
-          run_decode_case(ctx, prefix + tag + "/" + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv), m,
+          run_decode_case(ctx, row_name(prefix + tag + "/", m.name, b, kv), m,
                           std::vector<int32_t>(b, kv), forced);
         }
   };
@@ -498,7 +499,7 @@ WEFT_BENCH_GROUP(decode) {
     const std::pair<int32_t, int32_t> hdim_shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}};
     for (const Model& m : hdim_models)
       for (auto [b, kv] : hdim_shapes)
-        run_decode_case(ctx, std::string("decode/hdim/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
+        run_decode_case(ctx, row_name("decode/hdim/", m.name, b, kv),
                         m, std::vector<int32_t>(b, kv), CaseOptions{});
     const Model hdim_path_models[] = {{"d64-16x16", 16, 16, 64},  {"d64-16x8", 16, 8, 64},   {"d64-32x8", 32, 8, 64},
                                       {"d256-16x16", 16, 16, 256}, {"d256-16x8", 16, 8, 256}, {"d256-32x8", 32, 8, 256}};
@@ -517,7 +518,7 @@ WEFT_BENCH_GROUP(decode) {
     setenv("WEFT_DECODE_STAGES", std::to_string(stages).c_str(), 1);
     for (const Model& m : models)
       for (auto [b, kv] : shapes)
-        run_decode_case(ctx, tag + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv), m,
+        run_decode_case(ctx, row_name(tag, m.name, b, kv), m,
                         std::vector<int32_t>(b, kv), single);
     unsetenv("WEFT_DECODE_WARPS");
     unsetenv("WEFT_DECODE_STAGES");
@@ -537,8 +538,7 @@ WEFT_BENCH_GROUP(decode) {
           CaseOptions o;
           o.placement = placement;
           o.allocations = 5;
-          run_decode_case(ctx, std::string("decode/") + tag + "/" + m.name + "/b" + std::to_string(b) + "/kv" +
-                                   std::to_string(kv),
+          run_decode_case(ctx, row_name(std::string("decode/") + tag + "/", m.name, b, kv),
                           m, std::vector<int32_t>(b, kv), o);
         }
   }
@@ -548,16 +548,16 @@ WEFT_BENCH_GROUP(decode) {
   // kernel of that size reaches here: the reachable top for the decode row of the same shape.
   for (const Model& m : models)
     for (auto [b, kv] : {std::pair{1, 16384}, std::pair{1, 32768}, std::pair{1, 131072}, std::pair{32, 4096}})
-      report_plain_read(ctx, std::string("decode/floor/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
+      report_plain_read(ctx, row_name("decode/floor/", m.name, b, kv),
                         {{"model", m.name}, {"batch", std::to_string(b)}, {"kv_len", std::to_string(kv)}},
-                        double(b) * kv * m.hkv * m.d * 2 * 2);
+                        kv_bytes_of(m, double(b) * kv));
   for (int kb : {0, 100}) report_launch_overhead(ctx, kb * 1024);
   // "decode/floor/steady/...": the same plain read timed as the steady-state decode rows are
   // (kSteadyRuns reads back to back in one graph on rotated copies), for those rows' fraction.
   for (const Model& m : models)
     for (auto [b, kv] : {std::pair{1, 32768}, std::pair{32, 4096}}) {
-      const double bytes = double(b) * kv * m.hkv * m.d * 2 * 2;
-      report_plain_read(ctx, std::string("decode/floor/steady/") + m.name + "/b" + std::to_string(b) + "/kv" + std::to_string(kv),
+      const double bytes = kv_bytes_of(m, double(b) * kv);
+      report_plain_read(ctx, row_name("decode/floor/steady/", m.name, b, kv),
                         {{"model", m.name}, {"batch", std::to_string(b)}, {"kv_len", std::to_string(kv)}}, bytes, 0,
                         steady_copies(bytes, double(ctx.l2_bytes())), kSteadyRuns);
     }
@@ -572,7 +572,6 @@ WEFT_BENCH_GROUP(decode) {
   // of a run without the launch latency and with warm address translations (run_decode_case).
   for (const Model& m : models)
     for (auto [b, kv] : shapes)
-      run_decode_case(ctx, "decode/marginal/" + std::string(m.name) + "/b" + std::to_string(b) + "/kv" +
-                               std::to_string(kv),
+      run_decode_case(ctx, row_name("decode/marginal/", m.name, b, kv),
                       m, std::vector<int32_t>(b, kv), single);
 }

@@ -269,10 +269,8 @@ def decode_case(torch, F, backend, args, timer, model, b, L, steady):
         # Expanded K/V (GQA fallback) is allocated next to the originals: cap both.
         allow_expand = (kv_bytes * (1 + groups) <= KV_CAP_BYTES
                         and kv_bytes * (1 + groups) * 1.1 < free)
-        (k, v), rest = pairs[0], pairs[1:]
-        ms, how, note = run_sdpa(torch, F, backend, timer, q, k, v, False, groups, allow_expand,
-                                 copies=rest, runs=STEADY_RUNS if steady else 1)
-        k = v = rest = None
+        ms, how, note = run_sdpa(torch, F, backend, timer, q, *pairs[0], False, groups, allow_expand,
+                                 copies=pairs[1:], runs=STEADY_RUNS if steady else 1)
         params["gqa_mode"] = how
         if how == "expanded":
             params["kv_expanded"] = "1"
