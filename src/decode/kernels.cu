@@ -68,6 +68,7 @@ DecodeParams<T> make_params(const LaunchArgs& a) {
   p.page_shift = log2_exact(p.kv.table.page_size);
   p.stages = a.stages;
   p.warps = a.warps;
+  p.kv_hint = a.kv_hint;
   return p;
 }
 
@@ -127,6 +128,15 @@ int decode_warps(int32_t head_dim) {
     if (v >= 2 && v <= kMaxWarps) w = v;
   }
   return w;
+}
+
+int decode_kv_hint() {
+  int h = 0;
+  if (const char* env = std::getenv("WEFT_DECODE_KV_HINT")) {
+    const int v = std::atoi(env);
+    if (v >= 0 && v <= 4) h = v;
+  }
+  return h;
 }
 
 int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
