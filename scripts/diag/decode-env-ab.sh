@@ -4,6 +4,9 @@
 # setting, processes interleaved (A, B, A, B, ...), each writing $OUT/ab_<setting>_<i>.json; then
 # merges them into $OUT/ab.json.
 #   OUT=... WEFT_COMMIT=<sha> PAIRS=2 scripts/diag/decode-env-ab.sh "WEFT_DECODE_STAGES=3" "WEFT_DECODE_STAGES=2" -- <filters>
+# BASE_SRC=<dir> adds the setting "base": weft-bench built from an older source tree in <dir>
+# (made locally with `git archive <sha> | tar -x -C build-base-src`, then carried), so a change
+# without a knob is compared with its parent in the same call.
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT="${OUT:-./ab-out}"
 mkdir -p "$OUT"
@@ -15,11 +18,18 @@ for r in "$@"; do F+=(--filter "$r"); done
 SECONDS=0
 cmake -S . -B build-ab -G Ninja -DWEFT_DISABLE="prefill;norm;comm" -DWEFT_BUILD_TESTS=OFF > /tmp/cfg.log 2>&1 || { tail -30 /tmp/cfg.log; exit 1; }
 ninja -C build-ab -j16 weft-bench > /tmp/build.log 2>&1 || { tail -40 /tmp/build.log; exit 1; }
+if [ -n "${BASE_SRC:-}" ]; then
+  cmake -S "$BASE_SRC" -B build-ab-base -G Ninja -DWEFT_DISABLE="prefill;norm;comm" -DWEFT_BUILD_TESTS=OFF > /tmp/cfg.log 2>&1 || { tail -30 /tmp/cfg.log; exit 1; }
+  ninja -C build-ab-base -j16 weft-bench > /tmp/build.log 2>&1 || { tail -40 /tmp/build.log; exit 1; }
+  SETTINGS=("base" "${SETTINGS[@]}")
+fi
 echo "build $SECONDS s"
 for i in $(seq 1 "${PAIRS:-2}"); do
   for s in "${SETTINGS[@]}"; do
     tag=$(echo "$s" | tr -c 'A-Za-z0-9_\n' '_')
-    env $s build-ab/bench/weft-bench --group decode "${F[@]}" --commit "${WEFT_COMMIT:-unknown}" --json "$OUT/ab_${tag}_$i.json" > /tmp/run.log 2>&1 || tail -5 /tmp/run.log
+    bin=build-ab/bench/weft-bench
+    [ "$s" = "base" ] && bin=build-ab-base/bench/weft-bench
+    env $([ "$s" = "base" ] && echo WEFT_NOOP=1 || echo "$s") $bin --group decode "${F[@]}" --commit "${WEFT_COMMIT:-unknown}" --json "$OUT/ab_${tag}_$i.json" > /tmp/run.log 2>&1 || tail -5 /tmp/run.log
     echo "$s run $i: $(grep -c '^decode/' /tmp/run.log) rows"
   done
 done

@@ -16,31 +16,21 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int sr
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "r"(src_bytes));
 }
-// The same copy with an L2 hint (KV streams in decode; knob WEFT_DECODE_KV_HINT, experiment 20):
-//   kHint 1: .L2::128B prefetch size, 2: .L2::256B, 3: evict_first cache policy,
-//   4: evict_first + .L2::256B. kHint 0 is cp_async_16.
-template <int kHint>
-__device__ __forceinline__ void cp_async_16_l2(void* smem, const void* gmem, int src_bytes) {
-  if constexpr (kHint == 0) {
-    cp_async_16(smem, gmem, src_bytes);
-  } else if constexpr (kHint == 1) {
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-                 "r"(src_bytes));
-  } else if constexpr (kHint == 2) {
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-                 "r"(src_bytes));
-  } else {
-    uint64_t pol;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-    if constexpr (kHint == 3) {
-      asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(smem)),
-                   "l"(gmem), "r"(src_bytes), "l"(pol));
-    } else {
-      asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(
-                       smem_addr(smem)),
-                   "l"(gmem), "r"(src_bytes), "l"(pol));
-    }
-  }
+// L2 cache policies (createpolicy) for the cache_hint form of cp.async below.
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_normal() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+// cp_async_16 with an L2 cache policy for the copied lines.
+__device__ __forceinline__ void cp_async_16_policy(void* smem, const void* gmem, int src_bytes, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(smem)),
+               "l"(gmem), "r"(src_bytes), "l"(pol));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>

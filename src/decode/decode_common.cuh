@@ -186,11 +186,17 @@ __device__ __forceinline__ int64_t kv_row_offset(const DecodeParams<T>& p, int32
 
 // Copies of the warp tile (16 keys) into sK / sV ([16][D], swizzled) from the per-lane offsets
 // of kv_row_offset: row r's K offset is on lane r, its V offset on lane 16 + r.
-template <class T, int D, int kHint>
-__device__ __forceinline__ void kv_issue_hint(const DecodeParams<T>& p, int64_t off, int lane, T* sK, T* sV) {
+// L2 policy: the KV stream is read once per run, so its lines are marked evict_first
+// (DecodeParams::kv_evict_first): the plan, page table, Q and the split partials keep their L2
+// lines. Same-call A/B on H200 (experiment 20, perf-notes-decode.md): 0.3-0.8% faster one-run
+// rows, 3.9% faster llama3 b1/kv32K in steady state; the 128/256-byte prefetch-size hints were
+// neutral / 3-8% slower.
+template <class T, int D>
+__device__ __forceinline__ void kv_issue(const DecodeParams<T>& p, int64_t off, int lane, T* sK, T* sV) {
   constexpr int kChunks = D / 8;                  // 16-byte chunks per row
   constexpr int kRowsPerInstr = 32 / kChunks;     // rows one warp-wide copy covers (4/2/1)
   const int c = lane % kChunks;
+  const uint64_t pol = p.kv_evict_first ? ptx::l2_policy_evict_first() : ptx::l2_policy_evict_normal();
 #pragma unroll
   for (int i = 0; i < kWarpKeys / kRowsPerInstr; ++i) {
     const int r = i * kRowsPerInstr + lane / kChunks;
@@ -199,19 +205,8 @@ __device__ __forceinline__ void kv_issue_hint(const DecodeParams<T>& p, int64_t 
     const bool valid = ko >= 0;
     const T* ks = valid ? p.kv.k.data + ko + c * 8 : p.kv.k.data;
     const T* vs = valid ? p.kv.v.data + vo + c * 8 : p.kv.v.data;
-    ptx::cp_async_16_l2<kHint>(sK + swz<D>(r, c), ks, valid ? 16 : 0);
-    ptx::cp_async_16_l2<kHint>(sV + swz<D>(r, c), vs, valid ? 16 : 0);
-  }
-}
-// kv_issue_hint with the launch's L2 hint (DecodeParams::kv_hint, uniform: one branch per tile).
-template <class T, int D>
-__device__ __forceinline__ void kv_issue(const DecodeParams<T>& p, int64_t off, int lane, T* sK, T* sV) {
-  switch (p.kv_hint) {
-    case 1: kv_issue_hint<T, D, 1>(p, off, lane, sK, sV); break;
-    case 2: kv_issue_hint<T, D, 2>(p, off, lane, sK, sV); break;
-    case 3: kv_issue_hint<T, D, 3>(p, off, lane, sK, sV); break;
-    case 4: kv_issue_hint<T, D, 4>(p, off, lane, sK, sV); break;
-    default: kv_issue_hint<T, D, 0>(p, off, lane, sK, sV); break;
+    ptx::cp_async_16_policy(sK + swz<D>(r, c), ks, valid ? 16 : 0, pol);
+    ptx::cp_async_16_policy(sV + swz<D>(r, c), vs, valid ? 16 : 0, pol);
   }
 }
 

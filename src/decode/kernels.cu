@@ -68,7 +68,7 @@ DecodeParams<T> make_params(const LaunchArgs& a) {
   p.page_shift = log2_exact(p.kv.table.page_size);
   p.stages = a.stages;
   p.warps = a.warps;
-  p.kv_hint = a.kv_hint;
+  p.kv_evict_first = a.kv_evict_first;
   return p;
 }
 
@@ -130,13 +130,9 @@ int decode_warps(int32_t head_dim) {
   return w;
 }
 
-int decode_kv_hint() {
-  int h = 0;
-  if (const char* env = std::getenv("WEFT_DECODE_KV_HINT")) {
-    const int v = std::atoi(env);
-    if (v >= 0 && v <= 4) h = v;
-  }
-  return h;
+int decode_kv_evict_first() {
+  if (const char* env = std::getenv("WEFT_DECODE_KV_EVICT_FIRST")) return std::atoi(env) != 0 ? 1 : 0;
+  return 1;
 }
 
 int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
