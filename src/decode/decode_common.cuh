@@ -186,17 +186,19 @@ __device__ __forceinline__ int64_t kv_row_offset(const DecodeParams<T>& p, int32
 
 // Copies of the warp tile (16 keys) into sK / sV ([16][D], swizzled) from the per-lane offsets
 // of kv_row_offset: row r's K offset is on lane r, its V offset on lane 16 + r.
-// L2 policy: the KV stream is read once per run, so its lines are marked evict_first
-// (DecodeParams::kv_evict_first): the plan, page table, Q and the split partials keep their L2
-// lines. Same-call A/B on H200 (experiment 20, perf-notes-decode.md): 0.3-0.8% faster one-run
-// rows, 3.9% faster llama3 b1/kv32K in steady state; the 128/256-byte prefetch-size hints were
-// neutral / 3-8% slower.
+// L2 policy: the KV stream is read once per run, so its lines are marked evict_first. The
+// plan, the page table and the split partials, which every layer of a step reads again, then
+// keep their L2 lines from one run to the next. Same-call A/B against the parent tree on H200
+// (experiment 20, perf-notes-decode.md): one-run rows (after an L2 flush) within -1.0 .. +0.7%,
+// 8 runs back to back in one graph 3.4% (llama3 b1/kv32K) and 1.3% (b32/kv4K) faster. An
+// explicit evict_normal policy made most rows 6-13% slower, and the 256-byte prefetch-size
+// hint 3-8% slower; neither is used.
 template <class T, int D>
 __device__ __forceinline__ void kv_issue(const DecodeParams<T>& p, int64_t off, int lane, T* sK, T* sV) {
   constexpr int kChunks = D / 8;                  // 16-byte chunks per row
   constexpr int kRowsPerInstr = 32 / kChunks;     // rows one warp-wide copy covers (4/2/1)
   const int c = lane % kChunks;
-  const uint64_t pol = p.kv_evict_first ? ptx::l2_policy_evict_first() : ptx::l2_policy_evict_normal();
+  const uint64_t pol = ptx::l2_policy_evict_first();
 #pragma unroll
   for (int i = 0; i < kWarpKeys / kRowsPerInstr; ++i) {
     const int r = i * kRowsPerInstr + lane / kChunks;

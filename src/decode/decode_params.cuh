@@ -27,7 +27,6 @@ struct DecodeParams {
   int32_t page_shift = -1;       // log2(page_size) when it is a power of two, else -1 (divide)
   int32_t stages = 3;            // per-warp pipeline stages (2 .. kMaxStages); sizes shared memory
   int32_t warps = 4;             // warps per CTA (= blockDim.x / 32, 2 .. kMaxWarps)
-  int32_t kv_evict_first = 1;    // KV copies mark their L2 lines evict_first (kv_issue)
 };
 
 }  // namespace weft::decode

@@ -68,7 +68,6 @@ DecodeParams<T> make_params(const LaunchArgs& a) {
   p.page_shift = log2_exact(p.kv.table.page_size);
   p.stages = a.stages;
   p.warps = a.warps;
-  p.kv_evict_first = a.kv_evict_first;
   return p;
 }
 
@@ -128,11 +127,6 @@ int decode_warps(int32_t head_dim) {
     if (v >= 2 && v <= kMaxWarps) w = v;
   }
   return w;
-}
-
-int decode_kv_evict_first() {
-  if (const char* env = std::getenv("WEFT_DECODE_KV_EVICT_FIRST")) return std::atoi(env) != 0 ? 1 : 0;
-  return 1;
 }
 
 int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {

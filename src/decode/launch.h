@@ -30,7 +30,6 @@ struct LaunchArgs {
   int32_t grid = 0;
   int32_t stages = 3;  // per-warp pipeline stages (decode_stages)
   int32_t warps = 4;   // warps per CTA (decode_warps)
-  int32_t kv_evict_first = 1;  // L2 policy of the KV copies (decode_kv_evict_first)
 };
 
 // Launches the decode kernel of (dtype, head_dim, path) with args.grid persistent CTAs.
@@ -43,9 +42,6 @@ int decode_stages(int32_t head_dim);
 int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device);
 // Warps per CTA: 4, or the environment variable WEFT_DECODE_WARPS (2 .. 8; a tuning knob).
 int decode_warps(int32_t head_dim);
-// Whether the KV copies mark their L2 lines evict_first: 1, or WEFT_DECODE_KV_EVICT_FIRST (0 or 1;
-// a tuning knob for same-call A/Bs).
-int decode_kv_evict_first();
 bool path_compiled(DecodePath path);
 
 }  // namespace weft::decode

@@ -84,7 +84,6 @@ struct BatchDecodeWrapper::Impl {
   int32_t grid = 0;
   int32_t stages = 3;             // per-warp pipeline stages (decode::decode_stages)
   int32_t warps = 4;              // warps per CTA (decode::decode_warps)
-  int32_t kv_evict_first = 1;     // L2 policy of the KV copies (decode::decode_kv_evict_first)
   plan::WorkspaceLayout layout;
   void* staging = nullptr;        // pinned, layout.metadata_bytes()
   cudaEvent_t staging_done = nullptr;
@@ -122,7 +121,6 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
   check::head_dim_supported(head_dim, "head_dim");
   impl_->stages = decode::decode_stages(head_dim);
   impl_->warps = decode::decode_warps(head_dim);
-  impl_->kv_evict_first = decode::decode_kv_evict_first();
   impl_->grid = grid_for(head_dim, impl_->stages, impl_->warps);
   impl_->layout = plan::WorkspaceLayout(decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, impl_->grid));
   WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, impl_->layout.metadata_bytes(), cudaHostAllocDefault));
@@ -280,7 +278,6 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   a.grid = im.grid;
   a.stages = im.stages;
   a.warps = im.warps;
-  a.kv_evict_first = im.kv_evict_first;
   decode::launch_decode(a, stream);
   // No merge kernel: split tiles are merged inside the decode kernel by the CTA that finishes
   // their last slot (merge_tile_if_last), so run() is one launch whatever the plan.
