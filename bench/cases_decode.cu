@@ -32,6 +32,7 @@
 namespace {
 
 using weft::bench::DeviceArray;
+using weft::bench::LaunchFn;
 using weft::bench::with_graph;
 
 constexpr int64_t kHeadDim = 128, kPageSize = 16;
@@ -83,8 +84,6 @@ int steady_copies(double kv_bytes, double l2_bytes) {
   const int others = static_cast<int>(std::ceil(2.0 * l2_bytes / kv_bytes));
   return std::max(2, std::min(kSteadyRuns, others + 1));
 }
-
-using LaunchFn = std::function<void(cudaStream_t)>;
 
 // Diagnostic build only (-DWEFT_DECODE_TRACE=ON, decode/trace.h): launch `launch` `runs` times,
 // each after an L2 flush as in the timed runs, read the per-CTA timeline of each launch and add
@@ -285,8 +284,6 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
         WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
       }
 
-      cudaStream_t cap;
-      WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
       // run() `runs` times in one graph, run i on copy i % copies of the pools.
       auto runs_of = [&](int runs) {
         return [&, runs](cudaStream_t st) {
@@ -295,7 +292,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
       };
       auto time_runs = [&](int runs) {
         double ms = 0;
-        with_graph(cap, runs_of(runs), [&](const LaunchFn& launch) {
+        with_graph(ctx, runs_of(runs), [&](const LaunchFn& launch) {
           ctx.warm_up_once(launch);
           ms = ctx.time_ms(launch);
         });
@@ -305,16 +302,15 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
       // Diagnostic build: timeline of this allocation, of one run after the L2 flush ("trace_")
       // and of the second of two runs in one graph ("trace_warm_": caches and translations warm).
       for (int runs = 1; rep == 0 && weft::decode::trace_compiled() && runs <= 2; ++runs)
-        with_graph(cap, runs_of(runs), [&](const LaunchFn& launch) {
+        with_graph(ctx, runs_of(runs), [&](const LaunchFn& launch) {
           add_trace_extras(ctx, launch, w.plan_info().num_ctas, r, runs == 1 ? "trace_" : "trace_warm_");
         });
       // Steady-state cost of one run: time(2 runs) - time(1 run), without the launch latency
       // and with translations warm for the second run (first allocation only).
       if (marginal && rep == 0) marginal_ms = time_runs(2) - one_ms_all.back();
       if (steady)
-        with_graph(cap, runs_of(kSteadyRuns),
+        with_graph(ctx, runs_of(kSteadyRuns),
                    [&](const LaunchFn& launch) { steady_ms = ctx.time_ms(launch) / kSteadyRuns; });
-      cudaStreamDestroy(cap);
       info = w.plan_info();
     }
     std::vector<double> sorted = one_ms_all;
@@ -359,12 +355,9 @@ void report_launch_overhead(weft::bench::Context& ctx, int smem_bytes) {
   r.params = {{"grid", std::to_string(2 * ctx.sm_count())}, {"threads", "128"}, {"smem_bytes", std::to_string(smem_bytes)}};
   try {
     WEFT_BENCH_CUDA(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    cudaStream_t cap;
-    WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
     with_graph(
-        cap, [&](cudaStream_t st) { empty_kernel<<<2 * ctx.sm_count(), 128, smem_bytes, st>>>(); },
+        ctx, [&](cudaStream_t st) { empty_kernel<<<2 * ctx.sm_count(), 128, smem_bytes, st>>>(); },
         [&](const LaunchFn& launch) { r.ms = ctx.time_ms(launch); });
-    cudaStreamDestroy(cap);
     ctx.report(r);
   } catch (const std::exception& e) {
     ctx.report_error(r, e.what());

@@ -93,15 +93,9 @@ void run_append_case(weft::bench::Context& ctx, const AppendCase& c) {
   // at capture) and the graph is replayed, so host-side validation cannot leave the GPU idle
   // inside the event bracket. eager_ms is the plain call (validation + launch each run) and
   // validate_host_ms the host validation by itself.
-  cudaStream_t cap;
-  WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
-  weft::append_paged_kv(tk, tv, bi, pos, cache, table, cap);
-  WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
-  WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  r.ms = ctx.time_ms([&](cudaStream_t s) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, s)); });
+  weft::bench::with_graph(
+      ctx, [&](cudaStream_t st) { weft::append_paged_kv(tk, tv, bi, pos, cache, table, st); },
+      [&](const weft::bench::LaunchFn& launch) { r.ms = ctx.time_ms(launch); });
   const double eager_ms =
       ctx.time_ms([&](cudaStream_t s) { weft::append_paged_kv(tk, tv, bi, pos, cache, table, s); });
   std::vector<double> host_ms;
@@ -115,9 +109,6 @@ void run_append_case(weft::bench::Context& ctx, const AppendCase& c) {
     WEFT_BENCH_CUDA(cudaMemcpyAsync(dense.get(), new_k.get(), new_bytes, cudaMemcpyDeviceToDevice, s));
     WEFT_BENCH_CUDA(cudaMemcpyAsync(dense.as<char>() + new_bytes, new_v.get(), new_bytes, cudaMemcpyDeviceToDevice, s));
   });
-  WEFT_BENCH_CUDA(cudaGraphExecDestroy(exec));
-  WEFT_BENCH_CUDA(cudaGraphDestroy(graph));
-  WEFT_BENCH_CUDA(cudaStreamDestroy(cap));
   r.bytes = 2.0 * 2.0 * static_cast<double>(new_bytes);  // K and V, read + written
   r.ceiling = "copy";
   r.extra = {{"dense_copy_ms", dense_ms},

@@ -129,25 +129,21 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     }
     std::sort(plan_us.begin(), plan_us.end());
 
-    cudaStream_t cap;
-    WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
-    if (paged) {
-      w.run_paged(tq, cache, table, tout, nullptr, cap);
-    } else {
-      const weft::TensorView tk(k.get(), kBF16, {total_kv, kHkv, kD});
-      const weft::TensorView tv(v.get(), kBF16, {total_kv, kHkv, kD});
-      w.run_ragged(tq, tk, tv, d_kv_indptr.as<int32_t>(), tout, nullptr, cap);
-    }
-    WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
-    WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    ctx.warm_up_once([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
-    r.ms = ctx.time_ms([&](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(cap);
+    weft::bench::with_graph(
+        ctx,
+        [&](cudaStream_t st) {
+          if (paged) {
+            w.run_paged(tq, cache, table, tout, nullptr, st);
+          } else {
+            const weft::TensorView tk(k.get(), kBF16, {total_kv, kHkv, kD});
+            const weft::TensorView tv(v.get(), kBF16, {total_kv, kHkv, kD});
+            w.run_ragged(tq, tk, tv, d_kv_indptr.as<int32_t>(), tout, nullptr, st);
+          }
+        },
+        [&](const weft::bench::LaunchFn& launch) {
+          ctx.warm_up_once(launch);
+          r.ms = ctx.time_ms(launch);
+        });
     const weft::PrefillPlanInfo& info = w.plan_info();
     r.extra = {{"plan_us", plan_us[plan_us.size() / 2]}, {"cta_q", double(info.cta_q)},
                {"cta_kv", double(info.cta_kv)}, {"num_ctas", double(info.num_ctas)},

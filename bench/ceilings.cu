@@ -214,18 +214,12 @@ double plain_read_ms(Context& ctx, std::size_t bytes, int copies, int runs) {
   const std::size_t n_vec = bytes / sizeof(uint4);
   // One launch per run, run i on copy i % copies; several runs are captured into one graph (as
   // the steady-state decode rows are), so that the host's launch rate never shows in the time.
-  cudaStream_t cap = nullptr;  // capture stream of the multi-run graphs
-  if (runs > 1) WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
-  struct StreamGuard {
-    cudaStream_t s;
-    ~StreamGuard() { if (s) cudaStreamDestroy(s); }
-  } cap_guard{cap};
   auto timed = [&](const std::function<void(const uint4*, cudaStream_t)>& launch_one) {
     if (runs == 1) return ctx.time_ms([&](cudaStream_t s) { launch_one(bufs[0].as<const uint4>(), s); });
     double ms = 0;
     with_graph(
-        cap, [&](cudaStream_t st) { for (int i = 0; i < runs; ++i) launch_one(bufs[i % copies].as<const uint4>(), st); },
-        [&](const std::function<void(cudaStream_t)>& launch) { ms = ctx.time_ms(launch) / runs; });
+        ctx, [&](cudaStream_t st) { for (int i = 0; i < runs; ++i) launch_one(bufs[i % copies].as<const uint4>(), st); },
+        [&](const LaunchFn& launch) { ms = ctx.time_ms(launch) / runs; });
     return ms;
   };
   double best = 1e30;

@@ -145,6 +145,7 @@ Context::Context(Options opt) : opt_(std::move(opt)) {
   WEFT_BENCH_CUDA(cudaGetDevice(&device_));
   WEFT_BENCH_CUDA(cudaGetDeviceProperties(&props_, device_));
   WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking));
   // 2x the L2 so that nothing a previous run left in L2 survives the flush.
   flush_bytes_ = std::max<std::size_t>(2 * static_cast<std::size_t>(props_.l2CacheSize),
                                        std::size_t{8} << 20);
@@ -158,6 +159,7 @@ Context::~Context() {
     cudaEventDestroy(b);
   }
   if (flush_buf_) cudaFree(flush_buf_);
+  if (capture_stream_) cudaStreamDestroy(capture_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -243,8 +245,8 @@ double Context::time_ms(const std::function<void(cudaStream_t)>& fn, int warmup,
   return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
-void with_graph(cudaStream_t cap, const std::function<void(cudaStream_t)>& capture,
-                const std::function<void(const std::function<void(cudaStream_t)>&)>& use) {
+void with_graph(Context& ctx, const LaunchFn& capture, const std::function<void(const LaunchFn&)>& use) {
+  const cudaStream_t cap = ctx.capture_stream();
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));

@@ -54,6 +54,10 @@ struct Result {
   std::string error;      // non-empty: the case failed or was refused (see report_error)
 };
 
+// Enqueues work on the given stream (never synchronizes it): what time_ms times and a graph
+// launch looks like.
+using LaunchFn = std::function<void(cudaStream_t)>;
+
 class Context {
  public:
   struct Options {
@@ -70,6 +74,8 @@ class Context {
   const Ceilings& ceilings() const { return ceilings_; }
   bool quick() const { return opt_.quick; }
   cudaStream_t stream() const { return stream_; }
+  // A second stream, only for capturing CUDA graphs (with_graph); the graphs launch on stream().
+  cudaStream_t capture_stream() const { return capture_stream_; }
   int sm_count() const { return props_.multiProcessorCount; }
   const cudaDeviceProp& props() const { return props_; }
   int device() const { return device_; }
@@ -79,7 +85,7 @@ class Context {
   bool wants(const std::string& case_name) const;
 
   // Median ms over `reps` timed runs after `warmup` untimed runs. Before every run (timed or
-  // not) the L2 is flushed by a cudaMemsetAsync of 2x the L2 size, outside the event bracket;
+  // not) the L2 is flushed by reading a 2x-L2 buffer (flush_l2), outside the event bracket;
   // events bracket only fn. fn enqueues work on the given stream (never synchronizes it).
   // --reps N overrides `reps`; --quick halves it (at least 5).
   double time_ms(const std::function<void(cudaStream_t)>& fn, int warmup = 3, int reps = 20);
@@ -118,6 +124,7 @@ class Context {
   int device_ = 0;
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
+  cudaStream_t capture_stream_ = nullptr;
   bool warmed_up_ = false;
   void* flush_buf_ = nullptr;
   std::size_t flush_bytes_ = 0;
@@ -136,13 +143,11 @@ class Context {
 // reads copy i % copies) after one flush; returns the graph's time / runs (the steady-state rate).
 double plain_read_ms(Context& ctx, std::size_t bytes, int copies = 1, int runs = 1);
 
-// Captures `capture` (enqueueing on the capture stream `cap`) into a graph and hands `use` a
+// Captures `capture` (enqueueing on ctx.capture_stream()) into a graph and hands `use` a
 // function that launches the instantiated graph on a given stream.
-void with_graph(cudaStream_t cap, const std::function<void(cudaStream_t)>& capture,
-                const std::function<void(const std::function<void(cudaStream_t)>&)>& use);
+void with_graph(Context& ctx, const LaunchFn& capture, const std::function<void(const LaunchFn&)>& use);
 
-// RAII device allocation (cudaMalloc; throws weft::Error("CUDA", ...) on failure).
-// RAII device allocation (src/common/device_allocation.h).
+// RAII device allocation (src/common/device_allocation.h; throws weft::Error("CUDA", ...) on failure).
 using DeviceArray = weft::detail::DeviceAllocation;
 
 // Deterministic uniform [lo, hi) fill of f16/bf16/f32 buffers from a counter-based hash of

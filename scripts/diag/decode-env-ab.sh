@@ -16,20 +16,23 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do SETTINGS+=("$1"); shift; done
 F=()
 for r in "$@"; do F+=(--filter "$r"); done
 SECONDS=0
-cmake -S . -B build-ab -G Ninja -DWEFT_DISABLE="prefill;norm;comm" -DWEFT_BUILD_TESTS=OFF > /tmp/cfg.log 2>&1 || { tail -30 /tmp/cfg.log; exit 1; }
-ninja -C build-ab -j16 weft-bench > /tmp/build.log 2>&1 || { tail -40 /tmp/build.log; exit 1; }
+# build_bench <source dir> <build dir>: decode-only weft-bench, no tests.
+build_bench() {
+  cmake -S "$1" -B "$2" -G Ninja -DWEFT_DISABLE="prefill;norm;comm" -DWEFT_BUILD_TESTS=OFF > /tmp/cfg.log 2>&1 || { tail -30 /tmp/cfg.log; exit 1; }
+  ninja -C "$2" -j16 weft-bench > /tmp/build.log 2>&1 || { tail -40 /tmp/build.log; exit 1; }
+}
+build_bench . build-ab
 if [ -n "${BASE_SRC:-}" ]; then
-  cmake -S "$BASE_SRC" -B build-ab-base -G Ninja -DWEFT_DISABLE="prefill;norm;comm" -DWEFT_BUILD_TESTS=OFF > /tmp/cfg.log 2>&1 || { tail -30 /tmp/cfg.log; exit 1; }
-  ninja -C build-ab-base -j16 weft-bench > /tmp/build.log 2>&1 || { tail -40 /tmp/build.log; exit 1; }
+  build_bench "$BASE_SRC" build-ab-base
   SETTINGS=("base" "${SETTINGS[@]}")
 fi
 echo "build $SECONDS s"
 for i in $(seq 1 "${PAIRS:-2}"); do
   for s in "${SETTINGS[@]}"; do
     tag=$(echo "$s" | tr -c 'A-Za-z0-9_\n' '_')
-    bin=build-ab/bench/weft-bench
-    [ "$s" = "base" ] && bin=build-ab-base/bench/weft-bench
-    env $([ "$s" = "base" ] && echo WEFT_NOOP=1 || echo "$s") $bin --group decode "${F[@]}" --commit "${WEFT_COMMIT:-unknown}" --json "$OUT/ab_${tag}_$i.json" > /tmp/run.log 2>&1 || tail -5 /tmp/run.log
+    bin=build-ab/bench/weft-bench setting=$s
+    if [ "$s" = "base" ]; then bin=build-ab-base/bench/weft-bench setting=WEFT_NOOP=1; fi
+    env $setting $bin --group decode "${F[@]}" --commit "${WEFT_COMMIT:-unknown}" --json "$OUT/ab_${tag}_$i.json" > /tmp/run.log 2>&1 || tail -5 /tmp/run.log
     echo "$s run $i: $(grep -c '^decode/' /tmp/run.log) rows"
   done
 done

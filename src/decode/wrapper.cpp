@@ -17,7 +17,8 @@ namespace {
 
 // kAuto at head_dim 128: the CUDA-core path below this GQA group size, the tensor-core path from
 // it on (other head dims: tensor cores at every group, see choose_decode_path). Measured on H200
-// at commit 82a6494 (bench "decode/path/{tc,cc}/<model>/<shape>", bf16, D128, page 16, median of 3 pool allocations; fraction of the read ceiling 4609 GB/s, tc / cc;
+// at commit 82a6494 (bench "decode/path/{tc,cc}/<model>/<shape>", bf16, D128, page 16, median
+// of 3 pool allocations; fraction of the read ceiling 4609 GB/s, tc / cc;
 // bench/results/h200_all_82a6494.json, docs/perf-notes-decode.md):
 //   group 1 (llama2-7b 32/32):  b1/kv32K 0.743/0.746  b32/kv4K 0.932/0.924  b32/kv16K 0.947/0.939
 //                               b128/kv4K 0.943/0.937
