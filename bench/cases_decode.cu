@@ -14,6 +14,7 @@
 // copies of the pools (the steady state of a serving step; CaseOptions::copies).
 // Path variants "decode/path/{tc,cc}/<model>/b<B>/kv<KV>" force each kernel path (GQA groups
 // 1, 2, 4, 8) to set the kAuto heuristic (choose_decode_path); the plain rows use kAuto.
+// "decode/gqa/..." rows: GQA groups 16, 24, 32 and 64 (several 16-row tiles per KV head).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -497,6 +498,18 @@ WEFT_BENCH_GROUP(decode) {
     const Model hdim_path_models[] = {{"d64-16x16", 16, 16, 64},  {"d64-16x8", 16, 8, 64},   {"d64-32x8", 32, 8, 64},
                                       {"d256-16x16", 16, 16, 256}, {"d256-16x8", 16, 8, 256}, {"d256-32x8", 32, 8, 256}};
     forced_path_rows("decode/hdim/path/", hdim_path_models, hdim_shapes);
+  }
+  // GQA groups above the 16-row query tile ("decode/gqa/g<G>-<Hq>x<Hkv>/..."): MQA-like groups 24,
+  // 32 and 64, each (request, kv head) cut into ceil(G / 16) row tiles that read the same keys
+  // (dealt to neighbouring CTAs, balance_config's row_tiles_together); group 16 as the control.
+  // Bytes count every KV byte ONCE, so the fraction of the read ceiling is on unique bytes.
+  {
+    const Model gqa_models[] = {{"g16-32x2", 32, 2}, {"g24-48x2", 48, 2}, {"g32-32x1", 32, 1},
+                                {"g32-64x2", 64, 2}, {"g64-64x1", 64, 1}};
+    const std::pair<int32_t, int32_t> gqa_shapes[] = {{1, 32768}, {32, 4096}, {32, 16384}, {128, 4096}};
+    for (const Model& m : gqa_models)
+      for (auto [b, kv] : gqa_shapes)
+        run_decode_case(ctx, row_name("decode/gqa/", m.name, b, kv), m, std::vector<int32_t>(b, kv));
   }
   // CTA shape variants (WEFT_DECODE_WARPS / WEFT_DECODE_STAGES, read when the wrapper is built):
   // "decode/w<W>s<S>/..." at a few shapes, to tune decode_warps() / decode_stages().

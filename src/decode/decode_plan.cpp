@@ -14,9 +14,9 @@ plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t nu
   WEFT_CHECK_ARG(num_kv_heads >= 1, "num_kv_heads", "must be >= 1, got " << num_kv_heads);
   WEFT_CHECK_ARG(num_qo_heads >= 1 && num_qo_heads % num_kv_heads == 0, "num_qo_heads",
                  "must be a positive multiple of num_kv_heads " << num_kv_heads << ", got " << num_qo_heads);
+  // Any GQA group: a group larger than the 16-row query tile is cut into several tiles of the
+  // same (request, kv head), each reading the same KV (see balance_config: row_tiles_together).
   const int32_t group = num_qo_heads / num_kv_heads;
-  WEFT_CHECK_ARG(group <= kPlanTileQ, "num_qo_heads",
-                 "GQA group (Hq / Hkv) must be <= " << kPlanTileQ << ", got " << group);
   check::head_dim_supported(head_dim, "head_dim");
   plan::PlanBounds b;
   b.max_batch = max_batch;
@@ -37,6 +37,10 @@ plan::BalanceConfig balance_config(int32_t grid, int32_t num_qo_heads, int32_t n
   cfg.tile_q = kPlanTileQ;
   cfg.kv_granularity = kPlanKVTile;
   cfg.min_chunk = kMinChunk;
+  // Groups > 16 rows: the tiles of one (request, kv head) read the same keys. Dealt next to each
+  // other, they run at the same time on neighbouring CTAs and the second read of each KV line is
+  // served by L2 instead of DRAM.
+  cfg.row_tiles_together = true;
   return cfg;
 }
 

@@ -24,7 +24,7 @@ namespace weft::decode {
 
 template <class T, int D, int NT>
 struct TcMainloop {
-  static_assert(NT == 1 || NT == 2, "query columns: one or two n8 tiles (GQA group <= 16)");
+  static_assert(NT == 1 || NT == 2, "query columns: one or two n8 tiles (an item has <= 16 rows)");
   static constexpr int kK = D / 16;  // k16 steps of K Q^T over head_dim
   static constexpr int kM = D / 16;  // m16 tiles of O^T over head_dim
   // Q^T fragments in registers when they cost <= 32 registers (D <= 128, or D 256 with NT 1);
@@ -163,7 +163,8 @@ struct TcMainloop {
   }
 };
 
-// NT: query n8 tiles (1 for GQA groups <= 8, 2 for 9..16); the launcher picks it from the group.
+// NT: query n8 tiles (1 for GQA groups <= 8, 2 above: groups > 16 are cut into 16-row items by
+// the planner); the launcher picks it from the group.
 template <class T, int D, int NT>
 __global__ void __launch_bounds__(kMaxThreads, 1) decode_tc_kernel(const DecodeParams<T> p) {
   decode_items<T, D, TcMainloop<T, D, NT>>(p);

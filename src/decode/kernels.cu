@@ -31,7 +31,8 @@ void launch_path(const DecodeParams<T>& p, DecodePath path, int grid, cudaStream
   using L = SmemLayout<T, D>;
   // The dynamic shared memory limit was raised by ctas_per_sm() (wrapper construction). Both
   // paths use the same shared memory layout, so the same fixed grid fits either.
-  // Tensor cores: one n8 tile of query columns covers groups <= 8, two cover 9..16.
+  // Tensor cores: one n8 tile of query columns covers groups <= 8, two cover 9..16 and the
+  // 16-row tiles of larger groups.
   auto kernel = path == DecodePath::kCudaCore ? decode_cc_kernel<T, D>
                 : p.group_size <= 8            ? decode_tc_kernel<T, D, 1>
                                                : decode_tc_kernel<T, D, 2>;

@@ -96,6 +96,25 @@ void deal(const std::vector<Tile>& tiles, const BalanceConfig& cfg, int64_t L, b
   // Step 4: stable sort by cost, descending.
   std::vector<int32_t> order(chunks.size());
   std::iota(order.begin(), order.end(), 0);
+  if (cfg.row_tiles_together) {
+    // Tie order (request, kv_head, chunk index, tile): chunk c of every tile of one (request,
+    // kv head) before chunk c + 1. Tiles of one (request, kv head) are consecutive in `tiles`.
+    std::vector<int64_t> head_of(chunks.size()), chunk_index(chunks.size());
+    int64_t head = -1, c = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const Tile& tl = tiles[chunks[i].tile];
+      const bool new_tile = i == 0 || chunks[i].tile != chunks[i - 1].tile;
+      const bool new_head = i == 0 || tl.request != tiles[chunks[i - 1].tile].request ||
+                            tl.kv_head != tiles[chunks[i - 1].tile].kv_head;
+      if (new_head) ++head;
+      c = new_tile ? 0 : c + 1;
+      head_of[i] = head;
+      chunk_index[i] = c;
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return head_of[a] != head_of[b] ? head_of[a] < head_of[b] : chunk_index[a] < chunk_index[b];
+    });
+  }
   std::stable_sort(order.begin(), order.end(),
                    [&](int32_t a, int32_t b) { return chunks[a].cost > chunks[b].cost; });
 

@@ -28,7 +28,8 @@
 //   3. Each tile's KV range longer than L is cut into n = ceil(len / L) near-equal chunks
 //      (length ceil(len / n) rounded up to kv_granularity, so <= L; the last may be shorter).
 //   4. Chunks are sorted by cost = alpha * rows + beta * kv_length, descending (stable: ties keep
-//      generation order request, kv_head, tile, chunk).
+//      generation order request, kv_head, tile, chunk; or request, kv_head, chunk, tile with
+//      cfg.row_tiles_together).
 //   5. Each chunk goes to the CTA with the lowest load (min-heap; ties: lowest CTA index).
 //   Each CTA executes its items in the order assigned. Greedy LPT bounds the imbalance:
 //   max load - min load <= cost of the largest chunk.
@@ -56,6 +57,12 @@ struct BalanceConfig {
   // Split only when it lowers the planned makespan (max CTA load) by at least this fraction:
   // splitting costs partial writes and a merge pass that alpha/beta do not model.
   double min_gain = 0.1;
+  // Deal order among equal-cost chunks: false = generation order (request, kv_head, tile, chunk);
+  // true = (request, kv_head, chunk, tile), i.e. the query tiles of one (request, kv head) that
+  // read the same KV chunk are dealt back to back (to consecutive CTAs of one wave), so they
+  // stream the same keys at the same time and L2 serves all but the first read. Decode sets it
+  // (GQA groups above the 16-row tile); prefill keeps generation order.
+  bool row_tiles_together = false;
 };
 
 // Per-request lengths. kv_start (optional, empty = all 0) is the first key any row of the

@@ -235,6 +235,35 @@ TEST(DecodeSmall, EveryGroupSize1To16) {
     }
 }
 
+// GQA groups above the 16-row query tile (MQA-style 24, 32, 64 query heads per KV head): each
+// (request, kv head) is cut into several 16-row tiles reading the same keys (the last one
+// partial at group 24), at every head dim, both dtypes and paths, split and unsplit lengths.
+TEST(DecodeSmall, GroupsAbove16) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  const int groups[] = {24, 32, 64};
+  const int dims[] = {64, 128, 256};
+  int n = 0;
+  for (int gi = 0; gi < 3; ++gi)
+    for (int di = 0; di < 3; ++di)
+      for (DecodePath path : kPaths) {
+        if (!decode_path_available(path)) continue;
+        Case c;
+        c.hkv = 1 + (gi + di) % 2;
+        c.hq = c.hkv * groups[gi];
+        c.d = dims[di];
+        c.dtype = (gi + di) % 2 ? DType::kFloat16 : DType::kBFloat16;
+        c.page_size = (gi + di) % 3 == 0 ? 1 : 16;
+        c.layout = n % 2 ? KVLayout::kHND : KVLayout::kNHD;
+        c.path = path;
+        c.var.window_left = gi == 2 && di == 1 ? 100 : -1;
+        c.lens = {int32_t(rng.randint(1, 40)), 0, int32_t(rng.randint(1500, 3000)), 1, 16};
+        run_case(c, rng);
+        ++n;
+      }
+  EXPECT_GE(n, 9);
+}
+
 TEST(DecodeSmall, SplitKVWithEmptyRequests) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();

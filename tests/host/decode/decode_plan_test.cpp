@@ -102,7 +102,8 @@ TEST(DecodePlan, SearchNeverWorseThanBalance) {
 TEST(DecodePlan, BadShapesThrow) {
   EXPECT_THROW(plan_bounds(0, 32, 8, 128, 132), Error);
   EXPECT_THROW(plan_bounds(8, 30, 8, 128, 132), Error);
-  EXPECT_THROW(plan_bounds(8, 64, 2, 128, 132), Error);  // group 32 > 16
+  EXPECT_NO_THROW(plan_bounds(8, 64, 2, 128, 132));  // group 32: two 16-row tiles per kv head
+  EXPECT_EQ(plan_bounds(8, 64, 1, 128, 132).max_tiles, 8 * 4);  // MQA 64/1: four tiles
   EXPECT_THROW(plan_bounds(8, 32, 8, 96, 132), Error);
   try {
     plan_bounds(8, 30, 8, 128, 132);
