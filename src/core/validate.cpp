@@ -1,3 +1,7 @@
+// Validation helpers (include/weft/validate.h). Which pointer of which entry point needs which
+// alignment, and why (the widest access its kernels make), is tabulated in docs/design.md,
+// "Validation: pointer alignment and empty steps". A kernel change that widens an access must
+// update that table and the check that enforces it.
 #include "weft/validate.h"
 
 #include <cstdint>
@@ -99,6 +103,8 @@ void in_range(int64_t value, const char* name, int64_t lo, int64_t hi) {
 
 void indptr(const int32_t* p, int64_t batch, const char* name, int64_t max_last) {
   WEFT_CHECK_ARG(batch >= 0, name, "batch size must be >= 0, got " << batch);
+  // A serving loop's step with no requests often has no array at all: nothing to read.
+  if (batch == 0 && p == nullptr) return;
   not_null(p, name);
   WEFT_CHECK_ARG(p[0] == 0, name, "must start at 0, got " << name << "[0] = " << p[0]);
   for (int64_t i = 0; i < batch; ++i) {
@@ -108,6 +114,21 @@ void indptr(const int32_t* p, int64_t batch, const char* name, int64_t max_last)
   }
   WEFT_CHECK_ARG(max_last < 0 || p[batch] <= max_last, name,
                  "last entry " << p[batch] << " exceeds the " << max_last << " available");
+}
+
+void indptr_size(int64_t size, int64_t batch, const char* name) {
+  WEFT_CHECK_ARG(size == batch + 1 || (batch == 0 && size == 0), name,
+                 "expected " << batch + 1 << " entries (batch + 1"
+                             << (batch == 0 ? ", or none for an empty batch" : "") << "), got " << size);
+}
+
+void device_index_array(const void* p, int64_t size, const char* name) {
+  WEFT_CHECK_ARG(size >= 0, name, "size must be >= 0, got " << size);
+  WEFT_CHECK_ARG(size == 0 || p != nullptr, name, "device pointer is null (" << size << " entries expected)");
+  // Kernels load entries as int32: a misaligned pointer faults the launch
+  // (cudaErrorMisalignedAddress, sticky: the context is lost). Checked at size 0 too.
+  WEFT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(p) % alignof(int32_t) == 0, name,
+                 "device pointer must be " << alignof(int32_t) << "-byte aligned (int32 entries), got " << p);
 }
 
 void indices_below(const int32_t* v, int64_t n, const char* name, int64_t bound) {

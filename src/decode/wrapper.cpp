@@ -145,13 +145,14 @@ void BatchDecodeWrapper::plan(const PageTable& table, int32_t num_qo_heads, int3
                               cudaStream_t stream) {
   WEFT_CHECK_ARG(table.batch_size >= 0, "table.batch_size", "must be >= 0, got " << table.batch_size);
   WEFT_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got " << page_size);
-  check::not_null(table.indptr.host, "table.indptr.host");
-  check::not_null(table.last_page_len.host, "table.last_page_len.host");
-  WEFT_CHECK_ARG(table.indptr.size == table.batch_size + 1, "table.indptr",
-                 "expected " << table.batch_size + 1 << " entries, got " << table.indptr.size);
+  // An empty step (batch 0, a serving loop with no decodes) has size-0 arrays that may be null;
+  // its indptr may also be {0}. Host mirrors are required only where there are entries to read.
+  check::indptr_size(table.indptr.size, table.batch_size, "table.indptr");
+  if (table.indptr.size > 0) check::not_null(table.indptr.host, "table.indptr.host");
+  if (table.batch_size > 0) check::not_null(table.last_page_len.host, "table.last_page_len.host");
   WEFT_CHECK_ARG(table.last_page_len.size == table.batch_size, "table.last_page_len",
                  "expected " << table.batch_size << " entries, got " << table.last_page_len.size);
-  check::indptr(table.indptr.host, table.batch_size, "table.indptr");
+  check::indptr(table.indptr.size > 0 ? table.indptr.host : nullptr, table.batch_size, "table.indptr");
   std::vector<int32_t> lens(table.batch_size);
   for (int32_t b = 0; b < table.batch_size; ++b) {
     const int32_t pages = table.indptr.host[b + 1] - table.indptr.host[b];
@@ -244,6 +245,10 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
     check::shape_is(*lse, "lse", {batch, hq});
     check::dtype_is(*lse, "lse", DType::kFloat32);
     WEFT_CHECK_ARG(lse->strides[1] == 1, "lse", "inner stride must be 1, got " << lse->strides[1]);
+    // The kernel stores each LSE as one float: a pointer that is not 4-byte aligned faults the
+    // launch (cudaErrorMisalignedAddress, sticky: the caller's context would be lost). The token
+    // stride counts floats, so every later row stays aligned.
+    check::aligned(lse->data, "lse", sizeof(float));
   }
   // cache / table
   validate_paged_kv(cache, table);
@@ -261,6 +266,19 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
                    "kv_len of request " << b << " is " << kv_len_of(table, im.page_size, b) << " but the plan has "
                                         << im.plan.kv_len[b] << " (call plan() again)");
   }
+
+  // A plan without items (batch 0) makes every CTA exit after reading its (empty) range from the
+  // workspace: the kernel dereferences none of the pointers below, so it is launched whenever
+  // they are all given. That keeps the CUDA-graph contract: a graph captured here replays
+  // correctly after a plan() of any batch with the same buffers, and a graph captured at a
+  // larger batch replays this plan as a no-op. With a null pointer (an empty step whose views
+  // have no storage) nothing is launched: a graph captured around such a call must not later
+  // dereference null after a re-plan; it replays nothing instead. (last_page_len's device copy is
+  // never read by a kernel: lengths come from the plan.)
+  const bool bound = q.data != nullptr && out.data != nullptr && (lse == nullptr || lse->data != nullptr) &&
+                     cache.k_pages.data != nullptr && cache.v_pages.data != nullptr &&
+                     table.indptr.device != nullptr && table.indices.device != nullptr;
+  if (im.plan.num_items() == 0 && !bound) return;
 
   const plan::PlanPointers ptrs = im.layout.pointers(im.workspace);
   decode::LaunchArgs a;

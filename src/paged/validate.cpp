@@ -52,14 +52,14 @@ void check_pool(const TensorView& t, const char* name) {
   check_pool_strides(t, name);
 }
 
-// device and host copies present (an empty array may have neither), size as expected.
-void check_index_array(const IndexArray& a, int64_t expected_size, const char* name) {
+// Host mirror present when there are entries; the device copy as check::device_index_array
+// (present when there are entries, int32-aligned whenever given: an empty array may have
+// neither pointer). `need_device` false: kernels never read this array (see the caller).
+void check_index_array(const IndexArray& a, int64_t expected_size, const char* name, bool need_device = true) {
   WEFT_CHECK_ARG(a.size == expected_size, name,
                  "expected " << expected_size << " entries, got size " << a.size);
-  if (expected_size == 0) return;
-  WEFT_CHECK_ARG(a.host != nullptr, name, "host mirror is null (" << a.size << " entries expected)");
-  WEFT_CHECK_ARG(a.device != nullptr, name, "device pointer is null (" << a.size << " entries expected)");
-  check::aligned(a.device, name, alignof(int32_t));
+  WEFT_CHECK_ARG(a.size == 0 || a.host != nullptr, name, "host mirror is null (" << a.size << " entries expected)");
+  check::device_index_array(a.device, need_device ? a.size : 0, name);
 }
 
 }  // namespace
@@ -82,9 +82,12 @@ void validate_paged_kv(const PagedKVCache& cache, const PageTable& table) {
 
   const int64_t batch = table.batch_size;
   WEFT_CHECK_ARG(batch >= 0, "batch_size", "must be >= 0, got " << batch);
-  check_index_array(table.indptr, batch + 1, "kv_indptr");
-  check::indptr(table.indptr.host, batch, "kv_indptr");
-  const int64_t nnz = table.indptr.host[batch];
+  // An empty step (batch 0) may give its indptr as {0} or as no array at all, and {0} needs no
+  // device copy: no kernel reads the page table of a batch without requests.
+  check::indptr_size(table.indptr.size, batch, "kv_indptr");
+  check_index_array(table.indptr, table.indptr.size, "kv_indptr", /*need_device=*/batch > 0);
+  check::indptr(table.indptr.size ? table.indptr.host : nullptr, batch, "kv_indptr");
+  const int64_t nnz = table.indptr.size ? table.indptr.host[batch] : 0;
   check_index_array(table.indices, nnz, "kv_indices");
   check::indices_below(table.indices.host, nnz, "kv_indices", num_pages);
   check_index_array(table.last_page_len, batch, "kv_last_page_len");

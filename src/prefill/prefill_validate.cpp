@@ -22,9 +22,11 @@ void check_bounds(const PrefillBounds& b) {
 
 void check_table_host(const PageTable& t, int64_t page_size) {
   WEFT_CHECK_ARG(t.batch_size >= 0, "table.batch_size", "must be >= 0, got " << t.batch_size);
-  WEFT_CHECK_ARG(t.indptr.host != nullptr && t.indptr.size == int64_t(t.batch_size) + 1, "kv_indptr",
+  // An empty step (batch 0) may give its indptr as {0} or as no array at all (size 0, null).
+  check::indptr_size(t.indptr.size, t.batch_size, "kv_indptr");
+  WEFT_CHECK_ARG(t.indptr.size == 0 || t.indptr.host != nullptr, "kv_indptr",
                  "host mirror with batch_size + 1 = " << t.batch_size + 1 << " entries required");
-  check::indptr(t.indptr.host, t.batch_size, "kv_indptr");
+  check::indptr(t.indptr.size > 0 ? t.indptr.host : nullptr, t.batch_size, "kv_indptr");
   WEFT_CHECK_ARG(t.batch_size == 0 || (t.last_page_len.host != nullptr &&
                                        t.last_page_len.size == t.batch_size),
                  "kv_last_page_len", "host mirror with batch_size = " << t.batch_size << " entries required");
@@ -53,6 +55,7 @@ void check_variant(const AttentionVariant& v) {
 }
 
 void check_mask_indptr(const int32_t* m, const int32_t* qo, const std::vector<int32_t>& kv_len) {
+  if (kv_len.empty() && m == nullptr) return;  // an empty step has no mask segments to locate
   WEFT_CHECK_ARG(m != nullptr, "mask_indptr", "required with MaskMode::kCustom");
   WEFT_CHECK_ARG(m[0] == 0, "mask_indptr", "must start at 0, got " << m[0]);
   for (std::size_t b = 0; b < kv_len.size(); ++b) {

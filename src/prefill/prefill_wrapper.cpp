@@ -116,13 +116,15 @@ void BatchPrefillWrapper::plan_ragged(const int32_t* qo_indptr_host, const int32
                                       const int32_t* mask_indptr_host,
                                       const PrefillPlanOptions& opt) {
   WEFT_CHECK_ARG(batch >= 0, "batch", "must be >= 0, got " << batch);
-  check::not_null(kv_indptr_host, "kv_indptr");
-  check::indptr(kv_indptr_host, batch, "kv_indptr");
+  check::indptr(kv_indptr_host, batch, "kv_indptr");  // null only for an empty step (batch 0)
   std::vector<int32_t> kv_len(batch);
   for (int32_t b = 0; b < batch; ++b) kv_len[b] = kv_indptr_host[b + 1] - kv_indptr_host[b];
   plan_common(qo_indptr_host, batch, kv_len, false, 0, num_qo_heads, num_kv_heads, head_dim, dtype,
               variant, workspace, workspace_bytes, bounds, stream, mask_indptr_host, opt);
-  s_->kv_indptr_host.assign(kv_indptr_host, kv_indptr_host + batch + 1);
+  if (kv_indptr_host != nullptr)
+    s_->kv_indptr_host.assign(kv_indptr_host, kv_indptr_host + batch + 1);
+  else
+    s_->kv_indptr_host.assign(1, 0);
 }
 
 void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t batch,
@@ -145,8 +147,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
                  "expected bounds.head_dim " << bounds.head_dim << ", got " << head_dim);
   WEFT_CHECK_ARG(dtype == DType::kFloat16 || dtype == DType::kBFloat16, "dtype",
                  "expected f16 or bf16, got " << dtype_name(dtype));
-  check::not_null(qo_indptr_host, "qo_indptr");
-  check::indptr(qo_indptr_host, batch, "qo_indptr", bounds.max_total_q);
+  check::indptr(qo_indptr_host, batch, "qo_indptr", bounds.max_total_q);  // null: batch 0 only
   prefill::check_variant(variant);
   if (variant.mask == MaskMode::kCustom)
     prefill::check_mask_indptr(mask_indptr_host, qo_indptr_host, kv_len);
@@ -154,13 +155,17 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
                  "opt.cta_q", "expected 0, 16, 64 or 128, got " << opt.cta_q);
   WEFT_CHECK_ARG(opt.min_chunk >= 0, "opt.min_chunk", "must be >= 0, got " << opt.min_chunk);
   const int32_t group = num_qo_heads / num_kv_heads;
-  const int64_t total_q = qo_indptr_host[batch];
+  const int64_t total_q = qo_indptr_host != nullptr ? qo_indptr_host[batch] : 0;
 
   // ---- tile configuration ----
   int64_t active = 0;
   for (int32_t b = 0; b < batch; ++b) active += qo_indptr_host[b + 1] > qo_indptr_host[b];
   const double avg_rows = active ? double(total_q) * group / double(active) : 1.0;
   TileConfig cfg = prefill::choose_tiles(avg_rows, head_dim);
+  // A step without query rows (an empty step) has no work, so any configuration serves it: keep
+  // the previous plan's. A graph captured on that plan then replays this one as a no-op, where a
+  // change of configuration would move the plan's workspace offsets under the captured kernel.
+  if (active == 0 && planned_ && s_->cfg.head_dim == head_dim) cfg = s_->cfg;
   if (opt.cta_q != 0) {
     TileConfig forced{};
     for (const TileConfig& c : prefill::instantiated_configs())
@@ -253,11 +258,20 @@ void BatchPrefillWrapper::check_common(const TensorView& q, const TensorView& ou
     check::dtype_is(*lse, "lse", DType::kFloat32);
     check::shape_is(*lse, "lse", {s.total_q, s.num_qo_heads});
     WEFT_CHECK_ARG(lse->strides[1] == 1, "lse", "head stride must be 1, got " << lse->strides[1]);
+    // Each LSE is stored as one float (attention epilogue and merge): a pointer that is not
+    // 4-byte aligned faults the launch (cudaErrorMisalignedAddress, sticky: the caller's context
+    // would be lost). The token stride counts floats, so later rows stay aligned.
+    check::aligned(lse->data, "lse", sizeof(float));
   }
   if (s.variant.mask == MaskMode::kCustom) {
-    WEFT_CHECK_ARG(mask != nullptr, "mask", "planned with a custom mask: mask must be given");
-    check::not_null(mask->bits, "mask.bits");
-    check::not_null(mask->indptr, "mask.indptr");
+    // An empty step (batch 0) has no mask segments: the mask (or its arrays) may be null.
+    WEFT_CHECK_ARG(mask != nullptr || s.batch == 0, "mask", "planned with a custom mask: mask must be given");
+    if (mask != nullptr) {
+      // Bits are loaded one byte at a time (mask.cuh, custom_bit): any address will do.
+      if (s.batch > 0) check::not_null(mask->bits, "mask.bits");
+      // mask_indptr entries are loaded as int32.
+      check::device_index_array(mask->indptr, s.batch > 0 ? s.batch + 1 : 0, "mask.indptr");
+    }
   }
 }
 
@@ -322,6 +336,16 @@ void BatchPrefillWrapper::run_paged(const TensorView& q, const PagedKVCache& cac
     WEFT_CHECK_ARG(kv_len_of(table, s.page_size, b) == s.kv_len[b], "table",
                    "request " << b << " has kv_len " << kv_len_of(table, s.page_size, b)
                               << ", planned " << s.kv_len[b] << " (re-plan after appending)");
+  // A plan without items (an empty step) makes the kernels read only the workspace (their item
+  // ranges and merge count, all empty), so they are launched whenever every pointer is given: a
+  // graph captured here replays correctly after a re-plan with the same buffers. With a null
+  // pointer nothing is launched, so a graph captured here cannot dereference it after a re-plan.
+  const bool custom = s.variant.mask == MaskMode::kCustom;
+  const bool bound = q.data != nullptr && out.data != nullptr && (lse == nullptr || lse->data != nullptr) &&
+                     cache.k_pages.data != nullptr && cache.v_pages.data != nullptr &&
+                     table.indptr.device != nullptr && table.indices.device != nullptr &&
+                     (!custom || (mask != nullptr && mask->bits != nullptr && mask->indptr != nullptr));
+  if (info_.num_items == 0 && !bound) return;
   prefill::PrefillParams p;
   p.q = q.data;
   p.q_stride_token = q.strides[0];
@@ -365,7 +389,15 @@ void BatchPrefillWrapper::run_ragged(const TensorView& q, const TensorView& k, c
     WEFT_CHECK_ARG(t->shape[0] >= total_kv, name,
                    "has " << t->shape[0] << " rows, the planned kv_indptr needs " << total_kv);
   }
-  check::not_null(kv_indptr, "kv_indptr");
+  // Device kv_indptr: loaded as int32 by the kernel (4-byte aligned); may be null only for an
+  // empty step.
+  check::device_index_array(kv_indptr, s.batch > 0 ? s.batch + 1 : 0, "kv_indptr");
+  // Launch rule of an empty step: see run_paged.
+  const bool custom = s.variant.mask == MaskMode::kCustom;
+  const bool bound = q.data != nullptr && out.data != nullptr && (lse == nullptr || lse->data != nullptr) &&
+                     k.data != nullptr && v.data != nullptr && kv_indptr != nullptr &&
+                     (!custom || (mask != nullptr && mask->bits != nullptr && mask->indptr != nullptr));
+  if (info_.num_items == 0 && !bound) return;
   prefill::PrefillParams p;
   p.q = q.data;
   p.q_stride_token = q.strides[0];
