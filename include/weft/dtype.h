@@ -3,9 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "weft/export.h"
-
-namespace weft WEFT_API {
+namespace weft {
 
 enum class DType : int32_t {
   kFloat16 = 0,

@@ -5,9 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "weft/export.h"
-
-namespace weft WEFT_API {
+namespace weft {
 
 class Error : public std::runtime_error {
  public:

@@ -18,10 +18,9 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include "weft/export.h"
 #include "weft/tensor.h"
 
-namespace weft WEFT_API {
+namespace weft {
 
 // Largest hidden size the norm kernels accept (a row must fit in one CTA's registers).
 constexpr int64_t kNormMaxHidden = 16384;

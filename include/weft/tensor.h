@@ -7,9 +7,8 @@
 #include <string>
 
 #include "weft/dtype.h"
-#include "weft/export.h"
 
-namespace weft WEFT_API {
+namespace weft {
 
 enum class Device : int32_t { kCPU = 0, kCUDA = 1 };
 

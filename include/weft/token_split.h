@@ -16,9 +16,7 @@
 #pragma once
 #include <cstdint>
 
-#include "weft/export.h"
-
-namespace weft WEFT_API {
+namespace weft {
 
 struct TokenSplitProblem {
   int64_t tokens = 0;    // M

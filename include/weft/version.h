@@ -1,6 +1,5 @@
 #pragma once
-#include "weft/export.h"
-namespace weft WEFT_API {
+namespace weft {
 // "0.1.0"
 const char* version();
 }  // namespace weft

@@ -1,0 +1,11 @@
+# NCCL (2.28+, with its device API) from the CUDA toolkit directory or the system.
+find_path(WEFT_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)
+find_library(WEFT_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME PATH_SUFFIXES lib lib64)
+if(NOT WEFT_NCCL_INCLUDE OR NOT WEFT_NCCL_LIB)
+  message(FATAL_ERROR "NCCL not found (set NCCL_HOME or -DWEFT_WITH_COMM=OFF)")
+endif()
+file(STRINGS ${WEFT_NCCL_INCLUDE}/nccl.h _v REGEX "#define NCCL_(MAJOR|MINOR|PATCH) ")
+message(STATUS "NCCL: ${WEFT_NCCL_LIB} (${_v})")
+add_library(weft::nccl INTERFACE IMPORTED)
+target_include_directories(weft::nccl INTERFACE ${WEFT_NCCL_INCLUDE})
+target_link_libraries(weft::nccl INTERFACE ${WEFT_NCCL_LIB})
