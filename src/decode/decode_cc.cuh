@@ -168,7 +168,9 @@ struct CcMainloop {
   }
 
   // Per-warp state -> shared memory (red_o [W][16][D], red_m / red_l [W][16]), rows < nrows.
-  __device__ __forceinline__ void store(float* red_o, float* red_m, float* red_l, int warp, int lane, int nrows) {
+  // Items have <= 16 rows here (QR = 16): one epilogue round.
+  __device__ __forceinline__ void store(float* red_o, float* red_m, float* red_l, int warp, int lane, int nrows,
+                                        int /*round*/) {
 #pragma unroll
     for (int r = 0; r < kTileQ; ++r) {
       if (r >= nrows) break;
@@ -196,7 +198,7 @@ struct CcMainloop {
 
 template <class T, int D>
 __global__ void __launch_bounds__(kMaxThreads, 1) decode_cc_kernel(const DecodeParams<T> p) {
-  decode_items<T, D, CcMainloop<T, D>>(p);
+  decode_items<T, D, kTileQ, CcMainloop<T, D>>(p);
 }
 
 }  // namespace weft::decode

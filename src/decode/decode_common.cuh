@@ -16,10 +16,16 @@
 
 namespace weft::decode {
 
-constexpr int kTileQ = 16;     // query rows per item: the group's heads, padded to the mma M
+// Query rows: an item has QR rows (the kernel's template parameter: 16, or 32 for GQA groups
+// above 16 at head_dim <= 128, decode_tile_rows in decode_plan.h). The epilogue combines the
+// warps' states in rounds of kTileQ = 16 rows through a [W][16][D] fp32 buffer that aliases one
+// pipeline stage (a 32-row item takes two rounds), so every layout below is sized by 16 rows
+// except the Q buffers.
+constexpr int kTileQ = 16;
 constexpr int kMaxWarps = 8;   // warps per CTA are a launch argument (DecodeParams::warps)
 constexpr int kWarpKeys = 16;  // keys per warp tile: one mma K step of P.V; the plan's granularity
-static_assert(kTileQ == kPlanTileQ && kWarpKeys == kPlanKVTile, "planner and kernel tiles must agree");
+static_assert(kTileQ == kPlanTileQ && 2 * kTileQ == kPlanTileQWide && kWarpKeys == kPlanKVTile,
+              "planner and kernel tiles must agree");
 constexpr int kMaxThreads = kMaxWarps * 32;
 constexpr int kMaxStages = 8;
 
@@ -30,15 +36,15 @@ constexpr int kMaxStages = 8;
 //             256 * D bytes as one stage of all warps) reuses stage S-1, so the next item's
 //             first S-1 tiles (stages 0 .. S-2) can be in flight during the epilogue.
 //   m, l      [warps][16] fp32 each (epilogue)
-//   Q         two [16][D] buffers: the next item's Q loads while the current item runs.
+//   Q         two [QR][D] buffers: the next item's Q loads while the current item runs.
 //   flag      16 bytes: whether this CTA merges the tile it just finished (merge_tile_if_last).
 //             In the dynamic layout, not a static __shared__ variable: the kernels' dynamic
 //             limit is raised to the device's opt-in maximum, which leaves no static room.
-template <class T, int D>
+template <class T, int D, int QR = kTileQ>
 struct SmemLayout {
   static constexpr int kTileElems = kWarpKeys * D;                     // one K (or V) warp tile
   static constexpr size_t kStageBytes = 2 * kTileElems * sizeof(T);    // K + V of one warp
-  static constexpr size_t kQBytes = kTileQ * D * sizeof(T);
+  static constexpr size_t kQBytes = QR * D * sizeof(T);
   // One stage of all W warps (W * 64 * D bytes) = the epilogue's fp32 O [W][16][D].
   static_assert(kTileQ * D * 4 == kStageBytes, "the epilogue's O must fit in one stage of all warps");
   __host__ __device__ static constexpr size_t stage_all_warps(int warps) { return warps * kStageBytes; }
@@ -140,11 +146,11 @@ __device__ __forceinline__ RowPos row_pos(const DecodeParams<T>& p, const Item& 
   return {it.token0 + ra / p.group_size, int64_t(it.kv_head) * p.group_size + ra % p.group_size};
 }
 
-// Q rows of the item -> sQ (rows >= nrows zero-filled).
-template <class T, int D>
+// Q rows of the item -> sQ ([QR][D]; rows >= nrows zero-filled).
+template <class T, int D, int QR>
 __device__ __forceinline__ void load_q(const DecodeParams<T>& p, const Item& it, T* sQ) {
   constexpr int kChunks = D / 8;
-  for (int idx = threadIdx.x; idx < kTileQ * kChunks; idx += blockDim.x) {
+  for (int idx = threadIdx.x; idx < QR * kChunks; idx += blockDim.x) {
     const int r = idx / kChunks, c = idx % kChunks;
     const int ra = it.row_begin + r;
     const bool valid = r < it.nrows;
@@ -213,16 +219,19 @@ __device__ __forceinline__ void kv_issue(const DecodeParams<T>& p, int64_t off, 
 }
 
 // Combine the W (= blockDim.x / 32) per-warp states (unnormalised O, running max m in log2 units, sum l) in
-// warp order (deterministic) and store rows < nrows: final output (+ natural-log LSE) when
-// it.slot < 0, else the fp32 partial state (O normalised, base-2 LSE) of slot it.slot.
-template <class T, int D>
+// warp order (deterministic) and store the item's rows round * 16 + r (r < 16, row < nrows) held
+// in red_* at r: final output (+ natural-log LSE) when it.slot < 0, else the fp32 partial state
+// (O normalised, base-2 LSE) of slot it.slot, whose rows are QR apart.
+template <class T, int D, int QR>
 __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, const Item& it,
                                                   const float* red_o, const float* red_m,
-                                                  const float* red_l) {
+                                                  const float* red_l, int round) {
   constexpr int kGroups = D / 8;  // 8 outputs per thread step: one 16-byte store of T
   const int W = blockDim.x / 32;
-  for (int idx = threadIdx.x; idx < it.nrows * kGroups; idx += blockDim.x) {
+  const int rows = min(kTileQ, it.nrows - round * kTileQ);
+  for (int idx = threadIdx.x; idx < rows * kGroups; idx += blockDim.x) {
     const int r = idx / kGroups, c8 = idx % kGroups;
+    const int ri = round * kTileQ + r;  // row of the item
     float mx = -INFINITY;
 #pragma unroll
     for (int w = 0; w < W; ++w) mx = fmaxf(mx, red_m[w * kTileQ + r]);
@@ -246,7 +255,7 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
       for (int e = 0; e < 8; ++e) o[e] *= inv;
       lse2 = mx + log2f(sum);
     }
-    const int ra = it.row_begin + r;
+    const int ra = it.row_begin + ri;
     if (it.slot < 0) {
       const RowPos rp = row_pos(p, it, ra);
       union { T h[8]; uint4 u; } pk;
@@ -256,10 +265,10 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
       if (p.lse != nullptr && c8 == 0)
         p.lse[rp.token * p.lse_stride_token + rp.head] = lse2 * 0.69314718055994531f;  // log2 -> ln
     } else {
-      float* dst = p.plan.partial_o + (int64_t(it.slot) * kTileQ + r) * D + c8 * 8;
+      float* dst = p.plan.partial_o + (int64_t(it.slot) * QR + ri) * D + c8 * 8;
       reinterpret_cast<float4*>(dst)[0] = make_float4(o[0], o[1], o[2], o[3]);
       reinterpret_cast<float4*>(dst)[1] = make_float4(o[4], o[5], o[6], o[7]);
-      if (c8 == 0) p.plan.partial_lse[it.slot * kTileQ + r] = lse2;
+      if (c8 == 0) p.plan.partial_lse[it.slot * QR + ri] = lse2;
     }
   }
 }
@@ -282,7 +291,7 @@ __device__ __forceinline__ float logit_log2(const DecodeParams<T>& p, float qk) 
 // same atomic and its barrier passes them on to the threads that read the partials.
 // s_flag: the layout's 16-byte flag area (shared memory): s_flag[0] = 1 when this CTA merges
 // the tile (every thread already holds the tile's slot range, mr).
-template <class T, int D>
+template <class T, int D, int QR>
 __device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, const Item& it, MergeRange mr,
                                                    int* s_flag) {
   __syncthreads();
@@ -300,8 +309,8 @@ __device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, con
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = warp; i < it.nrows; i += W) {
     const RowPos rp = row_pos(p, it, it.row_begin + i);
-    attn::merge_row_warp<T>(p.plan.partial_lse + int64_t(mr.s0) * kTileQ + i,
-                            p.plan.partial_o + (int64_t(mr.s0) * kTileQ + i) * D, mr.n, kTileQ, D,
+    attn::merge_row_warp<T>(p.plan.partial_lse + int64_t(mr.s0) * QR + i,
+                            p.plan.partial_o + (int64_t(mr.s0) * QR + i) * D, mr.n, QR, D,
                             p.o + rp.token * p.o_stride_token + rp.head * p.o_stride_head,
                             p.lse != nullptr ? p.lse + rp.token * p.lse_stride_token + rp.head : nullptr, lane);
   }

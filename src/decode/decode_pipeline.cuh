@@ -20,7 +20,7 @@
 // The per-tile math is the Mainloop policy (one per path, constructed per item per warp):
 //   Mainloop ml(sQ, lane);                 // zero state; may load Q fragments from sQ
 //   ml.tile(p, sQ, sK, sV, k0, kv_end, nrows, lane);   // 16 keys [k0, k0 + 16) of sK / sV
-//   ml.store(red_o, red_m, red_l, warp, lane, nrows);  // unnormalised O, m (log2), l -> smem
+//   ml.store(red_o, red_m, red_l, warp, lane, nrows, round);  // rows round*16.. +15: O, m, l -> smem
 // decode_tc.cuh (mma.sync, GQA group in M) and decode_cc.cuh (fp32 FMA) provide them.
 #pragma once
 #include "decode/decode_common.cuh"
@@ -31,11 +31,11 @@ namespace weft::decode {
 // group), then the warp's first S-1 tiles -> stages 0 .. S-2 (one group each, empty past the
 // warp's last tile); returns the page ids of the warp's tile S-1 (lookup issued, not awaited).
 // pg0: kv_lookup_page of the warp's first tile (requested early by the caller).
-template <class T, int D>
+template <class T, int D, int QR>
 __device__ __forceinline__ int32_t start_item(const DecodeParams<T>& p, const Item& it, const int32_t* pages,
                                               int32_t pg0, T* sQ, T* sPipe, int S, int W, int warp, int lane) {
-  using L = SmemLayout<T, D>;
-  load_q<T, D>(p, it, sQ);
+  using L = SmemLayout<T, D, QR>;
+  load_q<T, D, QR>(p, it, sQ);
   ptx::cp_async_commit();
   const int total_tiles = (it.kv_end - it.kv_begin + kWarpKeys - 1) / kWarpKeys;
   const int nt = total_tiles > warp ? (total_tiles - warp + W - 1) / W : 0;
@@ -53,9 +53,10 @@ __device__ __forceinline__ int32_t start_item(const DecodeParams<T>& p, const It
   return pg_next;
 }
 
-template <class T, int D, class Mainloop>
+// QR: query rows per item (16, or 32 for the 4-tile tensor-core mainloop of GQA groups > 16).
+template <class T, int D, int QR, class Mainloop>
 __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
-  using L = SmemLayout<T, D>;
+  using L = SmemLayout<T, D, QR>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const int S = p.stages;
   const int W = p.warps;  // = blockDim.x / 32
@@ -79,7 +80,7 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
   WEFT_DECODE_TRACE_AFTER(reinterpret_cast<intptr_t>(pages), kTraceIndptr);
   const int32_t pg0 = kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane);
   WEFT_DECODE_TRACE_AFTER(pg0, kTracePage0);
-  int32_t pg_next = start_item<T, D>(p, it, pages, pg0, sQ0, sPipe, S, W, warp, lane);
+  int32_t pg_next = start_item<T, D, QR>(p, it, pages, pg0, sQ0, sPipe, S, W, warp, lane);
   WEFT_DECODE_TRACE_POINT(kTraceIssued);
 
   for (int ii = i0; ii < i1; ++ii) {
@@ -134,16 +135,22 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceLoopEnd);
     const MergeRange mr = load_merge_range(p.plan, it);  // used after the epilogue
     if (has_next)
-      pg_next = start_item<T, D>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
+      pg_next = start_item<T, D, QR>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
                                  S, W, warp, lane);
-    __syncthreads();  // every warp is done with stage S-1 (reused as red_o)
-    ml.store(red_o, red_m, red_l, warp, lane, it.nrows);
-    __syncthreads();
-    WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceStatesStored);
-    combine_and_store<T, D>(p, it, red_o, red_m, red_l);
+    // Epilogue in rounds of 16 rows (one for QR = 16): the states of rows round * 16 .. + 15
+    // go through red_o / red_m / red_l, which hold 16 rows.
+#pragma unroll
+    for (int round = 0; round < QR / kTileQ; ++round) {
+      if (round * kTileQ >= it.nrows) break;  // uniform across the CTA
+      __syncthreads();  // every warp is done with stage S-1 (reused as red_o) / the last round
+      ml.store(red_o, red_m, red_l, warp, lane, it.nrows, round);
+      __syncthreads();
+      WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0 && round == 0, kTraceStatesStored);
+      combine_and_store<T, D, QR>(p, it, red_o, red_m, red_l, round);
+    }
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceItemStored);
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceMergeDecided);  // a split item records it again
-    if (it.slot >= 0) merge_tile_if_last<T, D>(p, it, mr, s_flag);
+    if (it.slot >= 0) merge_tile_if_last<T, D, QR>(p, it, mr, s_flag);
     it = nx;
     pages = nx_pages;
   }

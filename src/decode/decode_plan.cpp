@@ -8,33 +8,40 @@
 
 namespace weft::decode {
 
+int32_t decode_tile_rows(int32_t group_size, int32_t head_dim, bool cuda_core_forced) {
+  return group_size > kPlanTileQ && head_dim <= 128 && !cuda_core_forced ? kPlanTileQWide : kPlanTileQ;
+}
+
 plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
-                             int32_t grid) {
+                             int32_t grid, int32_t tile_rows) {
   WEFT_CHECK_ARG(max_batch >= 1, "max_batch", "must be >= 1, got " << max_batch);
   WEFT_CHECK_ARG(num_kv_heads >= 1, "num_kv_heads", "must be >= 1, got " << num_kv_heads);
   WEFT_CHECK_ARG(num_qo_heads >= 1 && num_qo_heads % num_kv_heads == 0, "num_qo_heads",
                  "must be a positive multiple of num_kv_heads " << num_kv_heads << ", got " << num_qo_heads);
-  // Any GQA group: a group larger than the 16-row query tile is cut into several tiles of the
-  // same (request, kv head), each reading the same KV (see balance_config: row_tiles_together).
+  // Any GQA group: a group larger than the query tile is cut into several tiles of the same
+  // (request, kv head), each reading the same KV (see balance_config: row_tiles_together).
   const int32_t group = num_qo_heads / num_kv_heads;
+  WEFT_CHECK_ARG(tile_rows == kPlanTileQ || tile_rows == kPlanTileQWide, "tile_rows",
+                 "must be " << kPlanTileQ << " or " << kPlanTileQWide << ", got " << tile_rows);
   check::head_dim_supported(head_dim, "head_dim");
   plan::PlanBounds b;
   b.max_batch = max_batch;
-  const int64_t tiles = int64_t(max_batch) * num_kv_heads * plan::tiles_per_head(1, group, kPlanTileQ);
+  const int64_t tiles = int64_t(max_batch) * num_kv_heads * plan::tiles_per_head(1, group, tile_rows);
   WEFT_CHECK_ARG(tiles <= INT32_MAX / 2, "max_batch", "too large: " << max_batch);
   b.max_tiles = static_cast<int32_t>(tiles);
   b.num_ctas = grid;
-  b.tile_q = kPlanTileQ;
+  b.tile_q = tile_rows;
   b.head_dim = head_dim;
   return b;
 }
 
-plan::BalanceConfig balance_config(int32_t grid, int32_t num_qo_heads, int32_t num_kv_heads) {
+plan::BalanceConfig balance_config(int32_t grid, int32_t num_qo_heads, int32_t num_kv_heads,
+                                   int32_t tile_rows) {
   plan::BalanceConfig cfg;
   cfg.num_ctas = grid;
   cfg.num_kv_heads = num_kv_heads;
   cfg.group_size = num_qo_heads / num_kv_heads;
-  cfg.tile_q = kPlanTileQ;
+  cfg.tile_q = tile_rows;
   cfg.kv_granularity = kPlanKVTile;
   cfg.min_chunk = kMinChunk;
   // Groups > 16 rows: the tiles of one (request, kv head) read the same keys. Dealt next to each

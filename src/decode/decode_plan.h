@@ -10,15 +10,28 @@ namespace weft::decode {
 // fixed cost (Q load, pipeline fill, epilogue, one merge row) outweighs the parallelism gained.
 inline constexpr int32_t kMinChunk = 256;
 inline constexpr int32_t kPlanTileQ = 16;   // = kTileQ in decode_common.cuh (rows per item)
+// Rows per item for GQA groups above 16 at head_dim <= 128 on the tensor-core path: one item
+// holds 32 of the group's query heads (4 n8 tiles of the mma N dimension), so each KV byte is
+// brought into an SM once per 32 heads instead of once per 16. Measured on H100 at 007af55
+// (bench "decode/gqa/...", fraction of the read ceiling on unique KV bytes, 16-row tiles dealt
+// to neighbouring CTAs): group 32 b32/kv16K 0.747 and b128/kv4K 0.73-0.745, against 0.87-0.89
+// for group 16 at the same shapes: the second 16-row tile's read, even from L2, costs SM
+// ingest bandwidth. At head_dim 256 the 4-tile accumulators (256 registers) do not fit.
+inline constexpr int32_t kPlanTileQWide = 32;
+// The item rows a decode wrapper plans with: kPlanTileQWide for groups > 16 at head_dim <= 128
+// unless the CUDA-core path is forced (its per-row state is sized for 16 rows), else kPlanTileQ.
+int32_t decode_tile_rows(int32_t group_size, int32_t head_dim, bool cuda_core_forced);
 // = kWarpKeys: chunk granularity (whole warp tiles; the kernel masks any chunk end, a finer
 // granularity only lets chunk counts match the grid, e.g. 8 heads x 33 chunks = 264 CTAs).
 inline constexpr int32_t kPlanKVTile = 16;
 
 // Workspace bounds for up to max_batch requests (validates heads / head_dim; weft::Error).
 plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
-                             int32_t grid);
-// Planner configuration: one 16-row query tile per (request, kv head), 64-key granularity.
-plan::BalanceConfig balance_config(int32_t grid, int32_t num_qo_heads, int32_t num_kv_heads);
+                             int32_t grid, int32_t tile_rows = kPlanTileQ);
+// Planner configuration: query tiles of tile_rows rows (decode_tile_rows) per (request, kv head),
+// 16-key granularity.
+plan::BalanceConfig balance_config(int32_t grid, int32_t num_qo_heads, int32_t num_kv_heads,
+                                   int32_t tile_rows = kPlanTileQ);
 // One query token per request; with a window (window_left >= 0) only keys
 // j >= kv_len - 1 - window_left are planned (and read).
 plan::BatchShape batch_shape(const int32_t* kv_lens, int32_t batch, int32_t window_left);

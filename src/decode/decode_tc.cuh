@@ -4,7 +4,7 @@
 //
 // Operands are swapped against prefill ("S^T = K Q^T", "O^T = V^T P^T"): the tile's 16 keys are
 // the mma M dimension and the group's query heads the N dimension, NT n8 tiles of them
-// (NT = 1 for GQA groups <= 8, 2 for 9..16). Decode has at most 16 query rows per KV head and
+// (NT = 1 for GQA groups <= 8, 2 for 9..16, 4 for the 32-row items of larger groups). Decode has at most 16 query rows per KV head and
 // usually 1..8, so putting them in M (16 rows, as the first version did) padded a group of 4 to
 // 16 rows; in N a group of <= 8 needs one n8 tile. Per warp tile (D = 128, NT = 1) that is 8 mma
 // for K Q^T + 8 for V^T P^T (was 16 + 16), and O^T is D x 8 fp32 = 32 registers per lane (was 64).
@@ -24,7 +24,7 @@ namespace weft::decode {
 
 template <class T, int D, int NT>
 struct TcMainloop {
-  static_assert(NT == 1 || NT == 2, "query columns: one or two n8 tiles (an item has <= 16 rows)");
+  static_assert(NT == 1 || NT == 2 || NT == 4, "query columns: 1, 2 or 4 n8 tiles (items of <= 32 rows)");
   static constexpr int kK = D / 16;  // k16 steps of K Q^T over head_dim
   static constexpr int kM = D / 16;  // m16 tiles of O^T over head_dim
   // Q^T fragments in registers when they cost <= 32 registers (D <= 128, or D 256 with NT 1);
@@ -64,10 +64,13 @@ struct TcMainloop {
 
   __device__ __forceinline__ void tile(const DecodeParams<T>& p, const T* sQ, const T* sK, const T* sV, int k0,
                                        int kv_end, int /*nrows*/, int lane) {
-    // S^T = K Q^T: [16 keys][NT * 8 queries], accumulated in two chains (even / odd kk).
-    float s[2][NT][4];
+    // S^T = K Q^T: [16 keys][NT * 8 queries], accumulated in two chains (even / odd kk) for
+    // NT <= 2; at NT = 4 the four n8 tiles are already independent mma chains, and a second
+    // chain's 16 registers would spill (the 32-row kernel sits at the 255-register cap).
+    constexpr int kChains = NT >= 4 ? 1 : 2;
+    float s[kChains][NT][4];
 #pragma unroll
-    for (int c = 0; c < 2; ++c)
+    for (int c = 0; c < kChains; ++c)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) s[c][nt][0] = s[c][nt][1] = s[c][nt][2] = s[c][nt][3] = 0.f;
 #pragma unroll
@@ -80,12 +83,12 @@ struct TcMainloop {
       for (int nt = 0; nt < NT; ++nt) {
         if constexpr (kQInRegs) {
           ptx::mma_16816<T>(s[0][nt], a0, qf[kk][nt]);
-          ptx::mma_16816<T>(s[1][nt], a1, qf[kk + 1][nt]);
+          ptx::mma_16816<T>(s[kChains - 1][nt], a1, qf[kk + 1][nt]);
         } else {
           uint32_t b0[2], b1[2];
           load_q_pair(sQ, kk, nt, lane, b0, b1);
           ptx::mma_16816<T>(s[0][nt], a0, b0);
-          ptx::mma_16816<T>(s[1][nt], a1, b1);
+          ptx::mma_16816<T>(s[kChains - 1][nt], a1, b1);
         }
       }
     }
@@ -99,7 +102,8 @@ struct TcMainloop {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key_lo + (e >> 1) * 8;
-        pr[e] = key < kv_end ? logit_log2(p, s[0][nt][e] + s[1][nt][e]) : -INFINITY;
+        const float qk = kChains == 2 ? s[0][nt][e] + s[kChains - 1][nt][e] : s[0][nt][e];
+        pr[e] = key < kv_end ? logit_log2(p, qk) : -INFINITY;
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
@@ -137,37 +141,41 @@ struct TcMainloop {
     }
   }
 
-  // Per-warp state -> shared memory (red_o [W][16][D], red_m / red_l [W][16]), query rows < nrows.
-  __device__ __forceinline__ void store(float* red_o, float* red_m, float* red_l, int warp, int lane, int nrows) {
+  // Per-warp state of query rows round * 16 .. + 15 (n8 tiles 2 * round and 2 * round + 1), rows
+  // < nrows -> shared memory (red_o [W][16][D], red_m / red_l [W][16], at row q - 16 * round).
+  __device__ __forceinline__ void store(float* red_o, float* red_m, float* red_l, int warp, int lane, int nrows,
+                                        int round) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
+        if (nt / 2 != round) continue;
         float lq = l[nt][j];  // the 8 lanes of this query column hold two keys each
         lq += __shfl_xor_sync(0xffffffffu, lq, 4);
         lq += __shfl_xor_sync(0xffffffffu, lq, 8);
         lq += __shfl_xor_sync(0xffffffffu, lq, 16);
         const int q = nt * 8 + (lane % 4) * 2 + j;
         if (q >= nrows) continue;
-        float* dst = red_o + (warp * kTileQ + q) * D + lane / 4;
+        const int qr = q - round * kTileQ;
+        float* dst = red_o + (warp * kTileQ + qr) * D + lane / 4;
 #pragma unroll
         for (int md = 0; md < kM; ++md) {
           dst[md * 16] = acc[md][nt][j];
           dst[md * 16 + 8] = acc[md][nt][2 + j];
         }
         if (lane < 4) {
-          red_m[warp * kTileQ + q] = m[nt][j];
-          red_l[warp * kTileQ + q] = lq;
+          red_m[warp * kTileQ + qr] = m[nt][j];
+          red_l[warp * kTileQ + qr] = lq;
         }
       }
   }
 };
 
-// NT: query n8 tiles (1 for GQA groups <= 8, 2 above: groups > 16 are cut into 16-row items by
-// the planner); the launcher picks it from the group.
+// NT: query n8 tiles: 1 for GQA groups <= 8, 2 for 9..16 (and the 16-row tiles of larger groups
+// at head_dim 256), 4 for the 32-row items of groups > 16 at head_dim <= 128 (decode_tile_rows).
 template <class T, int D, int NT>
 __global__ void __launch_bounds__(kMaxThreads, 1) decode_tc_kernel(const DecodeParams<T> p) {
-  decode_items<T, D, TcMainloop<T, D, NT>>(p);
+  decode_items<T, D, NT == 4 ? 2 * kTileQ : kTileQ, TcMainloop<T, D, NT>>(p);
 }
 
 }  // namespace weft::decode

@@ -27,16 +27,23 @@ std::vector<TraceRecord> trace_read(int) { return {}; }
 namespace {
 
 template <class T, int D>
-void launch_path(const DecodeParams<T>& p, DecodePath path, int grid, cudaStream_t stream) {
-  using L = SmemLayout<T, D>;
-  // The dynamic shared memory limit was raised by ctas_per_sm() (wrapper construction). Both
-  // paths use the same shared memory layout, so the same fixed grid fits either.
+void launch_path(const DecodeParams<T>& p, DecodePath path, int tile_rows, int grid, cudaStream_t stream) {
+  // The dynamic shared memory limit was raised by ctas_per_sm() (wrapper construction), and the
+  // fixed grid is the smallest residency of all kernels of this head_dim.
   // Tensor cores: one n8 tile of query columns covers groups <= 8, two cover 9..16 and the
-  // 16-row tiles of larger groups.
+  // 16-row tiles of larger groups at D256, four the 32-row items (tile_rows 32).
+  if constexpr (D <= 128) {
+    if (tile_rows == kPlanTileQWide) {
+      decode_tc_kernel<T, D, 4><<<grid, p.warps * 32, SmemLayout<T, D, kPlanTileQWide>::bytes(p.stages, p.warps),
+                                  stream>>>(p);
+      WEFT_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   auto kernel = path == DecodePath::kCudaCore ? decode_cc_kernel<T, D>
                 : p.group_size <= 8            ? decode_tc_kernel<T, D, 1>
                                                : decode_tc_kernel<T, D, 2>;
-  kernel<<<grid, p.warps * 32, L::bytes(p.stages, p.warps), stream>>>(p);
+  kernel<<<grid, p.warps * 32, SmemLayout<T, D>::bytes(p.stages, p.warps), stream>>>(p);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -81,7 +88,7 @@ void dispatch(const LaunchArgs& a, cudaStream_t stream) {
   const DecodeParams<T> p = make_params<T>(a);
 #define WEFT_DECODE_INSTANCE(TYPE, DIM, PATH)                                                   \
   if (std::is_same_v<T, TYPE> && a.head_dim == DIM && a.path == path_of(#PATH)) {                 \
-    if constexpr (std::is_same_v<T, TYPE>) return launch_path<TYPE, DIM>(p, a.path, a.grid, stream); \
+    if constexpr (std::is_same_v<T, TYPE>) return launch_path<TYPE, DIM>(p, a.path, a.tile_rows, a.grid, stream); \
   }
 #include "decode/instances.inc"
 #undef WEFT_DECODE_INSTANCE
@@ -151,13 +158,18 @@ int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
   SmemLayout<half, DIM>::bytes(stages, warps), decode_tc_kernel<__nv_bfloat16, DIM, 1>,                    \
       decode_tc_kernel<half, DIM, 1>, decode_tc_kernel<__nv_bfloat16, DIM, 2>, decode_tc_kernel<half, DIM, 2>, \
       decode_cc_kernel<__nv_bfloat16, DIM>, decode_cc_kernel<half, DIM>
+// The 32-row tensor-core kernels (D <= 128) have larger Q buffers: their own smem size.
+#define WEFT_DECODE_WIDE_KERNELS(DIM) \
+  SmemLayout<half, DIM, kPlanTileQWide>::bytes(stages, warps), decode_tc_kernel<__nv_bfloat16, DIM, 4>, \
+      decode_tc_kernel<half, DIM, 4>
   switch (head_dim) {
-    case 64: query(WEFT_DECODE_KERNELS(64)); break;
-    case 128: query(WEFT_DECODE_KERNELS(128)); break;
+    case 64: query(WEFT_DECODE_KERNELS(64)); query(WEFT_DECODE_WIDE_KERNELS(64)); break;
+    case 128: query(WEFT_DECODE_KERNELS(128)); query(WEFT_DECODE_WIDE_KERNELS(128)); break;
     case 256: query(WEFT_DECODE_KERNELS(256)); break;
     default: throw Error("head_dim", "expected 64, 128 or 256, got " + std::to_string(head_dim));
   }
 #undef WEFT_DECODE_KERNELS
+#undef WEFT_DECODE_WIDE_KERNELS
   return n_min < 1 ? 1 : n_min;
 }
 

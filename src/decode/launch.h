@@ -30,6 +30,7 @@ struct LaunchArgs {
   int32_t grid = 0;
   int32_t stages = 3;  // per-warp pipeline stages (decode_stages)
   int32_t warps = 4;   // warps per CTA (decode_warps)
+  int32_t tile_rows = kPlanTileQ;  // rows per item of the plan (decode_tile_rows)
 };
 
 // Launches the decode kernel of (dtype, head_dim, path) with args.grid persistent CTAs.

@@ -1,4 +1,5 @@
 // BatchDecodeWrapper: plan (host, balanced split-KV) and run (validated launch, graph safe).
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -85,6 +86,7 @@ struct BatchDecodeWrapper::Impl {
   int32_t grid = 0;
   int32_t stages = 3;             // per-warp pipeline stages (decode::decode_stages)
   int32_t warps = 4;              // warps per CTA (decode::decode_warps)
+  int32_t tile_rows = 16;         // rows per item (decode::decode_tile_rows)
   plan::WorkspaceLayout layout;
   void* staging = nullptr;        // pinned, layout.metadata_bytes()
   cudaEvent_t staging_done = nullptr;
@@ -105,8 +107,14 @@ std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo
                                                int32_t head_dim) {
   check::head_dim_supported(head_dim, "head_dim");
   const int32_t grid = grid_for(head_dim, decode::decode_stages(head_dim), decode::decode_warps(head_dim));
-  const plan::PlanBounds b = decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, grid);
-  return plan::WorkspaceLayout(b).total_bytes();
+  // Either item height may be planned (a forced CUDA-core path keeps 16 rows): size for both.
+  std::size_t bytes = 0;
+  for (bool cuda_core : {false, true}) {
+    const int32_t rows = decode::decode_tile_rows(num_qo_heads / std::max(1, num_kv_heads), head_dim, cuda_core);
+    const plan::PlanBounds b = decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, grid, rows);
+    bytes = std::max(bytes, plan::WorkspaceLayout(b).total_bytes());
+  }
+  return bytes;
 }
 
 BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
@@ -123,7 +131,10 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
   impl_->stages = decode::decode_stages(head_dim);
   impl_->warps = decode::decode_warps(head_dim);
   impl_->grid = grid_for(head_dim, impl_->stages, impl_->warps);
-  impl_->layout = plan::WorkspaceLayout(decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, impl_->grid));
+  impl_->tile_rows = decode::decode_tile_rows(num_qo_heads / std::max(1, num_kv_heads), head_dim,
+                                              path == DecodePath::kCudaCore);
+  impl_->layout = plan::WorkspaceLayout(
+      decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, impl_->grid, impl_->tile_rows));
   WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, impl_->layout.metadata_bytes(), cudaHostAllocDefault));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->staging_done, cudaEventDisableTiming));
 }
@@ -195,7 +206,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   for (int32_t b = 0; b < batch; ++b)
     WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
   const plan::BatchShape shape = decode::batch_shape(kv_lens, batch, variant.window_left);
-  const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads);
+  const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, im.tile_rows);
   plan::Plan p = decode::plan_decode(shape, cfg);
 
   // Reuse the staging buffer only once its previous copy has left it.
@@ -297,6 +308,7 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   a.grid = im.grid;
   a.stages = im.stages;
   a.warps = im.warps;
+  a.tile_rows = im.tile_rows;
   decode::launch_decode(a, stream);
   // No merge kernel: split tiles are merged inside the decode kernel by the CTA that finishes
   // their last slot (merge_tile_if_last), so run() is one launch whatever the plan.

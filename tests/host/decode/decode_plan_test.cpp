@@ -99,6 +99,26 @@ TEST(DecodePlan, SearchNeverWorseThanBalance) {
   }
 }
 
+// Item height: 32 rows for groups above 16 at head_dim <= 128 (4-tile tensor-core kernel), 16
+// otherwise and whenever the CUDA-core path is forced; plan bounds and tiles follow it.
+TEST(DecodePlan, TileRowsByGroupAndHeadDim) {
+  EXPECT_EQ(decode_tile_rows(16, 128, false), kPlanTileQ);
+  EXPECT_EQ(decode_tile_rows(17, 128, false), kPlanTileQWide);
+  EXPECT_EQ(decode_tile_rows(64, 64, false), kPlanTileQWide);
+  EXPECT_EQ(decode_tile_rows(32, 256, false), kPlanTileQ);
+  EXPECT_EQ(decode_tile_rows(32, 128, true), kPlanTileQ);
+  const plan::PlanBounds b = plan_bounds(8, 64, 1, 128, 132, kPlanTileQWide);
+  EXPECT_EQ(b.tile_q, kPlanTileQWide);
+  EXPECT_EQ(b.max_tiles, 8 * 2);  // MQA 64/1: two 32-row tiles per request
+  EXPECT_THROW(plan_bounds(8, 64, 1, 128, 132, 24), Error);
+  const int32_t lens[] = {4096, 100, 0};
+  const plan::Plan p = plan_decode(batch_shape(lens, 3, -1), balance_config(132, 48, 2, kPlanTileQWide));
+  for (int i = 0; i < p.num_items(); ++i) {
+    EXPECT_LE(p.item_row_end[i] - p.item_row_begin[i], kPlanTileQWide);
+    EXPECT_EQ(p.item_row_begin[i] % kPlanTileQWide, 0);
+  }
+}
+
 TEST(DecodePlan, BadShapesThrow) {
   EXPECT_THROW(plan_bounds(0, 32, 8, 128, 132), Error);
   EXPECT_THROW(plan_bounds(8, 30, 8, 128, 132), Error);
