@@ -4,6 +4,10 @@
 //   prefill/causal/ragged-nosplit/L<n>   the same with split-KV off
 //   prefill/mixed                        a batch of mixed causal prefills (paged)
 //   prefill/chunked/c<chunk>/h<hist>     chunked prefill: <chunk> new tokens after <hist> keys
+//   (these rows take the wrapper's default mainloop: the sm90 one on Hopper)
+//   prefill/sm90/{causal,noncausal}/...  the Hopper wgmma/TMA mainloop (src/prefill/sm90/), asserted
+//   prefill/sm90/chunked/...             chosen (an error row when the wrapper would not take it)
+//   prefill/fa2/...                      the FA2 mainloop pinned (WEFT_PREFILL_MAINLOOP=fa2 at plan)
 // FLOPs: 4 * D * Hq per UNMASKED (query, key) pair (causal counted once, bottom-right aligned:
 // pairs = q * (kv - q) + q (q + 1) / 2). Bytes: Q and O once, K and V once. Ceiling "gemm".
 // Timing: run() captured once in a CUDA graph, the graph is timed (L2 flushed before each run;
@@ -11,6 +15,7 @@
 // plan() host time in extra "plan_us". Pages: random permutation of the pool.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -27,9 +32,13 @@ using weft::bench::DeviceArray;
 constexpr int32_t kHq = 32, kHkv = 8, kD = 128, kPage = 16;
 constexpr weft::DType kBF16 = weft::DType::kBFloat16;
 
+// Mainloop of a row: the wrapper's choice, the sm90 one (asserted), or FA2 (pinned at plan time).
+enum class Mainloop { kDefault, kSm90, kFa2 };
+
 void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
                       const std::vector<int32_t>& q_lens, const std::vector<int32_t>& kv_lens,
-                      bool paged, const weft::PrefillPlanOptions& opt = {}) {
+                      bool paged, const weft::PrefillPlanOptions& opt = {}, bool causal = true,
+                      Mainloop mainloop = Mainloop::kDefault) {
   weft::bench::Result r;
   r.name = name;
   if (!ctx.wants(r.name)) return;
@@ -40,13 +49,13 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     qo.push_back(qo.back() + q_lens[b]);
     kvp.push_back(kvp.back() + kv_lens[b]);
     const double q = q_lens[b], kv = kv_lens[b];
-    pairs += q * (kv - q) + q * (q + 1) / 2;
+    pairs += causal ? q * (kv - q) + q * (q + 1) / 2 : q * kv;
   }
   const int64_t total_q = qo.back(), total_kv = kvp.back();
   r.params = {{"batch", std::to_string(batch)}, {"total_q", std::to_string(total_q)},
               {"total_kv", std::to_string(total_kv)}, {"qo_heads", std::to_string(kHq)},
               {"kv_heads", std::to_string(kHkv)}, {"head_dim", std::to_string(kD)},
-              {"dtype", "bf16"}, {"mask", "causal"}, {"kv", paged ? "paged16" : "ragged"}};
+              {"dtype", "bf16"}, {"mask", causal ? "causal" : "none"}, {"kv", paged ? "paged16" : "ragged"}};
   r.flops = 4.0 * pairs * kD * kHq;
   r.bytes = 2.0 * total_q * kHq * kD * 2 + 2.0 * total_kv * kHkv * kD * 2;
   r.ceiling = "gemm";
@@ -66,7 +75,7 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     DeviceArray ws(ws_bytes);
     weft::BatchPrefillWrapper w;
     weft::AttentionVariant var;
-    var.mask = weft::MaskMode::kCausal;
+    var.mask = causal ? weft::MaskMode::kCausal : weft::MaskMode::kNone;
     cudaStream_t s = ctx.stream();
 
     // K/V storage.
@@ -112,6 +121,10 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
       WEFT_BENCH_CUDA(cudaMemcpy(d_kv_indptr.get(), kvp.data(), kvp.size() * 4, cudaMemcpyHostToDevice));
     }
     auto plan = [&] {
+      if (mainloop == Mainloop::kFa2) setenv("WEFT_PREFILL_MAINLOOP", "fa2", 1);
+      struct Unset {
+        ~Unset() { unsetenv("WEFT_PREFILL_MAINLOOP"); }
+      } unset;
       if (paged)
         w.plan_paged(qo.data(), table, kPage, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds, s,
                      nullptr, opt);
@@ -128,6 +141,10 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
       WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
     }
     std::sort(plan_us.begin(), plan_us.end());
+    // cta_kv 128 at d128 is the sm90 mainloop (no FA2 configuration of d128 uses it).
+    const bool is_sm90 = w.plan_info().cta_kv == 128;
+    if (mainloop == Mainloop::kSm90 && !is_sm90) throw weft::Error("mainloop", "sm90 mainloop not selected");
+    if (mainloop == Mainloop::kFa2 && is_sm90) throw weft::Error("mainloop", "FA2 mainloop not selected");
 
     weft::bench::with_graph(
         ctx,
@@ -147,7 +164,8 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     const weft::PrefillPlanInfo& info = w.plan_info();
     r.extra = {{"plan_us", plan_us[plan_us.size() / 2]}, {"cta_q", double(info.cta_q)},
                {"cta_kv", double(info.cta_kv)}, {"num_ctas", double(info.num_ctas)},
-               {"num_items", double(info.num_items)}, {"num_merges", double(info.num_merges)}};
+               {"num_items", double(info.num_items)}, {"num_merges", double(info.num_merges)},
+               {"sm90", is_sm90 ? 1.0 : 0.0}};
     ctx.report(r);
   } catch (const std::exception& e) {
     ctx.report_error(r, e.what());
@@ -188,4 +206,21 @@ WEFT_BENCH_GROUP(prefill) {
     for (int32_t h : hists)
       run_prefill_case(ctx, "prefill/chunked/c" + std::to_string(c) + "/h" + std::to_string(h), {c}, {h + c},
                        true);
+
+  // Hopper mainloop rows (the same shapes as above, asserted sm90), and FA2 pinned for comparison.
+  for (bool paged : {false, true})
+    for (int32_t L : lens)
+      run_prefill_case(ctx, std::string("prefill/sm90/causal/") + (paged ? "paged" : "ragged") + "/L" + std::to_string(L),
+                       {L}, {L}, paged, {}, true, Mainloop::kSm90);
+  run_prefill_case(ctx, "prefill/sm90/noncausal/ragged/L8192", {8192}, {8192}, false, {}, false, Mainloop::kSm90);
+  for (int32_t c : chunks)
+    for (int32_t h : hists)
+      run_prefill_case(ctx, "prefill/sm90/chunked/c" + std::to_string(c) + "/h" + std::to_string(h), {c}, {h + c},
+                       true, {}, true, Mainloop::kSm90);
+  for (bool paged : {false, true})
+    for (int32_t L : {8192, 16384})
+      run_prefill_case(ctx, std::string("prefill/fa2/causal/") + (paged ? "paged" : "ragged") + "/L" + std::to_string(L),
+                       {L}, {L}, paged, {}, true, Mainloop::kFa2);
+  run_prefill_case(ctx, "prefill/fa2/noncausal/ragged/L8192", {8192}, {8192}, false, {}, false, Mainloop::kFa2);
+  run_prefill_case(ctx, "prefill/fa2/chunked/c512/h16384", {512}, {16384 + 512}, true, {}, true, Mainloop::kFa2);
 }

@@ -14,6 +14,7 @@
 #include "prefill/prefill_dispatch.h"
 #include "prefill/prefill_plan.h"
 #include "prefill/prefill_validate.h"
+#include "prefill/sm90/sm90_launch.h"
 #include "weft/prefill.h"
 #include "weft/validate.h"
 
@@ -35,6 +36,8 @@ struct BatchPrefillWrapper::State {
   prefill::PrefillWorkspaceLayout layout;
   void* workspace = nullptr;
   prefill::KernelEntry kernel;
+  bool sm90 = false;  // Hopper mainloop (src/prefill/sm90/) instead of the FA2 kernel
+  prefill::sm90::Entry sm90_kernel;
   bool launch_merge = false;
 };
 
@@ -88,6 +91,12 @@ std::size_t BatchPrefillWrapper::workspace_size(const PrefillBounds& b) {
       const int32_t ctas = num_ctas_for(c, dt, device);
       need = std::max(need, layout_for(b, c, ctas).total_bytes);
     }
+  }
+  // The sm90 mainloop's plan (128-row tiles, one CTA per SM) where it may be chosen.
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    if (!prefill::sm90::eligible(device, b.head_dim, dt, b.num_qo_heads / b.num_kv_heads, false, 0)) continue;
+    const TileConfig c{b.head_dim, prefill::sm90::kBlockM, prefill::sm90::kBlockN};
+    need = std::max(need, layout_for(b, c, sm_count(device)).total_bytes);
   }
   return need;
 }
@@ -175,8 +184,15 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
     cfg = forced;
   }
   const int device = device_of(bounds.device);
-  const prefill::KernelEntry kernel = prefill::find_kernel(cfg, dtype);
-  const int32_t num_ctas = num_ctas_for(cfg, dtype, device);
+  // Mainloop: the sm90 kernel (wgmma + TMA, 128 x 128 tiles, one CTA per SM) where the heuristic
+  // chose the 128-row tile and the device/arguments allow it; the FA2 kernel otherwise.
+  bool use_sm90 = cfg.cta_q == prefill::sm90::kBlockM &&
+                  prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size);
+  if (use_sm90) cfg.cta_kv = prefill::sm90::kBlockN;
+  const prefill::sm90::Entry sm90_kernel = use_sm90 ? prefill::sm90::find(head_dim, dtype) : prefill::sm90::Entry{};
+  const prefill::KernelEntry kernel = use_sm90 ? prefill::KernelEntry{} : prefill::find_kernel(cfg, dtype);
+  // (sm90: one CTA per SM; eligible() checked that it fits.)
+  const int32_t num_ctas = use_sm90 ? sm_count(device) : num_ctas_for(cfg, dtype, device);
   prefill::PrefillWorkspaceLayout layout = layout_for(bounds, cfg, num_ctas);
   check::workspace(workspace, workspace_bytes, layout.total_bytes, "workspace");
 
@@ -229,6 +245,8 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   s.layout = layout;
   s.workspace = workspace;
   s.kernel = kernel;
+  s.sm90 = use_sm90;
+  s.sm90_kernel = sm90_kernel;
   // Fixed launch topology for graphs: the merge kernel runs whenever splitting is allowed (it
   // reads the number of merges from the workspace; zero is a no-op).
   s.launch_merge = opt.allow_split_kv;
@@ -300,7 +318,17 @@ void BatchPrefillWrapper::launch(const void* params_ptr, const TensorView& out,
     p.softcap_pre = static_cast<float>(sm_scale / s.variant.logits_soft_cap);
     p.softcap_post = static_cast<float>(s.variant.logits_soft_cap * kLog2e);
   }
-  s.kernel.launch(p, s.num_ctas, stream);
+  if (s.sm90) {
+    prefill::sm90::Shapes sh;
+    sh.q_rows = s.total_q;
+    sh.num_qo_heads = s.num_qo_heads;
+    sh.num_kv_heads = s.num_kv_heads;
+    sh.k_rows = p.k_rows;
+    sh.v_rows = p.v_rows;
+    s.sm90_kernel.launch(p, sh, s.num_ctas, stream);
+  } else {
+    s.kernel.launch(p, s.num_ctas, stream);
+  }
   if (s.launch_merge) {
     attn::MergeOutput mo;
     mo.o = out.data;
@@ -366,6 +394,8 @@ void BatchPrefillWrapper::run_paged(const TensorView& q, const PagedKVCache& cac
     if ((int64_t(1) << sh) == s.page_size) p.page_shift = sh;
   p.page_indptr = table.indptr.device;
   p.page_indices = table.indices.device;
+  p.k_rows = cache.k_pages.shape[0];
+  p.v_rows = cache.v_pages.shape[0];
   if (s.variant.mask == MaskMode::kCustom) {
     p.custom_mask = mask->bits;
     p.mask_indptr = mask->indptr;
@@ -410,6 +440,8 @@ void BatchPrefillWrapper::run_ragged(const TensorView& q, const TensorView& k, c
   p.v_head_stride = v.strides[1];
   p.paged = 0;
   p.kv_indptr = kv_indptr;
+  p.k_rows = k.shape[0];
+  p.v_rows = v.shape[0];
   if (s.variant.mask == MaskMode::kCustom) {
     p.custom_mask = mask->bits;
     p.mask_indptr = mask->indptr;

@@ -29,6 +29,7 @@ struct PrefillParams {
   const int32_t* page_indptr = nullptr;   // paged: [batch + 1]
   const int32_t* page_indices = nullptr;  // paged: [nnz pages]
   const int32_t* kv_indptr = nullptr;     // ragged: [batch + 1] (device)
+  int64_t k_rows = 0, v_rows = 0;         // extent of dim 0 of K / V (rows or pages): sm90 tensor maps
 
   // Plan (device pointers into the workspace). Plan "requests" are segments of real requests
   // (see prefill_plan.h): segment s belongs to real request seg_request[s], its first token is

@@ -1,0 +1,133 @@
+// Hopper prefill, host side: tensor-map encoding, eligibility and the (head_dim, dtype) table.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/cuda_check.h"
+#include "prefill/sm90/sm90_launch.h"
+#include "prefill/sm90/sm90_params.h"
+#include "weft/error.h"
+
+namespace weft::prefill::sm90 {
+
+namespace {
+
+using EncodeFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled from the driver the runtime already loaded (no -lcuda).
+EncodeFn encode_fn() {
+  static EncodeFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    WEFT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || f == nullptr)
+      throw Error("device", "cuTensorMapEncodeTiled is not available from the CUDA driver");
+    return reinterpret_cast<EncodeFn>(f);
+  }();
+  return fn;
+}
+
+// A dimension of extent 1 may carry any stride (it is never stepped): keep the map's stride
+// 16-byte aligned as the encoder requires.
+cuuint64_t stride_bytes(int64_t stride_elems, int64_t extent, int64_t fallback_bytes) {
+  const int64_t b = stride_elems * 2;
+  return static_cast<cuuint64_t>(extent <= 1 || b % 16 != 0 || b <= 0 ? fallback_bytes : b);
+}
+
+void encode(CUtensorMap* map, DType dtype, int rank, const void* base, const cuuint64_t* dims,
+            const cuuint64_t* strides, const cuuint32_t* box, const char* what) {
+  cuuint32_t elem[4] = {1, 1, 1, 1};
+  // A null base (an empty tensor: nothing is ever loaded through the map) still needs a valid,
+  // aligned address for the encoder.
+  void* addr = base ? const_cast<void*>(base) : reinterpret_cast<void*>(uintptr_t{256});
+  const CUresult r = encode_fn()(map, dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                 rank, addr, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(what, "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) + ")");
+}
+
+}  // namespace
+
+void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_dim) {
+  const PrefillParams& p = kp.p;
+  const int64_t D = head_dim;
+  const int g = p.group_size;
+  {
+    const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(s.num_qo_heads), cuuint64_t(std::max<int64_t>(s.q_rows, 1))};
+    const cuuint64_t strides[2] = {stride_bytes(p.q_stride_head, s.num_qo_heads, D * 2),
+                                   stride_bytes(p.q_stride_token, s.q_rows, D * 2 * s.num_qo_heads)};
+    const cuuint32_t box[3] = {64, cuuint32_t(g), cuuint32_t(kBlockM / g)};
+    encode(&kp.tm_q, dtype, 3, p.q, dims, strides, box, "q");
+  }
+  auto kv_map = [&](CUtensorMap* map, const void* base, int64_t rows, int64_t page_stride,
+                    int64_t slot_stride, int64_t head_stride, const char* what) {
+    if (!p.paged) {
+      const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(s.num_kv_heads), cuuint64_t(std::max<int64_t>(rows, 1))};
+      const cuuint64_t strides[2] = {stride_bytes(head_stride, s.num_kv_heads, D * 2),
+                                     stride_bytes(page_stride, rows, D * 2 * s.num_kv_heads)};
+      const cuuint32_t box[3] = {64, 1, kBlockN};
+      encode(map, dtype, 3, base, dims, strides, box, what);
+    } else {
+      const int64_t ps = p.page_size;
+      const cuuint64_t dims[4] = {cuuint64_t(D), cuuint64_t(ps), cuuint64_t(s.num_kv_heads),
+                                  cuuint64_t(std::max<int64_t>(rows, 1))};
+      const cuuint64_t strides[3] = {stride_bytes(slot_stride, ps, D * 2),
+                                     stride_bytes(head_stride, s.num_kv_heads, D * 2 * ps),
+                                     stride_bytes(page_stride, rows, D * 2 * ps * s.num_kv_heads)};
+      const cuuint32_t box[4] = {64, cuuint32_t(std::min<int64_t>(ps, kBlockN)), 1, 1};
+      encode(map, dtype, 4, base, dims, strides, box, what);
+    }
+  };
+  kv_map(&kp.tm_k, p.k, s.k_rows, p.k_page_stride, p.k_slot_stride, p.k_head_stride, "k");
+  kv_map(&kp.tm_v, p.v, s.v_rows, p.v_page_stride, p.v_slot_stride, p.v_head_stride, "v");
+  kp.rows_per_copy = p.paged ? static_cast<int32_t>(std::min<int64_t>(p.page_size, kBlockN)) : kBlockN;
+}
+
+Entry find(int32_t head_dim, DType dtype) {
+  const bool bf16 = dtype == DType::kBFloat16;
+  if (head_dim == 128) {
+    if (bf16) return {&launch_prefill_sm90<128, __nv_bfloat16>, &occupancy_prefill_sm90<128, __nv_bfloat16>};
+    return {&launch_prefill_sm90<128, half>, &occupancy_prefill_sm90<128, half>};
+  }
+  return {};
+}
+
+bool eligible(int device, int32_t head_dim, DType dtype, int32_t group_size, bool paged,
+              int64_t page_size) {
+  if (const char* env = std::getenv("WEFT_PREFILL_MAINLOOP")) {
+    if (std::strcmp(env, "fa2") == 0) return false;
+  }
+  if (dtype != DType::kBFloat16 && dtype != DType::kFloat16) return false;
+  if (find(head_dim, dtype).launch == nullptr) return false;
+  if (group_size <= 0 || group_size > kBlockM || kBlockM % group_size != 0) return false;
+  if (paged) {
+    const bool divides = page_size >= 8 && page_size <= kBlockN && kBlockN % page_size == 0;
+    const bool multiple = page_size >= kBlockN && page_size % kBlockN == 0;
+    if (!divides && !multiple) return false;
+  }
+  int major = 0, minor = 0;
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0) return false;
+  // The library must hold sm_90a code for this kernel (a build for other targets compiles an
+  // empty stub): occupancy_prefill_sm90 returns 0 then.
+  int prev = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&prev));
+  if (prev != device) WEFT_CUDA_CHECK(cudaSetDevice(device));
+  const int occ = find(head_dim, dtype).occupancy();
+  if (prev != device) WEFT_CUDA_CHECK(cudaSetDevice(prev));
+  return occ >= 1;
+}
+
+}  // namespace weft::prefill::sm90

@@ -1,0 +1,29 @@
+// Hopper prefill: kernel parameters (host-includable: CUDA driver API types only, no device code).
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "prefill/kernel/params.h"
+#include "prefill/sm90/sm90_launch.h"
+#include "weft/dtype.h"
+
+namespace weft::prefill::sm90 {
+
+// The plan/run parameters plus the tensor maps, passed by value as a __grid_constant__ kernel
+// parameter (the TMA unit reads the maps from the parameter space; a graph captures them by
+// value, so they depend only on pointers and extents fixed across re-plans: the tensors' own
+// shapes, never the planned lengths).
+struct KernelParams {
+  CUtensorMap tm_q;  // [q_rows][Hq][D], box {64, group, 128 / group}: 128 packed rows
+  CUtensorMap tm_k;  // ragged [rows][Hk][D] box {64, 1, 128}; paged (page, head, slot) box {64, min(ps, 128), 1, 1}
+  CUtensorMap tm_v;
+  PrefillParams p;
+  int32_t rows_per_copy = 128;  // keys per TMA box: paged min(page_size, 128); ragged 128
+};
+
+// Encodes the three maps (cuTensorMapEncodeTiled through the runtime's driver entry point, so
+// libweft links cudart only). 128-byte swizzle, boxes of 64 columns (one swizzle atom row).
+void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_dim);
+
+}  // namespace weft::prefill::sm90
