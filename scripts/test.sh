@@ -4,7 +4,9 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 "$WEFT_ROOT/scripts/setup.sh"
-weft_configure
+# Explicit ON: a CI machine that lacks GoogleTest or NCCL fails here instead of silently building
+# fewer tests (a plain configure would turn tests and comm off; see README).
+weft_configure -DWEFT_BUILD_TESTS=ON -DWEFT_WITH_COMM=ON
 cmake --build "$WEFT_BUILD" -j "$WEFT_JOBS"
 cd "$WEFT_BUILD"
 ctest --output-on-failure -j "$WEFT_JOBS" "$@"

@@ -1,8 +1,7 @@
-// Compiled by the host C++ compiler only: proves the public headers need no nvcc.
+// Compiled by the host C++ compiler only: proves the public headers need no nvcc. The umbrella
+// header includes every public header of this build (comm.h when comm is built), and the program
+// links libweft.so, which exports the public API only.
 #include <weft/weft.h>
-#include <weft/decode.h>
-#include <weft/prefill.h>
-#include <weft/comm.h>
 
 #include <cstdio>
 #include <cstring>

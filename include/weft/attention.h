@@ -11,7 +11,6 @@
 // kv_len sequence, the chunked-prefill convention) and key j:
 //   s = sm_scale * <q_i, k_j>
 //   if logits_soft_cap > 0: s = logits_soft_cap * tanh(s / logits_soft_cap)
-//   if alibi: s += alibi_slopes[h] * (j - p)
 //   masked (s = -inf) when: causal and j > p; window_left >= 0 and j < p - window_left;
 //                           custom mask bit (i, j) is 0.
 // LSE is returned in NATURAL log (base e): lse_i = log(sum_j exp(s_ij)). A row with no
@@ -19,7 +18,9 @@
 #pragma once
 #include <cstdint>
 
-namespace weft {
+#include "weft/export.h"
+
+namespace weft WEFT_API {
 
 enum class MaskMode : int32_t {
   kNone = 0,

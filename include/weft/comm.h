@@ -63,9 +63,10 @@
 #include <utility>
 
 #include "weft/dtype.h"
+#include "weft/export.h"
 #include "weft/tensor.h"
 
-namespace weft {
+namespace weft WEFT_API {
 
 enum class CommPath : int32_t {
   kLsa = 0,           // fused kernel over NCCL symmetric memory (load/store to peers)

@@ -29,10 +29,11 @@
 
 #include "weft/attention.h"
 #include "weft/dtype.h"
+#include "weft/export.h"
 #include "weft/paged_kv.h"
 #include "weft/tensor.h"
 
-namespace weft {
+namespace weft WEFT_API {
 
 // Kernel path. Both share the load pipeline, page lookup, planner, workspace and merge; they
 // differ in the per-tile math. kAuto resolves with choose_decode_path() at plan time.

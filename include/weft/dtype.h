@@ -3,7 +3,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace weft {
+#include "weft/export.h"
+
+namespace weft WEFT_API {
 
 enum class DType : int32_t {
   kFloat16 = 0,

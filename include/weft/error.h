@@ -5,7 +5,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace weft {
+#include "weft/export.h"
+
+namespace weft WEFT_API {
 
 class Error : public std::runtime_error {
  public:

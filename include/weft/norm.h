@@ -18,9 +18,10 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include "weft/export.h"
 #include "weft/tensor.h"
 
-namespace weft {
+namespace weft WEFT_API {
 
 // Largest hidden size the norm kernels accept (a row must fit in one CTA's registers).
 constexpr int64_t kNormMaxHidden = 16384;

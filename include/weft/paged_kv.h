@@ -23,9 +23,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include "weft/export.h"
 #include "weft/tensor.h"
 
-namespace weft {
+namespace weft WEFT_API {
 
 enum class KVLayout : int32_t { kNHD = 0, kHND = 1 };
 const char* kv_layout_name(KVLayout layout);

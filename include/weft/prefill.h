@@ -29,10 +29,11 @@
 
 #include "weft/attention.h"
 #include "weft/dtype.h"
+#include "weft/export.h"
 #include "weft/paged_kv.h"
 #include "weft/tensor.h"
 
-namespace weft {
+namespace weft WEFT_API {
 
 // Largest batch a workspace must hold (sizes every plan array and partial-state buffer).
 struct PrefillBounds {

@@ -7,8 +7,9 @@
 #include <string>
 
 #include "weft/dtype.h"
+#include "weft/export.h"
 
-namespace weft {
+namespace weft WEFT_API {
 
 enum class Device : int32_t { kCPU = 0, kCUDA = 1 };
 

@@ -16,7 +16,9 @@
 #pragma once
 #include <cstdint>
 
-namespace weft {
+#include "weft/export.h"
+
+namespace weft WEFT_API {
 
 struct TokenSplitProblem {
   int64_t tokens = 0;    // M

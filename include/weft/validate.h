@@ -5,9 +5,10 @@
 #include <initializer_list>
 
 #include "weft/error.h"
+#include "weft/export.h"
 #include "weft/tensor.h"
 
-namespace weft::check {
+namespace weft WEFT_API { namespace check {  // (a nested `weft::check` takes no attribute)
 
 // t.data non-null (unless t is empty) and on `device`.
 void on_device(const TensorView& t, const char* name, Device device = Device::kCUDA);
@@ -41,4 +42,4 @@ void not_null(const void* p, const char* name);
 // Workspace: at least `needed` bytes and 256-byte aligned (the plan layout assumes it).
 void workspace(const void* p, std::size_t bytes, std::size_t needed, const char* name);
 
-}  // namespace weft::check
+}}  // namespace weft::check
