@@ -323,12 +323,11 @@ TEST(PrefillHardening, GraphCapturedAtBatchNReplaysAnEmptyStep) {
 // Capture at batch 0 with the real buffers (tile configuration forced, as the prefill graph
 // contract asks): the kernels are recorded; the replay writes nothing; after a re-plan to batch N
 // with the same buffers the replay computes batch N. With null views nothing is recorded.
-TEST(PrefillHardening, GraphCapturedAtBatchZeroReplaysALaterBatch) {
-  WEFT_REQUIRE_GPU();
+void graph_captured_at_batch_zero(int32_t cta_q) {
   for (bool paged : {true, false}) {
-    SCOPED_TRACE(paged ? "paged" : "ragged");
+    SCOPED_TRACE(std::string(paged ? "paged" : "ragged") + " cta_q " + std::to_string(cta_q));
     Case c = hardening_case(paged, MaskMode::kCausal);
-    c.opt.cta_q = 64;
+    c.opt.cta_q = cta_q;
     Prepared p;
     prepare(p, c);
     BatchPrefillWrapper w;
@@ -349,7 +348,7 @@ TEST(PrefillHardening, GraphCapturedAtBatchZeroReplaysALaterBatch) {
     WEFT_TEST_CUDA(cudaStreamSynchronize(s));
     EXPECT_TRUE(untouched(p));
     plan_only(w, p, s);
-    ASSERT_EQ(w.plan_info().cta_q, 64);
+    ASSERT_EQ(w.plan_info().cta_q, cta_q);
     p.d_out.poison(s);
     p.d_lse.poison(s);
     WEFT_TEST_CUDA(cudaGraphLaunch(exec, s));
@@ -369,6 +368,20 @@ TEST(PrefillHardening, GraphCapturedAtBatchZeroReplaysALaterBatch) {
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
     cudaStreamDestroy(s);
   }
+}
+
+// The FA2 kernel (64-row tiles).
+TEST(PrefillHardening, GraphCapturedAtBatchZeroReplaysALaterBatch) {
+  WEFT_REQUIRE_GPU();
+  graph_captured_at_batch_zero(64);
+}
+
+// 128-row tiles: on sm_90 this selects the Hopper mainloop where eligible (D128, this case's group
+// and page size), whose TMA maps take their extents from the tensors at run() time; the contract
+// (same buffers, any later plan) must hold for it as well.
+TEST(PrefillHardening, GraphCapturedAtBatchZeroReplaysALaterBatchTile128) {
+  WEFT_REQUIRE_GPU();
+  graph_captured_at_batch_zero(128);
 }
 
 }  // namespace
