@@ -4,7 +4,7 @@
 # memcheck of small sm90 cases, and the prefill bench rows (sm90, FA2 pinned, default), then
 # FlashInfer's sm90 backend (fi-auto) on the same shapes when .baselines/ was carried.
 # Usage (device machine, repo root): scripts/diag/sm90-dev.sh [steps], steps a comma list of
-#   test, suite, sanitize, bench, fi (default: test,sanitize,bench)
+#   test, suite, sanitize, bench, variants, fi (default: test,sanitize,bench)
 # Writes logs and JSON to $OUT; prints a short table last.
 set -uo pipefail
 OUT=${OUT:-/tmp/sm90-out}
@@ -22,7 +22,7 @@ if has fi && [ -d .baselines/whl ]; then
 fi
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE=comm > "$OUT/build.log" 2>&1
 targets="weft_gpu_prefill"
-if has bench; then targets="$targets weft-bench"; fi
+if has bench || has variants; then targets="$targets weft-bench"; fi
 if ! cmake --build $BUILD -j16 --target $targets >> "$OUT/build.log" 2>&1; then
   tail -n 40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw -
 
 if has test; then
   timeout 240 $BUILD/tests/weft_gpu_prefill --gtest_filter='PrefillSm90*' > "$OUT/test_sm90.log" 2>&1
-  echo "sm90 tests rc=$?"; grep -E "^\[  (FAILED|PASSED|  OK) |Failure|expected|O:|LSE:|sm90 mainloop not" "$OUT/test_sm90.log" | head -40
+  echo "sm90 tests (variant ${WEFT_PREFILL_SM90_VARIANT:-default}) rc=$?"; grep -E "^\[  (FAILED|PASSED|  OK) |Failure|expected|O:|LSE:|sm90 mainloop not" "$OUT/test_sm90.log" | head -40
 fi
 if has suite; then
   timeout 300 $BUILD/tests/weft_gpu_prefill --gtest_brief=1 > "$OUT/test_suite.log" 2>&1
@@ -41,15 +41,27 @@ if has sanitize; then
   timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/tests/weft_gpu_prefill \
     --gtest_filter='PrefillSm90.WindowSoftcapCustom:PrefillSm90.ChunkedSplitAndEmpty' > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.log" | head -5
+  timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/tests/weft_gpu_prefill \
+    --gtest_filter='PrefillSm90.WindowSoftcapCustom' > "$OUT/racecheck.log" 2>&1
+  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|PASSED|FAILED" "$OUT/racecheck.log" | head -5
 fi
 if has bench; then
   timeout 240 $BUILD/bench/weft-bench --group prefill ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"
 fi
+# Same-call A/B of the sm90 pipeline variants (WEFT_PREFILL_SM90_VARIANT, bit 0 overlap, bit 1 ping-pong).
+if has variants; then
+  for v in ${SM90_VARIANTS:-0 1 2 3}; do
+    WEFT_PREFILL_SM90_VARIANT=$v timeout 120 $BUILD/bench/weft-bench --group prefill --no-ceilings \
+      ${VARIANT_ARGS:---filter prefill/sm90/causal/ragged/L4096 --filter prefill/sm90/causal/ragged/L16384} \
+      --json "$OUT/variant$v.json" > "$OUT/variant$v.log" 2>&1
+    python3 -c "import json,sys; d=json.load(open('$OUT/variant$v.json')); print('variant $v', ' '.join('%s=%.1f' % (c['name'].split('sm90/')[-1], c['flops']/c['ms']/1e9) for c in d['cases'] if c.get('ms')))"
+  done
+fi
 if has fi && [ -n "${FI_PID:-}" ]; then
   wait $FI_PID
   export PYTHONPATH=/tmp/site NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-  timeout 200 python3 .baselines/fi_bench.py --group prefill --variant fi-auto --variant fi-fa2 ${FI_ARGS:-} \
+  timeout 200 python3 .baselines/fi_bench.py --group prefill --variant fi-auto --budget 120 ${FI_ARGS:-} \
     --out "$OUT/fi.json" > "$OUT/fi.log" 2>&1
   echo "fi rc=$?"; tail -n 3 "$OUT/fi.log"
 fi

@@ -109,6 +109,34 @@ __device__ __forceinline__ void prefetch_tmap(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
 }
 
+// Tensor maps modified on the device (sm_90a): edit a copy in shared memory, publish it to
+// global memory with the tensormap proxy release, acquire it before the TMA uses it.
+// global_dim of dimension ORD (0 = innermost) of the 128-byte map at shared address smap.
+template <int ORD>
+__device__ __forceinline__ void tensormap_replace_global_dim(uint32_t smap, int32_t dim) {
+#ifdef WEFT_SM90A_ENABLED
+  asm volatile("tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%0], %1, %2;" ::"r"(smap), "n"(ORD),
+               "r"(dim)
+               : "memory");
+#endif
+}
+// Warp-collective: copy the 128-byte map at shared address smap to gmap (global) and release it to
+// the tensormap proxy.
+__device__ __forceinline__ void tensormap_publish(void* gmap, uint32_t smap) {
+#ifdef WEFT_SM90A_ENABLED
+  asm volatile(
+      "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%0], [%1], 128;" ::"l"(
+          gmap),
+      "r"(smap)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void tensormap_acquire(const void* gmap) {
+#ifdef WEFT_SM90A_ENABLED
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(gmap) : "memory");
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // Register reallocation (warpgroup-uniform; needs a register cap at kernel entry).
 template <int N>

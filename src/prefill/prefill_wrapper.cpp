@@ -38,6 +38,7 @@ struct BatchPrefillWrapper::State {
   prefill::KernelEntry kernel;
   bool sm90 = false;  // Hopper mainloop (src/prefill/sm90/) instead of the FA2 kernel
   prefill::sm90::Entry sm90_kernel;
+  std::size_t sm90_maps_off = 0;  // per-CTA tensor-map slots after the plan (sm90_launch.h)
   bool launch_merge = false;
 };
 
@@ -96,7 +97,8 @@ std::size_t BatchPrefillWrapper::workspace_size(const PrefillBounds& b) {
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
     if (!prefill::sm90::eligible(device, b.head_dim, dt, b.num_qo_heads / b.num_kv_heads, false, 0)) continue;
     const TileConfig c{b.head_dim, prefill::sm90::kBlockM, prefill::sm90::kBlockN};
-    need = std::max(need, layout_for(b, c, sm_count(device)).total_bytes);
+    need = std::max(need, prefill::sm90::workspace_bytes(layout_for(b, c, sm_count(device)).total_bytes,
+                                                         sm_count(device)));
   }
   return need;
 }
@@ -194,6 +196,8 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   // (sm90: one CTA per SM; eligible() checked that it fits.)
   const int32_t num_ctas = use_sm90 ? sm_count(device) : num_ctas_for(cfg, dtype, device);
   prefill::PrefillWorkspaceLayout layout = layout_for(bounds, cfg, num_ctas);
+  const std::size_t plan_bytes = layout.total_bytes;
+  if (use_sm90) layout.total_bytes = prefill::sm90::workspace_bytes(plan_bytes, num_ctas);
   check::workspace(workspace, workspace_bytes, layout.total_bytes, "workspace");
 
   prefill::PlanRequest req;
@@ -247,6 +251,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   s.kernel = kernel;
   s.sm90 = use_sm90;
   s.sm90_kernel = sm90_kernel;
+  s.sm90_maps_off = prefill::sm90::map_scratch_offset(plan_bytes);
   // Fixed launch topology for graphs: the merge kernel runs whenever splitting is allowed (it
   // reads the number of merges from the workspace; zero is a no-op).
   s.launch_merge = opt.allow_split_kv;
@@ -325,6 +330,7 @@ void BatchPrefillWrapper::launch(const void* params_ptr, const TensorView& out,
     sh.num_kv_heads = s.num_kv_heads;
     sh.k_rows = p.k_rows;
     sh.v_rows = p.v_rows;
+    sh.map_scratch = static_cast<char*>(s.workspace) + s.sm90_maps_off;
     s.sm90_kernel.launch(p, sh, s.num_ctas, stream);
   } else {
     s.kernel.launch(p, s.num_ctas, stream);

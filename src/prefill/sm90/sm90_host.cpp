@@ -35,11 +35,12 @@ EncodeFn encode_fn() {
   return fn;
 }
 
-// A dimension of extent 1 may carry any stride (it is never stepped): keep the map's stride
-// 16-byte aligned as the encoder requires.
+// The tensor's stride; a dimension of extent <= 1 may carry any stride (the validation allows it,
+// it is never stepped), which is replaced by an aligned one as the encoder requires.
 cuuint64_t stride_bytes(int64_t stride_elems, int64_t extent, int64_t fallback_bytes) {
   const int64_t b = stride_elems * 2;
-  return static_cast<cuuint64_t>(extent <= 1 || b % 16 != 0 || b <= 0 ? fallback_bytes : b);
+  const bool usable = b > 0 && b % 16 == 0;
+  return static_cast<cuuint64_t>(usable || extent > 1 ? b : fallback_bytes);
 }
 
 void encode(CUtensorMap* map, DType dtype, int rank, const void* base, const cuuint64_t* dims,
@@ -91,6 +92,7 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_d
   };
   kv_map(&kp.tm_k, p.k, s.k_rows, p.k_page_stride, p.k_slot_stride, p.k_head_stride, "k");
   kv_map(&kp.tm_v, p.v, s.v_rows, p.v_page_stride, p.v_slot_stride, p.v_head_stride, "v");
+  kp.map_scratch = static_cast<CUtensorMap*>(s.map_scratch);
   kp.rows_per_copy = p.paged ? static_cast<int32_t>(std::min<int64_t>(p.page_size, kBlockN)) : kBlockN;
 }
 

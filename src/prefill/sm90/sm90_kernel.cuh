@@ -28,6 +28,8 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+
 #include "common/cuda_check.h"
 #include "common/ptx.cuh"
 #include "common/ptx_sm90.cuh"
@@ -65,11 +67,12 @@ struct Cfg {
   static constexpr int kOffK = kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
   static constexpr int kOffBar = kOffV + kStages * kKVBytes;
-  static constexpr int kNumBars = 2 + 4 * kStages;
-  static constexpr int kSmemBytes = kOffBar + kNumBars * 8 + 1024;  // + alignment slack
+  static constexpr int kNumBars = 2 + 5 * kStages;
+  static constexpr int kOffMaps = (kOffBar + kNumBars * 8 + 127) / 128 * 128;  // 3 x 128 B staging
+  static constexpr int kSmemBytes = kOffMaps + 3 * 128 + 1024;  // + alignment slack
   static constexpr int kThreads = 384;
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = 232;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
   static constexpr int kConsumerWarps = 8;
   static_assert(D % 64 == 0, "head_dim: whole 64-column halves");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
@@ -99,37 +102,79 @@ __device__ __forceinline__ int tile_count(const ItemGeom& g) {
   return g.kv_hi > g.kv_lo ? (g.kv_hi - first_tile_key(g) + kBlockN - 1) / kBlockN : 0;
 }
 
+// Barriers (mbarriers, 8 bytes each, after the tiles): q_full, q_empty, then per stage k_full,
+// k_empty, v_full, v_empty, v_tma (partial tiles: the V copy completes there, the producer zeroes
+// the rows past kv_hi and then arrives on v_full).
 template <int D, class T>
-__device__ __forceinline__ void producer(const KernelParams& P, unsigned char* smem, uint64_t* bars,
+struct Bars {
+  uint64_t* base;
+  __device__ __forceinline__ uint64_t* q_full() const { return base; }
+  __device__ __forceinline__ uint64_t* q_empty() const { return base + 1; }
+  __device__ __forceinline__ uint64_t* k_full(int s) const { return base + 2 + s; }
+  __device__ __forceinline__ uint64_t* k_empty(int s) const { return base + 2 + Cfg<D, T>::kStages + s; }
+  __device__ __forceinline__ uint64_t* v_full(int s) const { return base + 2 + 2 * Cfg<D, T>::kStages + s; }
+  __device__ __forceinline__ uint64_t* v_empty(int s) const { return base + 2 + 3 * Cfg<D, T>::kStages + s; }
+  __device__ __forceinline__ uint64_t* v_tma(int s) const { return base + 2 + 4 * Cfg<D, T>::kStages + s; }
+};
+
+// Producer warp. Lane 0 issues ragged boxes; paged tiles are cut into min(page_size, 128)-row
+// boxes, lane i issuing box i (its page id loaded by that lane). Pieces entirely past kv_hi are
+// not copied (their rows are masked). For a tile that ends past kv_hi the V copy completes on
+// v_tma; the warp then zeroes the V rows >= kv_hi - ts (TMA may have brought another request's
+// rows or a page's unused slots: 0 * NaN would poison O), fences the generic-proxy stores for the
+// async proxy (wgmma) and arrives on v_full.
+template <int D, class T>
+__device__ __forceinline__ void producer(const KernelParams& P, unsigned char* smem, Bars<D, T> b,
                                          int lane) {
   using C = Cfg<D, T>;
   const PrefillParams& p = P.p;
-  uint64_t* q_full = bars + 0;
-  uint64_t* q_empty = bars + 1;
-  uint64_t* k_full = bars + 2;
-  uint64_t* k_empty = k_full + C::kStages;
-  uint64_t* v_full = k_empty + C::kStages;
-  uint64_t* v_empty = v_full + C::kStages;
-  if (lane == 0) {
-    ptx90::prefetch_tmap(&P.tm_q);
-    ptx90::prefetch_tmap(&P.tm_k);
-    ptx90::prefetch_tmap(&P.tm_v);
+  // This CTA's copies of the maps with the row extents of the current plan (see
+  // sm90_launch.h, kMapBytesPerCta): param -> shared (lane i copies word i), global_dim of the
+  // row dimension replaced, published to global memory, acquired by every issuing lane.
+  CUtensorMap* maps = P.map_scratch + 3 * blockIdx.x;
+  {
+    uint32_t* stage = reinterpret_cast<uint32_t*>(smem + C::kOffMaps);
+    const uint32_t* src[3] = {reinterpret_cast<const uint32_t*>(&P.tm_q), reinterpret_cast<const uint32_t*>(&P.tm_k),
+                              reinterpret_cast<const uint32_t*>(&P.tm_v)};
+#pragma unroll
+    for (int m = 0; m < 3; ++m) stage[m * 32 + lane] = src[m][lane];
+    const int nseg = p.plan.header->batch;
+    const int total_q = nseg > 0 ? p.plan.qo_indptr[nseg] : 0;
+    const int total_kv = nseg > 0 && !p.paged ? p.kv_indptr[p.seg_request[nseg - 1] + 1] : 0;
+    __syncwarp();
+    const uint32_t sm = ptx90::smem_addr(stage);
+    if (lane == 0) {
+      ptx90::tensormap_replace_global_dim<2>(sm, max(total_q, 1));
+      if (!p.paged) {
+        ptx90::tensormap_replace_global_dim<2>(sm + 128, max(total_kv, 1));
+        ptx90::tensormap_replace_global_dim<2>(sm + 256, max(total_kv, 1));
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int m = 0; m < 3; ++m) ptx90::tensormap_publish(maps + m, sm + 128 * m);
+#pragma unroll
+    for (int m = 0; m < 3; ++m) ptx90::tensormap_acquire(maps + m);
   }
+  const CUtensorMap* tm_q = maps + 0;
+  const CUtensorMap* tm_k = maps + 1;
+  const CUtensorMap* tm_v = maps + 2;
   const int rows_per_copy = P.rows_per_copy;
   const int copies = kBlockN / rows_per_copy;  // 1 for ragged
   const int gs = p.group_size;
   uint32_t tile_cnt = 0, item_cnt = 0;
+  uint32_t vtma_phase = 0;  // bit s: parity of the next v_tma[s] phase
   const int w_end = p.plan.cta_indptr[blockIdx.x + 1];
   for (int w = p.plan.cta_indptr[blockIdx.x]; w < w_end; ++w, ++item_cnt) {
     const ItemGeom g = item_geometry_sm90(p, w);
     // Q: 128 packed rows = 128 / group tokens x group heads, one box per 64-column half.
-    ptx90::mbar_wait(q_empty, (item_cnt & 1) ^ 1);
+    ptx90::mbar_wait(b.q_empty(), (item_cnt & 1) ^ 1);
     if (lane == 0) {
-      ptx90::mbar_arrive_expect_tx(q_full, C::kQBytes);
+      ptx90::mbar_arrive_expect_tx(b.q_full(), C::kQBytes);
       const int tok = g.token_abs0 + g.row_begin / gs;
 #pragma unroll
       for (int h = 0; h < C::kHalves; ++h)
-        ptx90::tma_load_3d(smem + h * C::kQHalfBytes, &P.tm_q, q_full, h * 64, g.kv_head * gs, tok);
+        ptx90::tma_load_3d(smem + h * C::kQHalfBytes, tm_q, b.q_full(), h * 64, g.kv_head * gs, tok);
     }
     const int n_tiles = tile_count(g);
     const int ts0 = first_tile_key(g);
@@ -137,27 +182,26 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
       const int s = tile_cnt % C::kStages;
       const uint32_t ph = (tile_cnt / C::kStages) & 1;
       const int ts = ts0 + t * kBlockN;
+      const bool partial = ts + kBlockN > g.kv_hi;
       unsigned char* sk = smem + C::kOffK + s * C::kKVBytes;
       unsigned char* sv = smem + C::kOffV + s * C::kKVBytes;
+      uint64_t* v_bar = partial ? b.v_tma(s) : b.v_full(s);
       if (!p.paged) {
-        ptx90::mbar_wait(k_empty + s, ph ^ 1);
+        ptx90::mbar_wait(b.k_empty(s), ph ^ 1);
         if (lane == 0) {
-          ptx90::mbar_arrive_expect_tx(k_full + s, C::kKVBytes);
+          ptx90::mbar_arrive_expect_tx(b.k_full(s), C::kKVBytes);
 #pragma unroll
           for (int h = 0; h < C::kHalves; ++h)
-            ptx90::tma_load_3d(sk + h * C::kKVHalfBytes, &P.tm_k, k_full + s, h * 64, g.kv_head, g.kv_base + ts);
+            ptx90::tma_load_3d(sk + h * C::kKVHalfBytes, tm_k, b.k_full(s), h * 64, g.kv_head, g.kv_base + ts);
         }
-        ptx90::mbar_wait(v_empty + s, ph ^ 1);
+        ptx90::mbar_wait(b.v_empty(s), ph ^ 1);
         if (lane == 0) {
-          ptx90::mbar_arrive_expect_tx(v_full + s, C::kKVBytes);
+          ptx90::mbar_arrive_expect_tx(v_bar, C::kKVBytes);
 #pragma unroll
           for (int h = 0; h < C::kHalves; ++h)
-            ptx90::tma_load_3d(sv + h * C::kKVHalfBytes, &P.tm_v, v_full + s, h * 64, g.kv_head, g.kv_base + ts);
+            ptx90::tma_load_3d(sv + h * C::kKVHalfBytes, tm_v, v_bar, h * 64, g.kv_head, g.kv_base + ts);
         }
       } else {
-        // Lane i copies rows [i * rows_per_copy, +rows_per_copy) of the tile: one page (or a
-        // 128-slot piece of a larger page). Pieces entirely past kv_hi are skipped (their rows
-        // are masked; V rows zeroed by the consumers).
         const int j = ts + lane * rows_per_copy;
         const bool active = lane < copies && j < g.kv_hi;
         int page = 0, slot = 0;
@@ -167,47 +211,171 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
         }
         const int n_active = __popc(__ballot_sync(0xffffffffu, active));
         const uint32_t bytes = static_cast<uint32_t>(n_active) * rows_per_copy * 128 * C::kHalves;
-        ptx90::mbar_wait(k_empty + s, ph ^ 1);
-        if (lane == 0) ptx90::mbar_arrive_expect_tx(k_full + s, bytes);
+        ptx90::mbar_wait(b.k_empty(s), ph ^ 1);
+        if (lane == 0) ptx90::mbar_arrive_expect_tx(b.k_full(s), bytes);
         __syncwarp();
         if (active) {
 #pragma unroll
           for (int h = 0; h < C::kHalves; ++h)
-            ptx90::tma_load_4d(sk + h * C::kKVHalfBytes + lane * rows_per_copy * 128, &P.tm_k, k_full + s,
+            ptx90::tma_load_4d(sk + h * C::kKVHalfBytes + lane * rows_per_copy * 128, tm_k, b.k_full(s),
                                h * 64, slot, g.kv_head, page);
         }
-        ptx90::mbar_wait(v_empty + s, ph ^ 1);
-        if (lane == 0) ptx90::mbar_arrive_expect_tx(v_full + s, bytes);
+        ptx90::mbar_wait(b.v_empty(s), ph ^ 1);
+        if (lane == 0) ptx90::mbar_arrive_expect_tx(v_bar, bytes);
         __syncwarp();
         if (active) {
 #pragma unroll
           for (int h = 0; h < C::kHalves; ++h)
-            ptx90::tma_load_4d(sv + h * C::kKVHalfBytes + lane * rows_per_copy * 128, &P.tm_v, v_full + s,
+            ptx90::tma_load_4d(sv + h * C::kKVHalfBytes + lane * rows_per_copy * 128, tm_v, v_bar,
                                h * 64, slot, g.kv_head, page);
         }
+      }
+      if (partial) {
+        ptx90::mbar_wait(b.v_tma(s), (vtma_phase >> s) & 1);
+        vtma_phase ^= 1u << s;
+        const int r0 = max(g.kv_hi - ts, 0);
+        const int n = (kBlockN - r0) * 8;  // 16-byte chunks per half
+        for (int idx = lane; idx < n * C::kHalves; idx += 32) {
+          const int h = idx / n, rem = idx - h * n;
+          *reinterpret_cast<uint4*>(sv + h * C::kKVHalfBytes + (r0 + rem / 8) * 128 + (rem % 8) * 16) =
+              make_uint4(0, 0, 0, 0);
+        }
+        ptx90::fence_proxy_async_shared();
+        __syncwarp();
+        if (lane == 0) ptx90::mbar_arrive(b.v_full(s));
       }
     }
   }
 }
 
-template <int D, class T>
-__device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* smem, uint64_t* bars,
+// Online softmax of one S tile in place (raw scores -> P = exp2(s * scale - m * scale)), the
+// FA2 mainloop's arithmetic (lazy rescale, threshold kLazyRescaleLog2) WITHOUT the O update:
+// returns the per-row O factors; `changed` (warp-uniform) says whether any is not 1. The O
+// rescale is applied by the caller once the previous P V wgmma has completed.
+template <class Tr>
+__device__ __forceinline__ bool softmax_tile(float (&s)[1][Tr::kFragS][4], SoftmaxState<Tr>& st, float scale,
+                                             float (&fac)[2]) {
+  bool changed = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < Tr::kFragS; ++n) mx = fmaxf(mx, fmaxf(s[0][n][2 * h], s[0][n][2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_old = st.m[0][h];
+    const bool raise = (mx - m_old) * scale > kLazyRescaleLog2;  // NaN (both -inf) -> false
+    const float m_new = raise ? mx : m_old;
+    const float base = m_new == -INFINITY ? 0.f : m_new * scale;
+    fac[h] = raise ? ptx::exp2_approx(fmaf(m_old, scale, -base)) : 1.f;
+    changed |= raise;
+    st.m[0][h] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int n = 0; n < Tr::kFragS; ++n) {
+      s[0][n][2 * h] = ptx::exp2_approx(fmaf(s[0][n][2 * h], scale, -base));
+      s[0][n][2 * h + 1] = ptx::exp2_approx(fmaf(s[0][n][2 * h + 1], scale, -base));
+      sum += s[0][n][2 * h] + s[0][n][2 * h + 1];
+    }
+    st.d[0][h] = st.d[0][h] * fac[h] + sum;
+  }
+  return __any_sync(0xffffffffu, changed);
+}
+
+// Named barriers: 0 = __syncthreads; kPingPongBar + c = "consumer warpgroup c may issue".
+inline constexpr int kPingPongBar = 2;
+
+// Consumer warpgroup cwg (0/1): rows 64 cwg .. 64 cwg + 63 of the tile.
+// Software pipeline (kOverlap): S_t = Q K_t is issued together with O += P_{t-1} V_{t-1}; the
+// softmax of S_t runs while that P V is in flight; O is rescaled after it completes.
+// kPingPong: the two warpgroups take turns issuing their GEMMs (named barriers), so one
+// warpgroup's softmax overlaps the other's tensor-core work.
+template <int D, class T, bool kOverlap, bool kPingPong>
+__device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* smem, Bars<D, T> b,
                                          int cwg, int tid_wg) {
   using C = Cfg<D, T>;
   using Tr = Shim<D, T>;
   const PrefillParams& p = P.p;
-  uint64_t* q_full = bars + 0;
-  uint64_t* q_empty = bars + 1;
-  uint64_t* k_full = bars + 2;
-  uint64_t* k_empty = k_full + C::kStages;
-  uint64_t* v_full = k_empty + C::kStages;
-  uint64_t* v_empty = v_full + C::kStages;
   const int lane = tid_wg & 31;
   const int warp = tid_wg >> 5;                  // warp in the warpgroup
   const int warp_row0 = cwg * 64 + warp * 16;    // first tile row of this warp
   const uint32_t sbase = ptx90::smem_addr(smem);
+  const uint32_t sq = sbase + cwg * 64 * 128;    // this warpgroup's 64 rows of each Q half
   // Softmax exponent scale (see the FA2 mainloop): raw scores x sm_scale log2 e, or 1 after soft-cap.
   const float scale = p.softcap_pre == 0.f ? p.scale_log2 : 1.f;
+
+  auto my_turn = [&] {
+    if constexpr (kPingPong) ptx90::named_bar_sync(kPingPongBar + cwg, 256);
+  };
+  auto their_turn = [&] {
+    if constexpr (kPingPong) ptx90::named_bar_arrive(kPingPongBar + (cwg ^ 1), 256);
+  };
+  if constexpr (kPingPong) {
+    if (cwg == 1) ptx90::named_bar_arrive(kPingPongBar + 0, 256);  // warpgroup 0 goes first
+  }
+  auto issue_qk = [&](float (&sacc)[1][Tr::kFragS][4], int s) {
+    const uint32_t sk = sbase + C::kOffK + s * C::kKVBytes;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t qoff = (kk >> 2) * C::kQHalfBytes + (kk & 3) * 32;
+      const uint32_t koff = (kk >> 2) * C::kKVHalfBytes + (kk & 3) * 32;
+      ptx90::Wgmma<kBlockN, T>::template ss<0>(&sacc[0][0][0], ptx90::desc_sw128(sq + qoff, 16, 1024),
+                                               ptx90::desc_sw128(sk + koff, 16, 1024), kk > 0);
+    }
+    ptx90::wgmma_commit();
+  };
+  // V half h (64 columns of head_dim), keys 16 kk .. 16 kk + 15: MN-major, SBO = 1024 (next 8
+  // keys); N = 64 is one MN block, so LBO (set to the same 1024) is not used as a stride.
+  auto issue_pv = [&](SoftmaxState<Tr>& st, const uint32_t (&pa)[Tr::kKStepsPV][4], int s) {
+    const uint32_t sv = sbase + C::kOffV + s * C::kKVBytes;
+#pragma unroll
+    for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
+#pragma unroll
+      for (int h = 0; h < C::kHalves; ++h)
+        ptx90::Wgmma<64, T>::template rs<1>(&st.o[0][8 * h][0], pa[kk],
+                                            ptx90::desc_sw128(sv + h * C::kKVHalfBytes + kk * 2048, 1024, 1024), 1);
+    ptx90::wgmma_commit();
+  };
+  auto fence_s = [&](float (&sacc)[1][Tr::kFragS][4]) {
+#pragma unroll
+    for (int n = 0; n < Tr::kFragS; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ptx90::fence_reg(sacc[0][n][e]);
+  };
+  auto fence_o = [&](SoftmaxState<Tr>& st) {
+#pragma unroll
+    for (int n = 0; n < Tr::kFragO; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ptx90::fence_reg(st.o[0][n][e]);
+  };
+  auto release = [&](uint64_t* bar) {
+    __syncwarp();
+    if (lane == 0) ptx90::mbar_arrive(bar);
+  };
+  auto mask_softmax = [&](float (&sacc)[1][Tr::kFragS][4], SoftmaxState<Tr>& st, const ItemGeom& g, int ts,
+                          float (&fac)[2]) {
+    prepare_logits<Tr>(sacc, p);
+    if (tile_needs_mask(p, g, ts, kBlockN) || ts < g.kv_lo) apply_mask<Tr>(sacc, p, g, warp_row0, ts, lane);
+    return softmax_tile<Tr>(sacc, st, scale, fac);
+  };
+  auto rescale_o = [&](SoftmaxState<Tr>& st, const float (&fac)[2]) {
+#pragma unroll
+    for (int n = 0; n < Tr::kFragO; ++n) {
+      st.o[0][n][0] *= fac[0];
+      st.o[0][n][1] *= fac[0];
+      st.o[0][n][2] *= fac[1];
+      st.o[0][n][3] *= fac[1];
+    }
+  };
+  auto pack_p = [&](const float (&sacc)[1][Tr::kFragS][4], uint32_t (&pa)[Tr::kKStepsPV][4]) {
+#pragma unroll
+    for (int kk = 0; kk < Tr::kKStepsPV; ++kk) {
+      pa[kk][0] = ptx::pack2<T>(sacc[0][2 * kk][0], sacc[0][2 * kk][1]);
+      pa[kk][1] = ptx::pack2<T>(sacc[0][2 * kk][2], sacc[0][2 * kk][3]);
+      pa[kk][2] = ptx::pack2<T>(sacc[0][2 * kk + 1][0], sacc[0][2 * kk + 1][1]);
+      pa[kk][3] = ptx::pack2<T>(sacc[0][2 * kk + 1][2], sacc[0][2 * kk + 1][3]);
+    }
+  };
 
   uint32_t tile_cnt = 0, item_cnt = 0;
   const int w_end = p.plan.cta_indptr[blockIdx.x + 1];
@@ -217,96 +385,93 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
     const int ts0 = first_tile_key(g);
     SoftmaxState<Tr> st;
     init_state(st);
-    ptx90::mbar_wait(q_full, item_cnt & 1);
-    if (n_tiles == 0) {
-      __syncwarp();
-      if (lane == 0) ptx90::mbar_arrive(q_empty);
-    }
-    for (int t = 0; t < n_tiles; ++t, ++tile_cnt) {
-      const int s = tile_cnt % C::kStages;
-      const uint32_t ph = (tile_cnt / C::kStages) & 1;
-      const int ts = ts0 + t * kBlockN;
-      const uint32_t sq = sbase + cwg * 64 * 128;  // this warpgroup's 64 rows of each Q half
-      const uint32_t sk = sbase + C::kOffK + s * C::kKVBytes;
-      const uint32_t sv = sbase + C::kOffV + s * C::kKVBytes;
-
-      // ---- S = Q K^T ----
-      float sacc[1][Tr::kFragS][4];
-      ptx90::mbar_wait(k_full + s, ph);
-      ptx90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t koff = (kk >> 2) * C::kQHalfBytes + (kk & 3) * 32;
-        const uint32_t kvoff = (kk >> 2) * C::kKVHalfBytes + (kk & 3) * 32;
-        ptx90::Wgmma<kBlockN, T>::template ss<0>(&sacc[0][0][0], ptx90::desc_sw128(sq + koff, 16, 1024),
-                                                 ptx90::desc_sw128(sk + kvoff, 16, 1024), kk > 0);
-      }
-      ptx90::wgmma_commit();
-      ptx90::wgmma_wait<0>();
-#pragma unroll
-      for (int n = 0; n < Tr::kFragS; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) ptx90::fence_reg(sacc[0][n][e]);
-      __syncwarp();
-      if (lane == 0) {
-        ptx90::mbar_arrive(k_empty + s);
-        if (t == n_tiles - 1) ptx90::mbar_arrive(q_empty);
-      }
-
-      // ---- mask + online softmax (FA2 functions, same fragment layout) ----
-      prepare_logits<Tr>(sacc, p);
-      if (tile_needs_mask(p, g, ts, kBlockN) || ts < g.kv_lo) apply_mask<Tr>(sacc, p, g, warp_row0, ts, lane);
-      online_softmax<Tr>(sacc, st, scale);
-      uint32_t pa[Tr::kKStepsPV][4];
-#pragma unroll
-      for (int kk = 0; kk < Tr::kKStepsPV; ++kk) {
-        pa[kk][0] = ptx::pack2<T>(sacc[0][2 * kk][0], sacc[0][2 * kk][1]);
-        pa[kk][1] = ptx::pack2<T>(sacc[0][2 * kk][2], sacc[0][2 * kk][3]);
-        pa[kk][2] = ptx::pack2<T>(sacc[0][2 * kk + 1][0], sacc[0][2 * kk + 1][1]);
-        pa[kk][3] = ptx::pack2<T>(sacc[0][2 * kk + 1][2], sacc[0][2 * kk + 1][3]);
-      }
-
-      // ---- O += P V ----
-      ptx90::mbar_wait(v_full + s, ph);
-      if (ts + kBlockN > g.kv_hi) {
-        // Partial tile: zero V rows >= kv_hi - ts (both consumer warpgroups, rows split between
-        // their 256 threads), fence for the async proxy, then a named barrier of the 256.
-        const int r0 = max(g.kv_hi - ts, 0);
-        const int ct = cwg * 128 + tid_wg;
-        for (int idx = ct; idx < (kBlockN - r0) * 8 * C::kHalves; idx += 256) {
-          const int h = idx / ((kBlockN - r0) * 8);
-          const int rem = idx - h * (kBlockN - r0) * 8;
-          const int r = r0 + rem / 8, c = rem % 8;
-          *reinterpret_cast<uint4*>(smem + C::kOffV + s * C::kKVBytes + h * C::kKVHalfBytes + r * 128 + c * 16) =
-              make_uint4(0, 0, 0, 0);
+    ptx90::mbar_wait(b.q_full(), item_cnt & 1);
+    if (n_tiles == 0) release(b.q_empty());
+    float sacc[1][Tr::kFragS][4];
+    uint32_t pa[Tr::kKStepsPV][4];
+    if constexpr (kOverlap) {
+      if (n_tiles > 0) {
+        // Prologue: S_0, softmax, P_0.
+        {
+          const int s = tile_cnt % C::kStages;
+          const uint32_t ph = (tile_cnt / C::kStages) & 1;
+          ptx90::mbar_wait(b.k_full(s), ph);
+          my_turn();
+          ptx90::wgmma_fence();
+          issue_qk(sacc, s);
+          their_turn();
+          ptx90::wgmma_wait<0>();
+          fence_s(sacc);
+          release(b.k_empty(s));
+          if (n_tiles == 1) release(b.q_empty());
+          float fac[2];
+          mask_softmax(sacc, st, g, ts0, fac);  // O is zero: no rescale needed
+          pack_p(sacc, pa);
         }
-        ptx90::fence_proxy_async_shared();
-        ptx90::named_bar_sync(1, 256);
-      }
-#pragma unroll
-      for (int n = 0; n < Tr::kFragO; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) ptx90::fence_reg(st.o[0][n][e]);
-      ptx90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < Tr::kKStepsPV; ++kk) {
-#pragma unroll
-        for (int h = 0; h < C::kHalves; ++h) {
-          // V half h (64 columns of head_dim), keys 16kk..16kk+15: MN-major, SBO = next 8 keys.
-          // LBO is set to the same 1024 (N = 64: one MN block, so it is not used for the stride
-          // between MN blocks).
-          ptx90::Wgmma<64, T>::template rs<1>(&st.o[0][8 * h][0], pa[kk],
-                                              ptx90::desc_sw128(sv + h * C::kKVHalfBytes + kk * 2048, 1024, 1024), 1);
+        for (int t = 1; t < n_tiles; ++t) {
+          const uint32_t cur = tile_cnt + t, prev = cur - 1;
+          const int s = cur % C::kStages, sp = prev % C::kStages;
+          ptx90::mbar_wait(b.k_full(s), (cur / C::kStages) & 1);
+          ptx90::mbar_wait(b.v_full(sp), (prev / C::kStages) & 1);
+          my_turn();
+          fence_o(st);
+          ptx90::wgmma_fence();
+          issue_qk(sacc, s);
+          issue_pv(st, pa, sp);
+          their_turn();
+          ptx90::wgmma_wait<1>();  // S_t complete (P_{t-1} V_{t-1} may still run)
+          fence_s(sacc);
+          release(b.k_empty(s));
+          if (t == n_tiles - 1) release(b.q_empty());
+          float fac[2];
+          const bool changed = mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac);
+          ptx90::wgmma_wait<0>();
+          fence_o(st);
+          release(b.v_empty(sp));
+          if (changed) rescale_o(st, fac);
+          pack_p(sacc, pa);
         }
+        {
+          const uint32_t last = tile_cnt + n_tiles - 1;
+          const int sp = last % C::kStages;
+          ptx90::mbar_wait(b.v_full(sp), (last / C::kStages) & 1);
+          my_turn();
+          fence_o(st);
+          ptx90::wgmma_fence();
+          issue_pv(st, pa, sp);
+          their_turn();
+          ptx90::wgmma_wait<0>();
+          fence_o(st);
+          release(b.v_empty(sp));
+        }
+        tile_cnt += n_tiles;
       }
-      ptx90::wgmma_commit();
-      ptx90::wgmma_wait<0>();
-#pragma unroll
-      for (int n = 0; n < Tr::kFragO; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) ptx90::fence_reg(st.o[0][n][e]);
-      __syncwarp();
-      if (lane == 0) ptx90::mbar_arrive(v_empty + s);
+    } else {
+      for (int t = 0; t < n_tiles; ++t, ++tile_cnt) {
+        const int s = tile_cnt % C::kStages;
+        const uint32_t ph = (tile_cnt / C::kStages) & 1;
+        ptx90::mbar_wait(b.k_full(s), ph);
+        my_turn();
+        ptx90::wgmma_fence();
+        issue_qk(sacc, s);
+        their_turn();
+        ptx90::wgmma_wait<0>();
+        fence_s(sacc);
+        release(b.k_empty(s));
+        if (t == n_tiles - 1) release(b.q_empty());
+        float fac[2];
+        if (mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac)) rescale_o(st, fac);
+        pack_p(sacc, pa);
+        ptx90::mbar_wait(b.v_full(s), ph);
+        my_turn();
+        fence_o(st);
+        ptx90::wgmma_fence();
+        issue_pv(st, pa, s);
+        their_turn();
+        ptx90::wgmma_wait<0>();
+        fence_o(st);
+        release(b.v_empty(s));
+      }
     }
 
     finish_state(st, scale);
@@ -315,23 +480,25 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
   }
 }
 
-template <int D, class T>
+// kVariant bit 0: intra-warpgroup overlap; bit 1: ping-pong between the consumer warpgroups.
+template <int D, class T, int kVariant>
 __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_constant__ KernelParams P) {
 #ifdef WEFT_SM90A_ENABLED
   using C = Cfg<D, T>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + C::kOffBar);
+  Bars<D, T> b{reinterpret_cast<uint64_t*>(smem + C::kOffBar)};
   const int tid = threadIdx.x;
   if (tid == 0) {
-    ptx90::mbar_init(bars + 0, 1);                    // q_full: producer arrive + tx
-    ptx90::mbar_init(bars + 1, C::kConsumerWarps);    // q_empty
+    ptx90::mbar_init(b.q_full(), 1);                    // producer arrive + tx
+    ptx90::mbar_init(b.q_empty(), C::kConsumerWarps);
     for (int s = 0; s < C::kStages; ++s) {
-      ptx90::mbar_init(bars + 2 + s, 1);                                  // k_full
-      ptx90::mbar_init(bars + 2 + C::kStages + s, C::kConsumerWarps);     // k_empty
-      ptx90::mbar_init(bars + 2 + 2 * C::kStages + s, 1);                 // v_full
-      ptx90::mbar_init(bars + 2 + 3 * C::kStages + s, C::kConsumerWarps); // v_empty
+      ptx90::mbar_init(b.k_full(s), 1);
+      ptx90::mbar_init(b.k_empty(s), C::kConsumerWarps);
+      ptx90::mbar_init(b.v_full(s), 1);
+      ptx90::mbar_init(b.v_empty(s), C::kConsumerWarps);
+      ptx90::mbar_init(b.v_tma(s), 1);
     }
     ptx90::fence_mbar_init();
   }
@@ -339,10 +506,10 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   const int wg = tid / 128;
   if (wg == 0) {
     ptx90::setmaxnreg_dec<C::kProducerRegs>();
-    if (tid < 32) producer<D, T>(P, smem, bars, tid);
+    if (tid < 32) producer<D, T>(P, smem, b, tid);
   } else {
     ptx90::setmaxnreg_inc<C::kConsumerRegs>();
-    consumer<D, T>(P, smem, bars, wg - 1, tid - (wg * 128));
+    consumer<D, T, (kVariant & 1) != 0, (kVariant & 2) != 0>(P, smem, b, wg - 1, tid - (wg * 128));
   }
 #else
   __trap();  // built without sm_90a code: never selected (occupancy_prefill_sm90 reports 0)
@@ -350,27 +517,52 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
 }
 
 // ---- host side ----
+// Pipeline variant (kVariant of prefill_sm90_kernel): WEFT_PREFILL_SM90_VARIANT = 0..3 for A/B runs
+// (bit 0 intra-warpgroup overlap, bit 1 ping-pong); default kDefaultVariant.
+inline constexpr int kDefaultVariant = 3;
+inline int variant_from_env() {
+  static const int v = [] {
+    const char* e = std::getenv("WEFT_PREFILL_SM90_VARIANT");
+    const int x = e ? std::atoi(e) : kDefaultVariant;
+    return x >= 0 && x <= 3 ? x : kDefaultVariant;
+  }();
+  return v;
+}
+
 template <int D, class T>
 void launch_prefill_sm90(const PrefillParams& p, const Shapes& s, int num_ctas, cudaStream_t stream) {
   KernelParams kp{};
   kp.p = p;
   make_tensor_maps(kp, s, detail::TypeOf<T>::value, D);
-  prefill_sm90_kernel<D, T><<<num_ctas, Cfg<D, T>::kThreads, Cfg<D, T>::kSmemBytes, stream>>>(kp);
+  constexpr int kThreads = Cfg<D, T>::kThreads, kSmem = Cfg<D, T>::kSmemBytes;
+  switch (variant_from_env()) {
+    case 0: prefill_sm90_kernel<D, T, 0><<<num_ctas, kThreads, kSmem, stream>>>(kp); break;
+    case 1: prefill_sm90_kernel<D, T, 1><<<num_ctas, kThreads, kSmem, stream>>>(kp); break;
+    case 2: prefill_sm90_kernel<D, T, 2><<<num_ctas, kThreads, kSmem, stream>>>(kp); break;
+    default: prefill_sm90_kernel<D, T, 3><<<num_ctas, kThreads, kSmem, stream>>>(kp); break;
+  }
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
+// Resident CTAs per SM (1 by design; 0 when the build has no sm_90a code: the trapping stub uses
+// a handful of registers). Also opts every variant in to its dynamic shared memory.
 template <int D, class T>
 int occupancy_prefill_sm90() {
-  auto kernel = prefill_sm90_kernel<D, T>;
-  WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       Cfg<D, T>::kSmemBytes));
-  // A build without sm_90a code has only the trapping stub (a handful of registers): report 0.
-  cudaFuncAttributes attr{};
-  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  if (attr.numRegs < 64) return 0;
-  int blocks = 0;
-  WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Cfg<D, T>::kThreads,
-                                                                Cfg<D, T>::kSmemBytes));
+  constexpr int kSmem = Cfg<D, T>::kSmemBytes;
+  const void* kernels[4] = {reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, 0>),
+                            reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, 1>),
+                            reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, 2>),
+                            reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, 3>)};
+  int blocks = 1 << 30;
+  for (const void* k : kernels) {
+    WEFT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    cudaFuncAttributes attr{};
+    WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
+    if (attr.numRegs < 64) return 0;
+    int b = 0;
+    WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k, Cfg<D, T>::kThreads, kSmem));
+    blocks = b < blocks ? b : blocks;
+  }
   return blocks;
 }
 

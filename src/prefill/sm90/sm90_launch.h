@@ -7,6 +7,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "prefill/kernel/params.h"
@@ -24,7 +25,20 @@ struct Shapes {
   int32_t num_kv_heads = 0;
   int64_t k_rows = 0;      // ragged: rows (tokens) of K; paged: pages of the K pool
   int64_t v_rows = 0;
+  void* map_scratch = nullptr;  // kMapBytesPerCta per CTA of device memory (in the workspace)
 };
+
+// Graph safety of the tensor maps: a captured launch keeps its kernel parameters, while a later
+// plan() may change the number of query tokens and (ragged) keys. So each CTA copies the maps
+// into its slot of the workspace and sets the row extents from the plan in device memory (Q:
+// the plan's last query token; ragged K/V: kv_indptr[batch]) before its first TMA: rows past a
+// request's end are then zero-filled, never read past the tensor, whatever the shapes given to
+// the run() that was captured. The slots follow the plan's workspace layout.
+inline constexpr std::size_t kMapBytesPerCta = 3 * 128;
+inline std::size_t map_scratch_offset(std::size_t plan_bytes) { return (plan_bytes + 127) / 128 * 128; }
+inline std::size_t workspace_bytes(std::size_t plan_bytes, int32_t num_ctas) {
+  return map_scratch_offset(plan_bytes) + kMapBytesPerCta * static_cast<std::size_t>(num_ctas);
+}
 
 struct Entry {
   void (*launch)(const PrefillParams&, const Shapes&, int, cudaStream_t) = nullptr;

@@ -19,6 +19,7 @@ struct KernelParams {
   CUtensorMap tm_k;  // ragged [rows][Hk][D] box {64, 1, 128}; paged (page, head, slot) box {64, min(ps, 128), 1, 1}
   CUtensorMap tm_v;
   PrefillParams p;
+  CUtensorMap* map_scratch = nullptr;  // 3 maps per CTA (see Shapes::map_scratch)
   int32_t rows_per_copy = 128;  // keys per TMA box: paged min(page_size, 128); ragged 128
 };
 
