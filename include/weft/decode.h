@@ -58,6 +58,7 @@ struct DecodePlanInfo {
   int32_t num_items = 0;
   int32_t num_merges = 0;   // split query tiles (merged in the decode kernel)
   int32_t max_chunk = 0;    // longest KV chunk of one work item
+  int32_t tile_rows = 0;    // query rows per work item (16, or 32 for GQA groups > 16)
   bool split = false;
   DecodePath path = DecodePath::kAuto;  // resolved path
 };

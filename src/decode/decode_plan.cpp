@@ -12,6 +12,19 @@ int32_t decode_tile_rows(int32_t group_size, int32_t head_dim, bool cuda_core_fo
   return group_size > kPlanTileQ && head_dim <= 128 && !cuda_core_forced ? kPlanTileQWide : kPlanTileQ;
 }
 
+int32_t plan_tile_rows(const plan::BatchShape& shape, int32_t num_kv_heads, int32_t group_size, int32_t grid,
+                       int32_t max_rows) {
+  if (max_rows <= kPlanTileQ) return max_rows;
+  const int64_t wide_tiles_per_request = int64_t(num_kv_heads) * plan::tiles_per_head(1, group_size, max_rows);
+  int64_t pieces = 0;
+  for (size_t b = 0; b < shape.kv_len.size(); ++b) {
+    const int64_t len = shape.kv_len[b] - (shape.kv_start.empty() ? 0 : shape.kv_start[b]);
+    pieces += wide_tiles_per_request * std::max<int64_t>(1, (len + kMinChunk - 1) / kMinChunk);
+    if (pieces >= int64_t(kWidePiecesPerCta) * grid) return max_rows;
+  }
+  return kPlanTileQ;
+}
+
 plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
                              int32_t grid, int32_t tile_rows) {
   WEFT_CHECK_ARG(max_batch >= 1, "max_batch", "must be >= 1, got " << max_batch);
@@ -26,7 +39,9 @@ plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t nu
   check::head_dim_supported(head_dim, "head_dim");
   plan::PlanBounds b;
   b.max_batch = max_batch;
-  const int64_t tiles = int64_t(max_batch) * num_kv_heads * plan::tiles_per_head(1, group, tile_rows);
+  // Tiles counted at the narrow height: a plan may cut 16-row tiles (plan_tile_rows); partial
+  // slots keep tile_rows rows.
+  const int64_t tiles = int64_t(max_batch) * num_kv_heads * plan::tiles_per_head(1, group, kPlanTileQ);
   WEFT_CHECK_ARG(tiles <= INT32_MAX / 2, "max_batch", "too large: " << max_batch);
   b.max_tiles = static_cast<int32_t>(tiles);
   b.num_ctas = grid;

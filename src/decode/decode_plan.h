@@ -18,9 +18,21 @@ inline constexpr int32_t kPlanTileQ = 16;   // = kTileQ in decode_common.cuh (ro
 // for group 16 at the same shapes: the second 16-row tile's read, even from L2, costs SM
 // ingest bandwidth. At head_dim 256 the 4-tile accumulators (256 registers) do not fit.
 inline constexpr int32_t kPlanTileQWide = 32;
-// The item rows a decode wrapper plans with: kPlanTileQWide for groups > 16 at head_dim <= 128
+// The largest item height a decode wrapper plans with (fixed at construction: it picks the
+// kernel and the partial slots' row stride): kPlanTileQWide for groups > 16 at head_dim <= 128
 // unless the CUDA-core path is forced (its per-row state is sized for 16 rows), else kPlanTileQ.
 int32_t decode_tile_rows(int32_t group_size, int32_t head_dim, bool cuda_core_forced);
+// The item height of one plan, <= max_rows: wide (32-row) items halve the KV bytes each SM
+// brings in but also halve the items. When the batch's wide tiles, cut into kMinChunk-key
+// pieces, give fewer than kWidePiecesPerCta pieces per CTA of the grid, 16-row tiles are planned
+// instead (the 32-row kernel runs them with its upper 16 query columns empty). Measured on
+// H100 (007af55 16-row vs 00a0bb6 32-row items, bench "decode/gqa/..."): group 32 (32/1) b1/kv32K
+// 45 vs 79 us and b32/kv4K 42 vs 46 us (512 pieces on 264 CTAs: narrow), b32/kv16K 122 vs 116,
+// b128/kv4K 117 vs 115; group 32 (64/2) b32/kv16K 227 vs 204, b128/kv4K 229 vs 196; group 64
+// (64/1) b128/kv4K 227 vs 180; group 24 (48/2) b1/kv32K 36 vs 68 us (256 pieces: narrow).
+inline constexpr int32_t kWidePiecesPerCta = 2;
+int32_t plan_tile_rows(const plan::BatchShape& shape, int32_t num_kv_heads, int32_t group_size, int32_t grid,
+                       int32_t max_rows);
 // = kWarpKeys: chunk granularity (whole warp tiles; the kernel masks any chunk end, a finer
 // granularity only lets chunk counts match the grid, e.g. 8 heads x 33 chunks = 264 CTAs).
 inline constexpr int32_t kPlanKVTile = 16;

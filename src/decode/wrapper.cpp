@@ -206,7 +206,8 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   for (int32_t b = 0; b < batch; ++b)
     WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
   const plan::BatchShape shape = decode::batch_shape(kv_lens, batch, variant.window_left);
-  const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, im.tile_rows);
+  const int32_t rows = decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.tile_rows);
+  const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows);
   plan::Plan p = decode::plan_decode(shape, cfg);
 
   // Reuse the staging buffer only once its previous copy has left it.
@@ -230,6 +231,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   info_.num_items = im.plan.num_items();
   info_.num_merges = im.plan.num_merges();
   info_.max_chunk = im.plan.max_chunk;
+  info_.tile_rows = im.plan.tile_q;
   info_.split = im.plan.split;
   info_.path = im.path;
 }

@@ -287,8 +287,10 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
   WEFT_CHECK_ARG(plan.version == kPlanVersion, "plan", "version " << plan.version << " != " << kPlanVersion);
   WEFT_CHECK_ARG(plan.num_ctas == bounds_.num_ctas, "plan",
                  "num_ctas " << plan.num_ctas << " != workspace bound " << bounds_.num_ctas);
-  WEFT_CHECK_ARG(plan.tile_q == bounds_.tile_q, "plan",
-                 "tile_q " << plan.tile_q << " != workspace bound " << bounds_.tile_q);
+  // A plan may cut shorter query tiles than the bound (decode plans 16-row tiles into a 32-row
+  // workspace when that fills the grid better); partial slots keep the bound's row stride.
+  WEFT_CHECK_ARG(plan.tile_q >= 1 && plan.tile_q <= bounds_.tile_q, "plan",
+                 "tile_q " << plan.tile_q << " exceeds the workspace bound " << bounds_.tile_q);
   WEFT_CHECK_ARG(plan.batch <= bounds_.max_batch, "plan",
                  "batch " << plan.batch << " exceeds max_batch " << bounds_.max_batch);
   WEFT_CHECK_ARG(plan.num_tiles <= bounds_.max_tiles, "plan",
@@ -306,7 +308,7 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
   h.num_merges = plan.num_merges();
   h.num_ctas = plan.num_ctas;
   h.batch = plan.batch;
-  h.tile_q = plan.tile_q;
+  h.tile_q = bounds_.tile_q;  // the partial slots' row stride (items have <= tile_q rows)
   h.group_size = plan.group_size;
   h.num_kv_heads = plan.num_kv_heads;
   h.num_partial_slots = plan.num_partial_slots();

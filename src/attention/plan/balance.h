@@ -126,7 +126,7 @@ struct PlanHeader {
   int32_t num_merges;
   int32_t num_ctas;
   int32_t batch;
-  int32_t tile_q;
+  int32_t tile_q;  // rows per partial slot (the bound's tile_q; a plan's items may have fewer)
   int32_t group_size;
   int32_t num_kv_heads;
   int32_t num_partial_slots;

@@ -264,6 +264,32 @@ TEST(DecodeSmall, GroupsAbove16) {
   EXPECT_GE(n, 9);
 }
 
+// Groups above 16 with enough KV that the plan takes 32-row items (decode::plan_tile_rows: at
+// least 2 pieces of 256 keys per CTA), so both epilogue rounds and the 32-row partial slots run.
+TEST(DecodeSmall, GroupsAbove16WideItems) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (int d : {64, 128}) {
+    Case c;
+    c.hkv = 2;
+    c.hq = 2 * (d == 64 ? 24 : 32);
+    c.d = d;
+    c.dtype = d == 64 ? DType::kFloat16 : DType::kBFloat16;
+    c.lens = {20000, 0, 19000, 21000, 20500, 1};
+    SCOPED_TRACE(c.describe());
+    Batch bt(c, rng);
+    Workspace ws(int32_t(c.lens.size()), c);
+    BatchDecodeWrapper w(int32_t(c.lens.size()), c.hq, c.hkv, c.d, c.path);
+    plan_for(w, bt, ws);
+    EXPECT_EQ(w.plan_info().tile_rows, 32);
+    bt.dout.poison();
+    bt.dlse.poison();
+    run_for(w, bt);
+    WEFT_TEST_CUDA(cudaDeviceSynchronize());
+    check_against_reference(bt);
+  }
+}
+
 TEST(DecodeSmall, SplitKVWithEmptyRequests) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();

@@ -109,7 +109,13 @@ TEST(DecodePlan, TileRowsByGroupAndHeadDim) {
   EXPECT_EQ(decode_tile_rows(32, 128, true), kPlanTileQ);
   const plan::PlanBounds b = plan_bounds(8, 64, 1, 128, 132, kPlanTileQWide);
   EXPECT_EQ(b.tile_q, kPlanTileQWide);
-  EXPECT_EQ(b.max_tiles, 8 * 2);  // MQA 64/1: two 32-row tiles per request
+  EXPECT_EQ(b.max_tiles, 8 * 4);  // MQA 64/1: bounded by four 16-row tiles per request
+  // Plan height: a batch whose wide tiles give < 2 pieces of 256 keys per CTA plans 16 rows.
+  const int32_t one[] = {32768};
+  EXPECT_EQ(plan_tile_rows(batch_shape(one, 1, -1), 1, 32, 264, kPlanTileQWide), kPlanTileQ);  // 128 pieces
+  const std::vector<int32_t> many(32, 16384);
+  EXPECT_EQ(plan_tile_rows(batch_shape(many.data(), 32, -1), 1, 32, 264, kPlanTileQWide), kPlanTileQWide);
+  EXPECT_EQ(plan_tile_rows(batch_shape(many.data(), 32, -1), 1, 32, 264, kPlanTileQ), kPlanTileQ);
   EXPECT_THROW(plan_bounds(8, 64, 1, 128, 132, 24), Error);
   const int32_t lens[] = {4096, 100, 0};
   const plan::Plan p = plan_decode(batch_shape(lens, 3, -1), balance_config(132, 48, 2, kPlanTileQWide));
