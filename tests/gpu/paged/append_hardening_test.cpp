@@ -51,7 +51,8 @@ struct Fixture {
   PagedScenario sc;
   PagedDevice dev;
   std::vector<uint16_t> want_k, want_v;
-  explicit Fixture(const PagedScenario& s) : sc(s), dev(s) { expected_pools(sc, want_k, want_v); }
+  // dev is built from the member sc: its table holds host pointers into the scenario's arrays.
+  explicit Fixture(const PagedScenario& s) : sc(s), dev(sc) { expected_pools(sc, want_k, want_v); }
   void restore() {  // the pools' initial random contents (the "poison" a stray write would change)
     dev.k_alloc.upload(sc.k_pool.data(), sc.k_pool.size() * 2);
     dev.v_alloc.upload(sc.v_pool.data(), sc.v_pool.size() * 2);
