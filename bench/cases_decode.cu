@@ -506,10 +506,12 @@ WEFT_BENCH_GROUP(decode) {
   {
     const Model gqa_models[] = {{"g16-32x2", 32, 2}, {"g24-48x2", 48, 2}, {"g32-32x1", 32, 1},
                                 {"g32-64x2", 64, 2}, {"g64-64x1", 64, 1}};
-    const std::pair<int32_t, int32_t> gqa_shapes[] = {{1, 32768}, {32, 4096}, {32, 16384}, {128, 4096}};
+    const std::pair<int32_t, int32_t> gqa_shapes[] = {{1, 32768}, {32, 4096},   {32, 16384},
+                                                      {32, 32768}, {128, 4096}, {128, 16384}};
     for (const Model& m : gqa_models)
       for (auto [b, kv] : gqa_shapes)
-        run_decode_case(ctx, row_name("decode/gqa/", m.name, b, kv), m, std::vector<int32_t>(b, kv));
+        if (kv_bytes_of(m, double(b) * kv) <= kMaxKVBytes)
+          run_decode_case(ctx, row_name("decode/gqa/", m.name, b, kv), m, std::vector<int32_t>(b, kv));
   }
   // CTA shape variants (WEFT_DECODE_WARPS / WEFT_DECODE_STAGES, read when the wrapper is built):
   // "decode/w<W>s<S>/..." at a few shapes, to tune decode_warps() / decode_stages().
