@@ -1,0 +1,72 @@
+// Work plan with packs (pure C++, no CUDA): the plan vocabulary in which an item's query rows may
+// come from SEVERAL requests that read the same keys (a shared prefix), so the keys are read
+// once for all of them. The balanced planner's plans (balance.h) are the special case of one
+// request per item; prefix-sharing plans (make_pack_plan) are built from a PrefixForest.
+//
+// Decode (one query token per request). Vocabulary:
+//   request list  an item's requests are req_list[req_begin .. req_begin + num_reqs); its rows
+//                 are those requests' GQA groups one after another: row r (in [row_begin,
+//                 row_end)) is request req_list[req_begin + r / group], query head
+//                 kv_head * group + r % group. An item of one request is the balanced planner's
+//                 item; a pack has num_reqs >= 2 (num_reqs * group <= tile rows).
+//   KV source     key positions [kv_begin, kv_end) of the page list that starts at
+//                 kv_indices[page_base] (position p lives in page kv_indices[page_base + p /
+//                 page_size]). A pack reads its first request's list: the shared pages are the
+//                 same ids in every sharer's list.
+//   output        slot == -1: the item holds every key of its rows and writes the final output;
+//                 else it writes an fp32 partial state (O normalised, base-2 LSE) of its rows
+//                 into partial slot `slot` (row r at slot * tile_rows + r - row_begin).
+//   merge         one output row group (request, kv_head, rows [row_begin, row_end) of that
+//                 request's group) whose keys came in pieces: its sources are (slot, row) pairs
+//                 src_slot/src_row[merge_src_indptr[m] .. [m+1]), in ascending key order (the
+//                 merge order is fixed by the plan: deterministic results); src_row is the row of
+//                 the source item that holds the merge's first row (row_begin), the next rows
+//                 follow it.
+// Every (request, query head, key) of the batch is covered exactly once: by one item row that
+// writes it finally, or by the sources of exactly one merge (tests/host/attention/pack_plan_test).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "attention/plan/prefix_forest.h"
+
+namespace weft::plan {
+
+inline constexpr int32_t kWorkPlanVersion = 2;
+
+struct WorkPlan {
+  int32_t version = kWorkPlanVersion;
+  int32_t num_ctas = 0, num_kv_heads = 0, group_size = 0, tile_rows = 0, batch = 0;
+  std::vector<int32_t> cta_indptr;  // num_ctas + 1: CTA c runs items cta_indptr[c] .. [c+1]-1
+  // Items (struct of arrays).
+  std::vector<int32_t> item_req_begin, item_num_reqs, item_kv_head, item_row_begin, item_row_end;
+  std::vector<int32_t> item_page_base, item_kv_begin, item_kv_end, item_slot;
+  std::vector<int32_t> req_list;
+  // Merges.
+  std::vector<int32_t> merge_request, merge_kv_head, merge_row_begin, merge_row_end;
+  std::vector<int32_t> merge_src_indptr, src_slot, src_row;
+  std::vector<int32_t> kv_len;  // batch
+
+  int32_t num_items() const { return static_cast<int32_t>(item_kv_head.size()); }
+  int32_t num_merges() const { return static_cast<int32_t>(merge_request.size()); }
+  int32_t num_slots() const;
+};
+
+struct PackPlanConfig {
+  int32_t num_ctas = 0, num_kv_heads = 0, group_size = 1;
+  int32_t tile_rows = 16;   // rows per item (packs hold tile_rows / group_size requests at most)
+  int32_t page_size = 16;
+  int32_t max_chunk = 0;    // keys per item at most (0: no limit); a multiple of kv_granularity
+  int32_t kv_granularity = 16;
+  int32_t min_sharers = 2;  // a forest node with fewer sharers is read by each request alone
+};
+
+// Decode plan of a paged batch with prefix sharing: one pack per (forest node, kv head, group of
+// at most tile_rows / group_size sharers) over the node's keys, one item per (request, kv head,
+// row tile) over its private suffix (keys past its shared pages), long ranges cut into chunks of
+// at most max_chunk keys, items dealt longest first to the CTA with the least load (ties: lower
+// CTA; the deal of balance.h). indptr: the page table's host array (page bases).
+WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
+                        const PackPlanConfig& cfg);
+
+}  // namespace weft::plan
