@@ -54,7 +54,37 @@ __global__ void __launch_bounds__(kWarps * 32) plan_merge_kernel(plan::PlanPoint
   }
 }
 
+template <class T>
+__global__ void __launch_bounds__(kWarps * 32) work_plan_merge_kernel(plan::WorkPlanPointers p, MergeOutput out) {
+  const int num_merges = p.header->num_merges;
+  const int tile_q = p.header->tile_rows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int m = blockIdx.x; m < num_merges; m += gridDim.x) {
+    const int token = p.merge_request[m], kv_head = p.merge_kv_head[m];
+    const int r0 = p.merge_row_begin[m], r1 = p.merge_row_end[m];
+    const int s0 = p.merge_src_indptr[m], s1 = p.merge_src_indptr[m + 1];
+    for (int r = r0 + warp; r < r1; r += kWarps) {
+      const int head = kv_head * out.group_size + r % out.group_size;
+      const ListedSlots src{p.partial_lse, p.partial_o, p.src_slot + s0, p.src_row + s0, r - r0, tile_q, out.head_dim};
+      merge_row_warp_src<T>(src, s1 - s0, out.head_dim,
+                            static_cast<T*>(out.o) + token * out.o_stride_token + head * out.o_stride_head,
+                            out.lse != nullptr ? out.lse + token * out.lse_stride_token + head : nullptr, lane);
+    }
+  }
+}
+
 }  // namespace
+
+void launch_work_plan_merge(const plan::WorkPlanPointers& plan, const MergeOutput& out, int num_blocks,
+                            cudaStream_t stream) {
+  WEFT_CHECK_ARG(out.head_dim % 4 == 0 && out.head_dim > 0, "head_dim",
+                 "must be a positive multiple of 4, got " << out.head_dim);
+  WEFT_CHECK_ARG(num_blocks >= 1, "num_blocks", "must be >= 1, got " << num_blocks);
+  WEFT_DISPATCH_HALF_TYPES(out.dtype, "out", [&] {
+    work_plan_merge_kernel<scalar_t><<<num_blocks, kWarps * 32, 0, stream>>>(plan, out);
+  });
+  WEFT_CUDA_CHECK_LAUNCH();
+}
 
 void launch_plan_merge(const plan::PlanPointers& plan, const MergeOutput& out, int num_blocks,
                        cudaStream_t stream) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "attention/plan/balance.h"
+#include "attention/plan/work_plan.h"
 #include "weft/dtype.h"
 
 namespace weft::attn {
@@ -36,5 +37,11 @@ struct MergeOutput {
 // from plan.header on the device; zero merges is a no-op kernel).
 void launch_plan_merge(const plan::PlanPointers& plan, const MergeOutput& out, int num_blocks,
                        cudaStream_t stream);
+
+// The merges of a work plan (work_plan.h: decode, one query token per request, so request b's
+// rows go to token b): merge m's row r is merged from its sources (slot, row + r - row_begin) in
+// the listed order. A fixed grid of `num_blocks` CTAs; the count is read on the device.
+void launch_work_plan_merge(const plan::WorkPlanPointers& plan, const MergeOutput& out, int num_blocks,
+                            cudaStream_t stream);
 
 }  // namespace weft::attn

@@ -24,33 +24,54 @@ __device__ __forceinline__ void merge_store4(T* dst, float a, float b, float c, 
   *reinterpret_cast<uint2*>(dst) = pk.u;
 }
 
-// v[j] = column c (float4) of slot k + j of the row, j < min(kMergeSlotBatch, cnt - k); zeros
-// past. Loads go to L2 (.cg): the partials were written by other CTAs, possibly in this grid.
-__device__ __forceinline__ void merge_load_batch(float4 (&v)[kMergeSlotBatch], const float* o_row0,
-                                                 int64_t slot_stride, int k, int cnt, int c, bool active) {
+// Where a row's partial states are: slot k's base-2 LSE and its fp32 O row (head_dim floats).
+// StridedSlots: n consecutive slots of one tile, row i: LSE at lse_i[k * tile_q], O at
+// o_i + k * tile_q * head_dim (the balanced planner's merges). ListedSlots: sources (slot[k],
+// row[k] + i) of a tile_q-row slot layout (the work plan's merges, whose sources are any slots).
+struct StridedSlots {
+  const float* lse_i;
+  const float* o_i;
+  int64_t lse_stride, o_stride;
+  __device__ __forceinline__ float lse(int k) const { return __ldcg(lse_i + k * lse_stride); }
+  __device__ __forceinline__ const float* o(int k) const { return o_i + k * o_stride; }
+};
+struct ListedSlots {
+  const float* partial_lse;
+  const float* partial_o;
+  const int32_t* slot;
+  const int32_t* row;
+  int i, tile_q, head_dim;
+  __device__ __forceinline__ int64_t at(int k) const { return int64_t(__ldg(slot + k)) * tile_q + __ldg(row + k) + i; }
+  __device__ __forceinline__ float lse(int k) const { return __ldcg(partial_lse + at(k)); }
+  __device__ __forceinline__ const float* o(int k) const { return partial_o + at(k) * head_dim; }
+};
+
+// v[j] = column c (float4) of slot base + k + j of the row, j < min(kMergeSlotBatch, cnt - k);
+// zeros past. Loads go to L2 (.cg): the partials were written by other CTAs, possibly in this grid.
+template <class Slots>
+__device__ __forceinline__ void merge_load_batch(float4 (&v)[kMergeSlotBatch], const Slots& src, int base, int k,
+                                                 int cnt, int c, bool active) {
 #pragma unroll
   for (int j = 0; j < kMergeSlotBatch; ++j)
-    v[j] = active && k + j < cnt ? __ldcg(reinterpret_cast<const float4*>(o_row0 + (k + j) * slot_stride) + c)
+    v[j] = active && k + j < cnt ? __ldcg(reinterpret_cast<const float4*>(src.o(base + k + j)) + c)
                                  : make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
-// Row i of a split query tile whose n partial slots are consecutive: slot k's LSE (base 2) at
-// lse_i[k * tile_q], its O row (fp32, head_dim) at o_i + k * tile_q * head_dim. Writes the merged
-// row to orow (head_dim elements of T) and, when lse_out is not null, the natural-log LSE.
-// Every LSE -inf (all keys masked): O = 0, LSE = -inf.
-template <class T>
-__device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* o_i, int n, int tile_q,
-                                               int head_dim, T* orow, float* lse_out, int lane) {
+// One row's merge of n partial states given by `src` (StridedSlots / ListedSlots) into orow
+// (head_dim elements of T) and, when lse_out is not null, the natural-log LSE. Every LSE -inf
+// (all keys masked): O = 0, LSE = -inf.
+template <class T, class Slots>
+__device__ __forceinline__ void merge_row_warp_src(const Slots& src, int n, int head_dim, T* orow, float* lse_out,
+                                                   int lane) {
   const int d4 = head_dim / 4;
-  const int64_t slot_stride = static_cast<int64_t>(tile_q) * head_dim;  // floats between slots of the row
-  auto lse_at = [&](int k) { return __ldcg(lse_i + static_cast<int64_t>(k) * tile_q); };
+  auto lse_at = [&](int k) { return src.lse(k); };
   // In flight together: this lane's first two LSEs (slots `lane` and `lane + 32`) and the first
   // batch of O slots of the first column block (their addresses do not depend on the LSEs).
   // Splits of up to 64 slots then need no LSE load after the first round.
   const float lse_lane = lane < n ? lse_at(lane) : -INFINITY;
   const float lse_lane2 = lane + 32 < n ? lse_at(lane + 32) : -INFINITY;
   float4 v[kMergeSlotBatch];
-  merge_load_batch(v, o_i, slot_stride, 0, min(32, n), lane, lane < d4);
+  merge_load_batch(v, src, 0, 0, min(32, n), lane, lane < d4);
   // Slot k's LSE lives on lane k % 32: max and sum are warp reductions (xor tree: a fixed
   // order, bitwise deterministic), so a merge of many slots costs ~one load latency, not n.
   float mx = fmaxf(lse_lane, lse_lane2);  // = the loop below from k = lane + 32 (max is exact)
@@ -81,7 +102,7 @@ __device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* 
       const int cnt = min(32, n - kb);
       for (int k = 0; k < cnt; k += kMergeSlotBatch) {
         if (cb != 0 || kb != 0 || k != 0)  // the first batch is already in flight
-          merge_load_batch(v, o_i + static_cast<int64_t>(kb) * slot_stride, slot_stride, k, cnt, c, active);
+          merge_load_batch(v, src, kb, k, cnt, c, active);
 #pragma unroll
         for (int j = 0; j < kMergeSlotBatch; ++j) {  // accumulated in slot order
           const float w = __shfl_sync(0xffffffffu, wl, (k + j) & 31);
@@ -97,6 +118,15 @@ __device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* 
     if (active) merge_store4(orow + 4 * c, acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
   }
   if (lse_out != nullptr && lane == 0) *lse_out = (mx + log2f(sum)) * 0.69314718055994531f;
+}
+
+// Row i of a split query tile whose n partial slots are consecutive: slot k's LSE (base 2) at
+// lse_i[k * tile_q], its O row (fp32, head_dim) at o_i + k * tile_q * head_dim.
+template <class T>
+__device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* o_i, int n, int tile_q,
+                                               int head_dim, T* orow, float* lse_out, int lane) {
+  const StridedSlots src{lse_i, o_i, tile_q, static_cast<int64_t>(tile_q) * head_dim};
+  merge_row_warp_src<T>(src, n, head_dim, orow, lse_out, lane);
 }
 
 }  // namespace weft::attn

@@ -25,6 +25,7 @@
 // Every (request, query head, key) of the batch is covered exactly once: by one item row that
 // writes it finally, or by the sources of exactly one merge (tests/host/attention/pack_plan_test).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -68,5 +69,66 @@ struct PackPlanConfig {
 // CTA; the deal of balance.h). indptr: the page table's host array (page bases).
 WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                         const PackPlanConfig& cfg);
+
+}  // namespace weft::plan
+
+namespace weft::plan {
+
+// ---------------------------------------------------------------------------------------------
+// Workspace layout of a WorkPlan: every array at a FIXED, NAMED offset computed from the bounds
+// (CUDA-graph safe: the pointers a kernel reads never move from one plan to the next), the
+// partial states after the metadata. A plan that exceeds the bounds is rejected (weft::Error).
+struct WorkPlanBounds {
+  int32_t max_batch = 0;
+  int32_t max_items = 0;
+  int32_t max_merges = 0;
+  int32_t max_sources = 0;
+  int32_t max_slots = 0;
+  int32_t num_ctas = 0;
+  int32_t tile_rows = 16;  // partial slot rows
+  int32_t head_dim = 0;    // partial row width (fp32)
+};
+
+// Offset 0 of the workspace: the counts of the current plan (read by kernels).
+struct WorkPlanHeader {
+  int32_t version, num_items, num_merges, num_ctas, batch, tile_rows, group_size, num_kv_heads;
+  int32_t num_slots, reserved[7];
+};
+
+struct WorkPlanPointers {
+  const WorkPlanHeader* header = nullptr;
+  const int32_t* cta_indptr = nullptr;
+  const int32_t *item_req_begin = nullptr, *item_num_reqs = nullptr, *item_kv_head = nullptr;
+  const int32_t *item_row_begin = nullptr, *item_row_end = nullptr, *item_page_base = nullptr;
+  const int32_t *item_kv_begin = nullptr, *item_kv_end = nullptr, *item_slot = nullptr;
+  const int32_t* req_list = nullptr;
+  const int32_t *merge_request = nullptr, *merge_kv_head = nullptr, *merge_row_begin = nullptr;
+  const int32_t *merge_row_end = nullptr, *merge_src_indptr = nullptr, *src_slot = nullptr, *src_row = nullptr;
+  float* partial_o = nullptr;    // [max_slots, tile_rows, head_dim]
+  float* partial_lse = nullptr;  // [max_slots, tile_rows], base-2
+};
+
+class WorkPlanLayout {
+ public:
+  static constexpr std::size_t kAlign = 256;
+  WorkPlanLayout() = default;
+  explicit WorkPlanLayout(const WorkPlanBounds& bounds);  // throws weft::Error on bad bounds
+  const WorkPlanBounds& bounds() const { return bounds_; }
+  std::size_t metadata_bytes() const { return metadata_bytes_; }
+  std::size_t total_bytes() const { return total_bytes_; }
+  // Writes the plan's header and arrays at their offsets into dst (metadata_bytes(), host).
+  void serialize(const WorkPlan& plan, void* dst) const;
+  WorkPlanPointers pointers(void* base) const;
+
+ private:
+  struct Offsets {
+    std::size_t cta_indptr, item_req_begin, item_num_reqs, item_kv_head, item_row_begin, item_row_end,
+        item_page_base, item_kv_begin, item_kv_end, item_slot, req_list, merge_request, merge_kv_head,
+        merge_row_begin, merge_row_end, merge_src_indptr, src_slot, src_row, partial_o, partial_lse;
+  };
+  WorkPlanBounds bounds_{};
+  Offsets off_{};
+  std::size_t metadata_bytes_ = 0, total_bytes_ = 0;
+};
 
 }  // namespace weft::plan
