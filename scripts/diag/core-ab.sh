@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Diagnostic (device): same-call A/B of a whole source tree against an older one over the
+# decode and prefill bench groups (issue 19's "no speed lost" check). Builds weft-bench from
+# both trees (decode + prefill only, no tests, no comm) in parallel, runs them PAIRS times each,
+# processes interleaved (old, new, old, new, ...), and writes $OUT/core_ab.json:
+#   cases "ab/<row>" for every row both benches produced, ms = the new tree's median over its
+#   runs, extra.old_ms / new_ms / speedup_new_vs_old (old ms / new ms) and each run's ms;
+#   a case "ab/summary" with the median ratio, the slowest row and how many rows are > 3% slower.
+# Usage (repo root of the NEW tree on the device; the old tree made locally with
+#   `git archive <sha> | tar -x -C .ab-base` and carried):
+#   OUT=... WEFT_COMMIT=<new sha> BASE_COMMIT=<old sha> PAIRS=2 scripts/diag/core-ab.sh .ab-base [bench args]
+set -uo pipefail
+export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+BASE_SRC=${1:?usage: core-ab.sh <old source tree> [weft-bench args]}
+shift
+OUT="${OUT:-./ab-out}"
+mkdir -p "$OUT"
+SECONDS=0
+build_bench() {  # <source dir> <build dir> <log>
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE="norm;comm" -DWEFT_WITH_COMM=OFF \
+    -DWEFT_BUILD_TESTS=OFF > "$3" 2>&1 && ninja -C "$2" -j8 weft-bench >> "$3" 2>&1
+}
+build_bench "$BASE_SRC" /tmp/ab-old "$OUT/build_old.log" &
+OLD_PID=$!
+build_bench . /tmp/ab-new "$OUT/build_new.log" || { tail -30 "$OUT/build_new.log"; exit 1; }
+wait $OLD_PID || { tail -30 "$OUT/build_old.log"; exit 1; }
+echo "build $SECONDS s"
+for i in $(seq 1 "${PAIRS:-2}"); do
+  for tree in old new; do
+    /tmp/ab-$tree/bench/weft-bench --group decode --group prefill "$@" --commit "${WEFT_COMMIT:-unknown}" \
+      --json "/tmp/ab_${tree}_$i.json" > "/tmp/ab_${tree}_$i.log" 2>&1 || tail -5 "/tmp/ab_${tree}_$i.log"
+    echo "$tree run $i: $(grep -cE '^(decode|prefill)/' "/tmp/ab_${tree}_$i.log") rows ($SECONDS s)"
+  done
+done
+python3 - "$OUT" "${PAIRS:-2}" "${BASE_COMMIT:-unknown}" "${WEFT_COMMIT:-unknown}" <<'PY'
+import json, statistics, sys
+out, pairs, base, new = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+runs = {t: [json.load(open(f"/tmp/ab_{t}_{i}.json")) for i in range(1, pairs + 1)] for t in ("old", "new")}
+ms = {t: {} for t in runs}
+for t, ds in runs.items():
+    for d in ds:
+        for c in d["cases"]:
+            if c.get("ms"):
+                ms[t].setdefault(c["name"], []).append(c["ms"])
+first = runs["new"][0]
+cases, ratios = [], []
+for name in [c["name"] for c in first["cases"]]:
+    if name not in ms["old"] or name not in ms["new"]:
+        continue
+    o, n = statistics.median(ms["old"][name]), statistics.median(ms["new"][name])
+    r = o / n
+    ratios.append((r, name))
+    cases.append({"name": "ab/" + name, "ms": n, "extra": {"old_ms": o, "new_ms": n, "speedup_new_vs_old": r,
+                  "old_runs_ms": ms["old"][name], "new_runs_ms": ms["new"][name]}})
+rs = sorted(r for r, _ in ratios)
+summary = {"name": "ab/summary", "ms": None, "extra": {
+    "rows": len(rs), "median_speedup_new_vs_old": statistics.median(rs) if rs else None,
+    "min_speedup_new_vs_old": rs[0] if rs else None, "slowest_row": min(ratios)[1] if ratios else None,
+    "rows_more_than_3pct_slower": sum(r < 1 / 1.03 for r in rs), "base_commit": base, "new_commit": new}}
+doc = {k: first[k] for k in first if k != "cases"}
+doc["command"] = "scripts/diag/core-ab.sh (old " + base + ", new " + new + "), " + doc.get("command", "")
+doc["cases"] = cases + [summary]
+json.dump(doc, open(f"{out}/core_ab.json", "w"), indent=1)
+print(json.dumps(summary["extra"]))
+for r, n in sorted(ratios)[:12]:
+    print(f"{n:60s} {r:.3f}")
+PY
+echo "total $SECONDS s"
