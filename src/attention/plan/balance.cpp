@@ -2,10 +2,10 @@
 #include "attention/plan/balance.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
-#include <numeric>
-#include <queue>
 #include <string>
+#include <utility>
 
 #include "weft/error.h"
 
@@ -49,166 +49,538 @@ void validate(const BatchShape& s, const BalanceConfig& c) {
   }
 }
 
-struct Tile {
-  int32_t request, kv_head, row_begin, row_end, kv_begin, kv_end;
+// (load, cta) in the order std::priority_queue<pair, ..., greater> used: lowest load, then lowest
+// CTA index. A total order: every correct min-queue pops the same CTA.
+inline bool slot_less(double la, int32_t ca, double lb, int32_t cb) { return la < lb || (la == lb && ca < cb); }
+
+// Sort key of a cost, ascending = descending cost. Costs are >= 0 (alpha >= 0, beta > 0) and not
+// NaN, so their bit patterns order as unsigned integers (+0.0 added turns a -0.0 into +0.0).
+inline uint64_t desc_key(double cost) {
+  const double c = cost + 0.0;
+  uint64_t bits;
+  std::memcpy(&bits, &c, sizeof bits);
+  return ~bits;
+}
+
+// Stable LSD radix sort of (keys, vals), ascending by key. Only the bytes in which keys differ
+// are sorted (integral costs of a few distinct magnitudes differ in 2-3 bytes); nothing is done
+// when the keys are already in order. tmp buffers hold n entries; hist 256 entries.
+void radix_sort(uint64_t* keys, uint32_t* vals, uint64_t* ktmp, uint32_t* vtmp, std::size_t n, uint32_t* hist) {
+  if (n < 2) return;
+  uint64_t diff = 0;
+  bool sorted = true;
+  for (std::size_t i = 1; i < n; ++i) {
+    diff |= keys[i] ^ keys[0];
+    sorted &= keys[i - 1] <= keys[i];
+  }
+  if (sorted) return;
+  uint64_t* k = keys;
+  uint32_t* v = vals;
+  uint64_t* kt = ktmp;
+  uint32_t* vt = vtmp;
+  for (int shift = 0; shift < 64; shift += 8) {
+    if (((diff >> shift) & 0xff) == 0) continue;
+    std::memset(hist, 0, 256 * sizeof(uint32_t));
+    for (std::size_t i = 0; i < n; ++i) ++hist[(k[i] >> shift) & 0xff];
+    uint32_t sum = 0;
+    for (int b = 0; b < 256; ++b) {
+      const uint32_t c = hist[b];
+      hist[b] = sum;
+      sum += c;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const uint32_t dst = hist[(k[i] >> shift) & 0xff]++;
+      kt[dst] = k[i];
+      vt[dst] = v[i];
+    }
+    std::swap(k, kt);
+    std::swap(v, vt);
+  }
+  if (k != keys) {
+    std::memcpy(keys, k, n * sizeof(uint64_t));
+    std::memcpy(vals, v, n * sizeof(uint32_t));
+  }
+}
+
+// Step 3 for one tile: n_used chunks of length clen (the last shorter), as in the algorithm.
+struct Cut {
+  int64_t clen, n_used;
 };
-struct Chunk {
-  int32_t tile, kv_begin, kv_end;
-  double cost;
-};
-
-// Steps 3-5 for chunk bound L (split) or whole tiles (!split); fills p's items, merges, costs.
-void deal(const std::vector<Tile>& tiles, const BalanceConfig& cfg, int64_t L, bool split, Plan& p) {
-  int32_t longest = 0;
-  for (const Tile& t : tiles) longest = std::max(longest, t.kv_end - t.kv_begin);
-  p.max_chunk = tiles.empty() ? 0 : static_cast<int32_t>(split ? L : longest);
-
-  p.split = false;
-  // Step 3: chunks (generation order), partial slots and merges.
-  std::vector<Chunk> chunks;
-  std::vector<int32_t> chunk_slot;
-  p.merge_indptr.push_back(0);
-  for (int32_t t = 0; t < static_cast<int32_t>(tiles.size()); ++t) {
-    const Tile& tl = tiles[t];
-    const int32_t rows = tl.row_end - tl.row_begin;
-    const int64_t len = tl.kv_end - tl.kv_begin;
-    const int64_t n = (split && len > L) ? (len + L - 1) / L : 1;
-    // n near-equal chunks (length rounded up to the granularity, <= L) balance better than
-    // n - 1 chunks of L plus a short remainder.
-    int64_t clen = (len + n - 1) / n;
-    clen = (clen + cfg.kv_granularity - 1) / cfg.kv_granularity * cfg.kv_granularity;
-    const int64_t n_used = n == 1 ? 1 : (len + clen - 1) / clen;
-    for (int64_t c = 0; c < n_used; ++c) {
-      const int32_t b0 = static_cast<int32_t>(tl.kv_begin + c * clen);
-      const int32_t b1 = n_used == 1 ? tl.kv_end : static_cast<int32_t>(std::min<int64_t>(tl.kv_end, b0 + clen));
-      chunks.push_back({t, b0, b1, chunk_cost(cfg, rows, b1 - b0)});
-      chunk_slot.push_back(n_used == 1 ? -1 : p.merge_indptr.back() + static_cast<int32_t>(c));
-    }
-    if (n_used > 1) {
-      p.merge_request.push_back(tl.request);
-      p.merge_kv_head.push_back(tl.kv_head);
-      p.merge_row_begin.push_back(tl.row_begin);
-      p.merge_row_end.push_back(tl.row_end);
-      p.merge_indptr.push_back(p.merge_indptr.back() + static_cast<int32_t>(n_used));
-    }
-  }
-
-  // Step 4: stable sort by cost, descending.
-  std::vector<int32_t> order(chunks.size());
-  std::iota(order.begin(), order.end(), 0);
-  if (cfg.row_tiles_together) {
-    // Tie order (request, kv_head, chunk index, tile): chunk c of every tile of one (request,
-    // kv head) before chunk c + 1. Tiles of one (request, kv head) are consecutive in `tiles`.
-    std::vector<int64_t> head_of(chunks.size()), chunk_index(chunks.size());
-    int64_t head = -1, c = 0;
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      const Tile& tl = tiles[chunks[i].tile];
-      const bool new_tile = i == 0 || chunks[i].tile != chunks[i - 1].tile;
-      const bool new_head = i == 0 || tl.request != tiles[chunks[i - 1].tile].request ||
-                            tl.kv_head != tiles[chunks[i - 1].tile].kv_head;
-      if (new_head) ++head;
-      c = new_tile ? 0 : c + 1;
-      head_of[i] = head;
-      chunk_index[i] = c;
-    }
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      return head_of[a] != head_of[b] ? head_of[a] < head_of[b] : chunk_index[a] < chunk_index[b];
-    });
-  }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return chunks[a].cost > chunks[b].cost; });
-
-  // Step 5: min-heap of (load, cta); ties go to the lower CTA index.
-  using Entry = std::pair<double, int32_t>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
-  for (int32_t c = 0; c < cfg.num_ctas; ++c) heap.push({0.0, c});
-  std::vector<std::vector<int32_t>> per_cta(cfg.num_ctas);
-  p.cta_cost.assign(cfg.num_ctas, 0.0);
-  for (int32_t w : order) {
-    auto [load, c] = heap.top();
-    heap.pop();
-    per_cta[c].push_back(w);
-    load += chunks[w].cost;
-    p.cta_cost[c] = load;
-    heap.push({load, c});
-  }
-
-  // Flatten by CTA.
-  p.cta_indptr.assign(cfg.num_ctas + 1, 0);
-  const size_t n_items = chunks.size();
-  p.item_request.reserve(n_items);
-  for (int32_t c = 0; c < cfg.num_ctas; ++c) {
-    for (int32_t w : per_cta[c]) {
-      const Chunk& ch = chunks[w];
-      const Tile& tl = tiles[ch.tile];
-      p.item_request.push_back(tl.request);
-      p.item_kv_head.push_back(tl.kv_head);
-      p.item_row_begin.push_back(tl.row_begin);
-      p.item_row_end.push_back(tl.row_end);
-      p.item_kv_begin.push_back(ch.kv_begin);
-      p.item_kv_end.push_back(ch.kv_end);
-      p.item_partial_slot.push_back(chunk_slot[w]);
-    }
-    p.cta_indptr[c + 1] = static_cast<int32_t>(p.item_request.size());
-  }
-  p.split = p.num_merges() > 0;
+inline Cut cut_tile(int64_t len, bool split, int64_t L, int64_t granularity) {
+  if (!split || len <= L) return {len, 1};  // one chunk, the whole range (no division)
+  const int64_t n = (len + L - 1) / L;
+  // n near-equal chunks (length rounded up to the granularity, <= L) balance better than
+  // n - 1 chunks of L plus a short remainder.
+  int64_t clen = (len + n - 1) / n;
+  clen = (clen + granularity - 1) / granularity * granularity;
+  const int64_t n_used = n == 1 ? 1 : (len + clen - 1) / clen;
+  return {clen, n_used};
 }
 
 }  // namespace
 
-Plan balance(const BatchShape& shape, const BalanceConfig& cfg) {
+// ---------------------------------------------------------------------------------------------
+// Step 5's queue of CTAs.
+void Planner::reset_deal() {
+  const std::size_t C = static_cast<std::size_t>(cfg_.num_ctas);
+  if (ring_.size() < 4 * C + 16) ring_.resize(4 * C + 16);
+  for (std::size_t c = 0; c < C; ++c) ring_[c] = {0.0, static_cast<int32_t>(c)};
+  head_ = 0;
+  heap_mode_ = false;
+}
+
+// The queue's sorted window ring_[head_, head_ + C) less its front, plus s, becomes the heap.
+void Planner::deal_to_heap(const Slot& s) {
+  const std::size_t C = static_cast<std::size_t>(cfg_.num_ctas);
+  heap_.resize(C);
+  const Slot* rest = ring_.data() + head_ + 1;
+  std::size_t i = 0, o = 0;
+  for (; i < C - 1 && slot_less(rest[i].load, rest[i].cta, s.load, s.cta); ++i) heap_[o++] = rest[i];
+  heap_[o++] = s;
+  for (; i < C - 1; ++i) heap_[o++] = rest[i];
+  heap_mode_ = true;
+}
+
+// Deals a chunk of `cost` to the CTA with the lowest (load, index); returns the CTA. The common
+// case (the CTA's new load is the largest: it goes to the back of the sorted queue) is inlined.
+[[gnu::always_inline]] inline int32_t Planner::deal_one(double cost) {
+  if (!heap_mode_) {
+    const std::size_t C = static_cast<std::size_t>(cfg_.num_ctas);
+    Slot* const q = ring_.data() + head_;
+    const double load = q[0].load + cost;
+    const int32_t cta = q[0].cta;
+    if (head_ + C + 1 <= ring_.size() && slot_less(q[C - 1].load, q[C - 1].cta, load, cta)) {
+      q[C] = {load, cta};
+      ++head_;
+      return cta;
+    }
+  }
+  return deal_slow(cost);
+}
+
+int32_t Planner::deal_slow(double cost) {
+  const std::size_t C = static_cast<std::size_t>(cfg_.num_ctas);
+  if (!heap_mode_) {
+    if (head_ + C + 1 > ring_.size()) {  // keep room for one more at the back
+      std::copy(ring_.begin() + head_, ring_.begin() + head_ + C, ring_.begin());
+      head_ = 0;
+    }
+    Slot s = ring_[head_];
+    s.load += cost;
+    // The others are ring_[head_ + 1, e), sorted. s goes to the back when it is the largest
+    // (round robin among equal costs), or a few places before it; otherwise the heap takes over.
+    const std::size_t e = head_ + C;
+    std::size_t i = e;
+    while (i > head_ + 1 && e - i < 8 && slot_less(s.load, s.cta, ring_[i - 1].load, ring_[i - 1].cta)) --i;
+    if (i > head_ + 1 && slot_less(s.load, s.cta, ring_[i - 1].load, ring_[i - 1].cta)) {
+      deal_to_heap(s);
+      return s.cta;
+    }
+    for (std::size_t j = e; j > i; --j) ring_[j] = ring_[j - 1];
+    ring_[i] = s;
+    ++head_;
+    return s.cta;
+  }
+  const int32_t cta = heap_[0].cta;
+  const Slot s{heap_[0].load + cost, cta};
+  std::size_t i = 0;
+  for (;;) {  // sift s down from the root
+    std::size_t m = 2 * i + 1;
+    if (m >= C) break;
+    if (m + 1 < C && slot_less(heap_[m + 1].load, heap_[m + 1].cta, heap_[m].load, heap_[m].cta)) ++m;
+    if (!slot_less(heap_[m].load, heap_[m].cta, s.load, s.cta)) break;
+    heap_[i] = heap_[m];
+    i = m;
+  }
+  heap_[i] = s;
+  return cta;
+}
+
+// ---- integer keys -----------------------------------------------------------------------------
+// costs[i] (times counts[i] when given): all integers in double, and the largest possible load
+// (their sum) times 2^shift below 2^63. Exact then: the double loads of the general queue are
+// sums of integers below 2^53, which the integer loads equal.
+bool Planner::use_int_keys(const double* costs, std::size_t n, const std::size_t* counts) {
+  int shift = 1;
+  while ((int64_t(1) << shift) < cfg_.num_ctas) ++shift;
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double c = costs[i];
+    if (!(c >= 0 && c < 9007199254740992.0) || c != static_cast<double>(static_cast<int64_t>(c))) return false;
+    total += c * double(counts ? counts[i] : 1);
+  }
+  if (!(total < std::ldexp(1.0, 62 - shift))) return false;
+  key_shift_ = shift;
+  return true;
+}
+
+void Planner::reset_deal_int() {
+  const std::size_t C = static_cast<std::size_t>(cfg_.num_ctas);
+  if (iring_.size() < 4 * C + 16) iring_.resize(4 * C + 16);
+  for (std::size_t c = 0; c < C; ++c) iring_[c] = c;  // load 0
+  head_ = 0;
+  heap_mode_ = false;
+}
+
+[[gnu::always_inline]] inline int32_t Planner::deal_int(uint64_t cost) {
+  const uint64_t add = cost << key_shift_;
+  if (!heap_mode_) {
+    const std::size_t C = static_cast<std::size_t>(cfg_.num_ctas);
+    uint64_t* const q = iring_.data() + head_;
+    const uint64_t key = q[0] + add;
+    if (head_ + C + 1 <= iring_.size() && q[C - 1] < key) {
+      q[C] = key;
+      ++head_;
+      return static_cast<int32_t>(key & ((uint64_t(1) << key_shift_) - 1));
+    }
+  }
+  return deal_int_slow(add);
+}
+
+int32_t Planner::deal_int_slow(uint64_t add) {
+  const std::size_t C = static_cast<std::size_t>(cfg_.num_ctas);
+  const uint64_t mask = (uint64_t(1) << key_shift_) - 1;
+  if (!heap_mode_) {
+    if (head_ + C + 1 > iring_.size()) {
+      std::copy(iring_.begin() + head_, iring_.begin() + head_ + C, iring_.begin());
+      head_ = 0;
+    }
+    const uint64_t key = iring_[head_] + add;
+    const std::size_t e = head_ + C;
+    std::size_t i = e;
+    while (i > head_ + 1 && e - i < 8 && key < iring_[i - 1]) --i;
+    if (i > head_ + 1 && key < iring_[i - 1]) {
+      // To a binary min-heap (the sorted rest with key inserted is one), padded with maximal keys
+      // so that a node's second child can always be read.
+      iheap_.assign(2 * C + 2, ~uint64_t(0));
+      const uint64_t* rest = iring_.data() + head_ + 1;
+      std::size_t r = 0, o = 0;
+      for (; r < C - 1 && rest[r] < key; ++r) iheap_[o++] = rest[r];
+      iheap_[o++] = key;
+      for (; r < C - 1; ++r) iheap_[o++] = rest[r];
+      heap_mode_ = true;
+      return static_cast<int32_t>(key & mask);
+    }
+    for (std::size_t j = e; j > i; --j) iring_[j] = iring_[j - 1];
+    iring_[i] = key;
+    ++head_;
+    return static_cast<int32_t>(key & mask);
+  }
+  uint64_t* const h = iheap_.data();
+  const int32_t cta = static_cast<int32_t>(h[0] & mask);
+  const uint64_t key = h[0] + add;
+  std::size_t i = 0;
+  for (;;) {  // sift down; the smaller child without a branch (keys are distinct)
+    std::size_t m = 2 * i + 1;
+    if (m >= C) break;
+    if (h[m + 1] < h[m]) ++m;
+    if (h[m] > key) break;
+    h[i] = h[m];
+    i = m;
+  }
+  h[i] = key;
+  return cta;
+}
+
+void Planner::loads_int(double* loads) const {
+  const std::size_t C = static_cast<std::size_t>(cfg_.num_ctas);
+  const uint64_t* q = heap_mode_ ? iheap_.data() : iring_.data() + head_;
+  const uint64_t mask = (uint64_t(1) << key_shift_) - 1;
+  for (std::size_t i = 0; i < C; ++i) loads[q[i] & mask] = static_cast<double>(q[i] >> key_shift_);
+}
+
+double Planner::max_load() const {
+  const std::size_t C = static_cast<std::size_t>(cfg_.num_ctas);
+  const Slot* q = heap_mode_ ? heap_.data() : ring_.data() + head_;
+  double m = q[0].load;
+  for (std::size_t i = 1; i < C; ++i) m = std::max(m, q[i].load);
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+int64_t Planner::prepare(const BatchShape& shape, const BalanceConfig& cfg) {
   validate(shape, cfg);
-  Plan p;
+  cfg_ = cfg;
+  whole_valid_ = false;
+  batch_ = static_cast<int32_t>(shape.kv_len.size());
+  qo_indptr_.resize(batch_ + 1);
+  qo_indptr_[0] = 0;
+  for (int32_t b = 0; b < batch_; ++b) {
+    const int64_t next = int64_t(qo_indptr_[b]) + shape.qo_len[b];
+    WEFT_CHECK_ARG(next <= INT32_MAX, "shape.qo_len", "total query tokens overflow int32");
+    qo_indptr_[b + 1] = static_cast<int32_t>(next);
+  }
+  kv_len_.assign(shape.kv_len.begin(), shape.kv_len.end());
+
+  // Tiles in generation order (request, kv_head, tile).
+  std::size_t num_tiles = 0;
+  for (int32_t b = 0; b < batch_; ++b) {
+    const int64_t rows = int64_t(shape.qo_len[b]) * cfg.group_size;
+    WEFT_CHECK_ARG(rows <= INT32_MAX, "shape.qo_len", "rows of request " << b << " overflow int32");
+    num_tiles += static_cast<std::size_t>(tiles_per_head(shape.qo_len[b], cfg.group_size, cfg.tile_q)) *
+                 static_cast<std::size_t>(cfg.num_kv_heads);
+  }
+  for (auto* v : {&t_request_, &t_kv_head_, &t_row_begin_, &t_row_end_, &t_kv_begin_, &t_kv_end_})
+    v->resize(num_tiles);
+  total_kv_ = 0;
+  longest_ = 0;
+  std::size_t t = 0;
+  for (int32_t b = 0; b < batch_; ++b) {
+    const int64_t rows = int64_t(shape.qo_len[b]) * cfg.group_size;
+    const int64_t nt = tiles_per_head(shape.qo_len[b], cfg.group_size, cfg.tile_q);
+    const int32_t kb = shape.kv_start.empty() ? 0 : shape.kv_start[b];
+    const int32_t ke = shape.kv_len[b];
+    if (nt > 0) {
+      total_kv_ += int64_t(ke - kb) * nt * cfg.num_kv_heads;
+      longest_ = std::max(longest_, ke - kb);
+    }
+    for (int32_t h = 0; h < cfg.num_kv_heads; ++h) {
+      for (int64_t k = 0; k < nt; ++k, ++t) {
+        const int32_t r0 = static_cast<int32_t>(k * cfg.tile_q);
+        t_request_[t] = b;
+        t_kv_head_[t] = h;
+        t_row_begin_[t] = r0;
+        t_row_end_[t] = static_cast<int32_t>(std::min<int64_t>(rows, r0 + int64_t(cfg.tile_q)));
+        t_kv_begin_[t] = kb;
+        t_kv_end_[t] = ke;
+      }
+    }
+  }
+
+  return chunk_bound(cfg.min_chunk);
+}
+
+// Step 2: the maximum chunk length.
+int64_t Planner::chunk_bound(int64_t min_chunk) const {
+  int64_t L = (total_kv_ + cfg_.num_ctas - 1) / cfg_.num_ctas;
+  L = std::max<int64_t>({L, min_chunk, 1});
+  L = (L + cfg_.kv_granularity - 1) / cfg_.kv_granularity * cfg_.kv_granularity;
+  return L;
+}
+
+double Planner::max_chunk_cost(int64_t L) const {
+  double m = 0;
+  const std::size_t T = t_request_.size();
+  for (std::size_t t = 0; t < T; ++t) {
+    const int64_t len = t_kv_end_[t] - t_kv_begin_[t];
+    const Cut cut = cut_tile(len, true, L, cfg_.kv_granularity);
+    const int64_t first = cut.n_used == 1 ? len : cut.clen;  // the first chunk is the longest
+    m = std::max(m, chunk_cost(cfg_, t_row_end_[t] - t_row_begin_[t], static_cast<int32_t>(first)));
+  }
+  return m;
+}
+
+double Planner::makespan(bool split, int64_t L) {
+  if (!split && whole_valid_) return whole_ms_;
+  // The multiset of chunk costs as runs (cost, count); the deal depends on nothing else.
+  runs_.clear();
+  const std::size_t T = t_request_.size();
+  auto add = [&](double cost, int64_t count) {
+    if (!runs_.empty() && runs_.back().first == cost) runs_.back().second += count;
+    else runs_.push_back({cost, count});
+  };
+  for (std::size_t t = 0; t < T; ++t) {
+    const int32_t rows = t_row_end_[t] - t_row_begin_[t];
+    const int64_t len = t_kv_end_[t] - t_kv_begin_[t];
+    const Cut cut = cut_tile(len, split, L, cfg_.kv_granularity);
+    if (cut.n_used == 1) {
+      add(chunk_cost(cfg_, rows, static_cast<int32_t>(len)), 1);
+    } else {
+      add(chunk_cost(cfg_, rows, static_cast<int32_t>(cut.clen)), cut.n_used - 1);
+      add(chunk_cost(cfg_, rows, static_cast<int32_t>(len - (cut.n_used - 1) * cut.clen)), 1);
+    }
+  }
+  const std::size_t R = runs_.size();
+  keys_.resize(R);
+  keys_tmp_.resize(R);
+  order_.resize(R);
+  order_tmp_.resize(R);
+  hist_.resize(256);
+  for (std::size_t r = 0; r < R; ++r) {
+    keys_[r] = desc_key(runs_[r].first);
+    order_[r] = static_cast<uint32_t>(r);
+  }
+  radix_sort(keys_.data(), order_.data(), keys_tmp_.data(), order_tmp_.data(), R, hist_.data());
+  tmp_costs_.resize(R);
+  tmp_counts_.resize(R);
+  for (std::size_t r = 0; r < R; ++r) {
+    tmp_costs_[r] = runs_[r].first;
+    tmp_counts_[r] = static_cast<std::size_t>(runs_[r].second);
+  }
+  double ms = 0;
+  if (R > 0 && use_int_keys(tmp_costs_.data(), R, tmp_counts_.data())) {
+    reset_deal_int();
+    for (std::size_t r = 0; r < R; ++r) {
+      const auto& run = runs_[order_[r]];
+      const uint64_t c = static_cast<uint64_t>(run.first);
+      for (int64_t k = 0; k < run.second; ++k) deal_int(c);
+    }
+    tmp_costs_.resize(std::max<std::size_t>(R, cfg_.num_ctas));
+    loads_int(tmp_costs_.data());
+    ms = *std::max_element(tmp_costs_.begin(), tmp_costs_.begin() + cfg_.num_ctas);
+  } else if (R > 0) {
+    reset_deal();
+    for (std::size_t r = 0; r < R; ++r) {
+      const auto& run = runs_[order_[r]];
+      for (int64_t k = 0; k < run.second; ++k) deal_one(run.first);
+    }
+    ms = max_load();
+  }
+  if (!split) {
+    whole_valid_ = true;
+    whole_ms_ = ms;
+  }
+  return ms;
+}
+
+bool Planner::choose_split(int64_t L, double* ms_split, double* ms_whole) {
+  if (ms_split) *ms_split = 0;
+  if (ms_whole) *ms_whole = 0;
+  if (!cfg_.allow_split || longest_ <= L) return false;
+  // Split only when it lowers the planned makespan by min_gain: splitting adds partial
+  // writes and a merge pass that the cost model does not count.
+  const double ms_with = makespan(true, L);
+  const double ms_without = makespan(false, 0);
+  if (ms_split) *ms_split = ms_with;
+  if (ms_whole) *ms_whole = ms_without;
+  return ms_with <= (1.0 - cfg_.min_gain) * ms_without;
+}
+
+void Planner::build(bool split, int64_t L, Plan& p) {
+  const BalanceConfig& cfg = cfg_;
+  p.version = kPlanVersion;
   p.num_ctas = cfg.num_ctas;
   p.num_kv_heads = cfg.num_kv_heads;
   p.group_size = cfg.group_size;
   p.tile_q = cfg.tile_q;
-  p.batch = static_cast<int32_t>(shape.kv_len.size());
-  p.qo_indptr.assign(p.batch + 1, 0);
-  for (int32_t b = 0; b < p.batch; ++b) {
-    const int64_t next = int64_t(p.qo_indptr[b]) + shape.qo_len[b];
-    WEFT_CHECK_ARG(next <= INT32_MAX, "shape.qo_len", "total query tokens overflow int32");
-    p.qo_indptr[b + 1] = static_cast<int32_t>(next);
-  }
-  p.kv_len = shape.kv_len;
+  p.batch = batch_;
+  p.qo_indptr.assign(qo_indptr_.begin(), qo_indptr_.end());
+  p.kv_len.assign(kv_len_.begin(), kv_len_.end());
+  const std::size_t T = t_request_.size();
+  p.num_tiles = static_cast<int32_t>(T);
+  p.max_chunk = T == 0 ? 0 : static_cast<int32_t>(split ? L : longest_);
 
-  // Tiles in generation order (request, kv_head, tile).
-  std::vector<Tile> tiles;
-  int64_t total_kv = 0;
-  int32_t longest = 0;  // longest tile KV range
-  for (int32_t b = 0; b < p.batch; ++b) {
-    const int64_t rows = int64_t(shape.qo_len[b]) * cfg.group_size;
-    WEFT_CHECK_ARG(rows <= INT32_MAX, "shape.qo_len", "rows of request " << b << " overflow int32");
-    const int64_t nt = tiles_per_head(shape.qo_len[b], cfg.group_size, cfg.tile_q);
-    const int32_t kb = shape.kv_start.empty() ? 0 : shape.kv_start[b];
-    const int32_t ke = shape.kv_len[b];
-    for (int32_t h = 0; h < cfg.num_kv_heads; ++h) {
-      for (int64_t t = 0; t < nt; ++t) {
-        const int32_t r0 = static_cast<int32_t>(t * cfg.tile_q);
-        const int32_t r1 = static_cast<int32_t>(std::min<int64_t>(rows, r0 + int64_t(cfg.tile_q)));
-        tiles.push_back({b, h, r0, r1, kb, ke});
-        total_kv += ke - kb;
-        longest = std::max(longest, ke - kb);
-      }
+  // Step 3: chunks (generation order), partial slots and merges.
+  for (auto* v : {&p.merge_request, &p.merge_kv_head, &p.merge_row_begin, &p.merge_row_end}) v->clear();
+  p.merge_indptr.assign(1, 0);
+  std::size_t n = 0;
+  for (std::size_t t = 0; t < T; ++t)
+    n += static_cast<std::size_t>(cut_tile(t_kv_end_[t] - t_kv_begin_[t], split, L, cfg.kv_granularity).n_used);
+  for (auto* v : {&c_tile_, &c_kv_begin_, &c_kv_end_, &c_slot_}) v->resize(n);
+  t_chunk0_.resize(T + 1);
+  c_cost_.resize(n);
+  bool several_tiles_per_head = false;
+  std::size_t w = 0;
+  for (std::size_t t = 0; t < T; ++t) {
+    const int32_t rows = t_row_end_[t] - t_row_begin_[t];
+    const int32_t kb = t_kv_begin_[t], ke = t_kv_end_[t];
+    const Cut cut = cut_tile(ke - kb, split, L, cfg.kv_granularity);
+    const int32_t slot0 = p.merge_indptr.back();
+    t_chunk0_[t] = static_cast<int32_t>(w);
+    for (int64_t c = 0; c < cut.n_used; ++c, ++w) {
+      const int32_t b0 = static_cast<int32_t>(kb + c * cut.clen);
+      const int32_t b1 = cut.n_used == 1 ? ke : static_cast<int32_t>(std::min<int64_t>(ke, b0 + cut.clen));
+      c_tile_[w] = static_cast<int32_t>(t);
+      c_kv_begin_[w] = b0;
+      c_kv_end_[w] = b1;
+      c_cost_[w] = chunk_cost(cfg, rows, b1 - b0);
+      c_slot_[w] = cut.n_used == 1 ? -1 : slot0 + static_cast<int32_t>(c);
     }
+    if (cut.n_used > 1) {
+      p.merge_request.push_back(t_request_[t]);
+      p.merge_kv_head.push_back(t_kv_head_[t]);
+      p.merge_row_begin.push_back(t_row_begin_[t]);
+      p.merge_row_end.push_back(t_row_end_[t]);
+      p.merge_indptr.push_back(slot0 + static_cast<int32_t>(cut.n_used));
+    }
+    if (t > 0 && t_request_[t] == t_request_[t - 1] && t_kv_head_[t] == t_kv_head_[t - 1])
+      several_tiles_per_head = true;
   }
-  p.num_tiles = static_cast<int32_t>(tiles.size());
 
-  // Step 2: the maximum chunk length.
-  int64_t L = (total_kv + cfg.num_ctas - 1) / cfg.num_ctas;
-  L = std::max<int64_t>({L, cfg.min_chunk, 1});
-  L = (L + cfg.kv_granularity - 1) / cfg.kv_granularity * cfg.kv_granularity;
-  if (cfg.allow_split && longest > L) {
-    // Split only when it lowers the planned makespan by min_gain: splitting adds partial
-    // writes and a merge pass that the cost model does not count.
-    Plan with = p, without = p;
-    deal(tiles, cfg, L, true, with);
-    deal(tiles, cfg, L, false, without);
-    const double ms_with = *std::max_element(with.cta_cost.begin(), with.cta_cost.end());
-    const double ms_without = *std::max_element(without.cta_cost.begin(), without.cta_cost.end());
-    return ms_with <= (1.0 - cfg.min_gain) * ms_without ? with : without;
+  t_chunk0_[T] = static_cast<int32_t>(w);
+
+  // Step 4: the tie order, then a stable sort by cost, descending.
+  order_.resize(n);
+  order_tmp_.resize(n);
+  keys_.resize(n);
+  keys_tmp_.resize(n);
+  hist_.resize(256);
+  if (cfg.row_tiles_together && several_tiles_per_head) {
+    // (request, kv_head, chunk index, tile): chunk c of every tile of one (request, kv head)
+    // before chunk c + 1. Tiles of one (request, kv head) are consecutive, their chunks too.
+    std::size_t o = 0;
+    for (std::size_t t = 0; t < T;) {
+      std::size_t te = t + 1;
+      int32_t max_n = t_chunk0_[t + 1] - t_chunk0_[t];
+      while (te < T && t_request_[te] == t_request_[t] && t_kv_head_[te] == t_kv_head_[t]) {
+        max_n = std::max(max_n, t_chunk0_[te + 1] - t_chunk0_[te]);
+        ++te;
+      }
+      for (int32_t c = 0; c < max_n; ++c)
+        for (std::size_t u = t; u < te; ++u)
+          if (c < t_chunk0_[u + 1] - t_chunk0_[u]) order_[o++] = static_cast<uint32_t>(t_chunk0_[u] + c);
+      t = te;
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) order_[i] = static_cast<uint32_t>(i);
   }
-  deal(tiles, cfg, L, false, p);
+  for (std::size_t i = 0; i < n; ++i) keys_[i] = desc_key(c_cost_[order_[i]]);
+  radix_sort(keys_.data(), order_.data(), keys_tmp_.data(), order_tmp_.data(), n, hist_.data());
+
+  // Step 5: deal, lowest (load, CTA index) first.
+  const int32_t C = cfg.num_ctas;
+  assigned_.resize(n);
+  p.cta_cost.assign(C, 0.0);
+  if (use_int_keys(c_cost_.data(), n, nullptr)) {
+    reset_deal_int();
+    for (std::size_t k = 0; k < n; ++k) assigned_[k] = deal_int(static_cast<uint64_t>(c_cost_[order_[k]]));
+    loads_int(p.cta_cost.data());
+  } else {
+    reset_deal();
+    for (std::size_t k = 0; k < n; ++k) assigned_[k] = deal_one(c_cost_[order_[k]]);
+    const Slot* q = heap_mode_ ? heap_.data() : ring_.data() + head_;
+    for (int32_t i = 0; i < C; ++i) p.cta_cost[q[i].cta] = q[i].load;
+  }
+
+  // Flatten by CTA (each CTA's items in the order dealt).
+  p.cta_indptr.assign(C + 1, 0);
+  for (std::size_t k = 0; k < n; ++k) ++p.cta_indptr[assigned_[k] + 1];
+  for (int32_t c = 0; c < C; ++c) p.cta_indptr[c + 1] += p.cta_indptr[c];
+  cursor_.assign(p.cta_indptr.begin(), p.cta_indptr.end() - 1);
+  for (auto* v : {&p.item_request, &p.item_kv_head, &p.item_row_begin, &p.item_row_end, &p.item_kv_begin,
+                  &p.item_kv_end, &p.item_partial_slot})
+    v->resize(n);
+  int32_t* const ir = p.item_request.data();
+  int32_t* const ih = p.item_kv_head.data();
+  int32_t* const irb = p.item_row_begin.data();
+  int32_t* const ire = p.item_row_end.data();
+  int32_t* const ikb = p.item_kv_begin.data();
+  int32_t* const ike = p.item_kv_end.data();
+  int32_t* const isl = p.item_partial_slot.data();
+  for (std::size_t k = 0; k < n; ++k) {
+    const uint32_t ch = order_[k];
+    const int32_t i = cursor_[assigned_[k]]++;
+    const int32_t t = c_tile_[ch];
+    ir[i] = t_request_[t];
+    ih[i] = t_kv_head_[t];
+    irb[i] = t_row_begin_[t];
+    ire[i] = t_row_end_[t];
+    ikb[i] = c_kv_begin_[ch];
+    ike[i] = c_kv_end_[ch];
+    isl[i] = c_slot_[ch];
+  }
+  p.split = p.num_merges() > 0;
+}
+
+void Planner::balance(const BatchShape& shape, const BalanceConfig& cfg, Plan& out) {
+  const int64_t L = prepare(shape, cfg);
+  build(choose_split(L), L, out);
+}
+
+Plan balance(const BatchShape& shape, const BalanceConfig& cfg) {
+  Planner planner;
+  Plan p;
+  planner.balance(shape, cfg, p);
   return p;
 }
 
@@ -283,7 +655,9 @@ PlanPointers WorkspaceLayout::pointers(void* base) const {
   return v;
 }
 
-void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
+void WorkspaceLayout::serialize(const Plan& plan, void* dst) const { serialize(plan, dst, nullptr); }
+
+void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const {
   WEFT_CHECK_ARG(plan.version == kPlanVersion, "plan", "version " << plan.version << " != " << kPlanVersion);
   WEFT_CHECK_ARG(plan.num_ctas == bounds_.num_ctas, "plan",
                  "num_ctas " << plan.num_ctas << " != workspace bound " << bounds_.num_ctas);
@@ -300,7 +674,10 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
                  "plan", "items/merges/slots " << plan.num_items() << "/" << plan.num_merges() << "/"
                                                << plan.num_partial_slots() << " exceed bounds "
                                                << max_items_ << "/" << max_merges_ << "/" << max_slots_);
-  std::memset(dst, 0, metadata_bytes_);
+  // A buffer this layout wrote before holds zeros everywhere except in the arrays' first
+  // image->len[k] entries: clearing their excess is enough (and far less than the whole region).
+  const bool incremental = image != nullptr && image->valid;
+  if (!incremental) std::memset(dst, 0, metadata_bytes_);
   char* base = static_cast<char*>(dst);
   PlanHeader h{};
   h.version = plan.version;
@@ -308,16 +685,23 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
   h.num_merges = plan.num_merges();
   h.num_ctas = plan.num_ctas;
   h.batch = plan.batch;
-  h.tile_q = bounds_.tile_q;  // the partial slots' row stride (items have <= tile_q rows)
+  h.tile_q = plan.tile_q;
   h.group_size = plan.group_size;
   h.num_kv_heads = plan.num_kv_heads;
   h.num_partial_slots = plan.num_partial_slots();
   h.split = plan.split ? 1 : 0;
   std::memcpy(base, &h, sizeof(h));
   PlanPointers v = pointers(dst);
-  auto put = [](const int32_t* d, const std::vector<int32_t>& s) {
-    if (!s.empty()) std::memcpy(const_cast<int32_t*>(d), s.data(), s.size() * sizeof(int32_t));
+  int k = 0;  // array index in image->len
+  auto put_n = [&](const int32_t* d, const int32_t* src, std::size_t n) {
+    int32_t* out = const_cast<int32_t*>(d);
+    if (n > 0 && src != nullptr) std::memcpy(out, src, n * sizeof(int32_t));
+    if (incremental && std::size_t(image->len[k]) > n)
+      std::memset(out + n, 0, (std::size_t(image->len[k]) - n) * sizeof(int32_t));
+    if (image != nullptr) image->len[k] = static_cast<int32_t>(n);
+    ++k;
   };
+  auto put = [&](const int32_t* d, const std::vector<int32_t>& s) { put_n(d, s.data(), s.size()); };
   put(v.cta_indptr, plan.cta_indptr);
   put(v.item_request, plan.item_request);
   put(v.item_kv_head, plan.item_kv_head);
@@ -334,15 +718,21 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
   put(v.qo_indptr, plan.qo_indptr);
   put(v.kv_len, plan.kv_len);
   // item_merge: the merge entry whose slot range holds the item's partial slot (slots of a merge
-  // are consecutive); the counters stay 0 (memset above).
+  // are consecutive, merge_indptr ascending); -1 for final items. The counters stay 0.
   int32_t* item_merge = const_cast<int32_t*>(v.item_merge);
-  std::vector<int32_t> slot_merge(std::max(plan.num_partial_slots(), 0), -1);
-  for (int32_t m = 0; m < plan.num_merges(); ++m)
-    for (int32_t s = plan.merge_indptr[m]; s < plan.merge_indptr[m + 1]; ++s) slot_merge[s] = m;
-  for (int32_t i = 0; i < plan.num_items(); ++i) {
+  const int32_t num_items = plan.num_items(), num_merges = plan.num_merges();
+  const int32_t num_slots = plan.merge_indptr.empty() ? 0 : plan.num_partial_slots();
+  const int32_t* mi = plan.merge_indptr.data();
+  for (int32_t i = 0; i < num_items; ++i) {
     const int32_t s = plan.item_partial_slot[i];
-    item_merge[i] = s >= 0 && s < static_cast<int32_t>(slot_merge.size()) ? slot_merge[s] : -1;
+    int32_t m = -1;
+    if (s >= 0 && s < num_slots) {
+      m = static_cast<int32_t>(std::upper_bound(mi, mi + num_merges + 1, s) - mi) - 1;
+      if (m >= num_merges) m = -1;
+    }
+    item_merge[i] = m;
   }
+  put_n(v.item_merge, nullptr, static_cast<std::size_t>(num_items));  // clears the excess only
   CtaRecord* first = const_cast<CtaRecord*>(v.cta_first);
   for (int32_t c = 0; c < plan.num_ctas; ++c) {
     CtaRecord r{};
@@ -362,6 +752,7 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst) const {
     }
     first[c] = r;
   }
+  if (image != nullptr) image->valid = true;
 }
 
 Plan WorkspaceLayout::deserialize(const void* src) const {

@@ -106,7 +106,96 @@ int64_t tiles_per_head(int64_t qo_len, int32_t group_size, int32_t tile_q);
 double chunk_cost(const BalanceConfig& cfg, int32_t rows, int32_t kv_length);
 
 // Throws weft::Error naming the offending field on bad input ("shape.kv_len[3]", "cfg.tile_q").
+// A convenience over Planner (below): a fresh planner and plan per call.
 Plan balance(const BatchShape& shape, const BalanceConfig& cfg);
+
+// The planner with its scratch kept between calls: the same plans as the algorithm above, bit for
+// bit (tests/host/attention/plan_identity_test.cpp checks it against the straightforward version
+// kept in tests/host/attention/plan_reference.h), made cheap for a per-step plan() (issue 19):
+//  - every buffer (tiles, chunks, sort keys, the deal's CTA queue, the output plan's vectors when
+//    the caller reuses its Plan) keeps its capacity: a warm call with a batch no larger than
+//    before allocates nothing;
+//  - a makespan (split or not) is computed from the chunk costs alone, as runs of equal cost, without
+//    building items; the plan is built once, for the chosen bound (today's balance() dealt twice and
+//    plan_decode() re-ran balance() per candidate bound);
+//  - step 4 sorts once: the row_tiles_together tie order is built directly, then a stable LSD radix
+//    sort on the costs' bit patterns (non-negative doubles order as unsigned integers) skips the
+//    bytes every key shares, and no sort runs when the chunks are already in order;
+//  - step 5 deals from a queue of CTAs sorted by (load, index): while each CTA's new load is the
+//    largest (equal costs, e.g. a uniform batch: round robin) a deal is O(1); the first time one is
+//    not, the sorted queue becomes a binary min-heap (a sorted array is one) with the same order.
+//    The order (load, index) is total, so every correct min-queue pops the same CTA as the
+//    std::priority_queue did, and loads are summed in the same order (identical doubles).
+// Not thread-safe: one Planner per thread (a wrapper owns one).
+class Planner {
+ public:
+  // = balance(shape, cfg), written into `out` (its vectors are reused).
+  void balance(const BatchShape& shape, const BalanceConfig& cfg, Plan& out);
+
+  // Building blocks (plan_decode's bound search, prefill's merge-penalty rule). prepare() runs
+  // steps 1-2 (validation, tiles) and returns L; the others use the prepared tiles and cfg.
+  int64_t prepare(const BatchShape& shape, const BalanceConfig& cfg);
+  int32_t longest_tile() const { return longest_; }
+  // Step 2's L for the prepared tiles with cfg.min_chunk replaced by min_chunk.
+  int64_t chunk_bound(int64_t min_chunk) const;
+  // Planned makespan (max CTA load) of steps 3-5 with chunk bound L (split) or whole tiles
+  // (!split; cached per prepare()), without building the plan.
+  double makespan(bool split, int64_t L);
+  // The largest chunk cost with chunk bound L: a lower bound of makespan(true, L).
+  double max_chunk_cost(int64_t L) const;
+  // Steps 3-5 for the prepared tiles into `out` (all fields set).
+  void build(bool split, int64_t L, Plan& out);
+  // balance()'s choice for the prepared tiles: split at L when it lowers the makespan by
+  // cfg.min_gain. ms_split / ms_whole receive the makespans compared (ms_split is 0 when no split
+  // was possible).
+  bool choose_split(int64_t L, double* ms_split = nullptr, double* ms_whole = nullptr);
+
+ private:
+  struct Slot {
+    double load;
+    int32_t cta;
+  };
+  void reset_deal();
+  int32_t deal_one(double cost);
+  int32_t deal_slow(double cost);
+  void deal_to_heap(const Slot& s);
+  double max_load() const;
+  // The same queue when every cost is an integer and all loads stay below 2^(63 - shift): one
+  // uint64 key per CTA, (load << shift) | cta, whose integer order is the (load, index) order.
+  bool use_int_keys(const double* costs, std::size_t n, const std::size_t* counts);
+  void reset_deal_int();
+  int32_t deal_int(uint64_t cost);
+  int32_t deal_int_slow(uint64_t add);
+  void loads_int(double* loads) const;
+  void sort_chunks_desc(std::size_t n);
+
+  BalanceConfig cfg_{};
+  int32_t batch_ = 0;
+  int64_t total_kv_ = 0;
+  int32_t longest_ = 0;
+  bool whole_valid_ = false;
+  double whole_ms_ = 0;
+  std::vector<int32_t> qo_indptr_, kv_len_;
+  // Tiles in generation order (request, kv_head, tile), struct of arrays.
+  std::vector<int32_t> t_request_, t_kv_head_, t_row_begin_, t_row_end_, t_kv_begin_, t_kv_end_;
+  // Chunks of build() in generation order.
+  std::vector<int32_t> c_tile_, c_kv_begin_, c_kv_end_, c_slot_;
+  std::vector<int32_t> t_chunk0_;  // tile t's chunks: [t_chunk0_[t], t_chunk0_[t + 1])
+  std::vector<double> c_cost_;
+  // Step 4/5 scratch.
+  std::vector<uint32_t> order_, order_tmp_;
+  std::vector<uint64_t> keys_, keys_tmp_;
+  std::vector<uint32_t> hist_;
+  std::vector<std::pair<double, int64_t>> runs_;  // makespan(): (cost, count)
+  std::vector<int32_t> assigned_, cursor_;
+  std::vector<Slot> ring_, heap_;
+  std::vector<uint64_t> iring_, iheap_;
+  std::vector<double> tmp_costs_;
+  std::vector<std::size_t> tmp_counts_;
+  int key_shift_ = 0;
+  std::size_t head_ = 0;
+  bool heap_mode_ = false;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Workspace layout: every array at a FIXED offset computed from bounds, so the device pointers a
@@ -193,6 +282,15 @@ class WorkspaceLayout {
   // Writes `plan` into `dst` (metadata_bytes() bytes, host memory) at the fixed offsets.
   // Throws weft::Error("plan", ...) when the plan exceeds the bounds or does not match them.
   void serialize(const Plan& plan, void* dst) const;
+  // What one serialize() wrote into a buffer: the length of every variable array. With it, the
+  // next serialize() into the SAME buffer (not modified in between) clears only what the previous
+  // plan wrote beyond the new lengths instead of the whole region; the image is byte-identical to
+  // serialize() into a fresh buffer. `valid` false (a new buffer): the whole region is cleared.
+  struct Image {
+    bool valid = false;
+    int32_t len[16] = {};
+  };
+  void serialize(const Plan& plan, void* dst, Image* image) const;
   // Reads a serialized plan back (tests; header + arrays, no partials).
   Plan deserialize(const void* src) const;
   // Pointers into a workspace at `base` (device or host).

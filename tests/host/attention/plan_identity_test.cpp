@@ -1,0 +1,130 @@
+// The optimized planner (plan::Planner, serialize with an Image) against the straightforward
+// version it replaced (plan_reference.h, kept verbatim): identical plans, field by field and
+// makespan bit for bit, and byte-identical workspace images, on random batches. One Planner, one
+// Plan and one image buffer are reused across all iterations (what a wrapper does), so stale state
+// from a previous, larger or split plan would show up here.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "attention/plan/balance.h"
+#include "tests/common/test_util.h"
+#include "tests/host/attention/plan_reference.h"
+
+namespace weft::plan {
+namespace {
+
+void expect_same_plan(const Plan& a, const Plan& b) {
+  EXPECT_EQ(a.version, b.version);
+  EXPECT_EQ(a.num_ctas, b.num_ctas);
+  EXPECT_EQ(a.num_kv_heads, b.num_kv_heads);
+  EXPECT_EQ(a.group_size, b.group_size);
+  EXPECT_EQ(a.tile_q, b.tile_q);
+  EXPECT_EQ(a.batch, b.batch);
+  EXPECT_EQ(a.max_chunk, b.max_chunk);
+  EXPECT_EQ(a.split, b.split);
+  EXPECT_EQ(a.num_tiles, b.num_tiles);
+  EXPECT_EQ(a.cta_indptr, b.cta_indptr);
+  EXPECT_EQ(a.item_request, b.item_request);
+  EXPECT_EQ(a.item_kv_head, b.item_kv_head);
+  EXPECT_EQ(a.item_row_begin, b.item_row_begin);
+  EXPECT_EQ(a.item_row_end, b.item_row_end);
+  EXPECT_EQ(a.item_kv_begin, b.item_kv_begin);
+  EXPECT_EQ(a.item_kv_end, b.item_kv_end);
+  EXPECT_EQ(a.item_partial_slot, b.item_partial_slot);
+  EXPECT_EQ(a.merge_request, b.merge_request);
+  EXPECT_EQ(a.merge_kv_head, b.merge_kv_head);
+  EXPECT_EQ(a.merge_row_begin, b.merge_row_begin);
+  EXPECT_EQ(a.merge_row_end, b.merge_row_end);
+  EXPECT_EQ(a.merge_indptr, b.merge_indptr);
+  EXPECT_EQ(a.qo_indptr, b.qo_indptr);
+  EXPECT_EQ(a.kv_len, b.kv_len);
+  ASSERT_EQ(a.cta_cost.size(), b.cta_cost.size());
+  EXPECT_EQ(0, std::memcmp(a.cta_cost.data(), b.cta_cost.data(), a.cta_cost.size() * sizeof(double)))
+      << "planned CTA loads differ in some bit";
+}
+
+std::vector<int32_t> lengths(test::Rng& rng, int n, int kind) {
+  std::vector<int32_t> v(n);
+  for (int i = 0; i < n; ++i) {
+    switch (kind) {
+      case 0: v[i] = static_cast<int32_t>(rng.randint(0, 32768)); break;           // random
+      case 1: v[i] = i % 2 ? 32768 : 512; break;                                    // bimodal
+      case 2: v[i] = 4096; break;                                                   // uniform
+      case 3: v[i] = static_cast<int32_t>(std::pow(rng.uniform(0, 1), 4) * 65536); break;  // skewed
+      default: v[i] = static_cast<int32_t>(rng.randint(0, 3)); break;               // tiny, zeros
+    }
+  }
+  return v;
+}
+
+TEST(PlanIdentity, PlannerMatchesReferenceOnRandomBatches) {
+  test::Rng rng = test::Rng::for_current_test();
+  const int groups[] = {1, 2, 3, 4, 8, 16, 24, 32, 64};
+  Planner planner;  // reused: warm buffers, state from the previous iteration
+  Plan plan;
+  std::vector<unsigned char> img_new, img_ref;
+  WorkspaceLayout::Image image;
+  PlanBounds last_bounds{};
+  for (int iter = 0; iter < 400; ++iter) {
+    const bool prefill = iter % 4 == 3;
+    const int batch = static_cast<int>(rng.randint(0, iter % 7 == 0 ? 300 : 64));
+    BatchShape s;
+    s.kv_len = lengths(rng, batch, static_cast<int>(rng.randint(0, 4)));
+    s.qo_len.assign(batch, 1);
+    if (prefill)
+      for (int b = 0; b < batch; ++b) s.qo_len[b] = static_cast<int32_t>(rng.randint(0, std::min(s.kv_len[b], 300)));
+    if (iter % 3 == 0) {
+      s.kv_start.resize(batch);
+      for (int b = 0; b < batch; ++b) s.kv_start[b] = std::max(0, s.kv_len[b] - int32_t(rng.randint(1, 5000)));
+    }
+    BalanceConfig cfg;
+    cfg.num_ctas = static_cast<int32_t>(rng.randint(0, 3) == 0 ? rng.randint(1, 8) : rng.randint(1, 300));
+    cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 8));
+    cfg.group_size = groups[rng.randint(0, 8)];
+    cfg.row_tiles_together = rng.randint(0, 1) == 1;
+    cfg.tile_q = prefill ? static_cast<int32_t>(16 << rng.randint(0, 3)) : static_cast<int32_t>(16 << rng.randint(0, 1));
+    cfg.kv_granularity = static_cast<int32_t>(1 << rng.randint(0, 7));
+    cfg.min_chunk = static_cast<int32_t>(rng.randint(0, 1) ? 0 : 256);
+    const double alphas[] = {0.0, 1.0, 0.5, 4.0, 0.37};  // 0.37, 1.3: non-integral costs (double path)
+    const double betas[] = {1.0, 1.0, 0.5, 1.3};
+    cfg.alpha = alphas[rng.randint(0, 4)];
+    cfg.beta = betas[rng.randint(0, 3)];
+    cfg.min_gain = rng.randint(0, 1) ? 0.1 : 0.0;
+    cfg.allow_split = rng.randint(0, 5) != 0;
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << batch << " ctas " << cfg.num_ctas
+                                      << " heads " << cfg.num_kv_heads << " group " << cfg.group_size);
+    const Plan ref = reference::balance(s, cfg);
+    planner.balance(s, cfg, plan);
+    ASSERT_NO_FATAL_FAILURE(expect_same_plan(plan, ref));
+    if (HasFailure()) return;
+    // The convenience function too.
+    ASSERT_NO_FATAL_FAILURE(expect_same_plan(balance(s, cfg), ref));
+
+    // Images: a layout that fits, the image buffer reused while the layout stays the same.
+    PlanBounds bounds{std::max(batch, 1), std::max(ref.num_tiles, 1), cfg.num_ctas, cfg.tile_q, 128};
+    if (iter % 5 != 0 && last_bounds.num_ctas == bounds.num_ctas && last_bounds.tile_q == bounds.tile_q &&
+        last_bounds.max_batch >= bounds.max_batch && last_bounds.max_tiles >= bounds.max_tiles) {
+      bounds = last_bounds;  // same buffer as the previous iteration: incremental clearing
+    } else {
+      bounds.max_batch += static_cast<int32_t>(rng.randint(0, 40));
+      bounds.max_tiles += static_cast<int32_t>(rng.randint(0, 400));
+      image = WorkspaceLayout::Image{};
+    }
+    last_bounds = bounds;
+    const WorkspaceLayout layout(bounds);
+    img_new.resize(layout.metadata_bytes());
+    img_ref.assign(layout.metadata_bytes(), 0xAB);  // the reference clears the whole region
+    if (!image.valid) std::fill(img_new.begin(), img_new.end(), 0xCD);
+    reference::serialize(layout, ref, img_ref.data());
+    layout.serialize(plan, img_new.data(), &image);
+    ASSERT_EQ(0, std::memcmp(img_new.data(), img_ref.data(), img_ref.size())) << "workspace images differ";
+  }
+}
+
+}  // namespace
+}  // namespace weft::plan
