@@ -3,6 +3,7 @@
 //   prefill/causal/ragged-q64/L<n>       the same with the query tile forced to 64 rows
 //   prefill/causal/ragged-nosplit/L<n>   the same with split-KV off
 //   prefill/mixed                        a batch of mixed causal prefills (paged)
+//   prefill/plan/b64                     64 short causal prompts (the plan_us row of a 64-request step)
 //   prefill/chunked/c<chunk>/h<hist>     chunked prefill: <chunk> new tokens after <hist> keys
 //   (these rows take the wrapper's default mainloop: the sm90 one on Hopper)
 //   prefill/sm90/{causal,noncausal}/...  the Hopper wgmma/TMA mainloop (src/prefill/sm90/), asserted
@@ -132,12 +133,13 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
         w.plan_ragged(qo.data(), kvp.data(), batch, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds,
                       s, nullptr, opt);
     };
+    // plan() host time: the median of 21 warm calls (after one cold call), each on an idle stream.
     std::vector<double> plan_us;
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < 22; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       plan();
       const auto t1 = std::chrono::steady_clock::now();
-      plan_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      if (i > 0) plan_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
     }
     std::sort(plan_us.begin(), plan_us.end());
@@ -192,6 +194,14 @@ WEFT_BENCH_GROUP(prefill) {
   nosplit.allow_split_kv = false;
   for (int32_t L : {1024, 2048})
     run_prefill_case(ctx, "prefill/causal/ragged-nosplit/L" + std::to_string(L), {L}, {L}, false, nosplit);
+  {
+    // plan() host time of a 64-request step ("prefill/plan/b64", extra plan_us): 64 causal prompts
+    // of 64..448 tokens (a fixed draw, ~16K tokens; bench/plan_bench.cpp times the same shape).
+    std::vector<int32_t> q(64);
+    std::mt19937_64 rng(64);
+    for (auto& l : q) l = static_cast<int32_t>(std::uniform_int_distribution<int>(64, 448)(rng));
+    run_prefill_case(ctx, "prefill/plan/b64", q, q, false);
+  }
   {
     // Mixed batch: a fixed spread of prompt lengths (short chats to long documents).
     const std::vector<int32_t> mix = {8192, 137, 2048, 512, 4000, 1024, 64, 3000, 700, 1500};
