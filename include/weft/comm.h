@@ -11,9 +11,11 @@
 //     same CommOptions);
 //   * an ncclDevComm with 32 LSA barriers (one per CTA index; num_ctas <= 32);
 //   * a check that every peer is load/store accessible (LSA team size == world size).
-// If anything is missing (NCCL < 2.28, no symmetric memory, a peer not LSA-reachable, world > 8,
-// WEFT_COMM_FORCE_FALLBACK=1 or options.force_fallback) the communicator uses the fallback path
-// (ncclAllReduce, then fused_add_rmsnorm) and says why: path() and path_reason().
+// If anything is missing (NCCL < 2.28, a runtime NCCL other than the headers' (unless
+// options.allow_nccl_mismatch), no symmetric memory, a peer not LSA-reachable, world > 8, or
+// options.force_fallback) the communicator uses the fallback path (ncclAllReduce, then
+// fused_add_rmsnorm) and says why: path() and path_reason(). The library reads no environment
+// variable: every setting is a CommOptions field.
 //
 // The fused call, per rank: x [tokens, hidden] holds this rank's partial sums.
 //   residual' = round(residual + sum_over_ranks(x))     (fp32 sum in rank order 0..N-1, then +
@@ -80,8 +82,11 @@ const char* allreduce_variant_name(AllReduceVariant v);
 
 // Implementation of the LSA path (bit-identical results; see src/comm/fused_common.cuh).
 // kBulk: TMA bulk copies (cp.async.bulk) through shared-memory pipelines, so each SM keeps
-// ~100-200 KB in flight regardless of registers. kPush: the earlier kernel, register-staged
-// 16-byte stores. Both move every NVLink byte with the SMs (num_ctas of them).
+// ~100-200 KB in flight regardless of registers. kAuto never picks it (within 5% of kPush at 8
+// CTAs, slower than kCopyEngine from 16 MiB; docs/perf-notes-comm.md, change 2): it runs only when
+// asked for, kept as the bench's comparison (rows "comm/.../two_shot/bulk/..."). kPush: the
+// earlier kernel, register-staged 16-byte stores. Both move every NVLink byte with the SMs
+// (num_ctas of them).
 // kCopyEngine: the copy engines move every NVLink byte (cudaMemcpyAsync on two internal streams:
 // x rows pushed to their owners' staging, the owners' normalized rows pulled into `out`) and the
 // num_ctas CTAs only reduce, add and normalize the owned rows from local memory, chunk by chunk
@@ -89,8 +94,8 @@ const char* allreduce_variant_name(AllReduceVariant v);
 // calls use kPush). Why: one SM copies ~50 GB/s however it issues (docs/perf-notes-comm.md), so
 // <= 8 SMs cannot also carry the ~1.5 S per rank of NVLink traffic; the copy engines reach
 // ~390 GB/s over NVLink without any SM.
-// kAuto: environment WEFT_COMM_KERNEL=push|bulk|ce if set; else chosen per call by size
-// (measured): kCopyEngine for two-shot calls of >= 16 MiB, kPush below (kernel_for()).
+// kAuto: chosen per call by size (measured): kCopyEngine for two-shot calls of >= 16 MiB, kPush
+// below (kernel_for()).
 // Every rank must use the same kernel for a call.
 enum class CommKernel : int32_t { kAuto = 0, kPush = 1, kBulk = 2, kCopyEngine = 3 };
 const char* comm_kernel_name(CommKernel k);
@@ -106,15 +111,19 @@ struct CommOptions {
   int64_t max_tokens = 8192;
   int64_t max_hidden = 8192;
   DType dtype = DType::kBFloat16;
-  bool force_fallback = false;  // also forced by the environment: WEFT_COMM_FORCE_FALLBACK=1
-  // Selector: one-shot when tokens * hidden * bytes <= this; < 0: built-in table by world size
-  // (also overridable by WEFT_COMM_ONESHOT_MAX_BYTES).
+  // Use the fallback path (ncclAllReduce + fused_add_rmsnorm) even where the LSA path works.
+  bool force_fallback = false;
+  // The LSA path needs the runtime NCCL to be the version of the headers weft was compiled with
+  // (the device API is inline code over NCCL's structs, whose layout changed between 2.28 patch
+  // releases; a mismatch may read wrong fields and hang). true: use it anyway (at your risk).
+  bool allow_nccl_mismatch = false;
+  // Selector: one-shot when tokens * hidden * bytes <= this; < 0: built-in table by world size.
   int64_t one_shot_max_bytes = -1;
   // Which LSA kernel runs the fused call (see CommKernel); can be changed later with
   // Communicator::set_kernel (same value on every rank, between calls).
   CommKernel kernel = CommKernel::kAuto;
   // Copy-engine kernel: chunks per call (1..8; the copies of chunk j overlap the reduction of
-  // chunk j + 1); 0: chosen from the size of x and the world size (also overridable by WEFT_COMM_CE_CHUNKS).
+  // chunk j + 1); 0: chosen from the size of x and the world size.
   // Every rank must use the same value.
   int copy_engine_chunks = 0;
 };
@@ -145,8 +154,7 @@ class Communicator {
   void* input_buffer() const;   // symmetric input (null off the LSA path)
   void* output_buffer() const;  // symmetric output (null off the LSA path)
 
-  // The LSA kernel setting for the next calls: a kernel, or kAuto (by size, see CommKernel;
-  // WEFT_COMM_KERNEL is resolved at construction / set_kernel).
+  // The LSA kernel setting for the next calls: a kernel, or kAuto (by size, see CommKernel).
   CommKernel kernel() const;
   // The kernel a call of this size runs (never kAuto; one-shot calls run kPush under kCopyEngine).
   CommKernel kernel_for(int64_t tokens, int64_t hidden, DType dtype) const;

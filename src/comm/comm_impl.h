@@ -62,11 +62,6 @@ struct Communicator::Impl {
   cudaEvent_t ce_pushed[comm_detail::kMaxCeChunks] = {}, ce_reduced[comm_detail::kMaxCeChunks] = {};
   char* peer_base[kCommMaxWorld] = {};
   int ce_chunks = 0;  // chunks per call; 0: by size (ce_chunk_count)
-  // Tuning and timing knobs of the copy-engine kernel, read once at setup (ce_read_knobs):
-  // threads per reduce CTA (WEFT_COMM_CE_BLOCK) and the stage a timing run leaves out
-  // (WEFT_COMM_CE_SKIP; results are wrong with it).
-  int ce_block = 512;
-  enum class CeSkip { kNone, kCopies, kReduce, kRows } ce_skip = CeSkip::kNone;
 };
 
 namespace comm_detail {
@@ -87,8 +82,6 @@ enum MismatchBits : uint32_t {
 // Tries to set up the LSA path. Returns "" on success, else the reason it is unavailable
 // (everything it allocated is released). May throw weft::Error on CUDA failures.
 std::string lsa_setup(Communicator::Impl& im);
-// Fills im.ce_block and im.ce_skip from the environment (fused_allreduce_ce.cu).
-void ce_read_knobs(Communicator::Impl& im);
 void lsa_teardown(Communicator::Impl& im) noexcept;
 
 struct FusedLaunch {

@@ -3,9 +3,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <sstream>
+#include <string>
 
 #include "comm/comm_impl.h"
 #include "comm/comm_validate.h"
@@ -49,17 +48,6 @@ const char* comm_kernel_name(CommKernel k) {
 
 namespace {
 
-// kAuto stays kAuto (per call by size, comm_detail::select_kernel) unless WEFT_COMM_KERNEL names
-// a kernel.
-CommKernel resolve_kernel(CommKernel k) {
-  if (k != CommKernel::kAuto) return k;
-  const char* s = std::getenv("WEFT_COMM_KERNEL");
-  if (s != nullptr && std::strcmp(s, "push") == 0) return CommKernel::kPush;
-  if (s != nullptr && std::strcmp(s, "bulk") == 0) return CommKernel::kBulk;
-  if (s != nullptr && std::strcmp(s, "ce") == 0) return CommKernel::kCopyEngine;
-  return CommKernel::kAuto;
-}
-
 void check_kernel(CommKernel k, const char* name) {
   WEFT_CHECK_ARG(k == CommKernel::kAuto || k == CommKernel::kPush || k == CommKernel::kBulk ||
                      k == CommKernel::kCopyEngine,
@@ -70,11 +58,6 @@ void check_kernel(CommKernel k, const char* name) {
 void check_ce_chunks(int chunks, const char* name) {
   WEFT_CHECK_ARG(chunks >= 0 && chunks <= comm_detail::kMaxCeChunks, name,
                  "must be in [0, " << comm_detail::kMaxCeChunks << "] (0: by size), got " << chunks);
-}
-
-bool env_flag(const char* name) {
-  const char* s = std::getenv(name);
-  return s != nullptr && std::strcmp(s, "1") == 0;
 }
 
 void check_options(const CommOptions& o) {
@@ -97,8 +80,8 @@ void init(Communicator::Impl& im) {
                  "the NCCL communicator uses cuda:" << im.device << " but the current device is cuda:" << current);
   im.capacity = static_cast<std::size_t>(im.opt.max_tokens) * static_cast<std::size_t>(im.opt.max_hidden) *
                 dtype_size(im.opt.dtype);
-  im.one_shot_max_bytes = comm_detail::one_shot_max_bytes_from_env(im.opt.one_shot_max_bytes);
-  im.kernel = resolve_kernel(im.opt.kernel);
+  im.one_shot_max_bytes = im.opt.one_shot_max_bytes;
+  im.kernel = im.opt.kernel;
   im.ce_chunks = im.opt.copy_engine_chunks;
   WEFT_CUDA_CHECK(cudaMalloc(&im.state, comm_detail::kStateWords * sizeof(uint32_t)));
   WEFT_CUDA_CHECK(cudaMemset(im.state, 0, comm_detail::kStateWords * sizeof(uint32_t)));
@@ -107,10 +90,9 @@ void init(Communicator::Impl& im) {
   if (im.world == 1) {
     im.path = CommPath::kSingleRank;
     im.reason = "world size 1: no communication";
-  } else if (im.opt.force_fallback || env_flag("WEFT_COMM_FORCE_FALLBACK")) {
+  } else if (im.opt.force_fallback) {
     im.path = CommPath::kNcclFallback;
-    im.reason = im.opt.force_fallback ? "forced by CommOptions::force_fallback"
-                                      : "forced by WEFT_COMM_FORCE_FALLBACK=1";
+    im.reason = "forced by CommOptions::force_fallback";
   } else if (im.world > kCommMaxWorld) {
     im.path = CommPath::kNcclFallback;
     im.reason = "world size " + std::to_string(im.world) + " > " + std::to_string(kCommMaxWorld) +
@@ -206,7 +188,7 @@ CommKernel Communicator::kernel_for(int64_t tokens, int64_t hidden, DType dtype)
 }
 void Communicator::set_kernel(CommKernel k) {
   check_kernel(k, "kernel");
-  impl_->kernel = resolve_kernel(k);
+  impl_->kernel = k;
 }
 
 void Communicator::set_copy_engine_chunks(int chunks) {

@@ -38,8 +38,6 @@
 #include <nccl_device.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "comm/comm_impl.h"
 #include "comm/fused_common.cuh"
@@ -52,12 +50,13 @@
 namespace weft::comm_detail {
 namespace {
 
-// kBlock threads: 512 (16 warps; the default) or 256 (8 warps, the push kernel's shape). At 512
-// the pass-1 batch per thread is half the push kernel's (the 128-register cap; ptxas: 126-128
-// registers, 0 spills): the same loads in flight per CTA, spread over twice the rows at once.
-// Measured on 4xH200 (fed62b6, docs/perf-notes-comm.md): the reduce alone is 1.2-1.35x faster at
-// 512 than at 256 from 1K tokens on. 768 and 1024 threads spilled 100-480 bytes per thread at the
-// 80 / 64-register caps.
+// kBlock threads: 512 (16 warps; kCeBlock, the only one launched). At 512 the pass-1 batch per
+// thread is half the push kernel's (the 128-register cap; ptxas: 126-128 registers, 0 spills):
+// the same loads in flight per CTA, spread over twice the rows at once. Measured on 4xH200
+// (fed62b6, docs/perf-notes-comm.md): the reduce alone is 1.2-1.35x faster at 512 than at 256
+// (the push kernel's shape; that launch and its tuning knob are gone) from 1K tokens on. 768 and
+// 1024 threads spilled 100-480 bytes per thread at the 80 / 64-register caps.
+constexpr int kCeBlock = 512;
 template <class T, int kMaxWorld, int kBlock>
 __global__ void __launch_bounds__(kBlock, 1) ce_reduce_kernel(const Params p) {
   constexpr int kB = reduce_batch<kMaxWorld>() * kCommBlock / kBlock;
@@ -81,7 +80,7 @@ __global__ void __launch_bounds__(kBlock, 1) ce_reduce_kernel(const Params p) {
     __syncthreads();
     bad = s_bad;
   }
-  if (!bad && !p.ce_skip_rows)
+  if (!bad)
     reduce_norm_rows<T, kMaxWorld, kB>(p, owned_range(p.tokens, p.world, p.rank), p.ce_k_lo, p.ce_k_hi, seg_sums);
   // Chunk 0 always closes with the barrier (the mismatch is only known after the first one).
   if (!bad || first) bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
@@ -94,24 +93,16 @@ __global__ void __launch_bounds__(kBlock, 1) ce_reduce_kernel(const Params p) {
   }
 }
 
-template <int kBlock>
-void launch_reduce_block(const Params& p, DType dtype, int num_ctas, cudaStream_t stream) {
+void launch_reduce(const Params& p, DType dtype, int num_ctas, cudaStream_t stream) {
   WEFT_DISPATCH_HALF_TYPES(dtype, "x", [&] {
     using T = scalar_t;
     if (p.world <= 2)
-      ce_reduce_kernel<T, 2, kBlock><<<num_ctas, kBlock, 0, stream>>>(p);
+      ce_reduce_kernel<T, 2, kCeBlock><<<num_ctas, kCeBlock, 0, stream>>>(p);
     else if (p.world <= 4)
-      ce_reduce_kernel<T, 4, kBlock><<<num_ctas, kBlock, 0, stream>>>(p);
+      ce_reduce_kernel<T, 4, kCeBlock><<<num_ctas, kCeBlock, 0, stream>>>(p);
     else
-      ce_reduce_kernel<T, 8, kBlock><<<num_ctas, kBlock, 0, stream>>>(p);
+      ce_reduce_kernel<T, 8, kCeBlock><<<num_ctas, kCeBlock, 0, stream>>>(p);
   });
-}
-
-void launch_reduce(const Params& p, DType dtype, int num_ctas, int block, cudaStream_t stream) {
-  if (block == 256)
-    launch_reduce_block<256>(p, dtype, num_ctas, stream);
-  else
-    launch_reduce_block<512>(p, dtype, num_ctas, stream);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -122,23 +113,6 @@ struct RowSpan {
 RowSpan chunk_rows(int64_t n, int j, int k) { return {n * j / k, n * (j + 1) / k}; }
 
 }  // namespace
-
-// WEFT_COMM_CE_BLOCK=256: reduce CTAs of 256 threads instead of 512 (a tuning knob for A/B
-// timings; the bits do not depend on it). WEFT_COMM_CE_SKIP, a timing knob for placing time
-// between the stages (docs/perf-notes-comm.md), leaves one stage of every call out: "copies" (no
-// cudaMemcpyAsync), "reduce" (no reduce launch) or "rows" (the reduce kernels run their barriers
-// but reduce no row). The results are then WRONG: set it only in a timing experiment.
-void ce_read_knobs(Communicator::Impl& im) {
-  using Skip = Communicator::Impl::CeSkip;
-  const char* block = std::getenv("WEFT_COMM_CE_BLOCK");
-  im.ce_block = block != nullptr && std::atoi(block) == 256 ? 256 : 512;
-  const char* skip = std::getenv("WEFT_COMM_CE_SKIP");
-  const std::string v = skip != nullptr ? skip : "";
-  im.ce_skip = v == "copies"   ? Skip::kCopies
-               : v == "reduce" ? Skip::kReduce
-               : v == "rows"   ? Skip::kRows
-                               : Skip::kNone;
-}
 
 void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_ctas, cudaStream_t stream) {
   const int world = im.world, rank = im.rank;
@@ -151,10 +125,6 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
   p.peer_stores = 0;
   p.num_chunks = K;
   const TokenRange mine = owned_range(p.tokens, world, rank);
-  using Skip = Communicator::Impl::CeSkip;
-  const Skip skip = im.ce_skip;
-  p.ce_skip_rows = skip == Skip::kRows ? 1 : 0;
-  const int block = im.ce_block;
 
   WEFT_CUDA_CHECK(cudaEventRecord(im.ce_start, stream));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_push, im.ce_start, 0));
@@ -166,9 +136,8 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
       const RowSpan r = chunk_rows(so.count, j, K);
       if (r.hi <= r.lo) continue;
       char* dst = im.peer_base[o] + im.stage_off + (rank * p.slot_rows + r.lo) * row_bytes;
-      if (skip != Skip::kCopies)
-        WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, x + (so.begin + r.lo) * row_bytes, (r.hi - r.lo) * row_bytes,
-                                        cudaMemcpyDeviceToDevice, im.ce_push));
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, x + (so.begin + r.lo) * row_bytes, (r.hi - r.lo) * row_bytes,
+                                      cudaMemcpyDeviceToDevice, im.ce_push));
     }
     WEFT_CUDA_CHECK(cudaEventRecord(im.ce_pushed[j], im.ce_push));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.ce_pushed[j], 0));
@@ -178,8 +147,8 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
     p.ce_k_lo = own.lo;
     p.ce_k_hi = own.hi;
     p.rows_per_cta = std::max<int64_t>(1, (own.hi - own.lo + num_ctas - 1) / num_ctas);
-    pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once, block);
-    if (skip != Skip::kReduce) launch_reduce(p, dtype, num_ctas, block, stream);
+    pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once, kCeBlock);
+    launch_reduce(p, dtype, num_ctas, stream);
     WEFT_CUDA_CHECK(cudaEventRecord(im.ce_reduced[j], stream));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.ce_pull, im.ce_reduced[j], 0));
 
@@ -190,9 +159,8 @@ void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_c
       const RowSpan r = chunk_rows(so.count, j, K);
       if (r.hi <= r.lo) continue;
       const int64_t off = (so.begin + r.lo) * row_bytes;
-      if (skip != Skip::kCopies)
-        WEFT_CUDA_CHECK(cudaMemcpyAsync(out + off, im.peer_base[o] + im.out_off + off, (r.hi - r.lo) * row_bytes,
-                                        cudaMemcpyDeviceToDevice, im.ce_pull));
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(out + off, im.peer_base[o] + im.out_off + off, (r.hi - r.lo) * row_bytes,
+                                      cudaMemcpyDeviceToDevice, im.ce_pull));
     }
   }
   WEFT_CUDA_CHECK(cudaEventRecord(im.ce_pulled, im.ce_pull));

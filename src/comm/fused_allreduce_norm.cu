@@ -196,7 +196,6 @@ void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t
   p.peer_stores = 1;
   p.ce_chunk = 0;
   p.ce_k_lo = p.ce_k_hi = 0;
-  p.ce_skip_rows = 0;
   // Kernel policy (CommKernel): the copy-engine kernel for two-shot calls when asked for; bulk
   // unless the push kernel was asked for or bulk's shared-memory pipeline cannot hold a row job.
   // All implement the same arithmetic (fused_common.cuh); push and bulk the same protocol.

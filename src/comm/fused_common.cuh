@@ -54,7 +54,6 @@ struct Params {
   // ce_chunk of num_chunks of the call (fused_allreduce_ce.cu).
   int ce_chunk;
   int64_t ce_k_lo, ce_k_hi;
-  int ce_skip_rows;  // timing knob WEFT_COMM_CE_SKIP=rows: barriers only, no row reduced
   uint32_t dtype_code;
   uint32_t* state;
 };

@@ -2,7 +2,6 @@
 #include <nccl.h>
 #include <nccl_device.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -25,7 +24,6 @@ __global__ void read_lsa_bases(ncclWindow_t win, int world, char** bases) {
 
 // Streams, events and peer addresses of the copy-engine kernel (CommKernel::kCopyEngine).
 void ce_setup(Communicator::Impl& im) {
-  ce_read_knobs(im);
   char** d_bases = nullptr;
   WEFT_CUDA_CHECK(cudaMalloc(&d_bases, kCommMaxWorld * sizeof(char*)));
   read_lsa_bases<<<1, 32>>>(im.win, im.world, d_bases);
@@ -75,11 +73,10 @@ std::string lsa_setup(Communicator::Impl& im) {
   // The device API is header-only inline code over structs (ncclDevComm, ncclWindow_vidmem)
   // whose layout changed between 2.28 patch releases: a kernel compiled against other headers
   // than the runtime library would read the wrong fields (and hang in a barrier).
-  const char* allow = std::getenv("WEFT_COMM_ALLOW_NCCL_MISMATCH");
-  if (version != NCCL_VERSION_CODE && !(allow && std::strcmp(allow, "1") == 0))
+  if (version != NCCL_VERSION_CODE && !im.opt.allow_nccl_mismatch)
     return "NCCL runtime " + version_string(version) + " differs from the headers weft was built with (" +
            version_string(NCCL_VERSION_CODE) +
-           "): device-API struct layouts may differ (WEFT_COMM_ALLOW_NCCL_MISMATCH=1 overrides)";
+           "): device-API struct layouts may differ (CommOptions::allow_nccl_mismatch overrides)";
 
   im.ctrl_off = 0;
   im.in_off = 4096;  // NCCL_WIN_REQUIRED_ALIGNMENT

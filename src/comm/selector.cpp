@@ -1,7 +1,6 @@
 #include "comm/selector.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 namespace weft::comm_detail {
 
@@ -10,7 +9,7 @@ int64_t default_one_shot_max_bytes(int world) {
   // one-shot at every measured size (>= 128 tokens = 2 MiB) and CTA count, e.g. world 4 t128:
   // two-shot 33 / 27 us vs one-shot 61 / 47 us at 8 / 16 CTAs; world 2 t128: 31 / 23 vs 39 / 28.
   // One-shot only saves the copy-out phase, which matters only for a few rows: kept for
-  // <= 4 / 2 / 1 rows of 8192 (unmeasured below 2 MiB; override by WEFT_COMM_ONESHOT_MAX_BYTES).
+  // <= 4 / 2 / 1 rows of 8192 (unmeasured below 2 MiB; override by CommOptions::one_shot_max_bytes).
   if (world <= 2) return 64 << 10;
   if (world <= 4) return 32 << 10;
   return 16 << 10;
@@ -19,15 +18,6 @@ int64_t default_one_shot_max_bytes(int world) {
 AllReduceVariant select_variant(int64_t bytes, int world, int64_t one_shot_max_bytes) {
   const int64_t limit = one_shot_max_bytes >= 0 ? one_shot_max_bytes : default_one_shot_max_bytes(world);
   return bytes <= limit ? AllReduceVariant::kOneShot : AllReduceVariant::kTwoShot;
-}
-
-int64_t one_shot_max_bytes_from_env(int64_t fallback) {
-  const char* s = std::getenv("WEFT_COMM_ONESHOT_MAX_BYTES");
-  if (s == nullptr || *s == '\0') return fallback;
-  char* end = nullptr;
-  const long long v = std::strtoll(s, &end, 10);
-  if (end == s || *end != '\0' || v < 0) return fallback;
-  return static_cast<int64_t>(v);
 }
 
 CommKernel select_kernel(int64_t bytes) {
@@ -40,10 +30,6 @@ CommKernel select_kernel(int64_t bytes) {
 
 int ce_chunk_count(int64_t bytes, int world, int requested) {
   if (requested > 0) return std::min(requested, kMaxCeChunks);
-  if (const char* s = std::getenv("WEFT_COMM_CE_CHUNKS")) {
-    const int v = std::atoi(s);
-    if (v >= 1) return std::min(v, kMaxCeChunks);
-  }
   // Best K at 8 CTAs on 2 and 4 H200 (hidden 8192 bf16), 512-thread reduce CTAs (d03205f,
   // bench/results/h200x4_comm_ce_chunks_streams_d03205f.json): 1 at 128 and 512 tokens (more
   // chunks add ~7 us each of copy and launch set-up), 2 at 1K. From 2K on, world 2 (the reduce

@@ -6,7 +6,11 @@
 // (reduce-scatter, all-gather) plus a local copy-out of (N-1)/N * S. Both use two barriers, so
 // one-shot only wins for a handful of rows. Thresholds from the comm bench
 // (bench/cases_comm.cu, numbers in selector.cpp); override per communicator
-// (CommOptions::one_shot_max_bytes) or by environment (WEFT_COMM_ONESHOT_MAX_BYTES).
+// (CommOptions::one_shot_max_bytes).
+//
+// The attention heuristics live in src/attention/heuristics.cpp; comm keeps its selector here
+// because comm is an optional component (built only with NCCL), whose decisions no other
+// component uses.
 #pragma once
 #include <cstdint>
 
@@ -18,17 +22,15 @@ namespace weft::comm_detail {
 int64_t default_one_shot_max_bytes(int world);
 // one_shot_max_bytes < 0 -> default table. Returns kOneShot or kTwoShot.
 AllReduceVariant select_variant(int64_t bytes, int world, int64_t one_shot_max_bytes);
-// Reads WEFT_COMM_ONESHOT_MAX_BYTES (>= 0) if set and valid; else `fallback`.
-int64_t one_shot_max_bytes_from_env(int64_t fallback);
 
-// Kernel of a two-shot call when the communicator's kernel is kAuto (no WEFT_COMM_KERNEL):
+// Kernel of a two-shot call when the communicator's kernel is kAuto:
 // kCopyEngine from kCopyEngineMinBytes of x (tokens * hidden * bytes), kPush below.
 constexpr int64_t kCopyEngineMinBytes = int64_t{16} << 20;
 CommKernel select_kernel(int64_t bytes);
 
-// Copy-engine kernel: chunks per call. requested in 1..kMaxCeChunks is taken as is; 0: the
-// environment WEFT_COMM_CE_CHUNKS (1..kMaxCeChunks) if set, else by size and world (one chunk
-// per 8 MiB of x, at most 4 at world <= 2 and at most 2 from world 3 on).
+// Copy-engine kernel: chunks per call. requested in 1..kMaxCeChunks is taken as is (larger values
+// are capped); 0: by size and world (one chunk per 8 MiB of x, at most 4 at world <= 2 and at
+// most 2 from world 3 on).
 constexpr int kMaxCeChunks = 8;
 int ce_chunk_count(int64_t bytes, int world, int requested);
 

@@ -546,8 +546,8 @@ TEST(CommFused, CopyEngineChunksAndGraphReplay) {
   }
 }
 
-// CommOptions::kernel and set_kernel: a kernel stays that kernel; kAuto follows WEFT_COMM_KERNEL
-// or picks per call by size (kernel_for never returns kAuto); bad values are rejected.
+// CommOptions::kernel and set_kernel: a kernel stays that kernel; kAuto picks per call by size
+// (kernel_for never returns kAuto); bad values are rejected.
 TEST(CommFused, KernelOptionResolves) {
   WEFT_REQUIRE_GPUS(2);
   CommOptions o = options(64, 2048);
@@ -557,11 +557,9 @@ TEST(CommFused, KernelOptionResolves) {
   g.comm(0).set_kernel(CommKernel::kBulk);
   EXPECT_EQ(g.comm(0).kernel(), CommKernel::kBulk);
   g.comm(0).set_kernel(CommKernel::kAuto);
-  if (std::getenv("WEFT_COMM_KERNEL") == nullptr) {  // by size per call
-    EXPECT_EQ(g.comm(0).kernel(), CommKernel::kAuto);
-    EXPECT_EQ(g.comm(0).kernel_for(128, 8192, DType::kBFloat16), CommKernel::kPush);
-    EXPECT_EQ(g.comm(0).kernel_for(1024, 8192, DType::kBFloat16), CommKernel::kCopyEngine);
-  }
+  EXPECT_EQ(g.comm(0).kernel(), CommKernel::kAuto);  // by size per call
+  EXPECT_EQ(g.comm(0).kernel_for(128, 8192, DType::kBFloat16), CommKernel::kPush);
+  EXPECT_EQ(g.comm(0).kernel_for(1024, 8192, DType::kBFloat16), CommKernel::kCopyEngine);
   EXPECT_NE(g.comm(0).kernel_for(1, 8192, DType::kBFloat16), CommKernel::kAuto);
   const auto kernel_for_arg = [&](int64_t t, int64_t h, DType d) {
     try {

@@ -97,10 +97,8 @@ TEST(CommSelector, KernelBySize) {
 }
 
 // Chunk count: requests are honoured (capped), the size rule gives 1..4 at world 2 and 1..2 at
-// world 4 and never decreases with the size; the environment overrides only when no count was
-// requested.
+// world 4 and never decreases with the size.
 TEST(CommSelector, CopyEngineChunks) {
-  ::unsetenv("WEFT_COMM_CE_CHUNKS");
   for (int world : {2, 4, 8})
     for (int k = 1; k <= kMaxCeChunks; ++k) EXPECT_EQ(ce_chunk_count(1, world, k), k);
   EXPECT_EQ(ce_chunk_count(1, 2, kMaxCeChunks + 5), kMaxCeChunks);
@@ -121,12 +119,6 @@ TEST(CommSelector, CopyEngineChunks) {
       prev = k;
     }
   }
-  ::setenv("WEFT_COMM_CE_CHUNKS", "3", 1);
-  EXPECT_EQ(ce_chunk_count(8192 * row, 4, 0), 3);
-  EXPECT_EQ(ce_chunk_count(8192 * row, 4, 2), 2);
-  ::setenv("WEFT_COMM_CE_CHUNKS", "junk", 1);
-  EXPECT_EQ(ce_chunk_count(8192 * row, 2, 0), 4);
-  ::unsetenv("WEFT_COMM_CE_CHUNKS");
 }
 
 // CommOptions::copy_engine_chunks is checked before any NCCL call (no GPU needed).
@@ -142,17 +134,6 @@ TEST(CommOptionsCheck, CopyEngineChunksOutOfRange) {
       EXPECT_EQ(e.argument(), "options.copy_engine_chunks");
     }
   }
-}
-
-TEST(CommSelector, EnvironmentOverride) {
-  ::setenv("WEFT_COMM_ONESHOT_MAX_BYTES", "12345", 1);
-  EXPECT_EQ(one_shot_max_bytes_from_env(-1), 12345);
-  ::setenv("WEFT_COMM_ONESHOT_MAX_BYTES", "junk", 1);
-  EXPECT_EQ(one_shot_max_bytes_from_env(-1), -1);
-  ::setenv("WEFT_COMM_ONESHOT_MAX_BYTES", "-5", 1);
-  EXPECT_EQ(one_shot_max_bytes_from_env(7), 7);
-  ::unsetenv("WEFT_COMM_ONESHOT_MAX_BYTES");
-  EXPECT_EQ(one_shot_max_bytes_from_env(7), 7);
 }
 
 using weft::test::thrown_argument;
