@@ -1,0 +1,335 @@
+"""GPU tests: every wrapper against a float64 torch reference (and torch SDPA), CUDA-graph capture
+and replay across re-plans, DLPack from CuPy, bad inputs raising with the argument's name.
+Skipped (with the reason) without a GPU or PyTorch."""
+import math
+
+import pytest
+
+import weft
+from conftest import TORCH as torch, requires_gpu
+
+pytestmark = requires_gpu
+
+TOL = {"float16": 4e-3, "bfloat16": 2.5e-2}
+
+
+def _dt(name):
+    return getattr(torch, name)
+
+
+def ref_attention(q, k, v, causal=False, sm_scale=None, window_left=-1, soft_cap=0.0):
+    """float64 reference of one request: q [Lq, Hq, D], k/v [Lk, Hkv, D] -> (out, lse)."""
+    q, k, v = q.double(), k.double(), v.double()
+    lq, hq, d = q.shape
+    lk, hkv = k.shape[0], k.shape[1]
+    g = hq // hkv
+    k = k.repeat_interleave(g, dim=1)
+    v = v.repeat_interleave(g, dim=1)
+    s = torch.einsum("qhd,khd->hqk", q, k) * (sm_scale or 1.0 / math.sqrt(d))
+    if soft_cap > 0:
+        s = soft_cap * torch.tanh(s / soft_cap)
+    p = torch.arange(lq, device=q.device)[:, None] + (lk - lq)
+    j = torch.arange(lk, device=q.device)[None, :]
+    mask = torch.zeros(lq, lk, dtype=torch.bool, device=q.device)
+    if causal:
+        mask |= j > p
+    if window_left >= 0:
+        mask |= j < p - window_left
+    s = s.masked_fill(mask[None], float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # [h, q]
+    pr = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    o = torch.einsum("hqk,khd->qhd", pr, v)
+    return o, lse.transpose(0, 1)
+
+
+def make_paged(lens, page_size, hkv, d, dtype, layout="NHD", extra=3, gen=None):
+    """Random paged cache + page table (pages shuffled). Returns cache tuple, table, per-request K/V."""
+    pages = [(n + page_size - 1) // page_size for n in lens]
+    num_pages = sum(pages) + extra
+    perm = torch.randperm(num_pages, generator=gen).tolist()
+    indptr, indices, last = [0], [], []
+    for n, p in zip(lens, pages):
+        indices += perm[len(indices):len(indices) + p]
+        indptr.append(indptr[-1] + p)
+        last.append(0 if n == 0 else n - (p - 1) * page_size)
+    shape = (num_pages, page_size, hkv, d) if layout == "NHD" else (num_pages, hkv, page_size, d)
+    kc = (torch.rand(shape, generator=gen) * 2 - 1).to(dtype).cuda()
+    vc = (torch.rand(shape, generator=gen) * 2 - 1).to(dtype).cuda()
+    ks, vs = [], []
+    for b, n in enumerate(lens):
+        ids = torch.tensor(indices[indptr[b]:indptr[b + 1]], dtype=torch.long, device="cuda")
+        kk = kc[ids] if layout == "NHD" else kc[ids].transpose(1, 2)
+        vv = vc[ids] if layout == "NHD" else vc[ids].transpose(1, 2)
+        ks.append(kk.reshape(-1, hkv, d)[:n])
+        vs.append(vv.reshape(-1, hkv, d)[:n])
+    i32 = lambda x: torch.tensor(x, dtype=torch.int32)
+    return (kc, vc), (i32(indptr), i32(indices), i32(last)), ks, vs
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("hq,hkv,d", [(8, 2, 128), (4, 4, 64), (32, 4, 128)])
+def test_decode_vs_reference(dtype, layout, hq, hkv, d):
+    gen = torch.Generator().manual_seed(1)
+    lens = [1, 17, 300, 64, 1000]
+    cache, (indptr, indices, last), ks, vs = make_paged(lens, 16, hkv, d, _dt(dtype), layout, gen=gen)
+    q = (torch.rand(len(lens), hq, d, generator=gen) * 2 - 1).to(_dt(dtype)).cuda()
+    w = weft.BatchDecodeWithPagedKVCacheWrapper(None, layout)
+    w.plan(indptr, indices, last, hq, hkv, d, 16, q_data_type=_dt(dtype))
+    out, lse = w.run(q, cache, return_lse=True)
+    for b in range(len(lens)):
+        o_ref, l_ref = ref_attention(q[b:b + 1], ks[b], vs[b])
+        torch.testing.assert_close(out[b].double(), o_ref[0], atol=TOL[dtype], rtol=TOL[dtype])
+        torch.testing.assert_close(lse[b].double(), l_ref[0], atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_decode_variants_and_device_indices(dtype):
+    gen = torch.Generator().manual_seed(2)
+    lens = [5, 700, 129]
+    cache, (indptr, indices, last), ks, vs = make_paged(lens, 8, 2, 128, _dt(dtype), gen=gen)
+    q = (torch.rand(len(lens), 16, 128, generator=gen) * 2 - 1).to(_dt(dtype)).cuda()
+    w = weft.BatchDecodeWithPagedKVCacheWrapper(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+    # device index tensors: copied to the host once in plan()
+    w.plan(indptr.cuda(), indices.cuda(), last.cuda(), 16, 2, 128, 8, window_left=100, logits_soft_cap=30.0,
+           sm_scale=0.1, q_data_type=_dt(dtype))
+    out = w.run(q, cache)
+    for b in range(len(lens)):
+        o_ref, _ = ref_attention(q[b:b + 1], ks[b], vs[b], sm_scale=0.1, window_left=100, soft_cap=30.0)
+        torch.testing.assert_close(out[b].double(), o_ref[0], atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def test_decode_single_tensor_cache_and_sdpa():
+    """One [pages, 2, page, heads, dim] cache tensor (FlashInfer's layout); check against SDPA."""
+    gen = torch.Generator().manual_seed(3)
+    lens = [33, 250]
+    (kc, vc), (indptr, indices, last), ks, vs = make_paged(lens, 16, 2, 64, torch.float16, gen=gen)
+    kv = torch.stack([kc, vc], dim=1)
+    q = torch.randn(2, 8, 64, generator=gen).half().cuda()
+    w = weft.BatchDecodeWithPagedKVCacheWrapper()
+    w.plan(indptr, indices, last, 8, 2, 64, 16)
+    out = w.run(q, kv)
+    F = torch.nn.functional
+    for b in range(2):
+        o = F.scaled_dot_product_attention(q[b:b + 1].transpose(0, 1)[None], ks[b].transpose(0, 1)[None],
+                                           vs[b].transpose(0, 1)[None], enable_gqa=True)
+        torch.testing.assert_close(out[b], o[0].transpose(0, 1)[0], atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_prefill_paged_vs_reference(dtype, causal):
+    gen = torch.Generator().manual_seed(4)
+    kv_lens = [100, 513, 64, 1]
+    q_lens = [100, 37, 1, 1]
+    cache, (indptr, indices, last), ks, vs = make_paged(kv_lens, 16, 2, 128, _dt(dtype), gen=gen)
+    qo = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32)
+    q = (torch.rand(int(qo[-1]), 8, 128, generator=gen) * 2 - 1).to(_dt(dtype)).cuda()
+    w = weft.BatchPrefillWithPagedKVCacheWrapper()
+    w.plan(qo, indptr, indices, last, 8, 2, 128, 16, causal=causal, q_data_type=_dt(dtype))
+    out, lse = w.run(q, cache, return_lse=True)
+    for b in range(len(q_lens)):
+        s, e = int(qo[b]), int(qo[b + 1])
+        o_ref, l_ref = ref_attention(q[s:e], ks[b], vs[b], causal=causal)
+        torch.testing.assert_close(out[s:e].double(), o_ref, atol=TOL[dtype], rtol=TOL[dtype])
+        torch.testing.assert_close(lse[s:e].double(), l_ref, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_prefill_ragged_vs_sdpa(dtype):
+    gen = torch.Generator().manual_seed(5)
+    lens = [128, 300, 77]
+    ind = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+    n = int(ind[-1])
+    q = torch.randn(n, 8, 128, generator=gen).to(_dt(dtype)).cuda()
+    k = torch.randn(n, 2, 128, generator=gen).to(_dt(dtype)).cuda()
+    v = torch.randn(n, 2, 128, generator=gen).to(_dt(dtype)).cuda()
+    w = weft.BatchPrefillWithRaggedKVCacheWrapper()
+    w.plan(ind.cuda(), ind, 8, 2, 128, causal=True, q_data_type=_dt(dtype))
+    out = w.run(q, k, v)
+    F = torch.nn.functional
+    for b in range(len(lens)):
+        s, e = int(ind[b]), int(ind[b + 1])
+        o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1)[None], k[s:e].transpose(0, 1)[None],
+                                           v[s:e].transpose(0, 1)[None], is_causal=True, enable_gqa=True)
+        o_ref, _ = ref_attention(q[s:e], k[s:e], v[s:e], causal=True)
+        torch.testing.assert_close(out[s:e].double(), o_ref, atol=TOL[dtype] * 2, rtol=TOL[dtype] * 2)
+        torch.testing.assert_close(out[s:e], o[0].transpose(0, 1), atol=TOL[dtype] * 2, rtol=TOL[dtype] * 2)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_append_paged_kv(layout):
+    gen = torch.Generator().manual_seed(6)
+    page = 16
+    old = [10, 0, 31]
+    new = [3, 20, 1]
+    total = [o + n for o, n in zip(old, new)]
+    cache, (indptr, indices, last), _, _ = make_paged(total, page, 2, 128, torch.bfloat16, layout, gen=gen)
+    kc, vc = cache
+    bi = torch.tensor([b for b, n in enumerate(new) for _ in range(n)], dtype=torch.int32)
+    pos = torch.tensor([old[b] + i for b, n in enumerate(new) for i in range(n)], dtype=torch.int32)
+    nk = torch.randn(len(bi), 2, 128, generator=gen).bfloat16().cuda()
+    nv = torch.randn(len(bi), 2, 128, generator=gen).bfloat16().cuda()
+    # (device, host) pairs for two arguments, host-only / device-only for the others
+    weft.append_paged_kv(nk, nv, (bi.cuda(), bi), pos, cache, indices, (indptr.cuda(), indptr), last.cuda(),
+                         kv_layout=layout)
+    torch.cuda.synchronize()
+    for t in range(len(bi)):
+        b, p = int(bi[t]), int(pos[t])
+        pg = int(indices[int(indptr[b]) + p // page])
+        got_k = kc[pg, p % page] if layout == "NHD" else kc[pg, :, p % page]
+        got_v = vc[pg, p % page] if layout == "NHD" else vc[pg, :, p % page]
+        assert torch.equal(got_k, nk[t]) and torch.equal(got_v, nv[t])
+    # a position outside the table is rejected and writes nothing
+    before = kc.clone()
+    bad = pos.clone()
+    bad[0] = 1000
+    with pytest.raises(weft.WeftError) as e:
+        weft.append_paged_kv(nk, nv, bi, bad, cache, indices, indptr, last, kv_layout=layout)
+    assert e.value.argument == "positions"
+    assert torch.equal(before, kc)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_rmsnorm_and_fused_add(dtype):
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(37, 4096, generator=gen).to(_dt(dtype)).cuda()
+    w = torch.randn(4096, generator=gen).to(_dt(dtype)).cuda()
+    ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float())
+    torch.testing.assert_close(weft.rmsnorm(x, w, 1e-6).float(), ref, atol=TOL[dtype] * 4, rtol=TOL[dtype])
+    r = torch.randn(37, 4096, generator=gen).to(_dt(dtype)).cuda()
+    r_ref = (r.float() + x.float()).to(_dt(dtype))
+    y_ref = r_ref.float() * torch.rsqrt(r_ref.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
+    xx = x.clone()
+    weft.fused_add_rmsnorm(xx, r, w, 1e-6)
+    assert torch.equal(r, r_ref)
+    torch.testing.assert_close(xx.float(), y_ref, atol=TOL[dtype] * 4, rtol=TOL[dtype])
+
+
+def test_decode_cuda_graph_replay_after_replan():
+    gen = torch.Generator().manual_seed(8)
+    hq, hkv, d, page = 8, 2, 128, 16
+    cache, _, _, _ = make_paged([4096], page, hkv, d, torch.bfloat16, extra=0, gen=gen)
+    num_pages = cache[0].shape[0]
+    w = weft.BatchDecodeWithPagedKVCacheWrapper(None, "NHD", True, max_batch_size=8, max_num_pages=num_pages)
+    q = torch.randn(4, hq, d, generator=gen).bfloat16().cuda()
+    out = torch.empty_like(q)
+
+    def table(lens):
+        indptr, indices, last, nxt = [0], [], [], 0
+        for n in lens:
+            p = (n + page - 1) // page
+            indices += list(range(nxt, nxt + p))
+            nxt += p
+            indptr.append(indptr[-1] + p)
+            last.append(n - (p - 1) * page)
+        return [torch.tensor(x, dtype=torch.int32) for x in (indptr, indices, last)]
+
+    def check(lens):
+        ip, ix, lp = table(lens)
+        for b, n in enumerate(lens):
+            ids = ix[int(ip[b]):int(ip[b + 1])].long().cuda()
+            o_ref, _ = ref_attention(q[b:b + 1], cache[0][ids].reshape(-1, hkv, d)[:n],
+                                     cache[1][ids].reshape(-1, hkv, d)[:n])
+            torch.testing.assert_close(out[b].double(), o_ref[0], atol=2.5e-2, rtol=2.5e-2)
+
+    lens = [100, 7, 900, 33]
+    w.plan(*table(lens), hq, hkv, d, page, q_data_type=torch.bfloat16)
+    w.run(q, cache, out=out)  # warm-up outside the graph
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        w.run(q, cache, out=out)
+    g.replay()
+    torch.cuda.synchronize()
+    check(lens)
+    for lens in ([1000, 1, 1, 200], [5, 2000, 64, 300]):  # re-plan, same buffers, replay
+        w.plan(*table(lens), hq, hkv, d, page, q_data_type=torch.bfloat16)
+        q.copy_(torch.randn(4, hq, d, generator=gen).bfloat16())
+        out.zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        check(lens)
+
+
+def test_prefill_cuda_graph_replay_after_replan():
+    gen = torch.Generator().manual_seed(9)
+    w = weft.BatchPrefillWithRaggedKVCacheWrapper(None, "NHD", use_cuda_graph=True, max_batch_size=4,
+                                                  max_total_q=512)
+    n = 512
+    q = torch.randn(n, 8, 128, generator=gen).half().cuda()
+    k = torch.randn(n, 2, 128, generator=gen).half().cuda()
+    v = torch.randn(n, 2, 128, generator=gen).half().cuda()
+    out = torch.empty_like(q)
+
+    def plan(lens):
+        ind = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+        w.plan(ind, ind, 8, 2, 128, causal=True)
+        return ind
+
+    def check(ind):
+        for b in range(len(ind) - 1):
+            s, e = int(ind[b]), int(ind[b + 1])
+            o_ref, _ = ref_attention(q[s:e], k[s:e], v[s:e], causal=True)
+            torch.testing.assert_close(out[s:e].double(), o_ref, atol=8e-3, rtol=8e-3)
+
+    ind = plan([200, 100, 212])
+    w.run(q, k, v, out=out)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        w.run(q, k, v, out=out)
+    g.replay()
+    torch.cuda.synchronize()
+    check(ind)
+    ind = plan([12, 400, 50, 50])
+    out.zero_()
+    g.replay()
+    torch.cuda.synchronize()
+    check(ind)
+
+
+def test_cupy_dlpack():
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    x = cupy.random.standard_normal((16, 1024), dtype=cupy.float32).astype(cupy.float16)
+    w = cupy.random.standard_normal(1024, dtype=cupy.float32).astype(cupy.float16)
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:  # runs on CuPy's current stream
+        y = weft.rmsnorm(x, w, 1e-6)
+    s.synchronize()
+    xf = x.astype(cupy.float32)
+    ref = xf / cupy.sqrt((xf * xf).mean(-1, keepdims=True) + 1e-6) * w.astype(cupy.float32)
+    assert float(cupy.abs(y.astype(cupy.float32) - ref).max()) < 2e-2
+    # decode with CuPy arrays (cache and q from torch through DLPack, consumed by CuPy)
+    gen = torch.Generator().manual_seed(10)
+    (kc, vc), (indptr, indices, last), ks, vs = make_paged([77, 300], 16, 2, 128, torch.float16, gen=gen)
+    q = torch.randn(2, 8, 128, generator=gen).half().cuda()
+    dec = weft.BatchDecodeWithPagedKVCacheWrapper()
+    dec.plan(indptr.numpy(), indices.numpy(), last.numpy(), 8, 2, 128, 16)
+    torch.cuda.synchronize()
+    out_cp = dec.run(cupy.from_dlpack(q), (cupy.from_dlpack(kc), cupy.from_dlpack(vc)))
+    cupy.cuda.get_current_stream().synchronize()
+    out = torch.from_dlpack(out_cp)
+    for b in range(2):
+        o_ref, _ = ref_attention(q[b:b + 1], ks[b], vs[b])
+        torch.testing.assert_close(out[b].double(), o_ref[0], atol=4e-3, rtol=4e-3)
+
+
+def test_gpu_bad_inputs_name_the_argument():
+    gen = torch.Generator().manual_seed(11)
+    cache, (indptr, indices, last), _, _ = make_paged([10, 20], 16, 2, 128, torch.float16, gen=gen)
+    w = weft.BatchDecodeWithPagedKVCacheWrapper()
+    w.plan(indptr, indices, last, 8, 2, 128, 16)
+    q = torch.randn(2, 8, 128).half().cuda()
+    with pytest.raises(weft.WeftError) as e:
+        w.run(q[:, :4], cache)  # wrong head count
+    assert e.value.argument == "q"
+    with pytest.raises(weft.WeftError) as e:
+        w.run(q, cache, out=torch.empty(2, 8, 128, dtype=torch.bfloat16, device="cuda"))
+    assert e.value.argument == "out"
+    with pytest.raises(weft.WeftError) as e:
+        w.run(q.float(), cache)
+    assert e.value.argument == "q"
+    with pytest.raises(weft.WeftError) as e:
+        weft.rmsnorm(torch.randn(4, 12).half().cuda(), torch.ones(12).half().cuda())
+    assert e.value.argument in ("x", "weight")

@@ -1,0 +1,399 @@
+"""FlashInfer-style wrappers over weft's plan/run C++ API (see the package docstring)."""
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Optional, Sequence, Tuple, Union
+
+from . import _weft
+from . import WeftError, _error
+
+# weft::DType values
+_F16, _BF16 = 0, 1
+_DTYPES = {
+    "float16": _F16, "half": _F16, "f16": _F16, "fp16": _F16,
+    "bfloat16": _BF16, "bf16": _BF16,
+}
+_LAYOUTS = {"NHD": 0, "HND": 1}
+_DECODE_BACKENDS = {"auto": 0, "cuda_core": 1, "tensor_core": 2}
+
+
+def cuda_available() -> bool:
+    """Whether the CUDA runtime sees at least one GPU (no torch needed)."""
+    return _weft.cuda_device_count() > 0
+
+
+# ---- argument helpers ------------------------------------------------------------------------
+
+def _framework(x: Any) -> str:
+    mod = type(x).__module__ or ""
+    return mod.split(".", 1)[0]
+
+
+def _stream_of(stream: Any, *tensors: Any) -> int:
+    """The cudaStream_t to launch on: `stream` if given (int, torch.cuda.Stream, cupy Stream), else
+    the current stream of the first torch / CuPy array among `tensors`, else PyTorch's current
+    stream if torch has initialized CUDA, else 0 (the legacy default stream)."""
+    if stream is not None:
+        if isinstance(stream, int):
+            return stream
+        for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream / cupy.cuda.Stream
+            if hasattr(stream, attr):
+                return int(getattr(stream, attr))
+        raise _error("stream", f"expected an int cudaStream_t, a torch.cuda.Stream or a cupy Stream, got {type(stream)}")
+    for t in tensors:
+        fw = _framework(t)
+        if fw == "torch":
+            if t.is_cuda:
+                return sys.modules["torch"].cuda.current_stream(t.device).cuda_stream
+        elif fw == "cupy":
+            return sys.modules["cupy"].cuda.get_current_stream().ptr
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.current_stream().cuda_stream
+    return 0
+
+
+def _dtype_code(d: Any, name: str) -> int:
+    key = str(d).replace("torch.", "").replace("<class 'numpy.", "").replace("'>", "")
+    if key not in _DTYPES:
+        raise _error(name, f"must be float16 or bfloat16, got {d}")
+    return _DTYPES[key]
+
+
+def _dtype_of_tensor(t: Any) -> Optional[int]:
+    try:
+        return _DTYPES.get(str(t.dtype).replace("torch.", ""))
+    except AttributeError:
+        return None
+
+
+def _layout_code(kv_layout: str) -> int:
+    if kv_layout not in _LAYOUTS:
+        raise _error("kv_layout", f'must be "NHD" or "HND", got {kv_layout!r}')
+    return _LAYOUTS[kv_layout]
+
+
+def _check_no_rope(pos_encoding_mode: str, rope_scale: Any, rope_theta: Any) -> None:
+    if pos_encoding_mode != "NONE":
+        raise _error("pos_encoding_mode", f'only "NONE" is supported (apply RoPE before weft), got {pos_encoding_mode!r}')
+    if rope_scale is not None or rope_theta is not None:
+        raise _error("rope_scale", "fused RoPE is not supported (apply RoPE before weft)")
+
+
+def _kv_pair(paged_kv_cache: Any) -> Tuple[Any, Any]:
+    """(k, v) from a (k_cache, v_cache) tuple, or (cache, None) for one [pages, 2, ...] tensor."""
+    if isinstance(paged_kv_cache, (tuple, list)):
+        if len(paged_kv_cache) != 2:
+            raise _error("paged_kv_cache", f"a tuple must be (k_cache, v_cache), got {len(paged_kv_cache)} items")
+        return paged_kv_cache[0], paged_kv_cache[1]
+    return paged_kv_cache, None
+
+
+def _empty_like(like: Any, shape: Sequence[int], dtype: str, name: str) -> Any:
+    fw = _framework(like)
+    if fw == "torch":
+        torch = sys.modules["torch"]
+        return torch.empty(tuple(shape), dtype=getattr(torch, dtype), device=like.device)
+    if fw == "cupy":
+        cupy = sys.modules["cupy"]
+        return cupy.empty(tuple(shape), dtype=cupy.float32 if dtype == "float32" else like.dtype)
+    raise _error(name, f"must be given for {fw or type(like)} inputs (weft allocates outputs only for torch and CuPy)")
+
+
+def _sm_scale(sm_scale: Optional[float], head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+
+
+def _soft_cap(logits_soft_cap: Optional[float]) -> float:
+    return 0.0 if logits_soft_cap is None else float(logits_soft_cap)
+
+
+# ---- decode ----------------------------------------------------------------------------------
+
+class BatchDecodeWithPagedKVCacheWrapper:
+    """Batch decode (one query token per request) on a paged KV cache.
+
+    Mirrors ``flashinfer.BatchDecodeWithPagedKVCacheWrapper``::
+
+        w = weft.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")   # workspace may be None
+        w.plan(kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim,
+               page_size, q_data_type=torch.bfloat16)                   # once per step
+        out = w.run(q, (k_cache, v_cache))                              # once per layer
+
+    Shapes: q / out ``[batch, num_qo_heads, head_dim]``; the cache is ``(k_cache, v_cache)`` each
+    ``[num_pages, page_size, num_kv_heads, head_dim]`` (NHD) or ``[num_pages, num_kv_heads,
+    page_size, head_dim]`` (HND), or one ``[num_pages, 2, ...]`` tensor. float16 / bfloat16;
+    head_dim 64, 128 or 256; num_qo_heads a multiple of num_kv_heads.
+
+    Workspace: ``float_workspace_buffer`` (a CUDA uint8 tensor, 256-byte aligned) is used as the
+    device workspace if given (plan() raises WeftError naming ``workspace_buffer`` when it is too
+    small); otherwise the wrapper allocates one (cudaMalloc) at the first plan(). It is reallocated
+    only when a plan needs more than ``max_batch_size`` requests / ``max_num_pages`` pages or other
+    head counts: size them up front when you capture CUDA graphs.
+
+    CUDA graphs: run() allocates nothing (when ``out`` is given) and never syncs the host; the
+    page table lives in wrapper-owned device buffers at fixed addresses, so a graph captured
+    around run() replays correctly after a later plan() with other lengths (same q/out/cache
+    tensors, batch <= max_batch_size, pages <= max_num_pages, same dtype/layout/heads).
+    """
+
+    def __init__(self, float_workspace_buffer: Any = None, kv_layout: str = "NHD",
+                 use_cuda_graph: bool = False, *, max_batch_size: int = 0, max_num_pages: int = 0,
+                 backend: str = "auto"):
+        self._layout = _layout_code(kv_layout)
+        if backend not in _DECODE_BACKENDS:
+            raise _error("backend", f"must be one of {sorted(_DECODE_BACKENDS)}, got {backend!r}")
+        self._impl = _weft.Decode(int(max_batch_size), int(max_num_pages), _DECODE_BACKENDS[backend],
+                                  float_workspace_buffer)
+        self._num_qo_heads = 0
+        self._head_dim = 0
+        self._batch = 0
+        self._dtype = None
+
+    def plan(self, indptr: Any, indices: Any, last_page_len: Any, num_qo_heads: int, num_kv_heads: int,
+             head_dim: int, page_size: int, pos_encoding_mode: str = "NONE", window_left: int = -1,
+             logits_soft_cap: Optional[float] = None, q_data_type: Any = "float16", kv_data_type: Any = None,
+             data_type: Any = None, sm_scale: Optional[float] = None, rope_scale: Optional[float] = None,
+             rope_theta: Optional[float] = None, non_blocking: bool = True, *, stream: Any = None) -> None:
+        """Plan one generation step (host work; copies the plan and the page table to the device).
+
+        ``indptr`` [batch + 1], ``indices`` [nnz_pages], ``last_page_len`` [batch]: int32 arrays on the
+        host (NumPy, CPU torch) or on the device. Device arrays are copied to the host once here
+        (a stream sync); host arrays avoid it. The wrapper keeps its own copies: the caller may
+        reuse the arrays right after plan(). ``window_left`` (sliding window, -1 off),
+        ``logits_soft_cap`` (None/0 off) and ``sm_scale`` (default 1/sqrt(head_dim)) follow
+        FlashInfer's meaning. ``pos_encoding_mode`` must be "NONE" (apply RoPE before weft).
+        """
+        _check_no_rope(pos_encoding_mode, rope_scale, rope_theta)
+        dt = _dtype_code(data_type if data_type is not None else q_data_type, "q_data_type")
+        if kv_data_type is not None and _dtype_code(kv_data_type, "kv_data_type") != dt:
+            raise _error("kv_data_type", "must equal q_data_type (no mixed-precision KV yet)")
+        s = _stream_of(stream, indptr, indices, last_page_len)
+        self._impl.plan(indptr, indices, last_page_len, int(num_qo_heads), int(num_kv_heads), int(head_dim),
+                        int(page_size), dt, self._layout, _sm_scale(sm_scale, head_dim), int(window_left),
+                        _soft_cap(logits_soft_cap), False, s)
+        self._num_qo_heads, self._head_dim, self._dtype = int(num_qo_heads), int(head_dim), dt
+        self._batch = len(indptr) - 1
+
+    def run(self, q: Any, paged_kv_cache: Any, *, out: Any = None, lse: Any = None, return_lse: bool = False,
+            stream: Any = None) -> Any:
+        """Decode attention for the planned batch. Returns ``out`` (allocated like ``q`` when not
+        given, torch / CuPy only), or ``(out, lse)`` with ``return_lse`` (lse [batch, num_qo_heads]
+        float32, natural log)."""
+        k, v = _kv_pair(paged_kv_cache)
+        if out is None:
+            out = _empty_like(q, q.shape, str(q.dtype).replace("torch.", ""), "out")
+        if return_lse and lse is None:
+            lse = _empty_like(q, (q.shape[0], q.shape[1]), "float32", "lse")
+        self._impl.run(q, k, v, out, lse, _stream_of(stream, q))
+        return (out, lse) if return_lse else out
+
+    def plan_info(self) -> dict:
+        """What the last plan decided (grid, items, splits, kernel path)."""
+        return self._impl.plan_info()
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self._impl.workspace_bytes
+
+    forward = run
+
+
+# ---- prefill ---------------------------------------------------------------------------------
+
+class _PrefillBase:
+    _paged = True
+
+    def __init__(self, float_workspace_buffer: Any = None, kv_layout: str = "NHD", use_cuda_graph: bool = False,
+                 *, max_batch_size: int = 0, max_total_q: int = 0, max_num_pages: int = 0, cta_q: int = 0):
+        self._layout = _layout_code(kv_layout)
+        if use_cuda_graph and cta_q == 0:
+            cta_q = 64  # a fixed tile configuration keeps captured graphs valid across plans
+        if cta_q not in (0, 16, 64, 128):
+            raise _error("cta_q", f"must be 0 (heuristic), 16, 64 or 128, got {cta_q}")
+        self._impl = _weft.Prefill(self._paged, int(max_batch_size), int(max_total_q), int(max_num_pages),
+                                   int(cta_q), float_workspace_buffer)
+
+    def plan_info(self) -> dict:
+        """What the last plan decided (tile sizes, grid, items, splits)."""
+        return self._impl.plan_info()
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self._impl.workspace_bytes
+
+    @staticmethod
+    def _common(custom_mask, packed_custom_mask, pos_encoding_mode, rope_scale, rope_theta, q_data_type,
+                kv_data_type, head_dim_qk, head_dim_vo):
+        if custom_mask is not None or packed_custom_mask is not None:
+            raise _error("custom_mask", "custom masks are not wrapped yet (weft's C++ API has them)")
+        _check_no_rope(pos_encoding_mode, rope_scale, rope_theta)
+        if head_dim_vo is not None and head_dim_vo != head_dim_qk:
+            raise _error("head_dim_vo", "must equal head_dim_qk")
+        dt = _dtype_code(q_data_type, "q_data_type")
+        if kv_data_type is not None and _dtype_code(kv_data_type, "kv_data_type") != dt:
+            raise _error("kv_data_type", "must equal q_data_type")
+        return dt
+
+    def _out(self, q, out, lse, return_lse):
+        if out is None:
+            out = _empty_like(q, q.shape, str(q.dtype).replace("torch.", ""), "out")
+        if return_lse and lse is None:
+            lse = _empty_like(q, (q.shape[0], q.shape[1]), "float32", "lse")
+        return out, lse
+
+
+class BatchPrefillWithPagedKVCacheWrapper(_PrefillBase):
+    """Batch prefill / append attention: ragged queries against a paged KV cache.
+
+    Mirrors ``flashinfer.BatchPrefillWithPagedKVCacheWrapper``::
+
+        w = weft.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+        w.plan(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads,
+               head_dim, page_size, causal=True, q_data_type=torch.float16)
+        out = w.run(q, (k_cache, v_cache))
+
+    q / out ``[total_q, num_qo_heads, head_dim]`` (requests delimited by ``qo_indptr``). Causal
+    masks are aligned to the bottom-right (query i of a request with q_len queries and kv_len keys
+    sits at position kv_len - q_len + i), as in FlashInfer. Workspace and CUDA graphs as in
+    :class:`BatchDecodeWithPagedKVCacheWrapper`; in addition the tile configuration must not change
+    between capture and replay: ``use_cuda_graph=True`` (or ``cta_q=``) fixes it.
+    ``max_total_q`` bounds the query tokens of a plan (workspace sizing).
+    """
+
+    _paged = True
+
+    def plan(self, qo_indptr: Any, paged_kv_indptr: Any, paged_kv_indices: Any, paged_kv_last_page_len: Any,
+             num_qo_heads: int, num_kv_heads: int, head_dim_qk: int, page_size: int,
+             head_dim_vo: Optional[int] = None, custom_mask: Any = None, packed_custom_mask: Any = None,
+             causal: bool = False, pos_encoding_mode: str = "NONE", use_fp16_qk_reduction: bool = False,
+             sm_scale: Optional[float] = None, window_left: int = -1, logits_soft_cap: Optional[float] = None,
+             rope_scale: Optional[float] = None, rope_theta: Optional[float] = None,
+             q_data_type: Any = "float16", kv_data_type: Any = None, non_blocking: bool = True, *,
+             stream: Any = None) -> None:
+        """Plan one step. Index arrays are int32, host or device; device ones are copied to the host
+        once here (a stream sync). The wrapper keeps its own copies."""
+        dt = self._common(custom_mask, packed_custom_mask, pos_encoding_mode, rope_scale, rope_theta, q_data_type,
+                          kv_data_type, head_dim_qk, head_dim_vo)
+        s = _stream_of(stream, qo_indptr, paged_kv_indptr)
+        self._impl.plan(qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, int(num_qo_heads),
+                        int(num_kv_heads), int(head_dim_qk), int(page_size), dt, self._layout,
+                        _sm_scale(sm_scale, head_dim_qk), bool(causal), int(window_left), _soft_cap(logits_soft_cap),
+                        False, s)
+
+    def run(self, q: Any, paged_kv_cache: Any, *, out: Any = None, lse: Any = None, return_lse: bool = False,
+            stream: Any = None) -> Any:
+        """Attention of the planned batch; returns ``out`` or ``(out, lse)``."""
+        k, v = _kv_pair(paged_kv_cache)
+        out, lse = self._out(q, out, lse, return_lse)
+        self._impl.run_paged(q, k, v, out, lse, _stream_of(stream, q))
+        return (out, lse) if return_lse else out
+
+    forward = run
+
+
+class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
+    """Batch prefill with ragged (contiguous) K/V: request b's keys are rows
+    ``kv_indptr[b]:kv_indptr[b+1]`` of k / v ``[total_kv, num_kv_heads, head_dim]``.
+
+    Mirrors ``flashinfer.BatchPrefillWithRaggedKVCacheWrapper``; see
+    :class:`BatchPrefillWithPagedKVCacheWrapper` for masks, workspace and graphs. The wrapper
+    keeps a device copy of ``kv_indptr`` at a fixed address (run() reads it there).
+    """
+
+    _paged = False
+
+    def plan(self, qo_indptr: Any, kv_indptr: Any, num_qo_heads: int, num_kv_heads: int, head_dim_qk: int,
+             head_dim_vo: Optional[int] = None, custom_mask: Any = None, packed_custom_mask: Any = None,
+             causal: bool = False, pos_encoding_mode: str = "NONE", use_fp16_qk_reduction: bool = False,
+             window_left: int = -1, logits_soft_cap: Optional[float] = None, sm_scale: Optional[float] = None,
+             rope_scale: Optional[float] = None, rope_theta: Optional[float] = None,
+             q_data_type: Any = "float16", kv_data_type: Any = None, non_blocking: bool = True, *,
+             stream: Any = None) -> None:
+        """Plan one step (``qo_indptr``, ``kv_indptr``: int32 [batch + 1], host or device; device
+        ones are copied to the host once here, a stream sync)."""
+        dt = self._common(custom_mask, packed_custom_mask, pos_encoding_mode, rope_scale, rope_theta, q_data_type,
+                          kv_data_type, head_dim_qk, head_dim_vo)
+        s = _stream_of(stream, qo_indptr, kv_indptr)
+        self._impl.plan(qo_indptr, kv_indptr, None, None, int(num_qo_heads), int(num_kv_heads), int(head_dim_qk), 1,
+                        dt, 0, _sm_scale(sm_scale, head_dim_qk), bool(causal), int(window_left),
+                        _soft_cap(logits_soft_cap), False, s)
+
+    def run(self, q: Any, k: Any, v: Any, *, out: Any = None, lse: Any = None, return_lse: bool = False,
+            stream: Any = None) -> Any:
+        """Attention of the planned batch; returns ``out`` or ``(out, lse)``."""
+        out, lse = self._out(q, out, lse, return_lse)
+        self._impl.run_ragged(q, k, v, out, lse, _stream_of(stream, q))
+        return (out, lse) if return_lse else out
+
+    forward = run
+
+
+# ---- paged KV append, norms, block tables ---------------------------------------------------
+
+IndexArg = Union[Any, Tuple[Any, Any]]
+
+
+def _index_pair(x: IndexArg, name: str) -> Tuple[Any, Any]:
+    """(device, host) copies of an int32 index argument: a (device, host) tuple as given, a
+    device array alone (its host copy is read back: a sync), or a host array alone (uploaded)."""
+    if isinstance(x, (tuple, list)) and len(x) == 2 and not isinstance(x[0], int):
+        return x[0], x[1]
+    dev_type = None
+    try:
+        dev_type = x.__dlpack_device__()[0]
+    except AttributeError:
+        pass
+    if dev_type in (2, 13):  # kDLCUDA, kDLCUDAManaged
+        return x, None
+    return None, x
+
+
+def append_paged_kv(append_key: Any, append_value: Any, batch_indices: IndexArg, positions: IndexArg,
+                    paged_kv_cache: Any, kv_indices: IndexArg, kv_indptr: IndexArg, kv_last_page_len: IndexArg,
+                    kv_layout: str = "NHD", *, stream: Any = None) -> None:
+    """Write new K/V tokens into their pages (``flashinfer.append_paged_kv_cache``'s arguments).
+
+    ``append_key`` / ``append_value`` ``[nnz, num_kv_heads, head_dim]``; ``batch_indices[i]`` /
+    ``positions[i]``: request and position of token i; the page table (``kv_indices``,
+    ``kv_indptr``, ``kv_last_page_len``) must already include the new tokens. weft validates
+    every index on the host before launching, so each index argument is needed in both copies:
+    pass a ``(device_array, host_array)`` tuple (no copy, no sync: CUDA-graph capturable), a host
+    array alone (uploaded on the stream into a stream-ordered temporary) or a device array alone
+    (read back to the host: a stream sync). A rejected call writes nothing.
+    """
+    k, v = _kv_pair(paged_kv_cache)
+    bi_d, bi_h = _index_pair(batch_indices, "batch_indices")
+    po_d, po_h = _index_pair(positions, "positions")
+    ix_d, ix_h = _index_pair(kv_indices, "kv_indices")
+    ip_d, ip_h = _index_pair(kv_indptr, "kv_indptr")
+    lp_d, lp_h = _index_pair(kv_last_page_len, "kv_last_page_len")
+    _weft.append_paged_kv(append_key, append_value, bi_d, bi_h, po_d, po_h, k, v, ix_d, ix_h, ip_d, ip_h, lp_d, lp_h,
+                          _layout_code(kv_layout), _stream_of(stream, append_key))
+
+
+append_paged_kv_cache = append_paged_kv
+
+
+def rmsnorm(input: Any, weight: Any, eps: float = 1e-6, *, out: Any = None, stream: Any = None) -> Any:
+    """``out = input / sqrt(mean(input^2, -1) + eps) * weight`` over rows of ``[tokens, hidden]``
+    (float16 / bfloat16, fp32 sums). ``out`` may be ``input`` (in place); allocated when None
+    (torch / CuPy)."""
+    if out is None:
+        out = _empty_like(input, input.shape, str(input.dtype).replace("torch.", ""), "out")
+    _weft.rmsnorm(input, weight, out, float(eps), _stream_of(stream, input))
+    return out
+
+
+def fused_add_rmsnorm(input: Any, residual: Any, weight: Any, eps: float = 1e-6, *, stream: Any = None) -> None:
+    """In place, as vLLM / FlashInfer: ``residual += input`` (rounded to the storage dtype), then
+    ``input = rmsnorm(residual) * weight``."""
+    _weft.fused_add_rmsnorm(input, residual, weight, float(eps), _stream_of(stream, input))
+
+
+def page_table_from_block_tables(block_tables: Any, seq_lens: Any, page_size: int,
+                                 num_pages: int) -> Tuple[list, list, list]:
+    """vLLM block tables (host int32 ``[batch, max_blocks_per_seq]``) and sequence lengths (host
+    int32 ``[batch]``) to weft's page table ``(kv_indptr, kv_indices, kv_last_page_len)`` (lists)."""
+    return _weft.page_table_from_block_tables(block_tables, seq_lens, int(page_size), int(num_pages))
