@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -96,11 +97,21 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_d
   kp.rows_per_copy = p.paged ? static_cast<int32_t>(std::min<int64_t>(p.page_size, kBlockN)) : kBlockN;
 }
 
+namespace {
+std::atomic<uint64_t> g_launches{0};
+}  // namespace
+uint64_t launch_count() { return g_launches.load(); }
+void note_launch() { g_launches.fetch_add(1); }
+
 Entry find(int32_t head_dim, DType dtype) {
   const bool bf16 = dtype == DType::kBFloat16;
   if (head_dim == 128) {
     if (bf16) return {&launch_prefill_sm90<128, __nv_bfloat16>, &occupancy_prefill_sm90<128, __nv_bfloat16>};
     return {&launch_prefill_sm90<128, half>, &occupancy_prefill_sm90<128, half>};
+  }
+  if (head_dim == 64) {
+    if (bf16) return {&launch_prefill_sm90<64, __nv_bfloat16>, &occupancy_prefill_sm90<64, __nv_bfloat16>};
+    return {&launch_prefill_sm90<64, half>, &occupancy_prefill_sm90<64, half>};
   }
   return {};
 }

@@ -56,9 +56,9 @@ struct Shim {
   static constexpr int kKStepsPV = kBlockN / 16;
 };
 
-template <int D, class T>
+template <int D, class T, int STAGES>
 struct Cfg {
-  static constexpr int kStages = 2;
+  static constexpr int kStages = STAGES;
   static constexpr int kHalves = D / 64;                 // 128-byte swizzle: 64 columns per half
   static constexpr int kQHalfBytes = kBlockM * 128;      // 128 rows x 128 B
   static constexpr int kKVHalfBytes = kBlockN * 128;
@@ -105,16 +105,16 @@ __device__ __forceinline__ int tile_count(const ItemGeom& g) {
 // Barriers (mbarriers, 8 bytes each, after the tiles): q_full, q_empty, then per stage k_full,
 // k_empty, v_full, v_empty, v_tma (partial tiles: the V copy completes there, the producer zeroes
 // the rows past kv_hi and then arrives on v_full).
-template <int D, class T>
+template <class C>
 struct Bars {
   uint64_t* base;
   __device__ __forceinline__ uint64_t* q_full() const { return base; }
   __device__ __forceinline__ uint64_t* q_empty() const { return base + 1; }
   __device__ __forceinline__ uint64_t* k_full(int s) const { return base + 2 + s; }
-  __device__ __forceinline__ uint64_t* k_empty(int s) const { return base + 2 + Cfg<D, T>::kStages + s; }
-  __device__ __forceinline__ uint64_t* v_full(int s) const { return base + 2 + 2 * Cfg<D, T>::kStages + s; }
-  __device__ __forceinline__ uint64_t* v_empty(int s) const { return base + 2 + 3 * Cfg<D, T>::kStages + s; }
-  __device__ __forceinline__ uint64_t* v_tma(int s) const { return base + 2 + 4 * Cfg<D, T>::kStages + s; }
+  __device__ __forceinline__ uint64_t* k_empty(int s) const { return base + 2 + C::kStages + s; }
+  __device__ __forceinline__ uint64_t* v_full(int s) const { return base + 2 + 2 * C::kStages + s; }
+  __device__ __forceinline__ uint64_t* v_empty(int s) const { return base + 2 + 3 * C::kStages + s; }
+  __device__ __forceinline__ uint64_t* v_tma(int s) const { return base + 2 + 4 * C::kStages + s; }
 };
 
 // Producer warp. Lane 0 issues ragged boxes; paged tiles are cut into min(page_size, 128)-row
@@ -123,10 +123,9 @@ struct Bars {
 // v_tma; the warp then zeroes the V rows >= kv_hi - ts (TMA may have brought another request's
 // rows or a page's unused slots: 0 * NaN would poison O), fences the generic-proxy stores for the
 // async proxy (wgmma) and arrives on v_full.
-template <int D, class T>
-__device__ __forceinline__ void producer(const KernelParams& P, unsigned char* smem, Bars<D, T> b,
+template <int D, class T, class C>
+__device__ __forceinline__ void producer(const KernelParams& P, unsigned char* smem, Bars<C> b,
                                          int lane) {
-  using C = Cfg<D, T>;
   const PrefillParams& p = P.p;
   // This CTA's copies of the maps with the row extents of the current plan (see
   // sm90_launch.h, kMapBytesPerCta): param -> shared (lane i copies word i), global_dim of the
@@ -178,6 +177,9 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
     }
     const int n_tiles = tile_count(g);
     const int ts0 = first_tile_key(g);
+    int page_next = 0;  // paged: this lane's page id of the next tile
+    if (p.paged && n_tiles > 0 && lane < copies && ts0 + lane * rows_per_copy < g.kv_hi)
+      page_next = __ldg(p.page_indices + g.kv_base + (ts0 + lane * rows_per_copy) / p.page_size);
     for (int t = 0; t < n_tiles; ++t, ++tile_cnt) {
       const int s = tile_cnt % C::kStages;
       const uint32_t ph = (tile_cnt / C::kStages) & 1;
@@ -204,11 +206,11 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
       } else {
         const int j = ts + lane * rows_per_copy;
         const bool active = lane < copies && j < g.kv_hi;
-        int page = 0, slot = 0;
-        if (active) {
-          page = __ldg(p.page_indices + g.kv_base + j / p.page_size);
-          slot = j % p.page_size;
-        }
+        const int page = page_next, slot = active ? j % p.page_size : 0;
+        // The next tile's page id, loaded now and used one tile later (latency off the path).
+        const int jn = j + kBlockN;
+        page_next = t + 1 < n_tiles && lane < copies && jn < g.kv_hi
+                        ? __ldg(p.page_indices + g.kv_base + jn / p.page_size) : 0;
         const int n_active = __popc(__ballot_sync(0xffffffffu, active));
         const uint32_t bytes = static_cast<uint32_t>(n_active) * rows_per_copy * 128 * C::kHalves;
         ptx90::mbar_wait(b.k_empty(s), ph ^ 1);
@@ -290,10 +292,9 @@ inline constexpr int kPingPongBar = 2;
 // softmax of S_t runs while that P V is in flight; O is rescaled after it completes.
 // kPingPong: the two warpgroups take turns issuing their GEMMs (named barriers), so one
 // warpgroup's softmax overlaps the other's tensor-core work.
-template <int D, class T, bool kOverlap, bool kPingPong>
-__device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* smem, Bars<D, T> b,
+template <int D, class T, class C, bool kOverlap, bool kPingPong, bool kPvWide>
+__device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* smem, Bars<C> b,
                                          int cwg, int tid_wg) {
-  using C = Cfg<D, T>;
   using Tr = Shim<D, T>;
   const PrefillParams& p = P.p;
   const int lane = tid_wg & 31;
@@ -326,14 +327,22 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
   };
   // V half h (64 columns of head_dim), keys 16 kk .. 16 kk + 15: MN-major, SBO = 1024 (next 8
   // keys); N = 64 is one MN block, so LBO (set to the same 1024) is not used as a stride.
+  // kPvWide: one m64n128k16 per k-step instead, the two 64-column halves of V one LBO apart.
   auto issue_pv = [&](SoftmaxState<Tr>& st, const uint32_t (&pa)[Tr::kKStepsPV][4], int s) {
     const uint32_t sv = sbase + C::kOffV + s * C::kKVBytes;
+    if constexpr (kPvWide && D == 128) {
 #pragma unroll
-    for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
+      for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
+        ptx90::Wgmma<128, T>::template rs<1>(&st.o[0][0][0], pa[kk],
+                                             ptx90::desc_sw128(sv + kk * 2048, C::kKVHalfBytes, 1024), 1);
+    } else {
 #pragma unroll
-      for (int h = 0; h < C::kHalves; ++h)
-        ptx90::Wgmma<64, T>::template rs<1>(&st.o[0][8 * h][0], pa[kk],
-                                            ptx90::desc_sw128(sv + h * C::kKVHalfBytes + kk * 2048, 1024, 1024), 1);
+      for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
+#pragma unroll
+        for (int h = 0; h < C::kHalves; ++h)
+          ptx90::Wgmma<64, T>::template rs<1>(&st.o[0][8 * h][0], pa[kk],
+                                              ptx90::desc_sw128(sv + h * C::kKVHalfBytes + kk * 2048, 1024, 1024), 1);
+    }
     ptx90::wgmma_commit();
   };
   auto fence_s = [&](float (&sacc)[1][Tr::kFragS][4]) {
@@ -480,15 +489,19 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
   }
 }
 
-// kVariant bit 0: intra-warpgroup overlap; bit 1: ping-pong between the consumer warpgroups.
+// kVariant bit 0: intra-warpgroup overlap; bit 1: ping-pong between the consumer warpgroups;
+// bit 2: three K/V stages instead of two; bit 3: P V as one N = 128 wgmma per k-step (d128).
+template <int D, class T, int kVariant>
+using CfgOf = Cfg<D, T, (kVariant & 4) ? 3 : 2>;
+
 template <int D, class T, int kVariant>
 __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_constant__ KernelParams P) {
 #ifdef WEFT_SM90A_ENABLED
-  using C = Cfg<D, T>;
+  using C = CfgOf<D, T, kVariant>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
-  Bars<D, T> b{reinterpret_cast<uint64_t*>(smem + C::kOffBar)};
+  Bars<C> b{reinterpret_cast<uint64_t*>(smem + C::kOffBar)};
   const int tid = threadIdx.x;
   if (tid == 0) {
     ptx90::mbar_init(b.q_full(), 1);                    // producer arrive + tx
@@ -506,10 +519,10 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   const int wg = tid / 128;
   if (wg == 0) {
     ptx90::setmaxnreg_dec<C::kProducerRegs>();
-    if (tid < 32) producer<D, T>(P, smem, b, tid);
+    if (tid < 32) producer<D, T, C>(P, smem, b, tid);
   } else {
     ptx90::setmaxnreg_inc<C::kConsumerRegs>();
-    consumer<D, T, (kVariant & 1) != 0, (kVariant & 2) != 0>(P, smem, b, wg - 1, tid - (wg * 128));
+    consumer<D, T, C, (kVariant & 1) != 0, (kVariant & 2) != 0, (kVariant & 8) != 0>(P, smem, b, wg - 1, tid - (wg * 128));
   }
 #else
   __trap();  // built without sm_90a code: never selected (occupancy_prefill_sm90 reports 0)
@@ -517,16 +530,23 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
 }
 
 // ---- host side ----
-// Pipeline variant (kVariant of prefill_sm90_kernel): WEFT_PREFILL_SM90_VARIANT = 0..3 for A/B runs
-// (bit 0 intra-warpgroup overlap, bit 1 ping-pong); default kDefaultVariant.
-inline constexpr int kDefaultVariant = 3;
+// Pipeline variant (kVariant of prefill_sm90_kernel) for same-call A/B runs:
+// WEFT_PREFILL_SM90_VARIANT = 0 (plain: S, softmax, P V in turn), 3 (overlap + ping-pong, two
+// stages, P V as two N = 64 halves) or 15 (3 + three stages + one N = 128 P V per k-step);
+// default kDefaultVariant. (Variants 1, 2, 7, 11 were measured and dropped: perf notes.)
+inline constexpr int kDefaultVariant = 15;
 inline int variant_from_env() {
   static const int v = [] {
     const char* e = std::getenv("WEFT_PREFILL_SM90_VARIANT");
     const int x = e ? std::atoi(e) : kDefaultVariant;
-    return x >= 0 && x <= 3 ? x : kDefaultVariant;
+    return x == 0 || x == 3 || x == 15 ? x : kDefaultVariant;
   }();
   return v;
+}
+
+template <int D, class T, int V>
+void launch_variant(const KernelParams& kp, int num_ctas, cudaStream_t stream) {
+  prefill_sm90_kernel<D, T, V><<<num_ctas, CfgOf<D, T, V>::kThreads, CfgOf<D, T, V>::kSmemBytes, stream>>>(kp);
 }
 
 template <int D, class T>
@@ -534,35 +554,35 @@ void launch_prefill_sm90(const PrefillParams& p, const Shapes& s, int num_ctas, 
   KernelParams kp{};
   kp.p = p;
   make_tensor_maps(kp, s, detail::TypeOf<T>::value, D);
-  constexpr int kThreads = Cfg<D, T>::kThreads, kSmem = Cfg<D, T>::kSmemBytes;
   switch (variant_from_env()) {
-    case 0: prefill_sm90_kernel<D, T, 0><<<num_ctas, kThreads, kSmem, stream>>>(kp); break;
-    case 1: prefill_sm90_kernel<D, T, 1><<<num_ctas, kThreads, kSmem, stream>>>(kp); break;
-    case 2: prefill_sm90_kernel<D, T, 2><<<num_ctas, kThreads, kSmem, stream>>>(kp); break;
-    default: prefill_sm90_kernel<D, T, 3><<<num_ctas, kThreads, kSmem, stream>>>(kp); break;
+    case 0: launch_variant<D, T, 0>(kp, num_ctas, stream); break;
+    case 3: launch_variant<D, T, 3>(kp, num_ctas, stream); break;
+    default: launch_variant<D, T, 15>(kp, num_ctas, stream); break;
   }
   WEFT_CUDA_CHECK_LAUNCH();
+  note_launch();
+}
+
+template <int D, class T, int V>
+int occupancy_variant() {
+  const void* k = reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, V>);
+  constexpr int kSmem = CfgOf<D, T, V>::kSmemBytes;
+  WEFT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  cudaFuncAttributes attr{};
+  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
+  if (attr.numRegs < 64) return 0;
+  int b = 0;
+  WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k, CfgOf<D, T, V>::kThreads, kSmem));
+  return b;
 }
 
 // Resident CTAs per SM (1 by design; 0 when the build has no sm_90a code: the trapping stub uses
 // a handful of registers). Also opts every variant in to its dynamic shared memory.
 template <int D, class T>
 int occupancy_prefill_sm90() {
-  constexpr int kSmem = Cfg<D, T>::kSmemBytes;
-  const void* kernels[4] = {reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, 0>),
-                            reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, 1>),
-                            reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, 2>),
-                            reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, 3>)};
-  int blocks = 1 << 30;
-  for (const void* k : kernels) {
-    WEFT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    cudaFuncAttributes attr{};
-    WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
-    if (attr.numRegs < 64) return 0;
-    int b = 0;
-    WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k, Cfg<D, T>::kThreads, kSmem));
-    blocks = b < blocks ? b : blocks;
-  }
+  const int occ[3] = {occupancy_variant<D, T, 0>(), occupancy_variant<D, T, 3>(), occupancy_variant<D, T, 15>()};
+  int blocks = occ[0];
+  for (int o : occ) blocks = o < blocks ? o : blocks;
   return blocks;
 }
 

@@ -58,6 +58,10 @@ bool eligible(int device, int32_t head_dim, DType dtype, int32_t group_size, boo
               int64_t page_size);
 Entry find(int32_t head_dim, DType dtype);
 
+// Number of sm90 kernel launches issued by this process (tests check which mainloop ran).
+uint64_t launch_count();
+void note_launch();
+
 }  // namespace weft::prefill::sm90
 
 #define WEFT_PREFILL_SM90_INSTANCE(D, T)                                                           \

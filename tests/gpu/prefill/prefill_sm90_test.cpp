@@ -2,14 +2,14 @@
 // fresh random inputs, NaN-poisoned outputs, lengths off every 128-row / 128-key tile, GQA 1/4/8,
 // causal and not, ragged and paged, LSE checked, and bitwise determinism over two runs.
 // Runs only on a compute capability 9.0 device (skips elsewhere); each case asserts that the
-// wrapper actually chose the sm90 mainloop (plan_info().cta_kv == 128 at head_dim 128: no FA2
-// configuration of d128 uses 128-key tiles).
+// wrapper actually launched the sm90 mainloop (sm90::launch_count()).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "prefill/sm90/sm90_launch.h"
 #include "prefill_case.h"
 
 namespace weft::test::prefill {
@@ -43,10 +43,11 @@ void run_sm90_case(const Case& c, uint64_t salt, bool expect_sm90 = true) {
   Prepared p;
   prepare(p, c, salt);
   BatchPrefillWrapper w;
+  const uint64_t launches = weft::prefill::sm90::launch_count();
   plan_and_run(w, p);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.describe();
   if (expect_sm90) {
-    ASSERT_EQ(w.plan_info().cta_kv, 128) << "sm90 mainloop not selected: " << c.describe();
+    ASSERT_EQ(weft::prefill::sm90::launch_count(), launches + 1) << "sm90 mainloop not launched: " << c.describe();
     ASSERT_EQ(w.plan_info().cta_q, 128) << c.describe();
   }
   check_against_reference(p);
@@ -206,6 +207,33 @@ TEST(PrefillSm90, WindowSoftcapCustom) {
   }
 }
 
+// head_dim 64 (same kernel, one 64-column half): lengths off the tiles, GQA 1 and 8, both masks,
+// ragged and paged (page 16 HND / page 32 NHD), f16 and bf16.
+TEST(PrefillSm90, HeadDim64) {
+  WEFT_REQUIRE_SM90();
+  int i = 0;
+  for (int len : {1, 129, 1000}) {
+    for (int group : {1, 8}) {
+      for (bool causal : {true, false}) {
+        Case c;
+        c.q_lens = {len, 63};
+        c.kv_lens = {len, 200};
+        c.num_kv_heads = 2;
+        c.num_qo_heads = 2 * group;
+        c.head_dim = 64;
+        c.paged = i % 2 == 0;
+        c.page_size = i % 4 == 0 ? 16 : 32;
+        c.layout = i % 4 == 0 ? KVLayout::kHND : KVLayout::kNHD;
+        c.variant = mask_of(causal);
+        c.dtype = i % 3 == 0 ? DType::kFloat16 : DType::kBFloat16;
+        c.opt.cta_q = 128;
+        SCOPED_TRACE(c.describe());
+        run_sm90_case(c, 600 + i++);
+      }
+    }
+  }
+}
+
 // WEFT_PREFILL_MAINLOOP=fa2 keeps the FA2 kernel (the fallback) on the same device.
 TEST(PrefillSm90, EnvFallbackToFa2) {
   WEFT_REQUIRE_SM90();
@@ -220,10 +248,12 @@ TEST(PrefillSm90, EnvFallbackToFa2) {
   Prepared p;
   prepare(p, c, 500);
   BatchPrefillWrapper w;
+  const uint64_t launches = weft::prefill::sm90::launch_count();
   plan_and_run(w, p);
   unsetenv("WEFT_PREFILL_MAINLOOP");
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(w.plan_info().cta_kv, 64);
+  EXPECT_EQ(weft::prefill::sm90::launch_count(), launches);
   check_against_reference(p);
 }
 
