@@ -11,6 +11,8 @@
 // kv_len sequence, the chunked-prefill convention) and key j:
 //   s = sm_scale * <q_i, k_j>
 //   if logits_soft_cap > 0: s = logits_soft_cap * tanh(s / logits_soft_cap)
+//   if alibi_slopes:        s += alibi_slopes[h] * (j - p)      (h: the query head; j - p <= 0
+//                           for every causally visible key, so a positive slope penalizes distance)
 //   masked (s = -inf) when: causal and j > p; window_left >= 0 and j < p - window_left;
 //                           custom mask bit (i, j) is 0.
 // LSE is returned in NATURAL log (base e): lse_i = log(sum_j exp(s_ij)). A row with no
@@ -34,6 +36,12 @@ struct AttentionVariant {
   int32_t window_left = -1;     // sliding window: keys j >= p - window_left; -1 disables
   float logits_soft_cap = 0.f;  // <= 0 disables
   bool return_lse = false;
+  // ALiBi: DEVICE pointer to num_qo_heads floats (one slope per query head, natural-log units per
+  // key of distance; e.g. 2^(-8 (h + 1) / num_qo_heads) for power-of-two head counts). nullptr
+  // disables. Must be 4-byte aligned and stay valid (its contents may change) for every run of
+  // the plan: kernels read it at run time (decode and the FA2 prefill kernel). Checked at plan():
+  // weft::Error naming "variant.alibi_slopes".
+  const float* alibi_slopes = nullptr;
 };
 
 }  // namespace weft
