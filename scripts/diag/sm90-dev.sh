@@ -54,8 +54,8 @@ if has variants; then
   for v in ${SM90_VARIANTS:-0 1 2 3}; do
     WEFT_PREFILL_SM90_VARIANT=$v timeout 120 $BUILD/bench/weft-bench --group prefill --no-ceilings \
       ${VARIANT_ARGS:---filter prefill/sm90/causal/ragged/L4096 --filter prefill/sm90/causal/ragged/L16384} \
-      --json "$OUT/variant$v.json" > "$OUT/variant$v.log" 2>&1
-    python3 -c "import json,sys; d=json.load(open('$OUT/variant$v.json')); print('variant $v', ' '.join('%s=%.1f' % (c['name'].split('sm90/')[-1], c['flops']/c['ms']/1e9) for c in d['cases'] if c.get('ms')))"
+      --json "/tmp/variant$v.json" > "/tmp/variant$v.log" 2>&1
+    python3 -c "import json,sys; d=json.load(open('/tmp/variant$v.json')); print('variant $v', ' '.join('%s=%.1f' % (c['name'].split('sm90/')[-1], c['flops']/c['ms']/1e9) for c in d['cases'] if c.get('ms')))"
   done
 fi
 if has fi && [ -n "${FI_PID:-}" ]; then
@@ -85,6 +85,15 @@ fim = {}
 if fi:
     for c in fi.get("cases", []):
         if c.get("ms"): fim[(c["name"], c.get("variant"))] = c["ms"]
+# bench_fi.json: bench.json with extra.speedup_vs_flashinfer (FlashInfer fi-auto ms / weft ms, same
+# call; the FlashInfer row of the same shape is named without the sm90/ or fa2/ part).
+if b and fi:
+    for c in b.get("cases", []):
+        base = c["name"].replace("prefill/sm90/", "prefill/").replace("prefill/fa2/", "prefill/")
+        f = fim.get((base, "fi-auto"))
+        if f and c.get("ms"):
+            c.setdefault("extra", {})["speedup_vs_flashinfer"] = f / c["ms"]
+    json.dump(b, open(os.path.join(out, "bench_fi.json"), "w"), indent=1)
 print(f"{'row':44s} {'ms':>8s} {'TFLOP/s':>8s} {'fi-auto ms':>10s} {'x fi':>6s}")
 for n, (ms, tf) in rows.items():
     base = n.replace("prefill/sm90/", "prefill/").replace("prefill/fa2/", "prefill/")
