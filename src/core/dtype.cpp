@@ -1,5 +1,6 @@
 #include "weft/dtype.h"
 
+#include "weft/config.h"
 #include "weft/error.h"
 #include "weft/version.h"
 
@@ -31,6 +32,6 @@ const char* dtype_name(DType t) {
   return "unknown";
 }
 
-const char* version() { return "0.1.0"; }
+const char* version() { return WEFT_VERSION; }
 
 }  // namespace weft
