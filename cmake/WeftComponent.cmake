@@ -5,6 +5,9 @@
 set(WEFT_COMPONENTS "" CACHE INTERNAL "")
 # Generated public headers (weft/config.h) live here; every component and libweft see them.
 set(WEFT_GENERATED_INCLUDE ${PROJECT_BINARY_DIR}/include)
+# Generated internal sources and headers (the kernel instances, cmake/WeftInstances.cmake): every
+# component sees them too, none is installed.
+set(WEFT_GENERATED_SRC ${PROJECT_BINARY_DIR}/generated)
 
 # weft_hide_symbols(<target>): nothing the target compiles is exported unless declared with
 # WEFT_API (include/weft/export.h: everything in include/weft/). Set on every component's
@@ -39,7 +42,7 @@ function(weft_component name)
   endif()
   add_library(weft_${name} OBJECT ${_src})
   target_include_directories(weft_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include ${WEFT_GENERATED_INCLUDE}
-    ${PROJECT_SOURCE_DIR}/src)
+    ${PROJECT_SOURCE_DIR}/src ${WEFT_GENERATED_SRC})
   weft_hide_symbols(weft_${name})
   target_link_libraries(weft_${name} PUBLIC CUDA::cudart ${A_LIBS})
   target_compile_options(weft_${name} PRIVATE
@@ -85,5 +88,5 @@ function(weft_link_component target)
     # Linking an OBJECT library adds its objects to the target (not transitively: hence the closure).
     target_link_libraries(${target} PRIVATE weft_${c})
   endforeach()
-  target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas ${_libs})
+  target_link_libraries(${target} PRIVATE CUDA::cudart ${_libs})
 endfunction()

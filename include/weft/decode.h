@@ -46,7 +46,7 @@ const char* decode_path_name(DecodePath p);
 
 // The heuristic used by kAuto, set from bench "decode/path/{tc,cc}/..." and
 // "decode/hdim/path/{tc,cc}/...": kCudaCore for GQA groups 1 and 2 at head_dim 128, kTensorCore
-// otherwise (numbers in src/decode/wrapper.cpp).
+// otherwise (numbers in src/attention/heuristics.cpp).
 DecodePath choose_decode_path(int32_t group_size, int32_t head_dim, DType dtype);
 // Whether a path is compiled into this build.
 bool decode_path_available(DecodePath p);
@@ -63,16 +63,35 @@ struct DecodePlanInfo {
   DecodePath path = DecodePath::kAuto;  // resolved path
 };
 
+// Kernel settings of a BatchDecodeWrapper, fixed at construction. 0 means the tuned default
+// (src/attention/heuristics.cpp: 4 warps per CTA and 2 stages at every head_dim, with the
+// measurements behind them). Other values are for tuning and benches ("decode/w<W>s<S>/..." rows);
+// the constructor and workspace_size() reject values out of range with weft::Error naming the
+// field ("options.warps_per_cta", "options.pipeline_stages").
+inline constexpr int32_t kDecodeMaxWarpsPerCta = 8;
+inline constexpr int32_t kDecodeMaxPipelineStages = 8;
+struct DecodeOptions {
+  DecodePath path = DecodePath::kAuto;  // kAuto: choose_decode_path() at plan time
+  int32_t warps_per_cta = 0;            // 0, or 2..kDecodeMaxWarpsPerCta warps per CTA
+  int32_t pipeline_stages = 0;          // 0, or 2..kDecodeMaxPipelineStages per-warp cp.async stages
+};
+
 class BatchDecodeWrapper {
  public:
   // Bytes of device workspace for plans of up to `max_batch` requests on the current device.
+  // The grid (and with it the workspace) depends on the warps and stages: pass the same options
+  // as to the constructor.
   static std::size_t workspace_size(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
                                     int32_t head_dim);
+  static std::size_t workspace_size(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
+                                    int32_t head_dim, const DecodeOptions& options);
 
   // Every later plan() must use these head counts / head_dim and batch <= max_batch.
   // `path` forces a kernel path (kAuto: choose_decode_path at plan time).
   BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
                      DecodePath path = DecodePath::kAuto);
+  BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
+                     const DecodeOptions& options);
   ~BatchDecodeWrapper();
   BatchDecodeWrapper(const BatchDecodeWrapper&) = delete;
   BatchDecodeWrapper& operator=(const BatchDecodeWrapper&) = delete;

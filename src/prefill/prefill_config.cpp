@@ -2,26 +2,13 @@
 
 #include <sstream>
 
-#include "weft/error.h"
+#include "attention/heuristics.h"
 
 namespace weft::prefill {
 
 TileConfig choose_tiles(double avg_packed_qo_len, int32_t head_dim) {
-  WEFT_CHECK_ARG(head_dim == 64 || head_dim == 128 || head_dim == 256, "head_dim",
-                 "expected 64, 128 or 256, got " << head_dim);
-  int32_t cta_q = 128;
-  if (avg_packed_qo_len <= 16) cta_q = 16;
-  else if (avg_packed_qo_len <= 64) cta_q = 64;
-  for (;;) {
-    for (int32_t kv : {128, 64, 32}) {
-      if (smem_bytes_of(head_dim, cta_q, kv) <= kSmemBudget &&
-          acc_regs_of(head_dim, cta_q, kv) <= kAccRegBudget)
-        return TileConfig{head_dim, cta_q, kv};
-    }
-    // Nothing fits: a smaller query tile frees shared memory (and, for 16, adds KV warps).
-    WEFT_CHECK_ARG(cta_q > 16, "head_dim", "no prefill tile fits head_dim " << head_dim);
-    cta_q = cta_q == 128 ? 64 : 16;
-  }
+  const heuristics::PrefillTiles t = heuristics::prefill_tiles(avg_packed_qo_len, head_dim);
+  return TileConfig{head_dim, t.cta_q, t.cta_kv};
 }
 
 const std::vector<TileConfig>& instantiated_configs() {
@@ -31,12 +18,6 @@ const std::vector<TileConfig>& instantiated_configs() {
 #undef WEFT_X
   };
   return list;
-}
-
-bool is_instantiated(const TileConfig& c) {
-  for (const TileConfig& x : instantiated_configs())
-    if (x == c) return true;
-  return false;
 }
 
 std::string describe(const TileConfig& c) {

@@ -1,5 +1,5 @@
 // kAuto's kernel path (choose_decode_path) is the measured policy: CUDA cores only for GQA groups
-// 1-2 at head_dim 128, tensor cores everywhere else (numbers in src/decode/wrapper.cpp).
+// 1-2 at head_dim 128, tensor cores everywhere else (numbers in src/attention/heuristics.cpp).
 #include <gtest/gtest.h>
 
 #include "weft/decode.h"

@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# Diagnostic (device): same-call A/B of decode tuning knobs read from the environment (e.g.
-# WEFT_DECODE_STAGES). Builds weft-bench (decode only, no tests) and runs it PAIRS times per
-# setting, processes interleaved (A, B, A, B, ...), each writing $OUT/ab_<setting>_<i>.json; then
-# merges them into $OUT/ab.json.
-#   OUT=... WEFT_COMMIT=<sha> PAIRS=2 scripts/diag/decode-env-ab.sh "WEFT_DECODE_STAGES=3" "WEFT_DECODE_STAGES=2" -- <filters>
-# BASE_SRC=<dir> adds the setting "base": weft-bench built from an older source tree in <dir>
-# (made locally with `git archive <sha> | tar -x -C build-base-src`, then carried), so a change
-# without a knob is compared with its parent in the same call.
+# Diagnostic (device): same-call A/B of this tree's weft-bench against one built from an older
+# source tree. Builds weft-bench (decode only, no tests) from both and runs each PAIRS times,
+# processes interleaved (base, new, base, new, ...), each writing $OUT/ab_<setting>_<i>.json;
+# then merges them into $OUT/ab.json and prints the rows side by side.
+#   OUT=... WEFT_COMMIT=<sha> PAIRS=2 BASE_SRC=<dir> scripts/diag/decode-ab.sh -- <filters>
+# BASE_SRC: the older tree, made locally with `git archive <sha> | tar -x -C build-base-src` and
+# carried. Without BASE_SRC only this tree runs (PAIRS processes: run-to-run spread).
+# Tuning knobs are not compared here: the library reads no environment variables; the bench rows
+# "decode/w<W>s<S>/..." build wrappers with other weft::DecodeOptions in the same process.
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT="${OUT:-./ab-out}"
 mkdir -p "$OUT"
-SETTINGS=()
-while [ $# -gt 0 ] && [ "$1" != "--" ]; do SETTINGS+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 F=()
 for r in "$@"; do F+=(--filter "$r"); done
@@ -22,17 +21,17 @@ build_bench() {
   ninja -C "$2" -j16 weft-bench > /tmp/build.log 2>&1 || { tail -40 /tmp/build.log; exit 1; }
 }
 build_bench . build-ab
+SETTINGS=(new)
 if [ -n "${BASE_SRC:-}" ]; then
   build_bench "$BASE_SRC" build-ab-base
-  SETTINGS=("base" "${SETTINGS[@]}")
+  SETTINGS=(base new)
 fi
 echo "build $SECONDS s"
 for i in $(seq 1 "${PAIRS:-2}"); do
   for s in "${SETTINGS[@]}"; do
-    tag=$(echo "$s" | tr -c 'A-Za-z0-9_\n' '_')
-    bin=build-ab/bench/weft-bench setting=$s
-    if [ "$s" = "base" ]; then bin=build-ab-base/bench/weft-bench setting=WEFT_NOOP=1; fi
-    env $setting $bin --group decode "${F[@]}" --commit "${WEFT_COMMIT:-unknown}" --json "$OUT/ab_${tag}_$i.json" > /tmp/run.log 2>&1 || tail -5 /tmp/run.log
+    bin=build-ab/bench/weft-bench
+    [ "$s" = "base" ] && bin=build-ab-base/bench/weft-bench
+    $bin --group decode "${F[@]}" --commit "${WEFT_COMMIT:-unknown}" --json "$OUT/ab_${s}_$i.json" > /tmp/run.log 2>&1 || tail -5 /tmp/run.log
     echo "$s run $i: $(grep -c '^decode/' /tmp/run.log) rows"
   done
 done

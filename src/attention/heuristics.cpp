@@ -1,0 +1,91 @@
+// The attention heuristics with their measured reasons (see heuristics.h for the list).
+#include "attention/heuristics.h"
+
+#include <algorithm>
+
+#include "prefill/prefill_config.h"  // the tiles' resource model: smem_bytes_of, acc_regs_of
+#include "weft/error.h"
+
+namespace weft::heuristics {
+
+// kAuto at head_dim 128: the CUDA-core path below kTensorCoreMinGroup, the tensor-core path from
+// it on. Measured on H200 at commit 82a6494 (bench "decode/path/{tc,cc}/<model>/<shape>", bf16,
+// D128, page 16, median of 3 pool allocations; fraction of the read ceiling 4609 GB/s, tc / cc;
+// bench/results/h200_all_82a6494.json, docs/perf-notes-decode.md):
+//   group 1 (llama2-7b 32/32):  b1/kv32K 0.743/0.746  b32/kv4K 0.932/0.924  b32/kv16K 0.947/0.939
+//                               b128/kv4K 0.943/0.937
+//   group 2 (16/8):             b1/kv32K 0.556/0.541  b32/kv4K 0.855/0.867  b32/kv16K 0.905/0.914
+//                               b128/kv4K 0.916/0.916
+//   group 4 (llama3-8b 32/8):   b1/kv32K 0.593/0.449  b32/kv4K 0.857/0.583  b32/kv16K 0.905/0.606
+//   group 8 (64/8):             b1/kv32K 0.532/0.264  b32/kv4K 0.853/0.328  b32/kv16K 0.904/0.336
+// The CUDA-core path does g rows' FMA work per tile and is issue-bound from g ~ 3-4 on. The
+// tensor-core path (keys in the mma M dimension, the group in one or two n8 tiles) costs the
+// same for every g <= 8 and, since that change, matches the CUDA-core path at groups 1-2 within
+// 1.5% either way. Groups 1-2 stay on CUDA cores at D128: same speed, and P stays fp32 there
+// (the tensor-core path rounds P to 16 bits).
+// At D64 and D256 the tensor-core path is faster at every group (bench "decode/hdim/path/...",
+// H200 at 144daa4 / 2f9ee16, read ceiling 4610 GB/s, median of 3 allocations, tc / cc µs;
+// bench/results/h200_decode_hdim_paths_2f9ee16.json):
+//   D64  group 1 (16/16):  b1/kv32K 42.0/44.7   b32/kv4K 140.2/149.9  b128/kv4K 539.2/575.1
+//   D64  group 2 (16/8):   b1/kv32K 27.4/33.3   b32/kv4K 73.4/95.1    b128/kv4K 273.5/361.5
+//   D256 group 1 (16/16):  b1/kv32K 132.1/133.7 b32/kv4K 493.6/500.3  b128/kv4K 1966.2/2005.8
+//   D256 group 2 (16/8):   b1/kv32K 72.3/83.4   b32/kv4K 252.6/299.3  b128/kv4K 976.7/1172.9
+// (the CUDA-core D256 kernel runs at 255 registers with spills; at D64 a 16-key tile is only
+// 4 KB, so the CUDA-core path's per-tile work weighs more against its bytes).
+// The dtype does not enter: measured with bf16; fp16 runs the same instructions.
+bool decode_prefers_cuda_cores(int32_t group_size, int32_t head_dim) {
+  return head_dim == 128 && group_size < kTensorCoreMinGroup;
+}
+
+int32_t decode_default_stages(int32_t head_dim) {
+  (void)head_dim;
+  // Per-warp stages: S = 2 at every head dim (one 16-key tile in flight while the warp computes
+  // the other), 4 warps per CTA:
+  //   D64:  2 x 4 KB  x 4 warps = 32 KB / CTA -> 2 CTAs/SM (bound by registers)
+  //   D128: 2 x 8 KB  x 4 warps = 64 KB / CTA -> 2 CTAs/SM (the CUDA-core kernel's 227 registers)
+  //   D256: 2 x 16 KB x 4 warps = 128 KB / CTA -> 1 CTA/SM
+  // (+ 2 Q buffers and the epilogue's m/l). More stages do not help: a warp's later prologue
+  // copies wait in the issue queue until the memory system drains (per-CTA timeline,
+  // perf-notes-decode.md, change 14), so the CTA starts computing later. Same-call A/Bs on H200:
+  // D128 S = 3 -> 2: faster on 23 of 24 tensor-core rows (b1 1.3-6%, b32/kv4K 1.8%) and 16 of 19
+  // CUDA-core rows, the others within 0.35% (change 14). D64 S = 6 -> 2: 7% (b1/kv32K), 3%
+  // (b32/kv4K), 2% (b128/kv4K) faster, S = 3 and 4 in between; D256 S = 3 -> 2: 0.8% faster at
+  // b1/kv32K, within 0.2% at b32/kv4K and b128/kv4K (change 16). S = 4 at D128 (1 CTA/SM) fell
+  // to ~2.3 TB/s.
+  return 2;
+}
+
+int32_t decode_default_warps(int32_t head_dim) {
+  (void)head_dim;
+  // 4 warps x 2 CTAs/SM (D <= 128), see decode_default_stages. Measured on H200
+  // (perf-notes-decode.md, change 4; bench rows "decode/w<W>s<S>/..."): 8 warps x 1 CTA/SM and
+  // 4 warps x S=2 were no better overall.
+  return 4;
+}
+
+PrefillTiles prefill_tiles(double avg_packed_qo_len, int32_t head_dim) {
+  WEFT_CHECK_ARG(head_dim == 64 || head_dim == 128 || head_dim == 256, "head_dim",
+                 "expected 64, 128 or 256, got " << head_dim);
+  int32_t cta_q = 128;
+  if (avg_packed_qo_len <= 16) cta_q = 16;
+  else if (avg_packed_qo_len <= 64) cta_q = 64;
+  for (;;) {
+    for (int32_t kv : {128, 64, 32}) {
+      if (prefill::smem_bytes_of(head_dim, cta_q, kv) <= kSmemBudget &&
+          prefill::acc_regs_of(head_dim, cta_q, kv) <= kAccRegBudget)
+        return PrefillTiles{cta_q, kv};
+    }
+    // Nothing fits: a smaller query tile frees shared memory (and, for 16, adds KV warps).
+    WEFT_CHECK_ARG(cta_q > 16, "head_dim", "no prefill tile fits head_dim " << head_dim);
+    cta_q = cta_q == 128 ? 64 : 16;
+  }
+}
+
+int32_t persistent_grid(int32_t sm_count, int32_t ctas_per_sm) {
+  // Persistent CTAs read their work from the plan, so the grid never follows the batch: it fills
+  // every SM once with as many CTAs as are resident together (more would only queue behind them;
+  // fewer would leave SM slots idle for the whole call).
+  return std::max(1, ctas_per_sm) * sm_count;
+}
+
+}  // namespace weft::heuristics

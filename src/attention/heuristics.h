@@ -1,0 +1,69 @@
+// The attention heuristics in one place, each with the measurements that set it (heuristics.cpp):
+//   - decode kernel path under DecodePath::kAuto (decode_prefers_cuda_cores, kTensorCoreMinGroup);
+//   - decode CTA shape: warps per CTA and per-warp pipeline stages (decode_default_warps/_stages;
+//     weft::DecodeOptions overrides them);
+//   - prefill tile (CTA query rows x keys per step) from the packed query length (prefill_tiles,
+//     with the budgets kSmemBudget / kAccRegBudget);
+//   - persistent grid size: CTAs per SM x SMs (persistent_grid).
+// Pure C++ (no CUDA headers): host tests pin every decision (tests/host/attention/heuristics_test.cpp).
+//
+// Decisions that live elsewhere, next to the code they shape (and why):
+//   - the planner's split/merge thresholds and decode's item height (16 or 32 rows per item:
+//     decode_tile_rows / plan_tile_rows in src/decode/decode_plan.cpp, and the balanced planner
+//     in src/attention/plan/): they are part of the plan format;
+//   - whether the Hopper prefill mainloop serves a call (src/prefill/sm90/sm90_host.cpp,
+//     eligible()): it depends on that kernel's own limits;
+//   - communication (src/comm/selector.cpp): comm is an optional component (built only with
+//     NCCL) and no attention code uses its decisions.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace weft::heuristics {
+
+// ---- decode ----
+
+// kAuto at head_dim 128: CUDA cores below this GQA group size, tensor cores from it on; tensor
+// cores at every group at head dims 64 and 256 (measurements in heuristics.cpp).
+inline constexpr int32_t kTensorCoreMinGroup = 3;
+bool decode_prefers_cuda_cores(int32_t group_size, int32_t head_dim);
+
+// The tuned defaults of the decode CTA shape (DecodeOptions value 0).
+int32_t decode_default_stages(int32_t head_dim);  // per-warp cp.async stages: 2
+int32_t decode_default_warps(int32_t head_dim);   // warps per CTA: 4
+
+// ---- prefill ----
+
+// Budgets of the tile heuristic (why: H100/H200 have 228 KB smem and 64K registers per SM).
+//   kSmemBudget: <= 113 KB per CTA so two CTAs share an SM (2 x (113 + 1 reserved) KB <= 228 KB;
+//                one computes while the other waits on memory or runs its softmax).
+//   kAccRegBudget: accumulators that leave room for fragments/addresses under 255 registers
+//                without spills (measured with -Xptxas -v; docs/perf-notes-prefill.md). 192 =
+//                the 32-row d128 warp (O 128 + S 64, Q re-read from smem, P converted to 32
+//                b16x2 registers before P.V so S and P are never live together).
+inline constexpr std::size_t kSmemBudget = 113 * 1024;
+inline constexpr int32_t kAccRegBudget = 192;
+
+struct PrefillTiles {
+  int32_t cta_q = 0;   // query rows (tokens x GQA group) per CTA tile
+  int32_t cta_kv = 0;  // keys per main-loop step
+};
+// FlashInfer §3.2.2:
+//   1. cta_q = the smallest query tile in {16, 64, 128} >= the average packed query length
+//      (tokens x GQA group), 128 for anything longer. (32 is not instantiated: 16 -> 64 keeps
+//      the instantiation count small; a 17..32-row workload runs a 64-row tile half empty.)
+//   2. cta_kv = the largest KV tile in {128, 64, 32} whose registers and shared memory fit the
+//      budgets (prefill_config.h: smem_bytes_of, acc_regs_of); if none fits, halve cta_q and
+//      retry.
+// Throws weft::Error("head_dim", ...) for head dims other than 64, 128, 256.
+PrefillTiles prefill_tiles(double avg_packed_qo_len, int32_t head_dim);
+
+// ---- both ----
+
+// The fixed grid of a persistent kernel: `ctas_per_sm` resident CTAs on each of `sm_count` SMs
+// (at least one CTA per SM). Decode passes the smallest residency of all its kernels of the head
+// dim (the path is chosen at plan time, the grid at construction, for CUDA graphs); prefill the
+// chosen tile's occupancy.
+int32_t persistent_grid(int32_t sm_count, int32_t ctas_per_sm);
+
+}  // namespace weft::heuristics
