@@ -45,13 +45,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem)
                : "r"(smem_addr(smem)));
 }
 
-// ldmatrix: two 8x8 b16 matrices (a 16x8 B fragment of mma m16n8k16).
-__device__ __forceinline__ void ldmatrix_x2(uint32_t* r, const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_addr(smem)));
-}
-
 // Transpose an 8x8 b16 matrix held in the mma fragment layout (lane holds row lane/4,
 // columns 2*(lane%4) and +1): afterwards the lane holds the same positions of the transpose.
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
