@@ -1,6 +1,7 @@
 // Declarations of the per-instantiation entry points (defined, one configuration per file, in
-// the .cu files CMake generates from src/instances.txt, via WEFT_PREFILL_INSTANCE). Included by the dispatcher, which never
-// sees device code, so only the instance files pay for compiling the kernel.
+// the .cu files CMake generates from src/instances.txt, via WEFT_PREFILL_INSTANCE). Included by
+// the dispatcher, which never sees device code, so only the instance files pay for compiling the
+// kernel.
 #pragma once
 #include <cuda_runtime_api.h>
 
