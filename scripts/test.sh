@@ -10,3 +10,5 @@ weft_configure -DWEFT_BUILD_TESTS=ON -DWEFT_WITH_COMM=ON
 cmake --build "$WEFT_BUILD" -j "$WEFT_JOBS"
 cd "$WEFT_BUILD"
 ctest --output-on-failure -j "$WEFT_JOBS" "$@"
+# The Python package (pip install against this build's libweft, then pytest).
+"$WEFT_ROOT/scripts/test-python.sh"
