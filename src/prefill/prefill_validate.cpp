@@ -52,6 +52,9 @@ void check_variant(const AttentionVariant& v) {
                  "must be finite and >= 0, got " << v.logits_soft_cap);
   WEFT_CHECK_ARG(v.mask == MaskMode::kNone || v.mask == MaskMode::kCausal || v.mask == MaskMode::kCustom,
                  "variant.mask", "unknown mask mode " << static_cast<int>(v.mask));
+  // ALiBi slopes (null: off) are loaded as floats by the kernel: a misaligned pointer would fault
+  // the launch (sticky error).
+  check::aligned(v.alibi_slopes, "variant.alibi_slopes", sizeof(float));
 }
 
 void check_mask_indptr(const int32_t* m, const int32_t* qo, const std::vector<int32_t>& kv_len) {

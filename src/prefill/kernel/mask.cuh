@@ -1,30 +1,59 @@
-// Variant role: logits transform (scale, soft-cap) and masks (bottom-right causal, sliding
-// window, custom bit mask, KV padding). Semantics: include/weft/attention.h.
+// Variant role of the prefill kernels: the launch's attention variant (attention/variant.cuh)
+// applied to score tiles -- logits (scale, soft cap, ALiBi) and masks (bottom-right causal,
+// sliding window, custom bit mask, KV padding), and the item's KV range trimmed with the
+// variant's kv_range(), the hook the planner (prefill_plan.cpp) uses too. Semantics:
+// include/weft/attention.h.
 //
-// Logits: raw scores stay raw and the softmax folds sm_scale * log2(e) into its exponent FFMA
-// (no soft-cap); with a soft-cap the scale goes into the tanh argument / output and the softmax
-// runs with scale 1.
+// Logits: without soft cap and bias the scores stay raw and the softmax folds sm_scale * log2(e)
+// into its exponent FFMA (the variant's folds_scale()); with a soft cap (prepare_logits) or ALiBi
+// (apply_bias_logits) the tile holds log2-domain logits and the softmax runs with scale 1
+// (softmax_scale()).
 // Masks run only on boundary tiles: a tile is interior when no row of the item can exclude any
 // of its keys (tile_needs_mask is uniform over the CTA, so the branch does not diverge).
+// ALiBi is a runtime-uniform branch per tile (PrefillParams::alibi_slopes), taken only by the
+// FA2 kernel (the sm90 path is not selected with ALiBi).
 #pragma once
 #include <cmath>
 #include <cstdint>
 
+#include "attention/variant.cuh"
 #include "prefill/kernel/load.cuh"
 #include "prefill/kernel/params.h"
 
 namespace weft::prefill {
 
-// Effective key range of an item: [kv_begin, kv_end) of the plan, trimmed by the causal limit of
-// its last row and the window limit of its first row (keys outside it are masked for every row).
+// The launch's variant parameters (PrefillParams keeps them as flat fields).
+__device__ __forceinline__ attn::VariantParams variant_params_of(const PrefillParams& p) {
+  attn::VariantParams v;
+  v.scale_log2 = p.scale_log2;
+  v.softcap_pre = p.softcap_pre;
+  v.softcap_post = p.softcap_post;
+  v.causal = p.causal;
+  v.window_left = p.window_left;
+  v.alibi_slopes = p.alibi_slopes;
+  v.custom_mask = p.custom_mask;
+  v.mask_indptr = p.mask_indptr;
+  return v;
+}
+// Masks, KV range and soft cap: the default variant (ALiBi adds AlibiVariant's bias on top).
+__device__ __forceinline__ attn::DefaultVariant variant_of(const PrefillParams& p) {
+  return attn::DefaultVariant(variant_params_of(p));
+}
+
+// Exponent scale of the softmax: sm_scale * log2(e) for raw scores, 1 for log2-domain logits.
+__device__ __forceinline__ float softmax_scale(const PrefillParams& p) {
+  return variant_of(p).folds_scale() && p.alibi_slopes == nullptr ? p.scale_log2 : 1.f;
+}
+
+// Effective key range of an item: [kv_begin, kv_end) of the plan, intersected with the variant's
+// kv_range() of its first and last rows' positions (keys outside it are masked for every row).
 __device__ __forceinline__ void trim_kv_range(const PrefillParams& p, ItemGeom& g, int kv_begin,
                                               int kv_end) {
   const int rows_last = g.row_end - 1;
   const int p_min = g.pos0 + g.row_begin / p.group_size;
   const int p_max = g.pos0 + rows_last / p.group_size;
-  int lo = kv_begin, hi = kv_end;
-  if (p.causal) hi = min(hi, p_max + 1);
-  if (p.window_left >= 0) lo = max(lo, p_min - p.window_left);
+  const attn::KVRange r = variant_of(p).kv_limits<int>(p_min, p_max);
+  const int lo = max(kv_begin, r.begin), hi = min(kv_end, r.end);
   g.kv_lo = lo;
   g.kv_hi = max(hi, lo);
 }
@@ -36,9 +65,7 @@ __device__ __forceinline__ bool tile_needs_mask(const PrefillParams& p, const It
   if (te > g.kv_hi || p.custom_mask != nullptr) return true;
   const int p_min = g.pos0 + g.row_begin / p.group_size;
   const int p_max = g.pos0 + (g.row_end - 1) / p.group_size;
-  if (p.causal && te - 1 > p_min) return true;
-  if (p.window_left >= 0 && ts < p_max - p.window_left) return true;
-  return false;
+  return !variant_of(p).box_unmasked(p_min, p_max, ts, te);
 }
 
 // Soft-cap: raw scores -> log2-domain logits cap * log2(e) * tanh(s * sm_scale / cap) (the
@@ -47,20 +74,42 @@ __device__ __forceinline__ bool tile_needs_mask(const PrefillParams& p, const It
 template <class Tr>
 __device__ __forceinline__ void prepare_logits(float (&s)[Tr::kMB][Tr::kFragS][4],
                                                const PrefillParams& p) {
-  if (p.softcap_pre == 0.f) return;
+  const attn::DefaultVariant v = variant_of(p);
+  if (v.folds_scale()) return;
 #pragma unroll
   for (int mb = 0; mb < Tr::kMB; ++mb)
 #pragma unroll
     for (int n = 0; n < Tr::kFragS; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[mb][n][e] = p.softcap_post * tanhf(s[mb][n][e] * p.softcap_pre);
+      for (int e = 0; e < 4; ++e) s[mb][n][e] = v.softcap(s[mb][n][e]);
 }
 
-__device__ __forceinline__ bool custom_bit(const PrefillParams& p, const ItemGeom& g, int mrow,
-                                           int j) {
-  const int64_t k = static_cast<int64_t>(mrow) * g.real_kv_len + j;
-  const uint8_t byte = __ldg(p.custom_mask + __ldg(p.mask_indptr + g.request) + (k >> 3));
-  return (byte >> (k & 7)) & 1;
+// ALiBi (p.alibi_slopes != nullptr; replaces prepare_logits): raw scores -> the AlibiVariant's
+// log2-domain logits (scale or soft cap, then slope[h] * log2(e) * (j - pos)). Element layout as
+// apply_mask's; each row's slope is loaded once per tile (L1-resident, num_qo_heads floats).
+template <class Tr>
+__device__ __forceinline__ void apply_bias_logits(float (&s)[Tr::kMB][Tr::kFragS][4],
+                                                  const PrefillParams& p, const ItemGeom& g,
+                                                  int warp_row0, int key0, int lane) {
+  const attn::AlibiVariant v(variant_params_of(p));
+#pragma unroll
+  for (int mb = 0; mb < Tr::kMB; ++mb) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = g.row_begin + warp_row0 + mb * 16 + (lane >> 2) + 8 * h;
+      const int tok = row / p.group_size;
+      const int head = g.kv_head * p.group_size + (row - tok * p.group_size);
+      const attn::AlibiVariant::Row vr = v.row(g.pos0 + tok, head);
+#pragma unroll
+      for (int n = 0; n < Tr::kFragS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = key0 + n * 8 + 2 * (lane & 3) + e;
+          s[mb][n][2 * h + e] = v.logit_mul(s[mb][n][2 * h + e], vr, j);
+        }
+      }
+    }
+  }
 }
 
 // Per-element mask of a boundary tile. s[mb][n][e]: row block mb of the warp, n8 block n of the
@@ -72,6 +121,7 @@ template <class Tr>
 __device__ __forceinline__ void apply_mask(float (&s)[Tr::kMB][Tr::kFragS][4],
                                            const PrefillParams& p, const ItemGeom& g,
                                            int warp_row0, int key0, int lane) {
+  const attn::DefaultVariant v = variant_of(p);
 #pragma unroll
   for (int mb = 0; mb < Tr::kMB; ++mb) {
 #pragma unroll
@@ -86,10 +136,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tr::kMB][Tr::kFragS][4],
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int j = key0 + n * 8 + 2 * (lane & 3) + e;
-          bool ok = valid && j < g.kv_hi && j >= g.kv_lo;
-          if (p.causal) ok = ok && j <= pos;
-          if (p.window_left >= 0) ok = ok && j >= pos - p.window_left;
-          if (ok && p.custom_mask != nullptr) ok = custom_bit(p, g, mrow, j);
+          bool ok = v.visible(valid && j < g.kv_hi && j >= g.kv_lo, pos, j);
+          if (ok && v.has_custom()) ok = v.custom_allows(g.request, mrow, j, g.real_kv_len);
           if (!ok) s[mb][n][2 * h + e] = -INFINITY;
         }
       }

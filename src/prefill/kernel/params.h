@@ -4,8 +4,16 @@
 #include <cstdint>
 
 #include "attention/plan/balance.h"
+#include "prefill/prefill_config.h"
 
 namespace weft::prefill {
+
+// Whether a configuration's kernel has the ALiBi step compiled in (kernel/mask.cuh
+// apply_bias_logits, a runtime-uniform branch per tile; PrefillTraits::kBias): every tile with 16
+// rows per warp. The d128 x 128-row tile (32 rows per warp) sits at 255 registers: the branch
+// alone made it spill 68 bytes (ptxas), so it is compiled without it and an ALiBi plan takes the
+// 64-row tile instead (prefill_wrapper.cpp). The other tiles keep 0 spills with it.
+constexpr bool bias_supported(int32_t head_dim, int32_t cta_q) { return rows_per_warp_of(head_dim, cta_q) == 16; }
 
 struct PrefillParams {
   // Q / O: [total_q, num_qo_heads, head_dim], head_dim contiguous. Strides in elements.
@@ -49,6 +57,10 @@ struct PrefillParams {
   float softcap_post = 0;       // soft-cap: cap * log2(e)
   const uint8_t* custom_mask = nullptr;  // non-null: custom mask on (reference/attention.h format)
   const int32_t* mask_indptr = nullptr;  // [batch + 1] byte offsets of each request's segment
+  const float* alibi_slopes = nullptr;   // non-null: ALiBi ([num_qo_heads], natural-log units;
+                                         // FA2 kernel only: the sm90 path is not chosen with it)
+  // These fields are the variant's runtime parameters (attention/variant.cuh VariantParams;
+  // kernel/mask.cuh variant_of() assembles them).
 };
 
 }  // namespace weft::prefill

@@ -86,9 +86,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM) batch_prefill
     SoftmaxState<Tr> st;
     init_state(st);
     uint32_t qf[Tr::kQInRegs ? Tr::kKStepsQK : 1][4];
-    // Exponent scale of the softmax: raw scores x sm_scale log2(e); soft-capped logits are
-    // already in the log2 domain (prepare_logits).
-    const float scale = p.softcap_pre == 0.f ? p.scale_log2 : 1.f;
+    // Exponent scale of the softmax: raw scores x sm_scale log2(e); soft-capped or ALiBi logits
+    // are already in the log2 domain (prepare_logits / apply_bias_logits).
+    const float scale = softmax_scale(p);
 
     int ks = 0;  // K stage of tile t (t % 3)
     for (int t = 0; t < n_tiles; ++t) {
@@ -115,7 +115,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM) batch_prefill
 
       float s[Tr::kMB][Tr::kFragS][4];
       compute_qk<Tr>(s, qf, sq, warp_row0, sk + ks * Tr::kKVTileElems, key_off, lane);
-      prepare_logits<Tr>(s, p);
+      if constexpr (Tr::kBias) {
+        if (p.alibi_slopes != nullptr)  // uniform over the launch
+          apply_bias_logits<Tr>(s, p, g, warp_row0, ts + key_off, lane);
+        else
+          prepare_logits<Tr>(s, p);
+      } else {
+        prepare_logits<Tr>(s, p);  // no ALiBi plan runs this tile (bias_supported)
+      }
       if (tile_needs_mask(p, g, ts, Tr::kCtaKV)) apply_mask<Tr>(s, p, g, warp_row0, ts + key_off, lane);
       online_softmax<Tr>(s, st, scale);
       compute_pv<Tr>(s, st, sv + vs * Tr::kKVTileElems, key_off, lane);

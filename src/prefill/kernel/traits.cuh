@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "common/ptx.cuh"
+#include "prefill/kernel/params.h"
 #include "prefill/prefill_config.h"
 
 namespace weft::prefill {
@@ -26,6 +27,7 @@ struct PrefillTraits {
   static constexpr int kKStepsPV = kKVPerWarp / 16;             // k16 steps of P.V
   static constexpr int kChunks = HEAD_DIM / 8;                  // 16-byte chunks per row
   static constexpr bool kQInRegs = q_in_regs(HEAD_DIM, CTA_Q);
+  static constexpr bool kBias = bias_supported(HEAD_DIM, CTA_Q);  // ALiBi step compiled in
   static constexpr int kKStages = weft::prefill::kKStages;
   static constexpr int kVStages = weft::prefill::kVStages;
   // __launch_bounds__ min CTAs per SM = 1 (register cap 255). Measured: the 16-row d128 tiles
