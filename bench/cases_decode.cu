@@ -4,7 +4,8 @@
 // Bytes = KV bytes read (each key/value once) + q read + out written; ceiling "read".
 // Timing: run() is captured once in a CUDA graph and the graph is timed (what a serving engine
 // replays; it also keeps run()'s host-side validation out of the GPU timeline). plan() is timed
-// on the host (including the async copy's enqueue) and reported in extra "plan_us".
+// on the host (including the async copy's enqueue): extra "plan_us" is the median of warm calls on
+// an idle stream, "plan_b2b_us" back to back (see run_decode_case).
 // Pages come from a random permutation of the pool (a fragmented cache); "decode/seqpages/..."
 // rows keep pool order. Each row is the median over 3 fresh allocations of the pools (see
 // run_decode_case), with the min / max in extras; tuning rows use one allocation.
@@ -37,6 +38,7 @@ using weft::bench::LaunchFn;
 using weft::bench::with_graph;
 
 constexpr int64_t kHeadDim = 128, kPageSize = 16;
+constexpr int kPlanCalls = 21;  // warm plan() calls per timing of plan_us (median)
 constexpr double kMaxKVBytes = 60.0 * (1ull << 30);
 constexpr double kMaxSteadyBytes = 40.0 * (1ull << 30);  // all pool copies of one steady-state row
 
@@ -60,6 +62,8 @@ double kv_bytes_of(const Model& m, double keys) { return keys * m.hkv * m.d * 2 
 
 struct CaseOptions {
   weft::DecodePath path = weft::DecodePath::kAuto;
+  // Warps per CTA and per-warp stages (weft::DecodeOptions; 0: the library's tuned default).
+  int32_t warps = 0, stages = 0;
   weft::KVLayout layout = weft::KVLayout::kNHD;
   int allocations = 3;        // fresh pool allocations; the row reports the median
   bool shuffled_pages = true; // pages in a random permutation of the pool (fragmented cache)
@@ -218,7 +222,8 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
     std::iota(indices.begin(), indices.end(), 0);
     if (opt.shuffled_pages) std::shuffle(indices.begin(), indices.end(), std::mt19937_64(7));
     const size_t pool_elems = size_t(num_pages) * kPageSize * m.hkv * m.d;
-    std::vector<double> one_ms_all, plan_us;
+    std::vector<double> one_ms_all, plan_us, plan_b2b_us;
+    int plan_b2b_busy = 0;
     double marginal_ms = 0, steady_ms = 0;
     weft::DecodePlanInfo info;
     // One measurement per allocation of the pools. Identical cases were measured 0.82 and 0.94
@@ -271,19 +276,37 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
       weft::TensorView tq(q.get(), weft::DType::kBFloat16, {batch, m.hq, m.d});
       weft::TensorView tout(out.get(), weft::DType::kBFloat16, {batch, m.hq, m.d});
 
-      const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(int32_t(batch), m.hq, m.hkv, m.d);
+      weft::DecodeOptions dopt;
+      dopt.path = path;
+      dopt.warps_per_cta = opt.warps;
+      dopt.pipeline_stages = opt.stages;
+      const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(int32_t(batch), m.hq, m.hkv, m.d, dopt);
       DeviceArray ws(ws_bytes);
-      weft::BatchDecodeWrapper w(int32_t(batch), m.hq, m.hkv, m.d, path);
+      weft::BatchDecodeWrapper w(int32_t(batch), m.hq, m.hkv, m.d, dopt);
       cudaStream_t s = ctx.stream();
       weft::AttentionVariant var;
-      // plan() cost on the host (median of a few; includes enqueueing the async copy).
-      for (int i = 0; i < (rep == 0 ? 7 : 1); ++i) {
+      // plan() cost on the host, includes enqueueing the async copy (first allocation only):
+      // "plan_us" = median of kPlanCalls warm calls (after one cold call), each on an idle stream,
+      // so the staging-buffer wait (the previous copy still queued) is never hit; "plan_b2b_us" =
+      // median of kPlanCalls calls back to back without a sync, where it may be: "plan_b2b_busy"
+      // counts the calls that found the stream still busy (a possible host wait on the GPU).
+      auto plan_once = [&] {
         const auto t0 = std::chrono::steady_clock::now();
         w.plan(table, m.hq, m.hkv, m.d, kPageSize, weft::DType::kBFloat16, layout, var, ws.get(), ws_bytes, s);
-        const auto t1 = std::chrono::steady_clock::now();
-        if (rep == 0) plan_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      };
+      plan_once();  // cold: the planner's buffers grow here
+      WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+      for (int i = 0; rep == 0 && i < kPlanCalls; ++i) {
+        plan_us.push_back(plan_once());
         WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
       }
+      for (int i = 0; rep == 0 && i < kPlanCalls; ++i) {
+        plan_b2b_busy += cudaStreamQuery(s) == cudaErrorNotReady;
+        plan_b2b_us.push_back(plan_once());
+      }
+      WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+      (void)cudaGetLastError();  // cudaStreamQuery's cudaErrorNotReady is not an error
 
       // run() `runs` times in one graph, run i on copy i % copies of the pools.
       auto runs_of = [&](int runs) {
@@ -319,8 +342,11 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
     const double median_ms = sorted[sorted.size() / 2];
     r.ms = marginal ? marginal_ms : steady ? steady_ms : median_ms;
     std::sort(plan_us.begin(), plan_us.end());
+    std::sort(plan_b2b_us.begin(), plan_b2b_us.end());
     const std::vector<std::pair<std::string, double>> trace = std::move(r.extra);  // diagnostic build only
     r.extra = {{"plan_us", plan_us[plan_us.size() / 2]},
+               {"plan_b2b_us", plan_b2b_us[plan_b2b_us.size() / 2]},
+               {"plan_b2b_busy", double(plan_b2b_busy)},
                {"one_run_ms", median_ms},
                {"allocations", double(allocations)},
                {"one_run_ms_min", sorted.front()},
@@ -412,6 +438,15 @@ WEFT_BENCH_GROUP(decode) {
         run_decode_case(ctx, row_name("decode/", m.name, b, kv),
                         m, std::vector<int32_t>(b, kv));
       }
+  // plan() host-time rows at batch 1 and 256 in every mode (extra plan_us / plan_b2b_us; the
+  // plain rows above have them too, b256 only in full runs): "decode/plan/<model>/b<B>/kv4096".
+  {
+    CaseOptions one;
+    one.allocations = 1;
+    for (int32_t b : {1, 256})
+      run_decode_case(ctx, row_name("decode/plan/", models[0].name, b, 4096), models[0],
+                      std::vector<int32_t>(b, 4096), one);
+  }
   // Ragged bimodal (bimodal_lens).
   {
     const std::vector<int32_t> lens = bimodal_lens();
@@ -513,8 +548,8 @@ WEFT_BENCH_GROUP(decode) {
         if (kv_bytes_of(m, double(b) * kv) <= kMaxKVBytes)
           run_decode_case(ctx, row_name("decode/gqa/", m.name, b, kv), m, std::vector<int32_t>(b, kv));
   }
-  // CTA shape variants (WEFT_DECODE_WARPS / WEFT_DECODE_STAGES, read when the wrapper is built):
-  // "decode/w<W>s<S>/..." at a few shapes, to tune decode_warps() / decode_stages().
+  // CTA shape variants (weft::DecodeOptions::warps_per_cta / pipeline_stages): "decode/w<W>s<S>/..."
+  // at a few shapes, to tune the defaults (decode_warps() / decode_stages()).
   const std::pair<int32_t, int32_t> shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}, {32, 32768}};
   // (w4s3: the D128 stage count before change 14, the same-process comparison for the default S = 2.)
   const std::pair<int, int> variants[] = {{8, 3}, {4, 2}, {4, 3}};
@@ -522,14 +557,13 @@ WEFT_BENCH_GROUP(decode) {
   single.allocations = 1;
   for (auto [warps, stages] : variants) {
     const std::string tag = "decode/w" + std::to_string(warps) + "s" + std::to_string(stages) + "/";
-    setenv("WEFT_DECODE_WARPS", std::to_string(warps).c_str(), 1);
-    setenv("WEFT_DECODE_STAGES", std::to_string(stages).c_str(), 1);
+    CaseOptions tuned = single;
+    tuned.warps = warps;
+    tuned.stages = stages;
     for (const Model& m : models)
       for (auto [b, kv] : shapes)
         run_decode_case(ctx, row_name(tag, m.name, b, kv), m,
-                        std::vector<int32_t>(b, kv), single);
-    unsetenv("WEFT_DECODE_WARPS");
-    unsetenv("WEFT_DECODE_STAGES");
+                        std::vector<int32_t>(b, kv), tuned);
   }
   // "decode/kvinterleaved/..." and "decode/kvoffset/...": the V pool placed differently relative
   // to the K pool (CaseOptions::placement), 5 allocations each, at the shapes whose rows showed

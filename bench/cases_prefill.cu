@@ -8,7 +8,7 @@
 //   (these rows take the wrapper's default mainloop: the sm90 one on Hopper)
 //   prefill/sm90/{causal,noncausal}/...  the Hopper wgmma/TMA mainloop (src/prefill/sm90/), asserted
 //   prefill/sm90/chunked/...             chosen (an error row when the wrapper would not take it)
-//   prefill/fa2/...                      the FA2 mainloop pinned (WEFT_PREFILL_MAINLOOP=fa2 at plan)
+//   prefill/fa2/...                      the FA2 mainloop pinned (PrefillPlanOptions::mainloop = kFA2)
 // FLOPs: 4 * D * Hq per UNMASKED (query, key) pair (causal counted once, bottom-right aligned:
 // pairs = q * (kv - q) + q (q + 1) / 2). Bytes: Q and O once, K and V once. Ceiling "gemm".
 // Timing: run() captured once in a CUDA graph, the graph is timed (L2 flushed before each run;
@@ -121,17 +121,15 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
       d_kv_indptr = DeviceArray(kvp.size() * 4);
       WEFT_BENCH_CUDA(cudaMemcpy(d_kv_indptr.get(), kvp.data(), kvp.size() * 4, cudaMemcpyHostToDevice));
     }
+    weft::PrefillPlanOptions plan_opt = opt;
+    if (mainloop == Mainloop::kFa2) plan_opt.mainloop = weft::PrefillMainloop::kFA2;
     auto plan = [&] {
-      if (mainloop == Mainloop::kFa2) setenv("WEFT_PREFILL_MAINLOOP", "fa2", 1);
-      struct Unset {
-        ~Unset() { unsetenv("WEFT_PREFILL_MAINLOOP"); }
-      } unset;
       if (paged)
         w.plan_paged(qo.data(), table, kPage, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds, s,
-                     nullptr, opt);
+                     nullptr, plan_opt);
       else
         w.plan_ragged(qo.data(), kvp.data(), batch, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds,
-                      s, nullptr, opt);
+                      s, nullptr, plan_opt);
     };
     // plan() host time: the median of 21 warm calls (after one cold call), each on an idle stream.
     std::vector<double> plan_us;

@@ -45,10 +45,16 @@ struct PrefillBounds {
   int32_t device = -1;      // -1: current device (its SM count sizes the persistent grid)
 };
 
+// Which prefill mainloop runs a plan. kAuto: the Hopper (sm_90a, wgmma + TMA) mainloop where it
+// is eligible (compute capability 9.0, the 128-row tile, head_dim 64/128, no ALiBi, page sizes it
+// tiles), else the FA2 mainloop. kFA2 pins the FA2 mainloop (comparisons, or any GPU).
+enum class PrefillMainloop : int32_t { kAuto = 0, kFA2 = 1 };
+
 struct PrefillPlanOptions {
   int32_t cta_q = 0;        // 0: heuristic (weft docs: FlashInfer §3.2.2); else 16, 64 or 128
   bool allow_split_kv = true;
   int32_t min_chunk = 256;  // never split a query tile's keys into chunks shorter than this
+  PrefillMainloop mainloop = PrefillMainloop::kAuto;
 };
 
 // Device copy of a custom mask (run time).

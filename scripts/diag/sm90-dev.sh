@@ -20,7 +20,9 @@ if has fi && [ -d .baselines/whl ]; then
       .baselines/whl/*.whl > "$OUT/fi_install.log" 2>&1 ) &
   FI_PID=$!
 fi
-cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE=comm > "$OUT/build.log" 2>&1
+# WEFT_EXPERIMENTS: the variant A/B below picks the sm90 pipeline variant from the environment.
+cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE=comm -DWEFT_BUILD_TESTS=ON \
+  -DWEFT_EXPERIMENTS=$(has variants && echo ON || echo OFF) > "$OUT/build.log" 2>&1
 targets="weft_gpu_prefill"
 if has bench || has variants; then targets="$targets weft-bench"; fi
 if ! cmake --build $BUILD -j16 --target $targets >> "$OUT/build.log" 2>&1; then

@@ -36,15 +36,17 @@ __device__ __forceinline__ float2 unpack2<half>(uint32_t u) {
   return __half22float2(h);
 }
 
-template <class T, int D>
+template <class T, int D, class V>
 struct CcMainloop {
+  using Variant = V;  // logits: V::logit (attention/variant.cuh)
   static constexpr int E = D / 32;  // head dims per lane
   static_assert(E == 2 || E == 4 || E == 8, "head_dim must be 64, 128 or 256");
   float acc[kTileQ][E];             // unnormalised O of row r, dims [lane*E, lane*E + E)
   float m[kTileQ];                  // running max per row (log2 units), same on every lane
   float l[kTileQ];                  // running sum per row over this lane's key (lane / 2)
+  RowSpan rs;                       // the item's rows (used only by variants with a bias)
 
-  __device__ __forceinline__ CcMainloop(const T* /*sQ*/, int /*lane*/) {
+  __device__ __forceinline__ CcMainloop(const T* /*sQ*/, int /*lane*/, RowSpan rows) : rs(rows) {
 #pragma unroll
     for (int r = 0; r < kTileQ; ++r) {
       m[r] = -INFINITY;
@@ -117,7 +119,7 @@ struct CcMainloop {
   // memory (and converted) once for NR query rows.
   template <int NR>
   __device__ __forceinline__ void rows(const DecodeParams<T>& p, const T* sQ, const T* sK, const T* sV, int r,
-                                       bool key_valid, int lane) {
+                                       int key, bool key_valid, int lane) {
     float q[NR][E];
 #pragma unroll
     for (int j = 0; j < NR; ++j) load_row(sQ, r + j, lane, q[j]);
@@ -134,11 +136,16 @@ struct CcMainloop {
         part[j][k] = s;
       }
     }
+    // Logits from the variant (scale, soft cap, bias) of key k0 + lane / 2; the row's constants
+    // (ALiBi: its head's slope) are looked up per tile, not held across the KV loop (this
+    // kernel's per-row state is already at the register limit).
+    const V v(p.var);
     float pv[NR];
 #pragma unroll
     for (int j = 0; j < NR; ++j) {
       const float qk = transpose_reduce(part[j], lane);
-      pv[j] = softmax_row(r + j, key_valid ? logit_log2(p, qk) : -INFINITY);
+      const typename V::Row vr = v.row(rs.q_pos, rs.head0 + r + j);
+      pv[j] = softmax_row(r + j, key_valid ? v.logit(qk, vr, key) : -INFINITY);
     }
 #pragma unroll
     for (int k = 0; k < kWarpKeys; ++k) {
@@ -155,15 +162,16 @@ struct CcMainloop {
 
   __device__ __forceinline__ void tile(const DecodeParams<T>& p, const T* sQ, const T* sK, const T* sV, int k0,
                                        int kv_end, int nrows, int lane) {
-    const bool key_valid = k0 + (lane >> 1) < kv_end;
+    const int key = k0 + (lane >> 1);
+    const bool key_valid = key < kv_end;
     // Rows in pairs (an odd last row alone); the guards are uniform across the warp.
 #pragma unroll
     for (int r = 0; r < kTileQ; r += 2) {
       if (r >= nrows) break;
       if (r + 1 < nrows)
-        rows<2>(p, sQ, sK, sV, r, key_valid, lane);
+        rows<2>(p, sQ, sK, sV, r, key, key_valid, lane);
       else
-        rows<1>(p, sQ, sK, sV, r, key_valid, lane);
+        rows<1>(p, sQ, sK, sV, r, key, key_valid, lane);
     }
   }
 
@@ -196,9 +204,10 @@ struct CcMainloop {
   }
 };
 
-template <class T, int D>
+// V: the attention variant (attention/variant.cuh; DefaultVariant or AlibiVariant).
+template <class T, int D, class V = attn::DefaultVariant>
 __global__ void __launch_bounds__(kMaxThreads, 1) decode_cc_kernel(const DecodeParams<T> p) {
-  decode_items<T, D, kTileQ, CcMainloop<T, D>>(p);
+  decode_items<T, D, kTileQ, CcMainloop<T, D, V>>(p);
 }
 
 }  // namespace weft::decode

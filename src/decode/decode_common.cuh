@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "attention/merge_row.cuh"
+#include "attention/variant.cuh"
 #include "common/ptx.cuh"
 #include "common/types.cuh"
 #include "decode/decode_params.cuh"
@@ -273,11 +274,23 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
   }
 }
 
-// Logit of raw dot product qk, in log2 units; -inf outside [.., kv_end).
-template <class T>
-__device__ __forceinline__ float logit_log2(const DecodeParams<T>& p, float qk) {
-  if (p.soft_cap > 0.f) return p.cap_log2 * tanhf(qk * p.sm_scale / p.soft_cap);
-  return qk * p.scale_log2;
+// Where an item's query rows sit, for a variant whose logit depends on positions and heads
+// (V::kHasBias, attention/variant.cuh): row r of the item is query head head0 + r at position
+// q_pos = kv_len - 1 (decode: one token per request, so rows < the GQA group). The logits
+// themselves come from the variant (V::logit); masks need no per-element work in decode: for a
+// single query position the variant's kv_range() is exactly its unmasked keys, and the planner
+// (decode_plan.cpp batch_shape) already trimmed every item to it.
+struct RowSpan {
+  int q_pos = 0, head0 = 0;
+};
+template <class V, class T>
+__device__ __forceinline__ RowSpan row_span(const DecodeParams<T>& p, const Item& it) {
+  RowSpan s;
+  if constexpr (V::kHasBias) {
+    s.q_pos = __ldg(p.plan.kv_len + it.req) - 1;
+    s.head0 = it.kv_head * p.group_size + it.row_begin;
+  }
+  return s;
 }
 
 // In-kernel merge of split tiles (replaces a separate merge kernel for decode). Called by the

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "attention/plan/balance.h"
+#include "attention/variant.cuh"
 #include "paged/paged_access.cuh"
 
 namespace weft::decode {
@@ -20,13 +21,12 @@ struct DecodeParams {
   float* lse = nullptr;          // optional [batch, Hq], natural log
   int64_t lse_stride_token = 0;
   int32_t group_size = 1;        // Hq / Hkv
-  float scale_log2 = 0;          // sm_scale * log2(e) (no soft cap)
-  float sm_scale = 0;            // used with the soft cap
-  float soft_cap = 0;            // <= 0: off
-  float cap_log2 = 0;            // soft_cap * log2(e)
   int32_t page_shift = -1;       // log2(page_size) when it is a power of two, else -1 (divide)
   int32_t stages = 3;            // per-warp pipeline stages (2 .. kMaxStages); sizes shared memory
   int32_t warps = 4;             // warps per CTA (= blockDim.x / 32, 2 .. kMaxWarps)
+  // Last, after the 4-byte fields above (stages and warps stay 8-byte aligned, one param load):
+  // placed before them, the layout change alone cost the tensor-core D128 kernel 7 registers.
+  attn::VariantParams var;       // scale, soft cap, window, ALiBi slopes (attention/variant.cuh)
 };
 
 }  // namespace weft::decode

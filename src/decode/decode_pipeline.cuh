@@ -18,8 +18,10 @@
 // (merge_tile_if_last, decode_common.cuh).
 //
 // The per-tile math is the Mainloop policy (one per path, constructed per item per warp):
-//   Mainloop ml(sQ, lane);                 // zero state; may load Q fragments from sQ
+//   Mainloop ml(sQ, lane, rs);             // zero state; may load Q fragments from sQ;
+//                                          // rs = row_span<Variant>(p, item) (positions, heads)
 //   ml.tile(p, sQ, sK, sV, k0, kv_end, nrows, lane);   // 16 keys [k0, k0 + 16) of sK / sV
+// Mainloop::Variant is the attention variant (attention/variant.cuh) whose logits it computes.
 //   ml.store(red_o, red_m, red_l, warp, lane, nrows, round);  // rows round*16.. +15: O, m, l -> smem
 // decode_tc.cuh (mma.sync, GQA group in M) and decode_cc.cuh (fp32 FMA) provide them.
 #pragma once
@@ -105,7 +107,7 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     auto tile_k0 = [&](int t) { return it.kv_begin + (warp + t * W) * kWarpKeys; };
     auto stage = [&](int st) { return sPipe + (st * W + warp) * 2 * L::kTileElems; };
 
-    Mainloop ml(sQ, lane);
+    Mainloop ml(sQ, lane, row_span<typename Mainloop::Variant>(p, it));
     int rd = 0, wr = S - 1;  // stage buffers read (tile t) and written (tile t + S - 1)
     for (int t = 0; t < nt; ++t) {
       // Refill the buffer tile t - 1 used (every lane is past its reads of it).

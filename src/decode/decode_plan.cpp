@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "attention/variant.cuh"
 #include "weft/error.h"
 #include "weft/validate.h"
 
@@ -68,46 +69,66 @@ plan::BalanceConfig balance_config(int32_t grid, int32_t num_qo_heads, int32_t n
 
 plan::BatchShape batch_shape(const int32_t* kv_lens, int32_t batch, int32_t window_left) {
   plan::BatchShape shape;
-  shape.qo_len.assign(batch, 1);
-  shape.kv_len.assign(kv_lens, kv_lens + batch);
-  if (window_left >= 0) {
-    shape.kv_start.resize(batch);
-    for (int32_t b = 0; b < batch; ++b)  // query position p = kv_len - 1 attends j >= p - window_left
-      shape.kv_start[b] = static_cast<int32_t>(std::max<int64_t>(0, int64_t(kv_lens[b]) - 1 - window_left));
-  }
+  batch_shape(kv_lens, batch, window_left, shape);
   return shape;
 }
 
-namespace {
-double makespan(const plan::Plan& p) {
-  double m = 0;
-  for (double c : p.cta_cost) m = std::max(m, c);
-  return m;
+void batch_shape(const int32_t* kv_lens, int32_t batch, int32_t window_left, plan::BatchShape& shape) {
+  shape.qo_len.assign(batch, 1);
+  shape.kv_len.assign(kv_lens, kv_lens + batch);
+  shape.kv_start.clear();
+  if (window_left >= 0) {
+    // The variant's KV-range hook (attention/variant.cuh), the one the kernels use, for the one
+    // query at position p = kv_len - 1 (attends j >= p - window_left; a causal limit is kv_len).
+    attn::VariantParams vp;
+    vp.window_left = window_left;
+    const attn::DefaultVariant v(vp);
+    shape.kv_start.resize(batch);
+    for (int32_t b = 0; b < batch; ++b) {
+      const int64_t p = int64_t(kv_lens[b]) - 1;
+      shape.kv_start[b] = v.kv_range<int64_t>(p, p, kv_lens[b]).begin;
+    }
+  }
 }
-}  // namespace
 
 plan::Plan plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg) {
-  plan::Plan best = plan::balance(shape, cfg);
-  if (!best.split || best.max_chunk <= 0) return best;  // nothing split: a larger bound changes nothing
+  plan::Planner planner;
+  plan::Plan p;
+  plan_decode(shape, cfg, planner, p);
+  return p;
+}
+
+void plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg, plan::Planner& planner,
+                 plan::Plan& out) {
+  // balance()'s plan first: split at L0 or not.
+  const int64_t L0 = planner.prepare(shape, cfg);
+  double best_ms = 0, ms_whole = 0;
+  if (!planner.choose_split(L0, &best_ms, &ms_whole)) {  // nothing split: a larger bound changes nothing
+    planner.build(false, L0, out);
+    return;
+  }
   int64_t longest = 0;
   for (size_t b = 0; b < shape.kv_len.size(); ++b)
     longest = std::max<int64_t>(longest, shape.kv_len[b] - (shape.kv_start.empty() ? 0 : shape.kv_start[b]));
   const int64_t g = cfg.kv_granularity;
-  const int64_t n0 = (longest + best.max_chunk - 1) / best.max_chunk;
-  double best_ms = makespan(best);
+  const int64_t n0 = (longest + L0 - 1) / L0;
+  int64_t best_L = L0;
   for (int64_t n = n0 - 1; n >= std::max<int64_t>(1, n0 - kPlanSearch); --n) {
     const int64_t bound = ((longest + n - 1) / n + g - 1) / g * g;
-    if (bound <= best.max_chunk || bound > INT32_MAX) continue;
-    plan::BalanceConfig c = cfg;
-    c.min_chunk = static_cast<int32_t>(bound);  // raises balance's L to `bound`
-    plan::Plan cand = plan::balance(shape, c);
-    const double ms = makespan(cand);
-    if (ms < best_ms) {
+    if (bound <= best_L || bound > INT32_MAX) continue;
+    // balance() with min_chunk = bound: L = bound (rounded), split when that pays.
+    const int64_t L = planner.chunk_bound(bound);
+    // A candidate that does not split has the no-split makespan, which the split best beats.
+    if (planner.longest_tile() <= L) continue;
+    // Its makespan is at least its largest chunk's cost (and, unsplit, the no-split one).
+    if (planner.max_chunk_cost(L) >= best_ms) continue;
+    const double ms = planner.makespan(true, L);
+    if (ms <= (1.0 - cfg.min_gain) * ms_whole && ms < best_ms) {
       best_ms = ms;
-      best = std::move(cand);
+      best_L = L;
     }
   }
-  return best;
+  planner.build(true, best_L, out);
 }
 
 }  // namespace weft::decode

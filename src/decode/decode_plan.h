@@ -47,6 +47,8 @@ plan::BalanceConfig balance_config(int32_t grid, int32_t num_qo_heads, int32_t n
 // One query token per request; with a window (window_left >= 0) only keys
 // j >= kv_len - 1 - window_left are planned (and read).
 plan::BatchShape batch_shape(const int32_t* kv_lens, int32_t batch, int32_t window_left);
+// The same into a reused shape (no allocation when its vectors are large enough).
+void batch_shape(const int32_t* kv_lens, int32_t batch, int32_t window_left, plan::BatchShape& out);
 
 // plan::balance plus a search over the chunk count of the longest tile. balance() derives the
 // chunk bound L from total / num_ctas; when the longest tiles are cut into n chunks of ~L, the
@@ -56,5 +58,12 @@ plan::BatchShape batch_shape(const int32_t* kv_lens, int32_t batch, int32_t wind
 // the plan with the lowest planned makespan (ties: the earlier, i.e. finer, candidate).
 inline constexpr int32_t kPlanSearch = 4;
 plan::Plan plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg);
+// The same plan, bit for bit, written into `out` with a reused planner (what the wrapper calls: no
+// allocation when warm). The tiles are built once; the no-split makespan is computed once (it
+// does not depend on the bound); a candidate bound is dealt only when it can win: its makespan is
+// at least its largest chunk's cost, and a candidate that would not split never beats a split
+// plan (which is kept only when it is below the no-split makespan). The plan is built once.
+void plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg, plan::Planner& planner,
+                 plan::Plan& out);
 
 }  // namespace weft::decode

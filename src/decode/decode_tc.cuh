@@ -22,8 +22,9 @@
 
 namespace weft::decode {
 
-template <class T, int D, int NT>
+template <class T, int D, int NT, class V>
 struct TcMainloop {
+  using Variant = V;  // logits: V::logit (attention/variant.cuh)
   static_assert(NT == 1 || NT == 2 || NT == 4, "query columns: 1, 2 or 4 n8 tiles (items of <= 32 rows)");
   static constexpr int kK = D / 16;  // k16 steps of K Q^T over head_dim
   static constexpr int kM = D / 16;  // m16 tiles of O^T over head_dim
@@ -34,6 +35,7 @@ struct TcMainloop {
   float m[NT][2];        // running max of query nt*8 + 2*(lane%4) + j, log2 units (same on its 8 lanes)
   float l[NT][2];        // running sum over this lane's two keys (reduced in store())
   uint32_t qf[kQInRegs ? kK : 1][kQInRegs ? NT : 1][2];
+  RowSpan rs;            // the item's rows (used only by variants with a bias)
 
   // B fragments of Q^T for k steps kk and kk + 1 (kK is even): one ldmatrix.x4 over query rows
   // nt*8 .. nt*8 + 7, 16-byte chunks 2kk .. 2kk + 3.
@@ -44,7 +46,7 @@ struct TcMainloop {
     b0[0] = r[0]; b0[1] = r[1]; b1[0] = r[2]; b1[1] = r[3];
   }
 
-  __device__ __forceinline__ TcMainloop(const T* sQ, int lane) {
+  __device__ __forceinline__ TcMainloop(const T* sQ, int lane, RowSpan rows) : rs(rows) {
 #pragma unroll
     for (int md = 0; md < kM; ++md)
 #pragma unroll
@@ -63,7 +65,7 @@ struct TcMainloop {
   }
 
   __device__ __forceinline__ void tile(const DecodeParams<T>& p, const T* sQ, const T* sK, const T* sV, int k0,
-                                       int kv_end, int /*nrows*/, int lane) {
+                                       int kv_end, int nrows, int lane) {
     // S^T = K Q^T: [16 keys][NT * 8 queries], accumulated in two chains (even / odd kk) for
     // NT <= 2; at NT = 4 the four n8 tiles are already independent mma chains, and a second
     // chain's 16 registers would spill (the 32-row kernel sits at the 255-register cap).
@@ -93,17 +95,31 @@ struct TcMainloop {
       }
     }
 
-    // Logits (scale, soft cap, mask) and online softmax per query column.
+    // Logits (the variant: scale, soft cap, bias; keys past kv_end masked) and online softmax
+    // per query column.
+    const V v(p.var);
     const int key_lo = k0 + lane / 4;  // accumulator elements 0, 1; elements 2, 3 are key_lo + 8
     uint32_t pb[NT][2];                // B fragments of P^T for the PV mma
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
+      // Per-column constants of the logit (ALiBi: the head's slope), for query columns
+      // nt*8 + 2*(lane%4) + {0, 1}; padding columns (>= nrows) take the last real row's head.
+      typename V::Row vr[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        if constexpr (V::kHasBias) {
+          const int q = min(nt * 8 + 2 * (lane % 4) + j, nrows - 1);
+          vr[j] = v.row(rs.q_pos, rs.head0 + q);
+        } else {
+          vr[j] = v.row(0, 0);
+        }
+      }
       float pr[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key_lo + (e >> 1) * 8;
         const float qk = kChains == 2 ? s[0][nt][e] + s[kChains - 1][nt][e] : s[0][nt][e];
-        pr[e] = key < kv_end ? logit_log2(p, qk) : -INFINITY;
+        pr[e] = key < kv_end ? v.logit(qk, vr[e & 1], key) : -INFINITY;
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
@@ -173,9 +189,10 @@ struct TcMainloop {
 
 // NT: query n8 tiles: 1 for GQA groups <= 8, 2 for 9..16 (and the 16-row tiles of larger groups
 // at head_dim 256), 4 for the 32-row items of groups > 16 at head_dim <= 128 (decode_tile_rows).
-template <class T, int D, int NT>
+// V: the attention variant (attention/variant.cuh; DefaultVariant or AlibiVariant).
+template <class T, int D, int NT, class V = attn::DefaultVariant>
 __global__ void __launch_bounds__(kMaxThreads, 1) decode_tc_kernel(const DecodeParams<T> p) {
-  decode_items<T, D, NT == 4 ? 2 * kTileQ : kTileQ, TcMainloop<T, D, NT>>(p);
+  decode_items<T, D, NT == 4 ? 2 * kTileQ : kTileQ, TcMainloop<T, D, NT, V>>(p);
 }
 
 }  // namespace weft::decode

@@ -1,14 +1,16 @@
-// Decode kernel instantiations (from instances.inc) and their launcher.
+// Decode kernel instantiations (the decode rows of src/instances.txt, WEFT_DECODE_INSTANCES of
+// the generated weft_gen/instances.h) and their launcher.
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
+#include "attention/heuristics.h"
 #include "attention/merge.cuh"
 #include "common/cuda_check.h"
 #include "decode/decode_cc.cuh"
 #include "decode/decode_tc.cuh"
 #include "decode/launch.h"
 #include "decode/trace.h"
+#include "weft_gen/instances.h"
 
 namespace weft::decode {
 
@@ -26,25 +28,36 @@ std::vector<TraceRecord> trace_read(int) { return {}; }
 
 namespace {
 
-template <class T, int D>
-void launch_path(const DecodeParams<T>& p, DecodePath path, int tile_rows, int grid, cudaStream_t stream) {
+// V: the attention variant (attention/variant.cuh), chosen per launch by launch_path.
+template <class T, int D, class V>
+void launch_variant(const DecodeParams<T>& p, DecodePath path, int tile_rows, int grid, cudaStream_t stream) {
   // The dynamic shared memory limit was raised by ctas_per_sm() (wrapper construction), and the
   // fixed grid is the smallest residency of all kernels of this head_dim.
   // Tensor cores: one n8 tile of query columns covers groups <= 8, two cover 9..16 and the
   // 16-row tiles of larger groups at D256, four the 32-row items (tile_rows 32).
   if constexpr (D <= 128) {
     if (tile_rows == kPlanTileQWide) {
-      decode_tc_kernel<T, D, 4><<<grid, p.warps * 32, SmemLayout<T, D, kPlanTileQWide>::bytes(p.stages, p.warps),
-                                  stream>>>(p);
+      decode_tc_kernel<T, D, 4, V><<<grid, p.warps * 32, SmemLayout<T, D, kPlanTileQWide>::bytes(p.stages, p.warps),
+                                     stream>>>(p);
       WEFT_CUDA_CHECK_LAUNCH();
       return;
     }
   }
-  auto kernel = path == DecodePath::kCudaCore ? decode_cc_kernel<T, D>
-                : p.group_size <= 8            ? decode_tc_kernel<T, D, 1>
-                                               : decode_tc_kernel<T, D, 2>;
+  auto kernel = path == DecodePath::kCudaCore ? decode_cc_kernel<T, D, V>
+                : p.group_size <= 8            ? decode_tc_kernel<T, D, 1, V>
+                                               : decode_tc_kernel<T, D, 2, V>;
   kernel<<<grid, p.warps * 32, SmemLayout<T, D>::bytes(p.stages, p.warps), stream>>>(p);
   WEFT_CUDA_CHECK_LAUNCH();
+}
+
+// Every kernel exists per variant: the default one (scale, soft cap; windows are trimmed by the
+// plan) and ALiBi (slopes given). The default kernels compute nothing per element for the bias.
+template <class T, int D>
+void launch_path(const DecodeParams<T>& p, DecodePath path, int tile_rows, int grid, cudaStream_t stream) {
+  if (p.var.alibi_slopes != nullptr)
+    launch_variant<T, D, attn::AlibiVariant>(p, path, tile_rows, grid, stream);
+  else
+    launch_variant<T, D, attn::DefaultVariant>(p, path, tile_rows, grid, stream);
 }
 
 int log2_exact(int32_t x) {
@@ -68,11 +81,7 @@ DecodeParams<T> make_params(const LaunchArgs& a) {
   p.lse = a.lse != nullptr ? static_cast<float*>(a.lse->data) : nullptr;
   p.lse_stride_token = a.lse != nullptr ? a.lse->strides[0] : 0;
   p.group_size = a.group_size;
-  const double log2e = 1.4426950408889634;
-  p.sm_scale = static_cast<float>(a.sm_scale);
-  p.scale_log2 = static_cast<float>(a.sm_scale * log2e);
-  p.soft_cap = a.soft_cap;
-  p.cap_log2 = static_cast<float>(a.soft_cap * log2e);
+  p.var = a.var;
   p.page_shift = log2_exact(p.kv.table.page_size);
   p.stages = a.stages;
   p.warps = a.warps;
@@ -90,7 +99,7 @@ void dispatch(const LaunchArgs& a, cudaStream_t stream) {
   if (std::is_same_v<T, TYPE> && a.head_dim == DIM && a.path == path_of(#PATH)) {                 \
     if constexpr (std::is_same_v<T, TYPE>) return launch_path<TYPE, DIM>(p, a.path, a.tile_rows, a.grid, stream); \
   }
-#include "decode/instances.inc"
+  WEFT_DECODE_INSTANCES(WEFT_DECODE_INSTANCE)
 #undef WEFT_DECODE_INSTANCE
   throw Error("head_dim", "no decode kernel compiled for head_dim " + std::to_string(a.head_dim) +
                               " and path " + decode_path_name(a.path));
@@ -102,40 +111,11 @@ void launch_decode(const LaunchArgs& a, cudaStream_t stream) {
   WEFT_DISPATCH_HALF_TYPES(a.dtype, "q", [&] { dispatch<scalar_t>(a, stream); });
 }
 
-int decode_stages(int32_t head_dim) {
-  (void)head_dim;
-  // Per-warp stages: S = 2 at every head dim (one 16-key tile in flight while the warp computes
-  // the other), 4 warps per CTA:
-  //   D64:  2 x 4 KB  x 4 warps = 32 KB / CTA -> 2 CTAs/SM (bound by registers)
-  //   D128: 2 x 8 KB  x 4 warps = 64 KB / CTA -> 2 CTAs/SM (the CUDA-core kernel's 227 registers)
-  //   D256: 2 x 16 KB x 4 warps = 128 KB / CTA -> 1 CTA/SM
-  // (+ 2 Q buffers and the epilogue's m/l). More stages do not help: a warp's later prologue
-  // copies wait in the issue queue until the memory system drains (per-CTA timeline,
-  // perf-notes-decode.md, change 14), so the CTA starts computing later. Same-call A/Bs on H200:
-  // D128 S = 3 -> 2: faster on 23 of 24 tensor-core rows (b1 1.3-6%, b32/kv4K 1.8%) and 16 of 19
-  // CUDA-core rows, the others within 0.35% (change 14). D64 S = 6 -> 2: 7% (b1/kv32K), 3%
-  // (b32/kv4K), 2% (b128/kv4K) faster, S = 3 and 4 in between; D256 S = 3 -> 2: 0.8% faster at
-  // b1/kv32K, within 0.2% at b32/kv4K and b128/kv4K (change 16). S = 4 at D128 (1 CTA/SM) fell
-  // to ~2.3 TB/s.
-  int s = 2;
-  if (const char* env = std::getenv("WEFT_DECODE_STAGES")) {
-    const int v = std::atoi(env);
-    if (v >= 2 && v <= kMaxStages) s = v;
-  }
-  return s;
-}
-
-int decode_warps(int32_t head_dim) {
-  (void)head_dim;
-  // 4 warps x 2 CTAs/SM (D <= 128), see decode_stages. Measured on H200 (perf-notes-decode.md):
-  // 8 warps x 1 CTA/SM and 4 warps x S=2 were no better overall.
-  int w = 4;
-  if (const char* env = std::getenv("WEFT_DECODE_WARPS")) {
-    const int v = std::atoi(env);
-    if (v >= 2 && v <= kMaxWarps) w = v;
-  }
-  return w;
-}
+// The tuned defaults and their measurements: src/attention/heuristics.cpp.
+int decode_stages(int32_t head_dim) { return heuristics::decode_default_stages(head_dim); }
+int decode_warps(int32_t head_dim) { return heuristics::decode_default_warps(head_dim); }
+static_assert(kDecodeMaxWarpsPerCta == kMaxWarps && kDecodeMaxPipelineStages == kMaxStages,
+              "DecodeOptions' ranges (weft/decode.h) are the kernels' limits");
 
 int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
   int n = 0;
@@ -154,14 +134,19 @@ int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
       n_min = std::min(n_min, n);
     }
   };
-#define WEFT_DECODE_KERNELS(DIM)                                                                     \
-  SmemLayout<half, DIM>::bytes(stages, warps), decode_tc_kernel<__nv_bfloat16, DIM, 1>,                    \
-      decode_tc_kernel<half, DIM, 1>, decode_tc_kernel<__nv_bfloat16, DIM, 2>, decode_tc_kernel<half, DIM, 2>, \
-      decode_cc_kernel<__nv_bfloat16, DIM>, decode_cc_kernel<half, DIM>
+// Both variants' kernels (attention/variant.cuh): default and ALiBi.
+#define WEFT_DECODE_KERNELS_V(DIM, V)                                                                     \
+  decode_tc_kernel<__nv_bfloat16, DIM, 1, V>, decode_tc_kernel<half, DIM, 1, V>,                         \
+      decode_tc_kernel<__nv_bfloat16, DIM, 2, V>, decode_tc_kernel<half, DIM, 2, V>,                     \
+      decode_cc_kernel<__nv_bfloat16, DIM, V>, decode_cc_kernel<half, DIM, V>
+#define WEFT_DECODE_KERNELS(DIM)                                                          \
+  SmemLayout<half, DIM>::bytes(stages, warps), WEFT_DECODE_KERNELS_V(DIM, attn::DefaultVariant), \
+      WEFT_DECODE_KERNELS_V(DIM, attn::AlibiVariant)
 // The 32-row tensor-core kernels (D <= 128) have larger Q buffers: their own smem size.
 #define WEFT_DECODE_WIDE_KERNELS(DIM) \
   SmemLayout<half, DIM, kPlanTileQWide>::bytes(stages, warps), decode_tc_kernel<__nv_bfloat16, DIM, 4>, \
-      decode_tc_kernel<half, DIM, 4>
+      decode_tc_kernel<half, DIM, 4>, decode_tc_kernel<__nv_bfloat16, DIM, 4, attn::AlibiVariant>,     \
+      decode_tc_kernel<half, DIM, 4, attn::AlibiVariant>
   switch (head_dim) {
     case 64: query(WEFT_DECODE_KERNELS(64)); query(WEFT_DECODE_WIDE_KERNELS(64)); break;
     case 128: query(WEFT_DECODE_KERNELS(128)); query(WEFT_DECODE_WIDE_KERNELS(128)); break;
@@ -169,12 +154,18 @@ int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
     default: throw Error("head_dim", "expected 64, 128 or 256, got " + std::to_string(head_dim));
   }
 #undef WEFT_DECODE_KERNELS
+#undef WEFT_DECODE_KERNELS_V
 #undef WEFT_DECODE_WIDE_KERNELS
   return n_min < 1 ? 1 : n_min;
 }
 
 bool path_compiled(DecodePath path) {
-  return path == DecodePath::kTensorCore || path == DecodePath::kCudaCore;
+  // Whether the instance table (src/instances.txt) has a decode row of this path.
+#define WEFT_DECODE_INSTANCE(TYPE, DIM, PATH) \
+  if (path == path_of(#PATH)) return true;
+  WEFT_DECODE_INSTANCES(WEFT_DECODE_INSTANCE)
+#undef WEFT_DECODE_INSTANCE
+  return false;
 }
 
 }  // namespace weft::decode

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "attention/plan/balance.h"
+#include "attention/variant.cuh"
 #include "decode/decode_plan.h"
 #include "weft/decode.h"
 #include "weft/paged_kv.h"
@@ -22,8 +23,7 @@ struct LaunchArgs {
   const PagedKVCache* cache = nullptr;
   const PageTable* table = nullptr;
   int32_t group_size = 1;
-  double sm_scale = 0;
-  float soft_cap = 0;
+  attn::VariantParams var;  // attn::variant_params(variant, head_dim); alibi_slopes picks AlibiVariant
   DType dtype = DType::kBFloat16;
   int32_t head_dim = 0;
   DecodePath path = DecodePath::kTensorCore;
@@ -35,13 +35,13 @@ struct LaunchArgs {
 
 // Launches the decode kernel of (dtype, head_dim, path) with args.grid persistent CTAs.
 void launch_decode(const LaunchArgs& args, cudaStream_t stream);
-// Per-warp pipeline stages for head_dim: the tuned default (see decode_stages in kernels.cu),
-// or the environment variable WEFT_DECODE_STAGES (2 .. 8; a tuning knob for benches).
+// Per-warp pipeline stages for head_dim: the tuned default (see decode_stages in kernels.cu);
+// DecodeOptions::pipeline_stages overrides it.
 int decode_stages(int32_t head_dim);
 // Resident CTAs per SM of the tensor-core kernel for head_dim with `stages` stages (sizes the
 // fixed grid). Also raises the kernels' dynamic shared memory limit (outside any graph capture).
 int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device);
-// Warps per CTA: 4, or the environment variable WEFT_DECODE_WARPS (2 .. 8; a tuning knob).
+// Warps per CTA: the tuned default, 4; DecodeOptions::warps_per_cta overrides it.
 int decode_warps(int32_t head_dim);
 bool path_compiled(DecodePath path);
 

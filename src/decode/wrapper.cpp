@@ -5,7 +5,9 @@
 #include <utility>
 #include <vector>
 
+#include "attention/heuristics.h"
 #include "attention/plan/balance.h"
+#include "attention/variant_host.h"
 #include "common/cuda_check.h"
 #include "decode/decode_plan.h"
 #include "decode/launch.h"
@@ -16,32 +18,8 @@ namespace weft {
 
 namespace {
 
-// kAuto at head_dim 128: the CUDA-core path below this GQA group size, the tensor-core path from
-// it on (other head dims: tensor cores at every group, see choose_decode_path). Measured on H200
-// at commit 82a6494 (bench "decode/path/{tc,cc}/<model>/<shape>", bf16, D128, page 16, median
-// of 3 pool allocations; fraction of the read ceiling 4609 GB/s, tc / cc;
-// bench/results/h200_all_82a6494.json, docs/perf-notes-decode.md):
-//   group 1 (llama2-7b 32/32):  b1/kv32K 0.743/0.746  b32/kv4K 0.932/0.924  b32/kv16K 0.947/0.939
-//                               b128/kv4K 0.943/0.937
-//   group 2 (16/8):             b1/kv32K 0.556/0.541  b32/kv4K 0.855/0.867  b32/kv16K 0.905/0.914
-//                               b128/kv4K 0.916/0.916
-//   group 4 (llama3-8b 32/8):   b1/kv32K 0.593/0.449  b32/kv4K 0.857/0.583  b32/kv16K 0.905/0.606
-//   group 8 (64/8):             b1/kv32K 0.532/0.264  b32/kv4K 0.853/0.328  b32/kv16K 0.904/0.336
-// The CUDA-core path does g rows' FMA work per tile and is issue-bound from g ~ 3-4 on. The
-// tensor-core path (keys in the mma M dimension, the group in one or two n8 tiles) costs the
-// same for every g <= 8 and, since that change, matches the CUDA-core path at groups 1-2 within
-// 1.5% either way. Groups 1-2 stay on CUDA cores at D128: same speed, and P stays fp32 there
-// (the tensor-core path rounds P to 16 bits).
-// At D64 and D256 the tensor-core path is faster at every group (bench "decode/hdim/path/...",
-// H200 at 144daa4 / 2f9ee16, read ceiling 4610 GB/s, median of 3 allocations, tc / cc µs;
-// bench/results/h200_decode_hdim_paths_2f9ee16.json):
-//   D64  group 1 (16/16):  b1/kv32K 42.0/44.7   b32/kv4K 140.2/149.9  b128/kv4K 539.2/575.1
-//   D64  group 2 (16/8):   b1/kv32K 27.4/33.3   b32/kv4K 73.4/95.1    b128/kv4K 273.5/361.5
-//   D256 group 1 (16/16):  b1/kv32K 132.1/133.7 b32/kv4K 493.6/500.3  b128/kv4K 1966.2/2005.8
-//   D256 group 2 (16/8):   b1/kv32K 72.3/83.4   b32/kv4K 252.6/299.3  b128/kv4K 976.7/1172.9
-// (the CUDA-core D256 kernel runs at 255 registers with spills; at D64 a 16-key tile is only
-// 4 KB, so the CUDA-core path's per-tile work weighs more against its bytes).
-constexpr int32_t kTensorCoreMinGroup = 3;
+// The kernel path under kAuto, the default stages and warps and the grid size are heuristics
+// with measured reasons: src/attention/heuristics.cpp.
 
 struct DeviceInfo {
   int device = 0;
@@ -57,7 +35,25 @@ DeviceInfo current_device() {
 int32_t grid_for(int32_t head_dim, int32_t stages, int32_t warps) {
   check::head_dim_supported(head_dim, "head_dim");
   const DeviceInfo d = current_device();
-  return d.sms * decode::ctas_per_sm(head_dim, stages, warps, d.device);
+  return heuristics::persistent_grid(d.sms, decode::ctas_per_sm(head_dim, stages, warps, d.device));
+}
+
+// Stages and warps of a wrapper: the options' values (validated), or the tuned defaults.
+struct Tuning {
+  int32_t stages = 0, warps = 0;
+};
+Tuning resolve_tuning(int32_t head_dim, const DecodeOptions& o) {
+  WEFT_CHECK_ARG(o.warps_per_cta == 0 || (o.warps_per_cta >= 2 && o.warps_per_cta <= kDecodeMaxWarpsPerCta),
+                 "options.warps_per_cta",
+                 "must be 0 (default) or in [2, " << kDecodeMaxWarpsPerCta << "], got " << o.warps_per_cta);
+  WEFT_CHECK_ARG(
+      o.pipeline_stages == 0 || (o.pipeline_stages >= 2 && o.pipeline_stages <= kDecodeMaxPipelineStages),
+      "options.pipeline_stages",
+      "must be 0 (default) or in [2, " << kDecodeMaxPipelineStages << "], got " << o.pipeline_stages);
+  Tuning t;
+  t.stages = o.pipeline_stages != 0 ? o.pipeline_stages : decode::decode_stages(head_dim);
+  t.warps = o.warps_per_cta != 0 ? o.warps_per_cta : decode::decode_warps(head_dim);
+  return t;
 }
 
 }  // namespace
@@ -77,7 +73,8 @@ bool decode_path_available(DecodePath p) {
 
 DecodePath choose_decode_path(int32_t group_size, int32_t head_dim, DType dtype) {
   (void)dtype;  // measured with bf16; fp16 runs the same instructions
-  return head_dim == 128 && group_size < kTensorCoreMinGroup ? DecodePath::kCudaCore : DecodePath::kTensorCore;
+  return heuristics::decode_prefers_cuda_cores(group_size, head_dim) ? DecodePath::kCudaCore
+                                                                     : DecodePath::kTensorCore;
 }
 
 struct BatchDecodeWrapper::Impl {
@@ -95,6 +92,14 @@ struct BatchDecodeWrapper::Impl {
   // The current plan.
   bool planned = false;
   plan::Plan plan;
+  // Planning scratch kept between plan() calls (a warm plan() allocates nothing): the planner's
+  // buffers, the shape, the next plan (swapped with `plan` once it is in the staging buffer, so a
+  // plan() that throws leaves the current plan intact), and what the staging buffer holds (the next
+  // serialize clears only the previous plan's excess instead of the whole region).
+  plan::Planner planner;
+  plan::BatchShape shape;
+  plan::Plan next;
+  plan::WorkspaceLayout::Image staging_image;
   int32_t page_size = 0;
   DType dtype = DType::kBFloat16;
   KVLayout kv_layout = KVLayout::kNHD;
@@ -105,8 +110,14 @@ struct BatchDecodeWrapper::Impl {
 
 std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
                                                int32_t head_dim) {
+  return workspace_size(max_batch, num_qo_heads, num_kv_heads, head_dim, DecodeOptions{});
+}
+
+std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
+                                               int32_t head_dim, const DecodeOptions& options) {
   check::head_dim_supported(head_dim, "head_dim");
-  const int32_t grid = grid_for(head_dim, decode::decode_stages(head_dim), decode::decode_warps(head_dim));
+  const Tuning t = resolve_tuning(head_dim, options);
+  const int32_t grid = grid_for(head_dim, t.stages, t.warps);
   // Either item height may be planned (a forced CUDA-core path keeps 16 rows): size for both.
   std::size_t bytes = 0;
   for (bool cuda_core : {false, true}) {
@@ -119,7 +130,12 @@ std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo
 
 BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
                                        int32_t head_dim, DecodePath path)
+    : BatchDecodeWrapper(max_batch, num_qo_heads, num_kv_heads, head_dim, DecodeOptions{path}) {}
+
+BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
+                                       int32_t head_dim, const DecodeOptions& options)
     : impl_(new Impl()) {
+  const DecodePath path = options.path;
   impl_->max_batch = max_batch;
   impl_->num_qo_heads = num_qo_heads;
   impl_->num_kv_heads = num_kv_heads;
@@ -128,8 +144,9 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
   WEFT_CHECK_ARG(decode_path_available(path), "path",
                  "decode path " << decode_path_name(path) << " is not compiled in this build");
   check::head_dim_supported(head_dim, "head_dim");
-  impl_->stages = decode::decode_stages(head_dim);
-  impl_->warps = decode::decode_warps(head_dim);
+  const Tuning t = resolve_tuning(head_dim, options);
+  impl_->stages = t.stages;
+  impl_->warps = t.warps;
   impl_->grid = grid_for(head_dim, impl_->stages, impl_->warps);
   impl_->tile_rows = decode::decode_tile_rows(num_qo_heads / std::max(1, num_kv_heads), head_dim,
                                               path == DecodePath::kCudaCore);
@@ -200,24 +217,31 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
                  "must be finite and >= 0, got " << variant.sm_scale);
   WEFT_CHECK_ARG(std::isfinite(variant.logits_soft_cap), "variant.logits_soft_cap", "must be finite");
   WEFT_CHECK_ARG(variant.window_left >= -1, "variant.window_left", "must be >= -1, got " << variant.window_left);
+  // ALiBi slopes (null: off) are loaded as floats by the kernels: a misaligned pointer would fault
+  // the launch (sticky error).
+  check::aligned(variant.alibi_slopes, "variant.alibi_slopes", sizeof(float));
   check::workspace(workspace, workspace_bytes, im.layout.total_bytes(), "workspace");
   WEFT_CHECK_ARG(batch == 0 || kv_lens != nullptr, "kv_lens", "must not be null");
 
   for (int32_t b = 0; b < batch; ++b)
     WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
-  const plan::BatchShape shape = decode::batch_shape(kv_lens, batch, variant.window_left);
+  decode::batch_shape(kv_lens, batch, variant.window_left, im.shape);
+  const plan::BatchShape& shape = im.shape;
   const int32_t rows = decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.tile_rows);
   const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows);
-  plan::Plan p = decode::plan_decode(shape, cfg);
+  decode::plan_decode(shape, cfg, im.planner, im.next);
 
-  // Reuse the staging buffer only once its previous copy has left it.
+  // Reuse the staging buffer only once its previous copy has left it: a host wait on the GPU
+  // only when that copy is still queued (plan() called again before the stream reached it).
   if (im.staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(im.staging_done));
-  im.layout.serialize(p, im.staging);
+  im.layout.serialize(im.next, im.staging, &im.staging_image);
+  // The whole metadata region: its arrays sit at fixed offsets with max_items strides, so the
+  // bytes a smaller plan uses are not contiguous (and the region also clears the previous plan's).
   WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, im.staging, im.layout.metadata_bytes(), cudaMemcpyHostToDevice, stream));
   WEFT_CUDA_CHECK(cudaEventRecord(im.staging_done, stream));
   im.staging_pending = true;
 
-  im.plan = std::move(p);
+  std::swap(im.plan, im.next);
   im.page_size = page_size;
   im.dtype = dtype;
   im.kv_layout = layout;
@@ -302,8 +326,7 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   a.cache = &cache;
   a.table = &table;
   a.group_size = im.num_qo_heads / im.num_kv_heads;
-  a.sm_scale = im.variant.sm_scale > 0 ? im.variant.sm_scale : 1.0 / std::sqrt(double(d));
-  a.soft_cap = im.variant.logits_soft_cap > 0 ? im.variant.logits_soft_cap : 0.f;
+  a.var = attn::variant_params(im.variant, im.head_dim);
   a.dtype = im.dtype;
   a.head_dim = im.head_dim;
   a.path = im.path;

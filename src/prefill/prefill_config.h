@@ -1,4 +1,4 @@
-// Prefill tile configurations and the host heuristic that picks one (FlashInfer §3.2.2).
+// Prefill tile configurations (the heuristic that picks one: src/attention/heuristics.cpp).
 // Pure C++: no CUDA headers (host tests include it).
 //
 // A configuration is (cta_q, cta_kv, head_dim): a CTA computes cta_q packed query rows (GQA:
@@ -8,32 +8,19 @@
 //   warps_kv = 4 / warps_q (>= 1, capped at cta_kv / 16)
 //              small query tiles split each KV tile over several warps (merged at the end)
 //              so a 16-row tile still runs 4 warps; d64 cta_q = 128 runs 8 warps x 16 rows.
-// Every (config, dtype) pair in WEFT_PREFILL_CONFIGS has exactly one .cu file in
-// src/prefill/instances/ (the dispatch table references all of them, so a missing file is a
-// link error).
+// The instantiated (configuration, dtype) pairs are the prefill rows of the one instance table,
+// src/instances.txt (with why each is there); CMake generates one .cu per row and the lists
+// WEFT_PREFILL_INSTANCES(X) (dispatch) and WEFT_PREFILL_CONFIGS(X) (head_dim, cta_q, cta_kv:
+// instantiated_configs()) in weft_gen/instances.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace weft::prefill {
+#include "weft_gen/instances.h"
 
-// The one list of instantiated configurations: X(head_dim, cta_q, cta_kv).
-// Why these: the heuristic below only ever returns these (a host test enumerates it).
-//   d64:  KV tile 128 fits registers (O 32 + Q 16 + S 64 floats) and 96 KB smem.
-//   d128: KV tile 64; cta_q 128: 4 warps x 32 rows (O 128 + S 64 accumulators), 112 KB smem,
-//         2 CTAs per SM; cta_q 64/16: 16 rows per warp (O 64 + Q 32 + S 32).
-//   d256: Q stays in shared memory (O alone is 128 floats), KV tile 32, cta_q <= 64.
-#define WEFT_PREFILL_CONFIGS(X) \
-  X(64, 128, 128)               \
-  X(64, 64, 128)                \
-  X(64, 16, 128)                \
-  X(128, 128, 64)               \
-  X(128, 64, 64)                \
-  X(128, 16, 64)                \
-  X(256, 64, 32)                \
-  X(256, 16, 32)
+namespace weft::prefill {
 
 struct TileConfig {
   int32_t head_dim = 0;
@@ -94,28 +81,13 @@ constexpr int32_t acc_regs_of(int32_t head_dim, int32_t cta_q, int32_t cta_kv) {
          (q_in_regs(head_dim, cta_q) ? head_dim / 4 : 0);
 }
 
-// Budgets of the heuristic (why: H100/H200 have 228 KB smem and 64K registers per SM).
-//   kSmemBudget: <= 113 KB per CTA so two CTAs share an SM (2 x (113 + 1 reserved) KB <= 228 KB;
-//                one computes while the other waits on memory or runs its softmax).
-//   kAccRegBudget: accumulators that leave room for fragments/addresses under 255 registers
-//                without spills (measured with -Xptxas -v; docs/perf-notes-prefill.md). 192 =
-//                the 32-row d128 warp (O 128 + S 64, Q re-read from smem, P converted to 32
-//                b16x2 registers before P.V so S and P are never live together).
-inline constexpr std::size_t kSmemBudget = 113 * 1024;
-inline constexpr int32_t kAccRegBudget = 192;
-
-// FlashInfer §3.2.2:
-//   1. cta_q = the smallest query tile in {16, 64, 128} >= the average packed query length
-//      (tokens x GQA group), 128 for anything longer. (32 is not instantiated: 16 -> 64 keeps
-//      the instantiation count small; a 17..32-row workload runs a 64-row tile half empty.)
-//   2. cta_kv = the largest KV tile in {128, 64, 32} whose registers and shared memory fit the
-//      budgets; if none fits, halve cta_q and retry.
-// Throws weft::Error("head_dim", ...) for unsupported head dims.
+// The tile heuristic (FlashInfer §3.2.2) and its budgets, with their reasons:
+// heuristics::prefill_tiles in src/attention/heuristics.{h,cpp}. Throws weft::Error("head_dim",
+// ...) for unsupported head dims.
 TileConfig choose_tiles(double avg_packed_qo_len, int32_t head_dim);
 
-// All instantiated configurations (from WEFT_PREFILL_CONFIGS).
+// All instantiated configurations (WEFT_PREFILL_CONFIGS: the table's prefill rows, in order).
 const std::vector<TileConfig>& instantiated_configs();
-bool is_instantiated(const TileConfig& c);
 std::string describe(const TileConfig& c);
 
 }  // namespace weft::prefill

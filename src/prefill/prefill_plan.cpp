@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "attention/variant.cuh"
 #include "weft/error.h"
 
 namespace weft::prefill {
@@ -14,11 +15,27 @@ int32_t segment_tokens(int32_t cta_q, int32_t group_size, bool causal, int32_t w
 }
 
 SegmentedPlan make_plan(const PlanRequest& r) {
+  PrefillPlanner planner;
+  SegmentedPlan out;
+  planner.make_plan(r, out);
+  return out;
+}
+
+void PrefillPlanner::make_plan(const PlanRequest& r, SegmentedPlan& out) {
   WEFT_CHECK_ARG(r.qo_len.size() == r.kv_len.size(), "kv_len",
                  "size " << r.kv_len.size() << " differs from qo_len size " << r.qo_len.size());
   const int32_t seg = segment_tokens(r.cta_q, r.group_size, r.causal, r.window_left);
-  SegmentedPlan out;
-  plan::BatchShape shape;
+  out.seg_request.clear();
+  out.seg_token0.clear();
+  out.seg_pos0.clear();
+  plan::BatchShape& shape = shape_;
+  shape.qo_len.clear();
+  shape.kv_len.clear();
+  shape.kv_start.clear();
+  attn::VariantParams vp;
+  vp.causal = r.causal ? 1 : 0;
+  vp.window_left = r.window_left;
+  const attn::DefaultVariant variant(vp);
   const int32_t batch = static_cast<int32_t>(r.qo_len.size());
   for (int32_t b = 0; b < batch; ++b) {
     const int32_t ql = r.qo_len[b], kl = r.kv_len[b];
@@ -28,11 +45,10 @@ SegmentedPlan make_plan(const PlanRequest& r) {
     do {
       const int32_t n = std::min(step, ql - t0);
       const int64_t pos0 = int64_t(kl) - ql + t0;
-      // Keys this segment's rows can see: [lo, hi).
-      int64_t hi = kl;
-      if (r.causal) hi = std::clamp<int64_t>(pos0 + n, 0, kl);  // last token's position + 1
-      int64_t lo = 0;
-      if (r.window_left >= 0) lo = std::clamp<int64_t>(pos0 - r.window_left, 0, hi);
+      // Keys this segment's rows (positions pos0 .. pos0 + n - 1) can see: [lo, hi), from the
+      // variant's KV-range hook (attention/variant.cuh), the same the kernel trims items with.
+      const attn::KVRange kr = variant.kv_range<int64_t>(pos0, pos0 + n - 1, kl);
+      const int64_t hi = kr.end, lo = kr.begin;
       out.seg_request.push_back(b);
       out.seg_token0.push_back(t0);
       out.seg_pos0.push_back(static_cast<int32_t>(pos0));
@@ -54,22 +70,19 @@ SegmentedPlan make_plan(const PlanRequest& r) {
   // cost (Q load, epilogue) as if the tile had cta_kv more keys.
   cfg.alpha = static_cast<double>(r.cta_kv) / r.cta_q;
   cfg.beta = 1.0;
-  out.plan = plan::balance(shape, cfg);
-  if (out.plan.num_merges() > 0) {
+  const int64_t L = planner_.prepare(shape, cfg);
+  double ms_split = 0, ms_whole = 0;
+  bool split = planner_.choose_split(L, &ms_split, &ms_whole);
+  if (split) {
     // The shared planner keeps a split plan when its makespan is 10% lower; the partial writes
     // and the merge pass it does not count cost a prefill about kMergePenaltyKeys of one CTA's
     // key-steps (H200, causal L1024 d128: split plan 768 vs 1088 units predicted, measured
     // 122 us vs 61 us unsplit). Keep the split only when it still wins after that penalty
     // (short chunks against long histories: tiles < CTAs).
     constexpr double kMergePenaltyKeys = 1536;
-    plan::BalanceConfig no_split = cfg;
-    no_split.allow_split = false;
-    plan::Plan whole = plan::balance(shape, no_split);
-    const double ms_split = *std::max_element(out.plan.cta_cost.begin(), out.plan.cta_cost.end());
-    const double ms_whole = *std::max_element(whole.cta_cost.begin(), whole.cta_cost.end());
-    if (ms_split + kMergePenaltyKeys >= ms_whole) out.plan = std::move(whole);
+    if (ms_split + kMergePenaltyKeys >= ms_whole) split = false;
   }
-  return out;
+  planner_.build(split, L, out.plan);
 }
 
 int32_t max_segments(int32_t max_batch, int64_t max_total_q, int32_t cta_q, int32_t group_size) {

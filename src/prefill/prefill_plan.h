@@ -50,6 +50,19 @@ int32_t segment_tokens(int32_t cta_q, int32_t group_size, bool causal, int32_t w
 
 SegmentedPlan make_plan(const PlanRequest& req);
 
+// make_plan() with its scratch kept between calls (the wrapper owns one): the same plan, bit for
+// bit, written into `out` (its vectors reused: no allocation when warm). The merge-penalty rule
+// compares the makespans the planner computed for its own split decision instead of planning the
+// batch a second time without split.
+class PrefillPlanner {
+ public:
+  void make_plan(const PlanRequest& req, SegmentedPlan& out);
+
+ private:
+  plan::BatchShape shape_;
+  plan::Planner planner_;
+};
+
 // Workspace bounds for a configuration. Segments <= total_q / segment_tokens + batch.
 int32_t max_segments(int32_t max_batch, int64_t max_total_q, int32_t cta_q, int32_t group_size);
 plan::PlanBounds plan_bounds(int32_t max_batch, int64_t max_total_q, int32_t num_kv_heads,

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "attention/heuristics.h"
 #include "attention/merge.cuh"
+#include "attention/variant_host.h"
 #include "common/cuda_check.h"
 #include "prefill/kernel/params.h"
 #include "prefill/prefill_config.h"
@@ -40,6 +42,16 @@ struct BatchPrefillWrapper::State {
   prefill::sm90::Entry sm90_kernel;
   std::size_t sm90_maps_off = 0;  // per-CTA tensor-map slots after the plan (sm90_launch.h)
   bool launch_merge = false;
+  // Planning scratch kept between plan() calls (a warm plan() allocates nothing): the planner, its
+  // request and plan, the host images of the metadata and the segment arrays, and what the
+  // metadata image holds (for the layout `meta_bounds`: the next serialize clears only the
+  // previous plan's excess).
+  prefill::PrefillPlanner planner;
+  prefill::PlanRequest req;
+  prefill::SegmentedPlan sp;
+  std::vector<unsigned char> meta, extra;
+  plan::WorkspaceLayout::Image meta_image;
+  plan::PlanBounds meta_bounds{};
 };
 
 namespace {
@@ -65,7 +77,7 @@ int32_t num_ctas_for(const TileConfig& cfg, DType dtype, int device) {
   const int occ = prefill::find_kernel(cfg, dtype).occupancy();
   const int sms = sm_count(device);
   if (prev != device) WEFT_CUDA_CHECK(cudaSetDevice(prev));
-  return std::max(1, occ) * sms;
+  return heuristics::persistent_grid(sms, occ);
 }
 
 prefill::PrefillWorkspaceLayout layout_for(const PrefillBounds& b, const TileConfig& cfg,
@@ -185,10 +197,23 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
                    "no kernel with cta_q " << opt.cta_q << " for head_dim " << head_dim);
     cfg = forced;
   }
+  // ALiBi needs a tile whose kernel has the bias step (kernel/params.h bias_supported): the
+  // heuristic's d128 x 128-row tile gives way to the 64-row one; a forced tile without it is an
+  // error.
+  if (variant.alibi_slopes != nullptr && !prefill::bias_supported(cfg.head_dim, cfg.cta_q)) {
+    WEFT_CHECK_ARG(opt.cta_q == 0, "opt.cta_q",
+                   "cta_q " << opt.cta_q << " at head_dim " << head_dim << " has no ALiBi kernel (use 16 or 64)");
+    for (const TileConfig& c : prefill::instantiated_configs())
+      if (c.head_dim == head_dim && c.cta_q == 64) cfg = c;
+  }
   const int device = device_of(bounds.device);
   // Mainloop: the sm90 kernel (wgmma + TMA, 128 x 128 tiles, one CTA per SM) where the heuristic
   // chose the 128-row tile and the device/arguments allow it; the FA2 kernel otherwise.
-  bool use_sm90 = cfg.cta_q == prefill::sm90::kBlockM &&
+  // ALiBi runs on the FA2 kernel only (the sm90 mainloop has no bias step yet).
+  WEFT_CHECK_ARG(opt.mainloop == PrefillMainloop::kAuto || opt.mainloop == PrefillMainloop::kFA2, "opt.mainloop",
+                 "unknown mainloop " << static_cast<int>(opt.mainloop));
+  bool use_sm90 = opt.mainloop == PrefillMainloop::kAuto && cfg.cta_q == prefill::sm90::kBlockM &&
+                  variant.alibi_slopes == nullptr &&
                   prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size);
   if (use_sm90) cfg.cta_kv = prefill::sm90::kBlockN;
   const prefill::sm90::Entry sm90_kernel = use_sm90 ? prefill::sm90::find(head_dim, dtype) : prefill::sm90::Entry{};
@@ -200,10 +225,10 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   if (use_sm90) layout.total_bytes = prefill::sm90::workspace_bytes(plan_bytes, num_ctas);
   check::workspace(workspace, workspace_bytes, layout.total_bytes, "workspace");
 
-  prefill::PlanRequest req;
+  prefill::PlanRequest& req = s_->req;
   req.qo_len.resize(batch);
   for (int32_t b = 0; b < batch; ++b) req.qo_len[b] = qo_indptr_host[b + 1] - qo_indptr_host[b];
-  req.kv_len = kv_len;
+  req.kv_len.assign(kv_len.begin(), kv_len.end());
   req.num_kv_heads = num_kv_heads;
   req.group_size = group;
   req.causal = variant.mask == MaskMode::kCausal;
@@ -213,13 +238,23 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   req.num_ctas = num_ctas;
   req.allow_split = opt.allow_split_kv;
   req.min_chunk = opt.min_chunk;
-  prefill::SegmentedPlan sp = prefill::make_plan(req);
+  prefill::SegmentedPlan& sp = s_->sp;
+  s_->planner.make_plan(req, sp);
 
-  // Host image of the metadata, then one copy each (pageable source: the copy has consumed it
-  // when cudaMemcpyAsync returns, so the vectors may die here).
-  std::vector<unsigned char> meta(layout.plan.metadata_bytes());
-  layout.plan.serialize(sp.plan, meta.data());  // throws if the plan exceeds the bounds
-  std::vector<unsigned char> extra(layout.extra_bytes, 0);
+  // Host images of the metadata and the segment arrays (reused), then one copy each (pageable
+  // source: the copy has consumed it when cudaMemcpyAsync returns).
+  std::vector<unsigned char>& meta = s_->meta;
+  std::vector<unsigned char>& extra = s_->extra;
+  const plan::PlanBounds& pb = layout.plan.bounds();
+  const plan::PlanBounds& mb = s_->meta_bounds;
+  if (meta.size() != layout.plan.metadata_bytes() || pb.max_batch != mb.max_batch || pb.max_tiles != mb.max_tiles ||
+      pb.num_ctas != mb.num_ctas || pb.tile_q != mb.tile_q || pb.head_dim != mb.head_dim) {
+    meta.resize(layout.plan.metadata_bytes());
+    s_->meta_image = plan::WorkspaceLayout::Image{};  // another layout: cleared in full
+    s_->meta_bounds = pb;
+  }
+  layout.plan.serialize(sp.plan, meta.data(), &s_->meta_image);  // throws if the plan exceeds the bounds
+  extra.assign(layout.extra_bytes, 0);
   const std::size_t base = layout.off_seg_request;
   auto put = [&](std::size_t off, const std::vector<int32_t>& v) {
     if (!v.empty()) std::memcpy(extra.data() + (off - base), v.data(), v.size() * sizeof(int32_t));
@@ -314,15 +349,15 @@ void BatchPrefillWrapper::launch(const void* params_ptr, const TensorView& out,
   p.seg_pos0 = reinterpret_cast<const int32_t*>(ws + s.layout.off_seg_pos0);
   p.real_kv_len = reinterpret_cast<const int32_t*>(ws + s.layout.off_real_kv_len);
   p.group_size = s.num_qo_heads / s.num_kv_heads;
-  p.causal = s.variant.mask == MaskMode::kCausal;
-  p.window_left = s.variant.window_left;
-  const double sm_scale = s.variant.sm_scale > 0 ? s.variant.sm_scale : 1.0 / std::sqrt(double(s.head_dim));
-  constexpr double kLog2e = 1.4426950408889634;
-  p.scale_log2 = static_cast<float>(sm_scale * kLog2e);
-  if (s.variant.logits_soft_cap > 0.f) {
-    p.softcap_pre = static_cast<float>(sm_scale / s.variant.logits_soft_cap);
-    p.softcap_post = static_cast<float>(s.variant.logits_soft_cap * kLog2e);
-  }
+  // The variant's runtime parameters (attention/variant.cuh; the custom mask's arrays were set by
+  // the run call).
+  const attn::VariantParams vp = attn::variant_params(s.variant, s.head_dim);
+  p.causal = vp.causal;
+  p.window_left = vp.window_left;
+  p.scale_log2 = vp.scale_log2;
+  p.softcap_pre = vp.softcap_pre;
+  p.softcap_post = vp.softcap_post;
+  p.alibi_slopes = vp.alibi_slopes;
   if (s.sm90) {
     prefill::sm90::Shapes sh;
     sh.q_rows = s.total_q;

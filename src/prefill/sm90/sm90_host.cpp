@@ -118,9 +118,6 @@ Entry find(int32_t head_dim, DType dtype) {
 
 bool eligible(int device, int32_t head_dim, DType dtype, int32_t group_size, bool paged,
               int64_t page_size) {
-  if (const char* env = std::getenv("WEFT_PREFILL_MAINLOOP")) {
-    if (std::strcmp(env, "fa2") == 0) return false;
-  }
   if (dtype != DType::kBFloat16 && dtype != DType::kFloat16) return false;
   if (find(head_dim, dtype).launch == nullptr) return false;
   if (group_size <= 0 || group_size > kBlockM || kBlockM % group_size != 0) return false;

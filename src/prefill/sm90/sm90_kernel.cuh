@@ -530,18 +530,24 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
 }
 
 // ---- host side ----
-// Pipeline variant (kVariant of prefill_sm90_kernel) for same-call A/B runs:
-// WEFT_PREFILL_SM90_VARIANT = 0 (plain: S, softmax, P V in turn), 3 (overlap + ping-pong, two
-// stages, P V as two N = 64 halves) or 15 (3 + three stages + one N = 128 P V per k-step);
-// default kDefaultVariant. (Variants 1, 2, 7, 11 were measured and dropped: perf notes.)
+// Pipeline variant (kVariant of prefill_sm90_kernel): 0 (plain: S, softmax, P V in turn), 3
+// (overlap + ping-pong, two stages, P V as two N = 64 halves) or 15 (3 + three stages + one
+// N = 128 P V per k-step), the shipped one. (Variants 1, 2, 7, 11 were measured and dropped: perf
+// notes.) The shipped library reads no environment; only an experiments build
+// (-DWEFT_EXPERIMENTS=ON, never measured for the record) lets WEFT_PREFILL_SM90_VARIANT pick 0 or
+// 3 for same-call A/B runs (scripts/diag/sm90-dev.sh).
 inline constexpr int kDefaultVariant = 15;
-inline int variant_from_env() {
+inline int pipeline_variant() {
+#if WEFT_EXPERIMENTS
   static const int v = [] {
     const char* e = std::getenv("WEFT_PREFILL_SM90_VARIANT");
     const int x = e ? std::atoi(e) : kDefaultVariant;
     return x == 0 || x == 3 || x == 15 ? x : kDefaultVariant;
   }();
   return v;
+#else
+  return kDefaultVariant;
+#endif
 }
 
 template <int D, class T, int V>
@@ -554,7 +560,7 @@ void launch_prefill_sm90(const PrefillParams& p, const Shapes& s, int num_ctas, 
   KernelParams kp{};
   kp.p = p;
   make_tensor_maps(kp, s, detail::TypeOf<T>::value, D);
-  switch (variant_from_env()) {
+  switch (pipeline_variant()) {
     case 0: launch_variant<D, T, 0>(kp, num_ctas, stream); break;
     case 3: launch_variant<D, T, 3>(kp, num_ctas, stream); break;
     default: launch_variant<D, T, 15>(kp, num_ctas, stream); break;

@@ -53,7 +53,7 @@ int occupancy_prefill_sm90();
 // Whether the sm90 mainloop can run this plan on `device` (compute capability 9.0, a head dim and
 // dtype instantiated here, the GQA group a divisor of 128 (Q tile loaded as one TMA box of
 // tokens x group heads), page sizes whose pages tile a 128-key stage). The caller also requires
-// the heuristic's 128-row tile. WEFT_PREFILL_MAINLOOP=fa2 turns it off, =sm90 is the default.
+// the heuristic's 128-row tile. PrefillPlanOptions::mainloop = kFA2 turns it off.
 bool eligible(int device, int32_t head_dim, DType dtype, int32_t group_size, bool paged,
               int64_t page_size);
 Entry find(int32_t head_dim, DType dtype);

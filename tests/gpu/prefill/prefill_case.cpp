@@ -45,6 +45,7 @@ std::string Case::describe() const {
   os << " mask=" << mask_name(variant.mask) << " window=" << variant.window_left
      << " softcap=" << variant.logits_soft_cap << " cta_q=" << opt.cta_q
      << " split=" << opt.allow_split_kv;
+  if (!alibi_slopes.empty()) os << " alibi(" << alibi_slopes.size() << " slopes, h0 " << alibi_slopes[0] << ")";
   return os.str();
 }
 
@@ -105,6 +106,10 @@ void prepare(Prepared& p, const Case& c, uint64_t salt) {
   round_inplace(c.dtype, p.k);
   round_inplace(c.dtype, p.v);
   p.d_q = DeviceBuffer::from(to_half_bits(c.dtype, p.q));
+  if (!c.alibi_slopes.empty()) {
+    p.d_alibi = DeviceBuffer::from(c.alibi_slopes);
+    p.c.variant.alibi_slopes = p.d_alibi.as<float>();
+  }
 
   if (c.variant.mask == MaskMode::kCustom) {
     const uint64_t seed = rng.engine()();
@@ -226,6 +231,7 @@ void check_against_reference(const Prepared& p) {
   ref::RaggedQ rq{p.q.data(), c.num_qo_heads, c.head_dim, p.qo_indptr};
   ref::RaggedKV rkv{p.k.data(), p.v.data(), c.num_kv_heads, c.head_dim, p.kv_indptr};
   ref::Options opt = ref::options_from(c.variant);
+  opt.alibi_slopes.assign(c.alibi_slopes.begin(), c.alibi_slopes.end());
   if (c.variant.mask == MaskMode::kCustom) {
     opt.custom_mask = p.mask_bits.data();
     opt.mask_indptr.assign(p.mask_indptr.begin(), p.mask_indptr.end());

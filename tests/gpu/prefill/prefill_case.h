@@ -25,6 +25,9 @@ struct Case {
   double custom_density = 0.5;     // kCustom: probability a bit is 1
   bool fully_masked_rows = false;  // kCustom: every 3rd query row of request 0 masks all keys
   PrefillPlanOptions opt{};
+  // ALiBi: one slope per query head (host copy; empty = off). prepare() uploads it and points
+  // variant.alibi_slopes at the device copy; the reference gets the same slopes.
+  std::vector<float> alibi_slopes;
   std::string describe() const;
 };
 
@@ -42,6 +45,7 @@ struct Prepared {
   DeviceBuffer d_pages_k, d_pages_v, d_page_indptr, d_page_indices, d_last;
   int64_t num_pages = 0;
   DeviceBuffer d_out, d_lse, d_ws;
+  DeviceBuffer d_alibi;  // device slopes (Case::alibi_slopes)
   std::size_t ws_bytes = 0;
   PrefillBounds bounds{};
 

@@ -234,11 +234,11 @@ TEST(PrefillSm90, HeadDim64) {
   }
 }
 
-// WEFT_PREFILL_MAINLOOP=fa2 keeps the FA2 kernel (the fallback) on the same device.
-TEST(PrefillSm90, EnvFallbackToFa2) {
+// PrefillPlanOptions::mainloop = kFA2 keeps the FA2 kernel (the fallback) on the same device.
+TEST(PrefillSm90, PinnedFa2Fallback) {
   WEFT_REQUIRE_SM90();
-  setenv("WEFT_PREFILL_MAINLOOP", "fa2", 1);
   Case c;
+  c.opt.mainloop = PrefillMainloop::kFA2;
   c.q_lens = {300};
   c.kv_lens = {300};
   c.num_qo_heads = 8;
@@ -250,7 +250,6 @@ TEST(PrefillSm90, EnvFallbackToFa2) {
   BatchPrefillWrapper w;
   const uint64_t launches = weft::prefill::sm90::launch_count();
   plan_and_run(w, p);
-  unsetenv("WEFT_PREFILL_MAINLOOP");
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(w.plan_info().cta_kv, 64);
   EXPECT_EQ(weft::prefill::sm90::launch_count(), launches);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tests/common/test_util.h"
+#include "tests/host/attention/plan_reference.h"
 #include "weft/error.h"
 
 namespace weft::decode {
@@ -135,6 +136,60 @@ TEST(DecodePlan, BadShapesThrow) {
     plan_bounds(8, 30, 8, 128, 132);
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), "num_qo_heads");
+  }
+}
+
+
+// plan_decode with a reused planner and plan (the wrapper's path) against the straightforward
+// version it replaced (plan_reference.h: balance() re-run per candidate bound): the same plan, bit
+// for bit, on random decode batches of every shape the wrapper plans (GQA groups, item heights,
+// windows, grids, lengths that do and do not split).
+TEST(DecodePlan, OptimizedPlanIdenticalToReference) {
+  test::Rng rng = test::Rng::for_current_test();
+  plan::Planner planner;
+  plan::Plan p;
+  plan::BatchShape shape;
+  const int32_t heads[][2] = {{32, 8}, {32, 32}, {64, 8}, {8, 8}, {64, 1}, {48, 2}, {32, 4}, {16, 8}};
+  for (int iter = 0; iter < 300; ++iter) {
+    const int32_t batch = static_cast<int32_t>(rng.randint(0, iter % 5 == 0 ? 256 : 40));
+    const auto& hh = heads[rng.randint(0, 7)];
+    const int32_t grid = static_cast<int32_t>(rng.randint(0, 2) == 0 ? 264 : rng.randint(1, 300));
+    const int32_t rows = decode_tile_rows(hh[0] / hh[1], 128, rng.randint(0, 3) == 0);
+    const int32_t window = rng.randint(0, 3) == 0 ? static_cast<int32_t>(rng.randint(0, 8000)) : -1;
+    std::vector<int32_t> lens(batch);
+    const int kind = static_cast<int>(rng.randint(0, 3));
+    for (int32_t b = 0; b < batch; ++b)
+      lens[b] = kind == 0   ? static_cast<int32_t>(rng.randint(0, 65536))
+                : kind == 1 ? (b % 2 ? 32768 : 512)
+                : kind == 2 ? 4096
+                            : static_cast<int32_t>(rng.randint(0, 3000));
+    const plan::BalanceConfig cfg = balance_config(grid, hh[0], hh[1], rows);
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << batch << " grid " << grid);
+    const plan::Plan ref = plan::reference::plan_decode(batch_shape(lens.data(), batch, window), cfg);
+    batch_shape(lens.data(), batch, window, shape);
+    plan_decode(shape, cfg, planner, p);
+    ASSERT_EQ(p.cta_indptr, ref.cta_indptr);
+    ASSERT_EQ(p.item_request, ref.item_request);
+    ASSERT_EQ(p.item_kv_head, ref.item_kv_head);
+    ASSERT_EQ(p.item_row_begin, ref.item_row_begin);
+    ASSERT_EQ(p.item_row_end, ref.item_row_end);
+    ASSERT_EQ(p.item_kv_begin, ref.item_kv_begin);
+    ASSERT_EQ(p.item_kv_end, ref.item_kv_end);
+    ASSERT_EQ(p.item_partial_slot, ref.item_partial_slot);
+    ASSERT_EQ(p.merge_request, ref.merge_request);
+    ASSERT_EQ(p.merge_kv_head, ref.merge_kv_head);
+    ASSERT_EQ(p.merge_row_begin, ref.merge_row_begin);
+    ASSERT_EQ(p.merge_row_end, ref.merge_row_end);
+    ASSERT_EQ(p.merge_indptr, ref.merge_indptr);
+    ASSERT_EQ(p.qo_indptr, ref.qo_indptr);
+    ASSERT_EQ(p.kv_len, ref.kv_len);
+    ASSERT_EQ(p.cta_cost, ref.cta_cost);
+    ASSERT_EQ(p.max_chunk, ref.max_chunk);
+    ASSERT_EQ(p.split, ref.split);
+    ASSERT_EQ(p.num_tiles, ref.num_tiles);
+    ASSERT_EQ(p.batch, ref.batch);
+    // The convenience overload gives the same.
+    ASSERT_EQ(plan_decode(shape, cfg).item_kv_end, ref.item_kv_end);
   }
 }
 

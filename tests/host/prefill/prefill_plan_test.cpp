@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "prefill/prefill_plan.h"
+#include "tests/host/attention/plan_reference.h"
 
 namespace weft::prefill {
 namespace {
@@ -196,6 +197,61 @@ TEST(PrefillPlan, SegmentTokens) {
   EXPECT_EQ(segment_tokens(128, 4, false, 10), 32);  // window alone also segments
   EXPECT_EQ(segment_tokens(64, 3, true, -1), 0);     // group does not divide the tile
   EXPECT_EQ(segment_tokens(16, 16, true, -1), 1);
+}
+
+
+// PrefillPlanner (reused, the wrapper's path) against the straightforward make_plan it replaced
+// (plan_reference.h: a second balance() without split for the merge-penalty rule): the same
+// segments and plan, bit for bit.
+TEST(PrefillPlan, OptimizedPlanIdenticalToReference) {
+  Rand rnd(4321);
+  PrefillPlanner planner;
+  SegmentedPlan sp;
+  for (int it = 0; it < 300; ++it) {
+    PlanRequest r;
+    const int batch = rnd.in(0, it % 6 == 0 ? 64 : 8);
+    for (int b = 0; b < batch; ++b) {
+      const int q = rnd.in(0, it % 2 ? 300 : 2048);
+      r.qo_len.push_back(q);
+      r.kv_len.push_back(rnd.in(0, 3) == 0 ? rnd.in(0, q) : q + rnd.in(0, 20000));
+    }
+    r.num_kv_heads = rnd.in(1, 8);
+    r.group_size = std::vector<int>{1, 2, 3, 4, 8, 16}[rnd.in(0, 5)];
+    r.causal = rnd.in(0, 3) != 0;
+    r.window_left = rnd.in(0, 3) == 0 ? rnd.in(0, 1000) : -1;
+    r.cta_q = std::vector<int>{16, 64, 128}[rnd.in(0, 2)];
+    r.cta_kv = std::vector<int>{32, 64, 128}[rnd.in(0, 2)];
+    r.num_ctas = rnd.in(0, 1) ? 132 * rnd.in(1, 2) : rnd.in(1, 40);
+    r.min_chunk = rnd.in(0, 1) ? 0 : 256;
+    r.allow_split = rnd.in(0, 3) != 0;
+    const SegmentedPlan ref = plan::reference::make_prefill_plan(r);
+    planner.make_plan(r, sp);
+    SCOPED_TRACE(::testing::Message() << "iteration " << it);
+    ASSERT_EQ(sp.seg_request, ref.seg_request);
+    ASSERT_EQ(sp.seg_token0, ref.seg_token0);
+    ASSERT_EQ(sp.seg_pos0, ref.seg_pos0);
+    const plan::Plan& a = sp.plan;
+    const plan::Plan& b = ref.plan;
+    ASSERT_EQ(a.cta_indptr, b.cta_indptr);
+    ASSERT_EQ(a.item_request, b.item_request);
+    ASSERT_EQ(a.item_kv_head, b.item_kv_head);
+    ASSERT_EQ(a.item_row_begin, b.item_row_begin);
+    ASSERT_EQ(a.item_row_end, b.item_row_end);
+    ASSERT_EQ(a.item_kv_begin, b.item_kv_begin);
+    ASSERT_EQ(a.item_kv_end, b.item_kv_end);
+    ASSERT_EQ(a.item_partial_slot, b.item_partial_slot);
+    ASSERT_EQ(a.merge_request, b.merge_request);
+    ASSERT_EQ(a.merge_kv_head, b.merge_kv_head);
+    ASSERT_EQ(a.merge_row_begin, b.merge_row_begin);
+    ASSERT_EQ(a.merge_row_end, b.merge_row_end);
+    ASSERT_EQ(a.merge_indptr, b.merge_indptr);
+    ASSERT_EQ(a.qo_indptr, b.qo_indptr);
+    ASSERT_EQ(a.kv_len, b.kv_len);
+    ASSERT_EQ(a.cta_cost, b.cta_cost);
+    ASSERT_EQ(a.max_chunk, b.max_chunk);
+    ASSERT_EQ(a.split, b.split);
+    ASSERT_EQ(a.num_tiles, b.num_tiles);
+  }
 }
 
 }  // namespace

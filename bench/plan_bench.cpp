@@ -1,0 +1,223 @@
+// weft-plan-bench: host time of the attention planners, no GPU needed (pure-C++ planner sources).
+// Times, per case, the median of many warm calls of
+//   decode  balance()                     the shared planner alone
+//   decode  plan_decode() + serialize()   what BatchDecodeWrapper::plan_lengths() computes before its
+//                                         copy is enqueued (batch_shape() included)
+//   prefill make_plan() + serialize()     what BatchPrefillWrapper::plan_common() computes (the
+//           + the segment arrays          metadata image and the segment arrays)
+// for the planner as it was before issue 19 ("ref", tests/host/attention/plan_reference.h, kept
+// verbatim) and the current one ("new": a reused plan::Planner, serialize into a reused image).
+// Shapes: decode batch 1/32/128/256 on 264 CTAs (an H100/H200 decode grid: 132 SMs x 2), Llama-3-8B
+// (32 qo / 8 kv heads) and Llama-2-7B (32 / 32), KV lengths uniform 4096, bimodal (512 / 32768
+// alternating) and random (1..32768); prefill batch 1/16/64 of causal prompts, 32/8 heads, the
+// sm90 plan (128 x 128 tiles, 132 CTAs). Every case checks that both planners give the same image.
+//   weft-plan-bench [--filter SUBSTR] [--min-ms MS]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/plan/balance.h"
+#include "decode/decode_plan.h"
+#include "prefill/prefill_plan.h"
+#include "tests/host/attention/plan_reference.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using weft::plan::BalanceConfig;
+using weft::plan::BatchShape;
+using weft::plan::Plan;
+using weft::plan::WorkspaceLayout;
+
+double g_min_ms = 200;  // time budget per measured column
+
+struct Stats {
+  double median = 0, p10 = 0, p90 = 0;
+  int calls = 0;
+};
+
+// Median of many warm calls of f (each timed alone).
+template <class F>
+Stats time_calls(F&& f) {
+  for (int i = 0; i < 20; ++i) f();  // warm: buffers grown, caches filled
+  std::vector<double> us;
+  const auto start = Clock::now();
+  while (us.size() < 20000 &&
+         (us.size() < 50 || std::chrono::duration<double, std::milli>(Clock::now() - start).count() < g_min_ms)) {
+    const auto t0 = Clock::now();
+    f();
+    const auto t1 = Clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  Stats s;
+  s.calls = static_cast<int>(us.size());
+  s.median = us[us.size() / 2];
+  s.p10 = us[us.size() / 10];
+  s.p90 = us[us.size() * 9 / 10];
+  return s;
+}
+
+volatile int32_t g_sink;  // keeps results observable
+
+void print_row(const std::string& name, const std::string& what, const Stats& ref, const Stats& neu,
+               const char* note) {
+  std::printf("%-40s %-16s %9.2f %9.2f %8.1fx   [%7.2f .. %7.2f]  %s\n", name.c_str(), what.c_str(), ref.median,
+              neu.median, neu.median > 0 ? ref.median / neu.median : 0.0, neu.p10, neu.p90, note);
+  std::fflush(stdout);
+}
+
+std::vector<int32_t> decode_lens(const std::string& dist, int batch) {
+  std::vector<int32_t> v(batch);
+  std::mt19937_64 rng(1234 + batch);
+  for (int b = 0; b < batch; ++b) {
+    if (dist == "uniform") v[b] = 4096;
+    else if (dist == "bimodal") v[b] = b % 2 ? 32768 : 512;
+    else v[b] = static_cast<int32_t>(std::uniform_int_distribution<int>(1, 32768)(rng));
+  }
+  return v;
+}
+
+bool same_bytes(const std::vector<unsigned char>& a, const std::vector<unsigned char>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+struct Model {
+  const char* name;
+  int32_t hq, hkv;
+};
+
+void decode_cases(const std::string& filter) {
+  constexpr int32_t kGrid = 264, kHeadDim = 128;
+  const Model models[] = {{"llama3-8b", 32, 8}, {"llama2-7b", 32, 32}};
+  for (const Model& m : models)
+    for (const char* dist : {"uniform", "bimodal", "random"})
+      for (int batch : {1, 32, 128, 256}) {
+        const std::string name = std::string("decode/") + m.name + "/" + dist + "/b" + std::to_string(batch);
+        if (name.find(filter) == std::string::npos) continue;
+        const std::vector<int32_t> lens = decode_lens(dist, batch);
+        const int32_t rows = weft::decode::decode_tile_rows(m.hq / m.hkv, kHeadDim, false);
+        const BalanceConfig cfg = weft::decode::balance_config(kGrid, m.hq, m.hkv, rows);
+        const WorkspaceLayout layout(weft::decode::plan_bounds(batch, m.hq, m.hkv, kHeadDim, kGrid, rows));
+        std::vector<unsigned char> img_ref(layout.metadata_bytes()), img_new(layout.metadata_bytes());
+
+        // balance() alone.
+        const BatchShape shape = weft::decode::batch_shape(lens.data(), batch, -1);
+        const Stats b_ref = time_calls([&] { g_sink = weft::plan::reference::balance(shape, cfg).num_items(); });
+        weft::plan::Planner planner;
+        Plan plan_new;
+        const Stats b_new = time_calls([&] {
+          planner.balance(shape, cfg, plan_new);
+          g_sink = plan_new.num_items();
+        });
+        print_row(name, "balance", b_ref, b_new, "");
+
+        // The wrapper's planning: shape, plan_decode, serialize into the staging image.
+        Plan last_ref;
+        const Stats p_ref = time_calls([&] {
+          const BatchShape s = weft::decode::batch_shape(lens.data(), batch, -1);
+          Plan p = weft::plan::reference::plan_decode(s, cfg);
+          weft::plan::reference::serialize(layout, p, img_ref.data());
+          last_ref = std::move(p);
+        });
+        BatchShape shape_new;
+        WorkspaceLayout::Image image;
+        const Stats p_new = time_calls([&] {
+          weft::decode::batch_shape(lens.data(), batch, -1, shape_new);
+          weft::decode::plan_decode(shape_new, cfg, planner, plan_new);
+          layout.serialize(plan_new, img_new.data(), &image);
+        });
+        char note[96];
+        std::snprintf(note, sizeof note, "items %d merges %d %s", last_ref.num_items(), last_ref.num_merges(),
+                      same_bytes(img_ref, img_new) ? "same image" : "IMAGE DIFFERS");
+        print_row(name, "plan+serialize", p_ref, p_new, note);
+      }
+}
+
+void prefill_cases(const std::string& filter) {
+  struct Case {
+    const char* name;
+    std::vector<int32_t> q;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"prefill/b1/L4096", {4096}});
+  cases.push_back({"prefill/b16/L1024", std::vector<int32_t>(16, 1024)});
+  for (int hi : {448, 2048}) {
+    // 64 prompts of 64..hi tokens (a fixed draw; hi 448, ~16K tokens: weft-bench's prefill/plan/b64).
+    std::vector<int32_t> q(64);
+    std::mt19937_64 rng(64);
+    for (auto& l : q) l = static_cast<int32_t>(std::uniform_int_distribution<int>(64, hi)(rng));
+    cases.push_back({hi == 448 ? "prefill/b64/q64-448" : "prefill/b64/q64-2048", q});
+  }
+  for (const Case& c : cases) {
+    if (std::string(c.name).find(filter) == std::string::npos) continue;
+    weft::prefill::PlanRequest req;
+    req.qo_len = c.q;
+    req.kv_len = c.q;
+    req.num_kv_heads = 8;
+    req.group_size = 4;
+    req.causal = true;
+    req.cta_q = 128;
+    req.cta_kv = 128;
+    req.num_ctas = 132;
+    int64_t total_q = 0;
+    for (int32_t l : c.q) total_q += l;
+    const weft::prefill::PrefillWorkspaceLayout layout = weft::prefill::make_layout(
+        static_cast<int32_t>(c.q.size()), total_q, 8, 4, req.cta_q, 128, req.num_ctas);
+    std::vector<unsigned char> img_ref(layout.plan.metadata_bytes() + layout.extra_bytes);
+    std::vector<unsigned char> img_new(img_ref.size());
+    auto put_extras = [&](unsigned char* extra, const weft::prefill::SegmentedPlan& sp) {
+      const std::size_t base = layout.off_seg_request;
+      std::memset(extra, 0, layout.extra_bytes);
+      auto put = [&](std::size_t off, const std::vector<int32_t>& v) {
+        if (!v.empty()) std::memcpy(extra + (off - base), v.data(), v.size() * sizeof(int32_t));
+      };
+      put(layout.off_seg_request, sp.seg_request);
+      put(layout.off_seg_token0, sp.seg_token0);
+      put(layout.off_seg_pos0, sp.seg_pos0);
+      put(layout.off_real_kv_len, req.kv_len);
+    };
+    weft::prefill::SegmentedPlan last_ref;
+    const Stats ref = time_calls([&] {
+      weft::prefill::SegmentedPlan sp = weft::plan::reference::make_prefill_plan(req);
+      weft::plan::reference::serialize(layout.plan, sp.plan, img_ref.data());
+      put_extras(img_ref.data() + layout.plan.metadata_bytes(), sp);
+      last_ref = std::move(sp);
+    });
+    weft::prefill::PrefillPlanner planner;
+    weft::prefill::SegmentedPlan sp_new;
+    WorkspaceLayout::Image image;
+    const Stats neu = time_calls([&] {
+      planner.make_plan(req, sp_new);
+      layout.plan.serialize(sp_new.plan, img_new.data(), &image);
+      put_extras(img_new.data() + layout.plan.metadata_bytes(), sp_new);
+    });
+    char note[96];
+    std::snprintf(note, sizeof note, "segs %d items %d merges %d %s", last_ref.plan.batch, last_ref.plan.num_items(),
+                  last_ref.plan.num_merges(), same_bytes(img_ref, img_new) ? "same image" : "IMAGE DIFFERS");
+    print_row(c.name, "plan+serialize", ref, neu, note);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string filter;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
+    else if (!std::strcmp(argv[i], "--min-ms") && i + 1 < argc) g_min_ms = std::atof(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--filter SUBSTR] [--min-ms MS]\n", argv[0]);
+      return 2;
+    }
+  }
+  std::printf("%-40s %-16s %9s %9s %9s   %-20s  %s\n", "case", "timed", "ref_us", "new_us", "speedup",
+              "new p10..p90 us", "");
+  decode_cases(filter);
+  prefill_cases(filter);
+  return 0;
+}
