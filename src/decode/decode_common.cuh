@@ -83,7 +83,29 @@ struct Item {
   int req, kv_head, row_begin, nrows, kv_begin, kv_end, slot;
   int token0;  // qo_indptr[req]
   int merge;   // split items: the merge entry of the tile (slot >= 0); else -1
+  // Generic items (work plan v2, kernels with kPacked; unused otherwise): the item's requests
+  // start at work.req_list[req_list], its keys at kv_indices[page_base].
+  int req_list, page_base;
 };
+
+// Item i of a work plan (attention/plan/work_plan.h): rows from one or several requests (a
+// pack), keys from the page list at page_base. It has no merge entry: partial states are merged
+// by the work plan's merge kernel (attn::launch_work_plan_merge).
+__device__ __forceinline__ Item load_work_item(const plan::WorkPlanPointers& w, int i) {
+  Item it;
+  it.req = -1;
+  it.req_list = w.item_req_begin[i];
+  it.kv_head = w.item_kv_head[i];
+  it.row_begin = w.item_row_begin[i];
+  it.nrows = w.item_row_end[i] - it.row_begin;
+  it.kv_begin = w.item_kv_begin[i];
+  it.kv_end = w.item_kv_end[i];
+  it.slot = w.item_slot[i];
+  it.token0 = 0;
+  it.merge = -1;
+  it.page_base = w.item_page_base[i];
+  return it;
+}
 
 // A split item's tile: its first partial slot and slot count (merge_indptr). Loaded when the
 // item's KV loop ends, so the loads overlap the epilogue (not held in registers through the
@@ -142,13 +164,19 @@ __device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int
 struct RowPos {
   int64_t token, head;
 };
-template <class T>
+// kPacked (generic items): row ra belongs to request work.req_list[req_list + ra / g], whose one
+// query token (decode) is token `request`.
+template <bool kPacked = false, class T>
 __device__ __forceinline__ RowPos row_pos(const DecodeParams<T>& p, const Item& it, int ra) {
+  if constexpr (kPacked) {
+    const int req = __ldg(p.work.req_list + it.req_list + ra / p.group_size);
+    return {req, int64_t(it.kv_head) * p.group_size + ra % p.group_size};
+  }
   return {it.token0 + ra / p.group_size, int64_t(it.kv_head) * p.group_size + ra % p.group_size};
 }
 
 // Q rows of the item -> sQ ([QR][D]; rows >= nrows zero-filled).
-template <class T, int D, int QR>
+template <class T, int D, int QR, bool kPacked = false>
 __device__ __forceinline__ void load_q(const DecodeParams<T>& p, const Item& it, T* sQ) {
   constexpr int kChunks = D / 8;
   for (int idx = threadIdx.x; idx < QR * kChunks; idx += blockDim.x) {
@@ -157,7 +185,7 @@ __device__ __forceinline__ void load_q(const DecodeParams<T>& p, const Item& it,
     const bool valid = r < it.nrows;
     const T* src = p.q;
     if (valid) {
-      const RowPos rp = row_pos(p, it, ra);
+      const RowPos rp = row_pos<kPacked>(p, it, ra);
       src = p.q + rp.token * p.q_stride_token + rp.head * p.q_stride_head + c * 8;
     }
     ptx::cp_async_16(sQ + swz<D>(r, c), src, valid ? 16 : 0);
@@ -223,7 +251,7 @@ __device__ __forceinline__ void kv_issue(const DecodeParams<T>& p, int64_t off, 
 // warp order (deterministic) and store the item's rows round * 16 + r (r < 16, row < nrows) held
 // in red_* at r: final output (+ natural-log LSE) when it.slot < 0, else the fp32 partial state
 // (O normalised, base-2 LSE) of slot it.slot, whose rows are QR apart.
-template <class T, int D, int QR>
+template <class T, int D, int QR, bool kPacked = false>
 __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, const Item& it,
                                                   const float* red_o, const float* red_m,
                                                   const float* red_l, int round) {
@@ -258,7 +286,7 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
     }
     const int ra = it.row_begin + ri;
     if (it.slot < 0) {
-      const RowPos rp = row_pos(p, it, ra);
+      const RowPos rp = row_pos<kPacked>(p, it, ra);
       union { T h[8]; uint4 u; } pk;
 #pragma unroll
       for (int e = 0; e < 8; ++e) pk.h[e] = detail::from_float<T>(o[e]);
@@ -266,10 +294,12 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
       if (p.lse != nullptr && c8 == 0)
         p.lse[rp.token * p.lse_stride_token + rp.head] = lse2 * 0.69314718055994531f;  // log2 -> ln
     } else {
-      float* dst = p.plan.partial_o + (int64_t(it.slot) * QR + ri) * D + c8 * 8;
+      float* const po = kPacked ? p.work.partial_o : p.plan.partial_o;
+      float* const plse = kPacked ? p.work.partial_lse : p.plan.partial_lse;
+      float* dst = po + (int64_t(it.slot) * QR + ri) * D + c8 * 8;
       reinterpret_cast<float4*>(dst)[0] = make_float4(o[0], o[1], o[2], o[3]);
       reinterpret_cast<float4*>(dst)[1] = make_float4(o[4], o[5], o[6], o[7]);
-      if (c8 == 0) p.plan.partial_lse[it.slot * QR + ri] = lse2;
+      if (c8 == 0) plse[it.slot * QR + ri] = lse2;
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "attention/plan/balance.h"
+#include "attention/plan/work_plan.h"
 #include "attention/variant.cuh"
 #include "paged/paged_access.cuh"
 
@@ -13,6 +14,7 @@ namespace weft::decode {
 template <class T>
 struct DecodeParams {
   plan::PlanPointers plan;       // work items, merge map, partial states (workspace)
+  plan::WorkPlanPointers work;   // the generic item path's plan (work_plan.h; kPacked kernels only)
   paged::PagedKV<T> kv;          // pools + device page table
   const T* q = nullptr;          // [batch, Hq, D], inner stride 1
   int64_t q_stride_token = 0, q_stride_head = 0;

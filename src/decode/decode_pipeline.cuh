@@ -33,11 +33,11 @@ namespace weft::decode {
 // group), then the warp's first S-1 tiles -> stages 0 .. S-2 (one group each, empty past the
 // warp's last tile); returns the page ids of the warp's tile S-1 (lookup issued, not awaited).
 // pg0: kv_lookup_page of the warp's first tile (requested early by the caller).
-template <class T, int D, int QR>
+template <class T, int D, int QR, bool kPacked = false>
 __device__ __forceinline__ int32_t start_item(const DecodeParams<T>& p, const Item& it, const int32_t* pages,
                                               int32_t pg0, T* sQ, T* sPipe, int S, int W, int warp, int lane) {
   using L = SmemLayout<T, D, QR>;
-  load_q<T, D, QR>(p, it, sQ);
+  load_q<T, D, QR, kPacked>(p, it, sQ);
   ptx::cp_async_commit();
   const int total_tiles = (it.kv_end - it.kv_begin + kWarpKeys - 1) / kWarpKeys;
   const int nt = total_tiles > warp ? (total_tiles - warp + W - 1) / W : 0;
@@ -56,7 +56,10 @@ __device__ __forceinline__ int32_t start_item(const DecodeParams<T>& p, const It
 }
 
 // QR: query rows per item (16, or 32 for the 4-tile tensor-core mainloop of GQA groups > 16).
-template <class T, int D, int QR, class Mainloop>
+// kPacked: the generic item path: items of a work plan (p.work, attention/plan/work_plan.h) whose
+// rows may come from several requests and whose keys start at a page-list base; partial states
+// go to the work plan's slots and are merged by its own merge kernel (no in-kernel merge).
+template <class T, int D, int QR, class Mainloop, bool kPacked = false>
 __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
   using L = SmemLayout<T, D, QR>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -72,17 +75,28 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
 
   WEFT_DECODE_TRACE_ENTRY();
   int i0, i1;
-  Item it = load_first_item(p.plan, blockIdx.x, &i0, &i1);
+  Item it;
+  if constexpr (kPacked) {
+    i0 = p.work.cta_indptr[blockIdx.x];
+    i1 = p.work.cta_indptr[blockIdx.x + 1];
+    if (i0 < i1) it = load_work_item(p.work, i0);
+  } else {
+    it = load_first_item(p.plan, blockIdx.x, &i0, &i1);
+  }
+  // The page list an item's keys index: its request's (balanced plans) or its own base (generic).
+  auto pages_of = [&](const Item& x) {
+    return kPacked ? p.kv.table.indices + x.page_base : p.kv.table.indices + __ldg(p.kv.table.indptr + x.req);
+  };
   if (i0 >= i1) {
     WEFT_DECODE_TRACE_EXIT(0);
     return;
   }
   WEFT_DECODE_TRACE_POINT(kTraceRecord);
-  const int32_t* pages = p.kv.table.indices + __ldg(p.kv.table.indptr + it.req);
+  const int32_t* pages = pages_of(it);
   WEFT_DECODE_TRACE_AFTER(reinterpret_cast<intptr_t>(pages), kTraceIndptr);
   const int32_t pg0 = kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane);
   WEFT_DECODE_TRACE_AFTER(pg0, kTracePage0);
-  int32_t pg_next = start_item<T, D, QR>(p, it, pages, pg0, sQ0, sPipe, S, W, warp, lane);
+  int32_t pg_next = start_item<T, D, QR, kPacked>(p, it, pages, pg0, sQ0, sPipe, S, W, warp, lane);
   WEFT_DECODE_TRACE_POINT(kTraceIssued);
 
   for (int ii = i0; ii < i1; ++ii) {
@@ -93,8 +107,8 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     const int32_t* nx_pages = pages;
     int32_t nx_pg0 = -1;
     if (has_next) {
-      nx = load_item(p.plan, ii + 1);
-      nx_pages = p.kv.table.indices + __ldg(p.kv.table.indptr + nx.req);
+      nx = kPacked ? load_work_item(p.work, ii + 1) : load_item(p.plan, ii + 1);
+      nx_pages = pages_of(nx);
       nx_pg0 = kv_lookup_page(p, nx_pages, nx.kv_begin + warp * kWarpKeys, nx.kv_end, lane);
     }
     cp_async_wait_dyn(S - 1);  // this item's Q group (the oldest pending) has landed here ...
@@ -135,9 +149,9 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     // load during the epilogue; the epilogue only touches stage S-1 (red_o), red_m/l and sQ.
     __syncwarp();
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceLoopEnd);
-    const MergeRange mr = load_merge_range(p.plan, it);  // used after the epilogue
+    const MergeRange mr = kPacked ? MergeRange{} : load_merge_range(p.plan, it);  // used after the epilogue
     if (has_next)
-      pg_next = start_item<T, D, QR>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
+      pg_next = start_item<T, D, QR, kPacked>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
                                  S, W, warp, lane);
     // Epilogue in rounds of 16 rows (one for QR = 16): the states of rows round * 16 .. + 15
     // go through red_o / red_m / red_l, which hold 16 rows.
@@ -148,11 +162,12 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
       ml.store(red_o, red_m, red_l, warp, lane, it.nrows, round);
       __syncthreads();
       WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0 && round == 0, kTraceStatesStored);
-      combine_and_store<T, D, QR>(p, it, red_o, red_m, red_l, round);
+      combine_and_store<T, D, QR, kPacked>(p, it, red_o, red_m, red_l, round);
     }
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceItemStored);
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceMergeDecided);  // a split item records it again
-    if (it.slot >= 0) merge_tile_if_last<T, D, QR>(p, it, mr, s_flag);
+    if constexpr (!kPacked)
+      if (it.slot >= 0) merge_tile_if_last<T, D, QR>(p, it, mr, s_flag);
     it = nx;
     pages = nx_pages;
   }

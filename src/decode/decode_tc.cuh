@@ -190,9 +190,12 @@ struct TcMainloop {
 // NT: query n8 tiles: 1 for GQA groups <= 8, 2 for 9..16 (and the 16-row tiles of larger groups
 // at head_dim 256), 4 for the 32-row items of groups > 16 at head_dim <= 128 (decode_tile_rows).
 // V: the attention variant (attention/variant.cuh; DefaultVariant or AlibiVariant).
-template <class T, int D, int NT, class V = attn::DefaultVariant>
+// kPacked: the generic item path (decode_items); its rows may come from several requests, so a
+// variant whose logit depends on the query position (ALiBi) is not supported there yet.
+template <class T, int D, int NT, class V = attn::DefaultVariant, bool kPacked = false>
 __global__ void __launch_bounds__(kMaxThreads, 1) decode_tc_kernel(const DecodeParams<T> p) {
-  decode_items<T, D, NT == 4 ? 2 * kTileQ : kTileQ, TcMainloop<T, D, NT, V>>(p);
+  static_assert(!kPacked || !V::kHasBias, "generic items: one query position per item row is not tracked");
+  decode_items<T, D, NT == 4 ? 2 * kTileQ : kTileQ, TcMainloop<T, D, NT, V>, kPacked>(p);
 }
 
 }  // namespace weft::decode

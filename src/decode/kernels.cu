@@ -67,8 +67,10 @@ int log2_exact(int32_t x) {
   return s;
 }
 
+}  // namespace
+
 template <class T>
-DecodeParams<T> make_params(const LaunchArgs& a) {
+DecodeParams<T> make_decode_params(const LaunchArgs& a) {
   DecodeParams<T> p;
   p.plan = a.plan;
   p.kv = paged::make_paged_kv<T>(*a.cache, *a.table);
@@ -87,6 +89,10 @@ DecodeParams<T> make_params(const LaunchArgs& a) {
   p.warps = a.warps;
   return p;
 }
+template DecodeParams<half> make_decode_params<half>(const LaunchArgs&);
+template DecodeParams<__nv_bfloat16> make_decode_params<__nv_bfloat16>(const LaunchArgs&);
+
+namespace {
 
 constexpr DecodePath path_of(const char* tag) {
   return tag[0] == 'C' ? DecodePath::kCudaCore : DecodePath::kTensorCore;
@@ -94,7 +100,7 @@ constexpr DecodePath path_of(const char* tag) {
 
 template <class T>
 void dispatch(const LaunchArgs& a, cudaStream_t stream) {
-  const DecodeParams<T> p = make_params<T>(a);
+  const DecodeParams<T> p = make_decode_params<T>(a);
 #define WEFT_DECODE_INSTANCE(TYPE, DIM, PATH)                                                   \
   if (std::is_same_v<T, TYPE> && a.head_dim == DIM && a.path == path_of(#PATH)) {                 \
     if constexpr (std::is_same_v<T, TYPE>) return launch_path<TYPE, DIM>(p, a.path, a.tile_rows, a.grid, stream); \

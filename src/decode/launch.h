@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "attention/plan/balance.h"
+#include "attention/plan/work_plan.h"
 #include "attention/variant.cuh"
 #include "decode/decode_plan.h"
 #include "weft/decode.h"
@@ -35,6 +36,15 @@ struct LaunchArgs {
 
 // Launches the decode kernel of (dtype, head_dim, path) with args.grid persistent CTAs.
 void launch_decode(const LaunchArgs& args, cudaStream_t stream);
+// The generic item path: the tensor-core decode kernel over a work plan already copied into the
+// workspace `work` points at (attention/plan/work_plan.h: packs of requests sharing a prefix),
+// then the work plan's merge. 16-row items, no ALiBi (weft::Error otherwise). kernels_packed.cu.
+void launch_decode_work_plan(const LaunchArgs& args, const plan::WorkPlanPointers& work, cudaStream_t stream);
+// The kernel parameters of args (kernels.cu; shared by both launchers).
+template <class T>
+struct DecodeParams;
+template <class T>
+DecodeParams<T> make_decode_params(const LaunchArgs& args);
 // Per-warp pipeline stages for head_dim: the tuned default (see decode_stages in kernels.cu);
 // DecodeOptions::pipeline_stages overrides it.
 int decode_stages(int32_t head_dim);

@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "attention/plan/prefix_forest.h"
+#include "attention/plan/work_plan.h"
+#include "attention/variant_host.h"
+#include "decode/launch.h"
 #include "reference/attention.h"
 #include "tests/common/gpu_util.h"
 #include "tests/common/test_util.h"
@@ -634,6 +638,89 @@ TEST(DecodeSmall, BadArgumentsThrowAndWriteNothing) {
   expect_arg("lse", [&] { w.run(bt.tq, bt.cache, bt.table, bt.tout, nullptr, nullptr); });
   EXPECT_THROW(BatchDecodeWrapper(4, 12, 5, 128), Error);
   EXPECT_THROW(BatchDecodeWrapper(4, 8, 2, 96), Error);
+}
+
+
+// The generic item path (issue 19): a work plan whose packs hold rows of several requests that
+// share a 2-level page prefix (requests 0, 1 share 32 pages, request 2 the first 20 of them,
+// request 5 is fully shared: 10 full pages, no private key), plus unrelated and empty requests,
+// run through the decode kernel's kPacked path and the work plan's merge, against the float64
+// reference of the same page table.
+TEST(DecodeSmall, WorkPlanPacksMatchReference) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (int d : {64, 128, 256}) {
+    Case c;
+    c.hkv = 2;
+    c.hq = 8;
+    c.d = d;
+    c.dtype = d == 128 ? DType::kBFloat16 : DType::kFloat16;
+    c.page_size = 16;
+    c.lens = {37 * 16 + 5, 37 * 16 + 11, 20 * 16 + 3, 700, 0, 10 * 16};
+    SCOPED_TRACE(c.describe());
+    Batch bt(c, rng);
+    auto share = [&](int dst, int src, int pages) {
+      for (int i = 0; i < pages; ++i) bt.indices[bt.indptr[dst] + i] = bt.indices[bt.indptr[src] + i];
+    };
+    share(1, 0, 32);
+    share(2, 0, 20);
+    share(5, 0, 10);
+    bt.d_indices = DeviceBuffer::from(bt.indices);
+    bt.table.indices.device = bt.d_indices.as<int32_t>();
+    const int32_t B = int32_t(c.lens.size());
+    const plan::PrefixForest forest =
+        plan::build_prefix_forest(bt.indptr.data(), bt.indices.data(), c.lens.data(), B, c.page_size);
+    ASSERT_GE(forest.nodes.size(), 2u);
+    BatchDecodeWrapper w(B, c.hq, c.hkv, c.d);  // the grid of this shape (and the smem opt-in)
+    plan::PackPlanConfig pc;
+    pc.num_ctas = w.num_ctas();
+    pc.num_kv_heads = c.hkv;
+    pc.group_size = c.hq / c.hkv;
+    pc.tile_rows = 16;
+    pc.page_size = c.page_size;
+    pc.max_chunk = 128;  // splits the shared and private ranges: merges of several sources
+    const plan::WorkPlan wp = plan::make_pack_plan(forest, bt.indptr.data(), c.lens.data(), pc);
+    int packs = 0;
+    for (int i = 0; i < wp.num_items(); ++i) packs += wp.item_num_reqs[i] >= 2;
+    ASSERT_GT(packs, 0);
+    plan::WorkPlanBounds wb;
+    wb.max_batch = B;
+    wb.max_items = wp.num_items();
+    wb.max_merges = wp.num_merges();
+    wb.max_sources = int32_t(wp.src_slot.size());
+    wb.max_slots = wp.num_slots();
+    wb.num_ctas = pc.num_ctas;
+    wb.tile_rows = 16;
+    wb.head_dim = c.d;
+    const plan::WorkPlanLayout layout(wb);
+    std::vector<unsigned char> image(layout.metadata_bytes(), 0);
+    layout.serialize(wp, image.data());
+    DeviceBuffer ws(layout.total_bytes());
+    ws.upload(image.data(), image.size());
+    decode::LaunchArgs a;
+    a.q = &bt.tq;
+    a.out = &bt.tout;
+    a.lse = &bt.tlse;
+    a.cache = &bt.cache;
+    a.table = &bt.table;
+    a.group_size = pc.group_size;
+    a.var = attn::variant_params(c.var, c.d);
+    a.dtype = c.dtype;
+    a.head_dim = c.d;
+    a.grid = pc.num_ctas;
+    a.stages = decode::decode_stages(c.d);
+    a.warps = decode::decode_warps(c.d);
+    a.tile_rows = 16;
+    for (int run = 0; run < 2; ++run) {  // the second run must give the same bits
+      const std::vector<float> first = run == 0 ? std::vector<float>{} : bt.out();
+      bt.dout.poison();
+      bt.dlse.poison();
+      decode::launch_decode_work_plan(a, layout.pointers(ws.get()), nullptr);
+      WEFT_TEST_CUDA(cudaDeviceSynchronize());
+      if (run == 0) check_against_reference(bt);
+      else EXPECT_EQ(bt.out(), first) << "not deterministic";
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,58 @@
+// Decode over a work plan (attention/plan/work_plan.h): the generic item path of the decode
+// kernel (decode_items with kPacked) plus the work plan's merge. Its own translation unit so the
+// extra instantiations compile in parallel with kernels.cu.
+#include "attention/merge.cuh"
+#include "common/cuda_check.h"
+#include "decode/decode_tc.cuh"
+#include "decode/launch.h"
+
+namespace weft::decode {
+
+namespace {
+
+template <class T, int D>
+void launch_packed(const DecodeParams<T>& p, int grid, cudaStream_t stream) {
+  // One n8 tile of query columns holds a pack of <= 8 rows' groups; groups of 9..16 two.
+  auto kernel = p.group_size <= 8 ? decode_tc_kernel<T, D, 1, attn::DefaultVariant, true>
+                                  : decode_tc_kernel<T, D, 2, attn::DefaultVariant, true>;
+  int optin = 0, device = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&device));
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  kernel<<<grid, p.warps * 32, SmemLayout<T, D>::bytes(p.stages, p.warps), stream>>>(p);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void dispatch_packed(const LaunchArgs& a, const plan::WorkPlanPointers& work, cudaStream_t stream) {
+  DecodeParams<T> p = make_decode_params<T>(a);
+  p.work = work;
+  switch (a.head_dim) {
+    case 64: return launch_packed<T, 64>(p, a.grid, stream);
+    case 128: return launch_packed<T, 128>(p, a.grid, stream);
+    case 256: return launch_packed<T, 256>(p, a.grid, stream);
+    default: throw Error("head_dim", "expected 64, 128 or 256, got " + std::to_string(a.head_dim));
+  }
+}
+
+}  // namespace
+
+void launch_decode_work_plan(const LaunchArgs& a, const plan::WorkPlanPointers& work, cudaStream_t stream) {
+  WEFT_CHECK_ARG(a.var.alibi_slopes == nullptr, "variant.alibi_slopes",
+                 "ALiBi is not supported on the generic (work plan) item path yet");
+  WEFT_CHECK_ARG(a.tile_rows == kPlanTileQ && a.group_size <= kPlanTileQ, "tile_rows",
+                 "the generic item path runs 16-row items (GQA group <= 16)");
+  WEFT_DISPATCH_HALF_TYPES(a.dtype, "q", [&] { dispatch_packed<scalar_t>(a, work, stream); });
+  attn::MergeOutput mo;
+  mo.o = a.out->data;
+  mo.dtype = a.dtype;
+  mo.o_stride_token = a.out->strides[0];
+  mo.o_stride_head = a.out->strides[1];
+  mo.lse = a.lse != nullptr ? static_cast<float*>(a.lse->data) : nullptr;
+  mo.lse_stride_token = a.lse != nullptr ? a.lse->strides[0] : 0;
+  mo.head_dim = a.head_dim;
+  mo.group_size = a.group_size;
+  attn::launch_work_plan_merge(work, mo, a.grid, stream);
+}
+
+}  // namespace weft::decode
