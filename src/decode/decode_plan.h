@@ -27,10 +27,12 @@ int32_t decode_tile_rows(int32_t group_size, int32_t head_dim, bool cuda_core_fo
 // pieces, give fewer than kWidePiecesPerCta pieces per CTA of the grid, 16-row tiles are planned
 // instead (the 32-row kernel runs them with its upper 16 query columns empty). Measured on
 // H100 (007af55 16-row vs 00a0bb6 32-row items, bench "decode/gqa/..."): group 32 (32/1) b1/kv32K
-// 45 vs 79 us and b32/kv4K 42 vs 46 us (512 pieces on 264 CTAs: narrow), b32/kv16K 122 vs 116,
+// 45 vs 79 us and b32/kv4K 42 vs 46 us (512 pieces on 264 CTAs), b32/kv16K 122 vs 116,
 // b128/kv4K 117 vs 115; group 32 (64/2) b32/kv16K 227 vs 204, b128/kv4K 229 vs 196; group 64
 // (64/1) b128/kv4K 227 vs 180; group 24 (48/2) b1/kv32K 36 vs 68 us (256 pieces: narrow).
-inline constexpr int32_t kWidePiecesPerCta = 2;
+// Then at 340773c, 16-row plans in the 32-row kernel: group 32 (32/1) b1/kv32K 50 us (narrow),
+// b32/kv4K 57 us (narrow at 2 pieces per CTA: 512 < 528), so the bound is one piece per CTA.
+inline constexpr int32_t kWidePiecesPerCta = 1;
 int32_t plan_tile_rows(const plan::BatchShape& shape, int32_t num_kv_heads, int32_t group_size, int32_t grid,
                        int32_t max_rows);
 // = kWarpKeys: chunk granularity (whole warp tiles; the kernel masks any chunk end, a finer

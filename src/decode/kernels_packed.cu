@@ -12,9 +12,9 @@ namespace {
 
 template <class T, int D>
 void launch_packed(const DecodeParams<T>& p, int grid, cudaStream_t stream) {
-  // One n8 tile of query columns holds a pack of <= 8 rows' groups; groups of 9..16 two.
-  auto kernel = p.group_size <= 8 ? decode_tc_kernel<T, D, 1, attn::DefaultVariant, true>
-                                  : decode_tc_kernel<T, D, 2, attn::DefaultVariant, true>;
+  // Two n8 tiles of query columns: a pack fills the 16-row item with several requests' groups
+  // whatever the group size (one n8 tile would hold only rows 0..7).
+  auto kernel = decode_tc_kernel<T, D, 2, attn::DefaultVariant, true>;
   int optin = 0, device = 0;
   WEFT_CUDA_CHECK(cudaGetDevice(&device));
   WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));

@@ -112,7 +112,7 @@ WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const
         for (const auto& [c0, c1] : ch) {
           const int32_t slot = final_item ? -1 : next_slot++;
           add_item(pos_of[b], 1, h, r0, r1, indptr[b], c0, c1, slot);
-          if (!final_item) src.push_back({slot, r0});
+          if (!final_item) src.push_back({slot, 0});  // its slot's row 0 holds row r0
         }
       }
   }

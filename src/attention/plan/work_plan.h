@@ -20,8 +20,8 @@
 //                 request's group) whose keys came in pieces: its sources are (slot, row) pairs
 //                 src_slot/src_row[merge_src_indptr[m] .. [m+1]), in ascending key order (the
 //                 merge order is fixed by the plan: deterministic results); src_row is the row of
-//                 the source item that holds the merge's first row (row_begin), the next rows
-//                 follow it.
+//                 the source's partial SLOT (item row - item row_begin) that holds the merge's
+//                 first row (row_begin), the next rows follow it.
 // Every (request, query head, key) of the batch is covered exactly once: by one item row that
 // writes it finally, or by the sources of exactly one merge (tests/host/attention/pack_plan_test).
 #pragma once

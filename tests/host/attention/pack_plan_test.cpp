@@ -174,7 +174,7 @@ void check_plan(const Batch& bt, const PackPlanConfig& cfg, const WorkPlan& p) {
       pos = p.item_kv_end[i];
       ASSERT_EQ(p.item_kv_head[i], h);
       for (int32_t r = p.merge_row_begin[m]; r < p.merge_row_end[m]; ++r) {
-        const int32_t item_row = p.src_row[s] + r - p.merge_row_begin[m];
+        const int32_t item_row = p.src_row[s] + r - p.merge_row_begin[m] + p.item_row_begin[i];
         ASSERT_GE(item_row, p.item_row_begin[i]);
         ASSERT_LT(item_row, p.item_row_end[i]);
         ASSERT_EQ(p.req_list[p.item_req_begin[i] + item_row / g], b);

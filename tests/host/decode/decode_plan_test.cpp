@@ -111,7 +111,7 @@ TEST(DecodePlan, TileRowsByGroupAndHeadDim) {
   const plan::PlanBounds b = plan_bounds(8, 64, 1, 128, 132, kPlanTileQWide);
   EXPECT_EQ(b.tile_q, kPlanTileQWide);
   EXPECT_EQ(b.max_tiles, 8 * 4);  // MQA 64/1: bounded by four 16-row tiles per request
-  // Plan height: a batch whose wide tiles give < 2 pieces of 256 keys per CTA plans 16 rows.
+  // Plan height: a batch whose wide tiles give < 1 piece of 256 keys per CTA plans 16 rows.
   const int32_t one[] = {32768};
   EXPECT_EQ(plan_tile_rows(batch_shape(one, 1, -1), 1, 32, 264, kPlanTileQWide), kPlanTileQ);  // 128 pieces
   const std::vector<int32_t> many(32, 16384);
