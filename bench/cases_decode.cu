@@ -23,6 +23,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "decode/trace.h"
@@ -421,6 +422,89 @@ std::vector<int32_t> bimodal_lens() {
   return lens;
 }
 
+
+// "decode/prefix/<model>/b<B>/shared<S>/priv<P>/{decode,share}": B requests whose first S keys
+// are the same pages (a system prompt) and P private keys each, pages shuffled in the pool; the
+// standard decode (every request reads the shared pages) and DecodeOptions::share_prefixes
+// (packs read them once). Bytes count UNIQUE KV bytes (shared pages once) + q + out, so the
+// fraction of the read ceiling is on unique bytes; the share row carries
+// extra.speedup_vs_decode and extra.unique_fraction_of_ceiling. One allocation per row.
+void run_prefix_case(weft::bench::Context& ctx, const Model& m, int32_t batch, int32_t shared, int32_t priv) {
+  const std::string base_name = "decode/prefix/" + std::string(m.name) + "/b" + std::to_string(batch) + "/shared" +
+                                std::to_string(shared) + "/priv" + std::to_string(priv);
+  if (!ctx.wants(base_name + "/decode") && !ctx.wants(base_name + "/share")) return;
+  const int32_t sp = shared / int32_t(kPageSize);  // shared full pages
+  const int32_t pp = (priv + int32_t(kPageSize) - 1) / int32_t(kPageSize);
+  const int64_t num_pages = sp + int64_t(batch) * pp;
+  std::vector<int32_t> perm(num_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937_64(7));
+  std::vector<int32_t> indptr{0}, indices, last, lens;
+  for (int32_t b = 0; b < batch; ++b) {
+    for (int32_t i = 0; i < sp; ++i) indices.push_back(perm[i]);
+    for (int32_t i = 0; i < pp; ++i) indices.push_back(perm[sp + int64_t(b) * pp + i]);
+    indptr.push_back(int32_t(indices.size()));
+    lens.push_back(shared + priv);
+    last.push_back(priv - (pp - 1) * int32_t(kPageSize));
+  }
+  const double unique_kv = kv_bytes_of(m, double(shared) + double(batch) * priv);
+  const size_t pool = size_t(num_pages) * kPageSize * m.hkv * m.d;
+  DeviceArray k(pool * 2), v(pool * 2), q(size_t(batch) * m.hq * m.d * 2), out(size_t(batch) * m.hq * m.d * 2);
+  weft::bench::fill_random(k.get(), pool, weft::DType::kBFloat16, 1);
+  weft::bench::fill_random(v.get(), pool, weft::DType::kBFloat16, 2);
+  weft::bench::fill_random(q.get(), size_t(batch) * m.hq * m.d, weft::DType::kBFloat16, 3);
+  DeviceArray d_indptr(indptr.size() * 4), d_indices(indices.size() * 4), d_last(last.size() * 4);
+  WEFT_BENCH_CUDA(cudaMemcpy(d_indptr.get(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+  WEFT_BENCH_CUDA(cudaMemcpy(d_indices.get(), indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
+  WEFT_BENCH_CUDA(cudaMemcpy(d_last.get(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
+  weft::PageTable table;
+  table.batch_size = batch;
+  table.indptr = {d_indptr.as<int32_t>(), indptr.data(), batch + 1};
+  table.indices = {d_indices.as<int32_t>(), indices.data(), int64_t(indices.size())};
+  table.last_page_len = {d_last.as<int32_t>(), last.data(), batch};
+  weft::PagedKVCache cache;
+  cache.layout = weft::KVLayout::kNHD;
+  cache.k_pages = weft::TensorView(k.get(), weft::DType::kBFloat16, {num_pages, kPageSize, m.hkv, m.d});
+  cache.v_pages = weft::TensorView(v.get(), weft::DType::kBFloat16, {num_pages, kPageSize, m.hkv, m.d});
+  const weft::TensorView tq(q.get(), weft::DType::kBFloat16, {batch, m.hq, m.d});
+  const weft::TensorView tout(out.get(), weft::DType::kBFloat16, {batch, m.hq, m.d});
+  double decode_ms = 0;
+  for (bool share : {false, true}) {
+    weft::bench::Result r;
+    r.name = base_name + (share ? "/share" : "/decode");
+    r.params = {{"model", m.name}, {"batch", std::to_string(batch)}, {"shared", std::to_string(shared)},
+                {"private", std::to_string(priv)}};
+    r.bytes = unique_kv + 2.0 * batch * m.hq * m.d * 2;
+    r.flops = 4.0 * double(shared + priv) * batch * m.hq * m.d;
+    r.ceiling = "read";
+    try {
+      weft::DecodeOptions opt;
+      opt.share_prefixes = share;
+      const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(batch, m.hq, m.hkv, m.d, opt);
+      DeviceArray ws(ws_bytes);
+      weft::BatchDecodeWrapper w(batch, m.hq, m.hkv, m.d, opt);
+      cudaStream_t s = ctx.stream();
+      w.plan(table, m.hq, m.hkv, m.d, kPageSize, weft::DType::kBFloat16, weft::KVLayout::kNHD, {}, ws.get(),
+             ws_bytes, s);
+      WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+      with_graph(ctx, [&](cudaStream_t st) { w.run(tq, cache, table, tout, nullptr, st); },
+                 [&](const LaunchFn& launch) {
+                   ctx.warm_up_once(launch);
+                   r.ms = ctx.time_ms(launch);
+                 });
+      r.extra = {{"items", double(w.plan_info().num_items)}, {"packs", double(w.plan_info().num_packs)}};
+      if (!share) decode_ms = r.ms;
+      if (share && decode_ms > 0) {
+        r.extra.push_back({"speedup_vs_decode", decode_ms / r.ms});
+        if (ctx.ceilings().read_gbps > 0)
+          r.extra.push_back({"unique_fraction_of_ceiling", r.bytes / (r.ms * 1e-3) / 1e9 / ctx.ceilings().read_gbps});
+      }
+      ctx.report(r);
+    } catch (const std::exception& e) {
+      ctx.report_error(r, e.what());
+    }
+  }
+}
 }  // namespace
 
 WEFT_BENCH_GROUP(decode) {
@@ -548,6 +632,12 @@ WEFT_BENCH_GROUP(decode) {
         if (kv_bytes_of(m, double(b) * kv) <= kMaxKVBytes)
           run_decode_case(ctx, row_name("decode/gqa/", m.name, b, kv), m, std::vector<int32_t>(b, kv));
   }
+  // Prefix sharing ("decode/prefix/..."): a shared system prompt of S keys and P private keys per
+  // request, standard decode against DecodeOptions::share_prefixes (run_prefix_case).
+  for (const Model& m : models)
+    for (auto [b, shared, priv] : {std::tuple{32, 4096, 256}, std::tuple{64, 4096, 128}, std::tuple{128, 2048, 512},
+                                   std::tuple{16, 8192, 1024}})
+      run_prefix_case(ctx, m, b, shared, priv);
   // CTA shape variants (weft::DecodeOptions::warps_per_cta / pipeline_stages): "decode/w<W>s<S>/..."
   // at a few shapes, to tune the defaults (decode_warps() / decode_stages()).
   const std::pair<int32_t, int32_t> shapes[] = {{1, 32768}, {32, 4096}, {128, 4096}, {32, 32768}};

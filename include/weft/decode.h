@@ -59,6 +59,7 @@ struct DecodePlanInfo {
   int32_t num_merges = 0;   // split query tiles (merged in the decode kernel)
   int32_t max_chunk = 0;    // longest KV chunk of one work item
   int32_t tile_rows = 0;    // query rows per work item (16, or 32 for GQA groups > 16)
+  int32_t num_packs = 0;    // items holding several requests' rows (DecodeOptions::share_prefixes)
   bool split = false;
   DecodePath path = DecodePath::kAuto;  // resolved path
 };
@@ -74,6 +75,14 @@ struct DecodeOptions {
   DecodePath path = DecodePath::kAuto;  // kAuto: choose_decode_path() at plan time
   int32_t warps_per_cta = 0;            // 0, or 2..kDecodeMaxWarpsPerCta warps per CTA
   int32_t pipeline_stages = 0;          // 0, or 2..kDecodeMaxPipelineStages per-warp cp.async stages
+  // Prefix sharing (PAT-style packs): plan() finds the requests whose page lists start with the
+  // same full pages (a prefix forest) and reads each shared page once for all of them, their
+  // query rows packed into one work item; run() then launches the decode kernel and a merge.
+  // Plans from the page table only (plan(), not plan_lengths()); GQA group <= 16, tensor-core
+  // path, no ALiBi or sliding window yet (weft::Error otherwise). max_pack_items bounds the work
+  // items a plan may have (it sizes the workspace; 0: 4 * max_batch * num_kv_heads + 2 * grid).
+  bool share_prefixes = false;
+  int32_t max_pack_items = 0;
 };
 
 class BatchDecodeWrapper {

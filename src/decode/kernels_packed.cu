@@ -10,17 +10,22 @@ namespace weft::decode {
 
 namespace {
 
+// Two n8 tiles of query columns: a pack fills the 16-row item with several requests' groups
+// whatever the group size (one n8 tile would hold only rows 0..7).
+template <class T, int D>
+constexpr auto packed_kernel = decode_tc_kernel<T, D, 2, attn::DefaultVariant, true>;
+
 template <class T, int D>
 void launch_packed(const DecodeParams<T>& p, int grid, cudaStream_t stream) {
-  // Two n8 tiles of query columns: a pack fills the 16-row item with several requests' groups
-  // whatever the group size (one n8 tile would hold only rows 0..7).
-  auto kernel = decode_tc_kernel<T, D, 2, attn::DefaultVariant, true>;
-  int optin = 0, device = 0;
-  WEFT_CUDA_CHECK(cudaGetDevice(&device));
-  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-  kernel<<<grid, p.warps * 32, SmemLayout<T, D>::bytes(p.stages, p.warps), stream>>>(p);
+  packed_kernel<T, D><<<grid, p.warps * 32, SmemLayout<T, D>::bytes(p.stages, p.warps), stream>>>(p);
   WEFT_CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void prepare(int optin) {
+  for (const void* k : {reinterpret_cast<const void*>(packed_kernel<half, D>),
+                        reinterpret_cast<const void*>(packed_kernel<__nv_bfloat16, D>)})
+    WEFT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
 }
 
 template <class T>
@@ -36,6 +41,18 @@ void dispatch_packed(const LaunchArgs& a, const plan::WorkPlanPointers& work, cu
 }
 
 }  // namespace
+
+void prepare_decode_work_plan(int32_t head_dim) {
+  int optin = 0, device = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&device));
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  switch (head_dim) {
+    case 64: return prepare<64>(optin);
+    case 128: return prepare<128>(optin);
+    case 256: return prepare<256>(optin);
+    default: throw Error("head_dim", "expected 64, 128 or 256, got " + std::to_string(head_dim));
+  }
+}
 
 void launch_decode_work_plan(const LaunchArgs& a, const plan::WorkPlanPointers& work, cudaStream_t stream) {
   WEFT_CHECK_ARG(a.var.alibi_slopes == nullptr, "variant.alibi_slopes",

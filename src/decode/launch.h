@@ -40,6 +40,8 @@ void launch_decode(const LaunchArgs& args, cudaStream_t stream);
 // workspace `work` points at (attention/plan/work_plan.h: packs of requests sharing a prefix),
 // then the work plan's merge. 16-row items, no ALiBi (weft::Error otherwise). kernels_packed.cu.
 void launch_decode_work_plan(const LaunchArgs& args, const plan::WorkPlanPointers& work, cudaStream_t stream);
+// Raises the generic item path's kernels' dynamic shared memory limit (outside graph capture).
+void prepare_decode_work_plan(int32_t head_dim);
 // The kernel parameters of args (kernels.cu; shared by both launchers).
 template <class T>
 struct DecodeParams;

@@ -7,6 +7,8 @@
 
 #include "attention/heuristics.h"
 #include "attention/plan/balance.h"
+#include "attention/plan/prefix_forest.h"
+#include "attention/plan/work_plan.h"
 #include "attention/variant_host.h"
 #include "common/cuda_check.h"
 #include "decode/decode_plan.h"
@@ -100,6 +102,12 @@ struct BatchDecodeWrapper::Impl {
   plan::BatchShape shape;
   plan::Plan next;
   plan::WorkspaceLayout::Image staging_image;
+  // DecodeOptions::share_prefixes: plans are work plans with packs (attention/plan/work_plan.h)
+  // in their own layout; plan() passes the table it plans from (plan_lengths cannot share).
+  bool share = false;
+  plan::WorkPlanLayout wlayout;
+  const PageTable* share_table = nullptr;
+  int32_t planned_items = 0;
   int32_t page_size = 0;
   DType dtype = DType::kBFloat16;
   KVLayout kv_layout = KVLayout::kNHD;
@@ -113,11 +121,31 @@ std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo
   return workspace_size(max_batch, num_qo_heads, num_kv_heads, head_dim, DecodeOptions{});
 }
 
+namespace {
+// Bounds of the prefix-sharing work plans of a wrapper (DecodeOptions::max_pack_items).
+plan::WorkPlanBounds share_bounds(int32_t max_batch, int32_t num_kv_heads, int32_t head_dim, int32_t grid,
+                                  const DecodeOptions& o) {
+  WEFT_CHECK_ARG(o.max_pack_items >= 0, "options.max_pack_items", "must be >= 0, got " << o.max_pack_items);
+  plan::WorkPlanBounds b;
+  b.max_batch = max_batch;
+  b.max_items = o.max_pack_items > 0 ? o.max_pack_items : 4 * max_batch * num_kv_heads + 2 * grid;
+  b.max_merges = max_batch * num_kv_heads;
+  b.max_sources = b.max_items;
+  b.max_slots = b.max_items;
+  b.num_ctas = grid;
+  b.tile_rows = decode::kPlanTileQ;
+  b.head_dim = head_dim;
+  return b;
+}
+}  // namespace
+
 std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
                                                int32_t head_dim, const DecodeOptions& options) {
   check::head_dim_supported(head_dim, "head_dim");
   const Tuning t = resolve_tuning(head_dim, options);
   const int32_t grid = grid_for(head_dim, t.stages, t.warps);
+  if (options.share_prefixes)
+    return plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, grid, options)).total_bytes();
   // Either item height may be planned (a forced CUDA-core path keeps 16 rows): size for both.
   std::size_t bytes = 0;
   for (bool cuda_core : {false, true}) {
@@ -152,7 +180,18 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
                                               path == DecodePath::kCudaCore);
   impl_->layout = plan::WorkspaceLayout(
       decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, impl_->grid, impl_->tile_rows));
-  WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, impl_->layout.metadata_bytes(), cudaHostAllocDefault));
+  std::size_t staging_bytes = impl_->layout.metadata_bytes();
+  if (options.share_prefixes) {
+    WEFT_CHECK_ARG(num_qo_heads / num_kv_heads <= decode::kPlanTileQ && path != DecodePath::kCudaCore,
+                   "options.share_prefixes",
+                   "needs the tensor-core path and a GQA group <= " << decode::kPlanTileQ);
+    impl_->share = true;
+    impl_->tile_rows = decode::kPlanTileQ;
+    impl_->wlayout = plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, impl_->grid, options));
+    staging_bytes = impl_->wlayout.metadata_bytes();
+    decode::prepare_decode_work_plan(head_dim);
+  }
+  WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, staging_bytes, cudaHostAllocDefault));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->staging_done, cudaEventDisableTiming));
 }
 
@@ -192,6 +231,11 @@ void BatchDecodeWrapper::plan(const PageTable& table, int32_t num_qo_heads, int3
     WEFT_CHECK_ARG(len <= INT32_MAX, "table.indptr", "request " << b << " too long: " << len);
     lens[b] = static_cast<int32_t>(len);
   }
+  impl_->share_table = &table;
+  struct Clear {
+    const PageTable*& t;
+    ~Clear() { t = nullptr; }
+  } clear{impl_->share_table};
   plan_lengths(lens.data(), table.batch_size, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout,
                variant, workspace, workspace_bytes, stream);
 }
@@ -220,11 +264,68 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   // ALiBi slopes (null: off) are loaded as floats by the kernels: a misaligned pointer would fault
   // the launch (sticky error).
   check::aligned(variant.alibi_slopes, "variant.alibi_slopes", sizeof(float));
-  check::workspace(workspace, workspace_bytes, im.layout.total_bytes(), "workspace");
+  check::workspace(workspace, workspace_bytes, im.share ? im.wlayout.total_bytes() : im.layout.total_bytes(),
+                   "workspace");
   WEFT_CHECK_ARG(batch == 0 || kv_lens != nullptr, "kv_lens", "must not be null");
+  if (im.share) {
+    WEFT_CHECK_ARG(im.share_table != nullptr, "plan_lengths",
+                   "prefix sharing (DecodeOptions::share_prefixes) plans from the page table: call plan()");
+    WEFT_CHECK_ARG(variant.alibi_slopes == nullptr && variant.window_left < 0, "variant",
+                   "prefix sharing supports neither ALiBi nor a sliding window yet");
+  }
 
   for (int32_t b = 0; b < batch; ++b)
     WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
+  if (im.share) {
+    // The prefix forest of the table, packs over its shared pages, the work plan copied into the
+    // workspace (the staging protocol of the balanced plan). Chunks have at most max(256, keys of
+    // the batch / grid) keys (rounded to the 16-key tile), so the items stay within the unsplit
+    // items + the grid, as the balanced planner's.
+    const PageTable& t = *im.share_table;
+    const plan::PrefixForest forest =
+        plan::build_prefix_forest(t.indptr.host, t.indices.host, kv_lens, batch, page_size);
+    int64_t keys = 0;
+    for (int32_t b = 0; b < batch; ++b) keys += kv_lens[b];
+    plan::PackPlanConfig pc;
+    pc.num_ctas = im.grid;
+    pc.num_kv_heads = num_kv_heads;
+    pc.group_size = num_qo_heads / num_kv_heads;
+    pc.tile_rows = decode::kPlanTileQ;
+    pc.page_size = page_size;
+    pc.kv_granularity = decode::kPlanKVTile;
+    const int64_t per_cta = (keys * num_kv_heads + im.grid - 1) / im.grid;
+    pc.max_chunk = static_cast<int32_t>(std::min<int64_t>(
+        INT32_MAX / 2, (std::max<int64_t>(decode::kMinChunk, per_cta) + 15) / 16 * 16));
+    const plan::WorkPlan wp = plan::make_pack_plan(forest, t.indptr.host, kv_lens, pc);
+    if (im.staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(im.staging_done));
+    im.wlayout.serialize(wp, im.staging);  // throws (naming "plan") when it exceeds max_pack_items
+    WEFT_CUDA_CHECK(
+        cudaMemcpyAsync(workspace, im.staging, im.wlayout.metadata_bytes(), cudaMemcpyHostToDevice, stream));
+    WEFT_CUDA_CHECK(cudaEventRecord(im.staging_done, stream));
+    im.staging_pending = true;
+    im.plan.batch = batch;  // what run() validates against
+    im.plan.kv_len.assign(kv_lens, kv_lens + batch);
+    im.planned_items = wp.num_items();
+    int32_t packs = 0;
+    for (int32_t n : wp.item_num_reqs) packs += n >= 2;
+    info_.batch = batch;
+    info_.num_items = wp.num_items();
+    info_.num_merges = wp.num_merges();
+    info_.num_packs = packs;
+    info_.max_chunk = pc.max_chunk;
+    info_.tile_rows = decode::kPlanTileQ;
+    info_.split = wp.num_merges() > 0;
+    im.page_size = page_size;
+    im.dtype = dtype;
+    im.kv_layout = layout;
+    im.variant = variant;
+    im.workspace = workspace;
+    im.path = DecodePath::kTensorCore;
+    im.planned = true;
+    info_.num_ctas = im.grid;
+    info_.path = im.path;
+    return;
+  }
   decode::batch_shape(kv_lens, batch, variant.window_left, im.shape);
   const plan::BatchShape& shape = im.shape;
   const int32_t rows = decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.tile_rows);
@@ -315,7 +416,7 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   const bool bound = q.data != nullptr && out.data != nullptr && (lse == nullptr || lse->data != nullptr) &&
                      cache.k_pages.data != nullptr && cache.v_pages.data != nullptr &&
                      table.indptr.device != nullptr && table.indices.device != nullptr;
-  if (im.plan.num_items() == 0 && !bound) return;
+  if ((im.share ? im.planned_items : im.plan.num_items()) == 0 && !bound) return;
 
   const plan::PlanPointers ptrs = im.layout.pointers(im.workspace);
   decode::LaunchArgs a;
@@ -334,6 +435,10 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   a.stages = im.stages;
   a.warps = im.warps;
   a.tile_rows = im.tile_rows;
+  if (im.share) {
+    decode::launch_decode_work_plan(a, im.wlayout.pointers(im.workspace), stream);
+    return;
+  }
   decode::launch_decode(a, stream);
   // No merge kernel: split tiles are merged inside the decode kernel by the CTA that finishes
   // their last slot (merge_tile_if_last), so run() is one launch whatever the plan.

@@ -697,6 +697,7 @@ TEST(DecodeSmall, WorkPlanPacksMatchReference) {
     layout.serialize(wp, image.data());
     DeviceBuffer ws(layout.total_bytes());
     ws.upload(image.data(), image.size());
+    decode::prepare_decode_work_plan(c.d);
     decode::LaunchArgs a;
     a.q = &bt.tq;
     a.out = &bt.tout;
@@ -720,6 +721,76 @@ TEST(DecodeSmall, WorkPlanPacksMatchReference) {
       if (run == 0) check_against_reference(bt);
       else EXPECT_EQ(bt.out(), first) << "not deterministic";
     }
+  }
+}
+
+
+// DecodeOptions::share_prefixes: the same shared-prefix batch through the public wrapper (plan()
+// builds the forest and the packs), then a graph captured on it replayed after a re-plan of a
+// batch with other sharing and lengths; plan_lengths() and sliding windows are rejected.
+TEST(DecodeSmall, SharePrefixesWrapper) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (int d : {64, 128}) {
+    Case c;
+    c.hkv = 2;
+    c.hq = 16;  // group 8: two requests per 16-row pack
+    c.d = d;
+    c.dtype = d == 128 ? DType::kBFloat16 : DType::kFloat16;
+    c.lens = {40 * 16 + 5, 40 * 16 + 11, 24 * 16 + 3, 700, 0, 10 * 16};
+    SCOPED_TRACE(c.describe());
+    const int32_t B = int32_t(c.lens.size());
+    DecodeOptions opt;
+    opt.share_prefixes = true;
+    const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
+    DeviceBuffer ws(ws_bytes);
+    BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
+    Batch bt(c, rng);
+    auto share = [&](Batch& x, int dst, int src, int pages) {
+      for (int i = 0; i < pages; ++i) x.indices[x.indptr[dst] + i] = x.indices[x.indptr[src] + i];
+      // In place: a captured graph keeps the page table's device pointer (the caller updates contents).
+      x.d_indices.upload(x.indices.data(), x.indices.size() * sizeof(int32_t));
+    };
+    share(bt, 1, 0, 40);
+    share(bt, 2, 0, 24);
+    share(bt, 5, 0, 10);
+    w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+    EXPECT_GT(w.plan_info().num_packs, 0);
+    bt.dout.poison();
+    bt.dlse.poison();
+    run_for(w, bt);
+    WEFT_TEST_CUDA(cudaDeviceSynchronize());
+    check_against_reference(bt);
+    // Graph captured on this plan, replayed after a re-plan (same buffers, other page ids and
+    // sharing: request 3 now shares 30 pages with request 0, request 1 only 8).
+    cudaStream_t st;
+    WEFT_TEST_CUDA(cudaStreamCreate(&st));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    WEFT_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    run_for(w, bt, st);
+    WEFT_TEST_CUDA(cudaStreamEndCapture(st, &graph));
+    WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    std::iota(bt.indices.begin(), bt.indices.end(), 0);  // unique pages again (pool has room)
+    share(bt, 1, 0, 8);
+    share(bt, 3, 0, 30);
+    w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, st);
+    bt.dout.poison();
+    bt.dlse.poison();
+    WEFT_TEST_CUDA(cudaGraphLaunch(exec, st));
+    WEFT_TEST_CUDA(cudaStreamSynchronize(st));
+    check_against_reference(bt);
+    WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
+    WEFT_TEST_CUDA(cudaGraphDestroy(graph));
+    WEFT_TEST_CUDA(cudaStreamDestroy(st));
+    // Rejected: plan_lengths (no page table to find prefixes in), a sliding window.
+    EXPECT_THROW(w.plan_lengths(c.lens.data(), B, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var,
+                                ws.get(), ws_bytes, nullptr),
+                 Error);
+    AttentionVariant win = c.var;
+    win.window_left = 100;
+    EXPECT_THROW(w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, win, ws.get(), ws_bytes, nullptr),
+                 Error);
   }
 }
 
