@@ -145,4 +145,24 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tr::kMB][Tr::kFragS][4],
   }
 }
 
+// Work item w of the plan: its segment, request, rows, output slot and the key range the variant
+// leaves it (trim_kv_range). Shared by the FA2 and the Hopper (sm90) prefill kernels.
+__device__ __forceinline__ ItemGeom item_geometry(const PrefillParams& p, int w) {
+  ItemGeom g;
+  const plan::PlanPointers& pl = p.plan;
+  g.seg = pl.item_request[w];
+  g.kv_head = pl.item_kv_head[w];
+  g.row_begin = pl.item_row_begin[w];
+  g.row_end = pl.item_row_end[w];
+  g.slot = pl.item_partial_slot[w];
+  g.request = p.seg_request[g.seg];
+  g.token_abs0 = pl.qo_indptr[g.seg];
+  g.pos0 = p.seg_pos0[g.seg];
+  g.token0 = p.seg_token0[g.seg];
+  g.real_kv_len = p.real_kv_len[g.request];
+  g.kv_base = p.paged ? p.page_indptr[g.request] : p.kv_indptr[g.request];
+  trim_kv_range(p, g, pl.item_kv_begin[w], pl.item_kv_end[w]);
+  return g;
+}
+
 }  // namespace weft::prefill

@@ -24,24 +24,6 @@
 
 namespace weft::prefill {
 
-template <class Tr>
-__device__ __forceinline__ ItemGeom item_geometry(const PrefillParams& p, int w) {
-  ItemGeom g;
-  const plan::PlanPointers& pl = p.plan;
-  g.seg = pl.item_request[w];
-  g.kv_head = pl.item_kv_head[w];
-  g.row_begin = pl.item_row_begin[w];
-  g.row_end = pl.item_row_end[w];
-  g.slot = pl.item_partial_slot[w];
-  g.request = p.seg_request[g.seg];
-  g.token_abs0 = pl.qo_indptr[g.seg];
-  g.pos0 = p.seg_pos0[g.seg];
-  g.token0 = p.seg_token0[g.seg];
-  g.real_kv_len = p.real_kv_len[g.request];
-  g.kv_base = p.paged ? p.page_indptr[g.request] : p.kv_indptr[g.request];
-  trim_kv_range(p, g, pl.item_kv_begin[w], pl.item_kv_end[w]);
-  return g;
-}
 
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM) batch_prefill_kernel(const PrefillParams p) {
@@ -62,7 +44,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM) batch_prefill
   const int w_begin = p.plan.cta_indptr[blockIdx.x];
   const int w_end = p.plan.cta_indptr[blockIdx.x + 1];
   for (int w = w_begin; w < w_end; ++w) {
-    ItemGeom g = item_geometry<Tr>(p, w);
+    ItemGeom g = item_geometry(p, w);
     const int n_tiles = (g.kv_hi - g.kv_lo + Tr::kCtaKV - 1) / Tr::kCtaKV;
 
     // Prologue: [Q + K0 + V0] [K1]. pg1 / pg2: page ids (load.cuh, fetch_page) of tiles t+1

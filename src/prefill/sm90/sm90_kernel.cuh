@@ -78,23 +78,6 @@ struct Cfg {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
-__device__ __forceinline__ ItemGeom item_geometry_sm90(const PrefillParams& p, int w) {
-  ItemGeom g;
-  const plan::PlanPointers& pl = p.plan;
-  g.seg = pl.item_request[w];
-  g.kv_head = pl.item_kv_head[w];
-  g.row_begin = pl.item_row_begin[w];
-  g.row_end = pl.item_row_end[w];
-  g.slot = pl.item_partial_slot[w];
-  g.request = p.seg_request[g.seg];
-  g.token_abs0 = pl.qo_indptr[g.seg];
-  g.pos0 = p.seg_pos0[g.seg];
-  g.token0 = p.seg_token0[g.seg];
-  g.real_kv_len = p.real_kv_len[g.request];
-  g.kv_base = p.paged ? p.page_indptr[g.request] : p.kv_indptr[g.request];
-  trim_kv_range(p, g, pl.item_kv_begin[w], pl.item_kv_end[w]);
-  return g;
-}
 
 // First key of the item's first tile (rounded down to a stage boundary) and the tile count.
 __device__ __forceinline__ int first_tile_key(const ItemGeom& g) { return g.kv_lo & ~(kBlockN - 1); }
@@ -165,7 +148,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
   uint32_t vtma_phase = 0;  // bit s: parity of the next v_tma[s] phase
   const int w_end = p.plan.cta_indptr[blockIdx.x + 1];
   for (int w = p.plan.cta_indptr[blockIdx.x]; w < w_end; ++w, ++item_cnt) {
-    const ItemGeom g = item_geometry_sm90(p, w);
+    const ItemGeom g = item_geometry(p, w);
     // Q: 128 packed rows = 128 / group tokens x group heads, one box per 64-column half.
     ptx90::mbar_wait(b.q_empty(), (item_cnt & 1) ^ 1);
     if (lane == 0) {
@@ -389,7 +372,7 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
   uint32_t tile_cnt = 0, item_cnt = 0;
   const int w_end = p.plan.cta_indptr[blockIdx.x + 1];
   for (int w = p.plan.cta_indptr[blockIdx.x]; w < w_end; ++w, ++item_cnt) {
-    const ItemGeom g = item_geometry_sm90(p, w);
+    const ItemGeom g = item_geometry(p, w);
     const int n_tiles = tile_count(g);
     const int ts0 = first_tile_key(g);
     SoftmaxState<Tr> st;
