@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "attention/plan/balance.h"
+#include "attention/plan/prefix_forest.h"
+#include "attention/plan/work_plan.h"
 #include "decode/decode_plan.h"
 #include "prefill/prefill_plan.h"
 #include "tests/host/attention/plan_reference.h"
@@ -203,6 +205,72 @@ void prefill_cases(const std::string& filter) {
   }
 }
 
+// Prefix-sharing plans (DecodeOptions::share_prefixes): prefix forest + pack plan + serialize of
+// 256 requests in a 3-level tree ([1, 4, 16] nodes: a 2048-key root, 4 x 512-key children, 16 x
+// 256-key grandchildren, 16 requests under each grandchild, 128 private keys each), page 16,
+// Llama-3-8B heads (32/8), 264 CTAs, chunks of max(256, keys / grid) as the wrapper cuts them.
+// PAT's plan-time target (issue 21): <= 100 us for 256 requests with 3 levels.
+void pack_cases(const std::string& filter) {
+  const std::string name = "pack/b256/levels3";
+  if (!filter.empty() && name.find(filter) == std::string::npos) return;
+  const int32_t ps = 16, levels[3] = {2048, 512, 256}, fan[3] = {1, 4, 4}, per_leaf = 16, priv = 128;
+  std::vector<int32_t> indptr{0}, indices, lens;
+  int32_t next_page = 0;
+  std::vector<int32_t> root(levels[0] / ps);
+  for (auto& x : root) x = next_page++;
+  for (int32_t c = 0; c < fan[1]; ++c) {
+    std::vector<int32_t> l1 = root;
+    for (int32_t i = 0; i < levels[1] / ps; ++i) l1.push_back(next_page++);
+    for (int32_t g = 0; g < fan[2] * 1; ++g) {
+      std::vector<int32_t> l2 = l1;
+      for (int32_t i = 0; i < levels[2] / ps; ++i) l2.push_back(next_page++);
+      for (int32_t r = 0; r < per_leaf; ++r) {
+        std::vector<int32_t> mine = l2;
+        for (int32_t i = 0; i < priv / ps; ++i) mine.push_back(next_page++);
+        indices.insert(indices.end(), mine.begin(), mine.end());
+        indptr.push_back(int32_t(indices.size()));
+        lens.push_back(int32_t(mine.size()) * ps - 5);  // a partial last page
+      }
+    }
+  }
+  const int32_t batch = int32_t(lens.size());
+  weft::plan::PackPlanConfig pc;
+  pc.num_ctas = 264;
+  pc.num_kv_heads = 8;
+  pc.group_size = 4;
+  pc.tile_rows = 16;
+  pc.page_size = ps;
+  int64_t keys = 0;
+  for (int32_t l : lens) keys += l;
+  pc.max_chunk = int32_t(std::max<int64_t>(256, (keys * 8 + 263) / 264 + 15) / 16 * 16);
+  weft::plan::WorkPlanBounds wb;
+  wb.max_batch = batch;
+  wb.max_items = 4 * batch * 8 + 2 * 264;
+  wb.max_merges = batch * 8;
+  wb.max_sources = wb.max_items;
+  wb.max_slots = wb.max_items;
+  wb.num_ctas = 264;
+  wb.tile_rows = 16;
+  wb.head_dim = 128;
+  const weft::plan::WorkPlanLayout layout(wb);
+  std::vector<unsigned char> image(layout.metadata_bytes());
+  int items = 0, packs = 0, nodes = 0;
+  const Stats st = time_calls([&] {
+    const weft::plan::PrefixForest f =
+        weft::plan::build_prefix_forest(indptr.data(), indices.data(), lens.data(), batch, ps);
+    const weft::plan::WorkPlan wp = weft::plan::make_pack_plan(f, indptr.data(), lens.data(), pc);
+    layout.serialize(wp, image.data());
+    items = wp.num_items();
+    nodes = int(f.nodes.size());
+    packs = 0;
+    for (int32_t n : wp.item_num_reqs) packs += n >= 2;
+  });
+  char note[160];
+  std::snprintf(note, sizeof note, "batch %d nodes %d items %d packs %d (no reference planner)", batch, nodes, items,
+                packs);
+  print_row(name, "forest+pack+ser", st, st, note);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -219,5 +287,6 @@ int main(int argc, char** argv) {
               "new p10..p90 us", "");
   decode_cases(filter);
   prefill_cases(filter);
+  pack_cases(filter);
   return 0;
 }

@@ -1,7 +1,6 @@
 // make_pack_plan: decode work plan with prefix packs (work_plan.h).
 #include <algorithm>
 #include <numeric>
-#include <queue>
 #include <utility>
 
 #include "attention/plan/work_plan.h"
@@ -60,8 +59,18 @@ WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const
   const int32_t per_pack = TR / g;
   const bool packs = per_pack >= 2;
   const int32_t row_tiles = (g + TR - 1) / TR;  // output row groups per (request, kv head)
-  // Sources of output row group (request b, kv head h, row tile t): index (b * H + h) * row_tiles + t.
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> sources(static_cast<size_t>(B) * H * row_tiles);
+  // Sources of output row group (request b, kv head h, row tile t), group index
+  // (b * H + h) * row_tiles + t, appended in generation order (key order within a group) to flat
+  // arrays and bucketed by group below (no per-group vectors: a 256-request plan has thousands).
+  const size_t G = static_cast<size_t>(B) * H * row_tiles;
+  std::vector<int32_t> src_group, src_slot_g, src_row_g;
+  std::vector<int32_t> group_sources(G, 0);
+  auto add_source = [&](size_t group, int32_t slot, int32_t row) {
+    src_group.push_back(static_cast<int32_t>(group));
+    src_slot_g.push_back(slot);
+    src_row_g.push_back(row);
+    ++group_sources[group];
+  };
   int32_t next_slot = 0;
   std::vector<int32_t> priv_start(B, 0);
   auto add_item = [&](int32_t req_begin, int32_t num_reqs, int32_t h, int32_t r0, int32_t r1, int32_t page_base,
@@ -92,7 +101,7 @@ WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const
             const int32_t slot = next_slot++;
             add_item(q0, nr, h, 0, nr * g, indptr[forest.order[q0]], c0, c1, slot);
             for (int32_t j = 0; j < nr; ++j)
-              sources[(static_cast<size_t>(forest.order[q0 + j]) * H + h) * row_tiles].push_back({slot, j * g});
+              add_source((static_cast<size_t>(forest.order[q0 + j]) * H + h) * row_tiles, slot, j * g);
           }
         }
     }
@@ -105,62 +114,92 @@ WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const
     const bool has_keys = kv_len[b] > priv_start[b];
     for (int32_t h = 0; h < H; ++h)
       for (int32_t t = 0; t < row_tiles; ++t) {
-        auto& src = sources[(static_cast<size_t>(b) * H + h) * row_tiles + t];
+        const size_t grp = (static_cast<size_t>(b) * H + h) * row_tiles + t;
+        const bool shared_sources = group_sources[grp] > 0;
         const int32_t r0 = t * TR, r1 = std::min(g, r0 + TR);
-        if (!has_keys && !src.empty()) continue;  // fully shared: the packs hold every key
-        const bool final_item = src.empty() && ch.size() == 1;
+        if (!has_keys && shared_sources) continue;  // fully shared: the packs hold every key
+        const bool final_item = !shared_sources && ch.size() == 1;
         for (const auto& [c0, c1] : ch) {
           const int32_t slot = final_item ? -1 : next_slot++;
           add_item(pos_of[b], 1, h, r0, r1, indptr[b], c0, c1, slot);
-          if (!final_item) src.push_back({slot, 0});  // its slot's row 0 holds row r0
+          if (!final_item) add_source(grp, slot, 0);  // its slot's row 0 holds row r0
         }
       }
   }
-  // Merges: every row group with partial sources, sources in key order.
+  // Merges: every row group with partial sources, its sources in generation (= key) order:
+  // a stable counting sort of the flat source list by group.
+  std::vector<int32_t> group_begin(G + 1, 0);
+  for (size_t x = 0; x < G; ++x) group_begin[x + 1] = group_begin[x] + group_sources[x];
+  p.src_slot.resize(src_group.size());
+  p.src_row.resize(src_group.size());
+  {
+    std::vector<int32_t> fill(group_begin.begin(), group_begin.end() - 1);
+    for (size_t e = 0; e < src_group.size(); ++e) {
+      const int32_t at = fill[src_group[e]]++;
+      p.src_slot[at] = src_slot_g[e];
+      p.src_row[at] = src_row_g[e];
+    }
+  }
   p.merge_src_indptr.push_back(0);
   for (int32_t b = 0; b < B; ++b)
     for (int32_t h = 0; h < H; ++h)
       for (int32_t t = 0; t < row_tiles; ++t) {
-        const auto& src = sources[(static_cast<size_t>(b) * H + h) * row_tiles + t];
-        if (src.empty()) continue;
+        const size_t grp = (static_cast<size_t>(b) * H + h) * row_tiles + t;
+        if (group_sources[grp] == 0) continue;
         p.merge_request.push_back(b);
         p.merge_kv_head.push_back(h);
         p.merge_row_begin.push_back(t * TR);
         p.merge_row_end.push_back(std::min(g, t * TR + TR));
-        for (const auto& [slot, row] : src) {
-          p.src_slot.push_back(slot);
-          p.src_row.push_back(row);
-        }
-        p.merge_src_indptr.push_back(static_cast<int32_t>(p.src_slot.size()));
+        p.merge_src_indptr.push_back(group_begin[grp + 1]);
       }
 
   // Deal: longest first (cost = rows + keys, as balance.h's chunk_cost with alpha = beta = 1),
   // stable, each to the least loaded CTA (ties: the lower index).
   const int32_t n = p.num_items();
+  // Costs are whole numbers (rows + keys): sort (-cost, index) pairs, which is the stable
+  // descending order, without re-reading the item arrays in every comparison.
+  std::vector<int64_t> cost_of(n);
+  std::vector<std::pair<int64_t, int32_t>> keyed(n);
+  for (int32_t i = 0; i < n; ++i) {
+    cost_of[i] = int64_t(p.item_row_end[i] - p.item_row_begin[i]) + int64_t(p.item_kv_end[i] - p.item_kv_begin[i]);
+    keyed[i] = {-cost_of[i], i};
+  }
+  std::sort(keyed.begin(), keyed.end());
   std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  auto cost = [&](int32_t i) {
-    return double(p.item_row_end[i] - p.item_row_begin[i]) + double(p.item_kv_end[i] - p.item_kv_begin[i]);
-  };
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return cost(a) > cost(b); });
-  using Entry = std::pair<double, int32_t>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
-  for (int32_t c = 0; c < cfg.num_ctas; ++c) heap.push({0.0, c});
-  std::vector<std::vector<int32_t>> per_cta(cfg.num_ctas);
+  for (int32_t i = 0; i < n; ++i) order[i] = keyed[i].second;
+  // The CTAs in a binary min-heap of single 64-bit keys (load << 21 | cta: the same order as
+  // (load, cta) pairs, ties to the lower CTA) replaced in place (one sift-down per item instead
+  // of a pop and a push): ~3x faster than std::priority_queue of pairs for 4K items on 264 CTAs.
+  constexpr int kCtaBits = 21;
+  WEFT_CHECK_ARG(cfg.num_ctas < (1 << kCtaBits), "cfg.num_ctas", "must be < 2^21, got " << cfg.num_ctas);
+  std::vector<uint64_t> heap(cfg.num_ctas);
+  for (int32_t c = 0; c < cfg.num_ctas; ++c) heap[c] = uint64_t(c);  // all loads 0: already a heap
+  std::vector<int32_t> cta_of(n), cta_count(cfg.num_ctas + 1, 0);
+  const uint64_t cta_mask = (uint64_t(1) << kCtaBits) - 1;
+  const size_t H2 = heap.size();
   for (int32_t i : order) {
-    auto [load, c] = heap.top();
-    heap.pop();
-    per_cta[c].push_back(i);
-    heap.push({load + cost(i), c});
+    const uint64_t top = heap[0];
+    const int32_t c = static_cast<int32_t>(top & cta_mask);
+    cta_of[i] = c;
+    ++cta_count[c + 1];
+    const uint64_t key = top + (uint64_t(cost_of[i]) << kCtaBits);
+    size_t at = 0;  // sift the grown key down from the root
+    while (true) {
+      size_t child = 2 * at + 1;
+      if (child >= H2) break;
+      if (child + 1 < H2 && heap[child + 1] < heap[child]) ++child;
+      if (heap[child] >= key) break;
+      heap[at] = heap[child];
+      at = child;
+    }
+    heap[at] = key;
   }
-  // Flatten by CTA: item arrays permuted into CTA order (slots keep their numbers).
-  std::vector<int32_t> perm;
-  perm.reserve(n);
+  // Flatten by CTA: item arrays permuted into CTA order, each CTA's items in deal order (slots
+  // keep their numbers).
   p.cta_indptr.assign(cfg.num_ctas + 1, 0);
-  for (int32_t c = 0; c < cfg.num_ctas; ++c) {
-    perm.insert(perm.end(), per_cta[c].begin(), per_cta[c].end());
-    p.cta_indptr[c + 1] = static_cast<int32_t>(perm.size());
-  }
+  for (int32_t c = 0; c < cfg.num_ctas; ++c) p.cta_indptr[c + 1] = p.cta_indptr[c] + cta_count[c + 1];
+  std::vector<int32_t> perm(n), fill(p.cta_indptr.begin(), p.cta_indptr.end() - 1);
+  for (int32_t i : order) perm[fill[cta_of[i]]++] = i;
   for (auto* v : {&p.item_req_begin, &p.item_num_reqs, &p.item_kv_head, &p.item_row_begin, &p.item_row_end,
                   &p.item_page_base, &p.item_kv_begin, &p.item_kv_end, &p.item_slot}) {
     std::vector<int32_t> w(n);
