@@ -276,11 +276,18 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
 
   for (int32_t b = 0; b < batch; ++b)
     WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
+  // Reuse the staging buffer only once its previous copy has left it: a host wait on the GPU
+  // only when that copy is still queued (plan() called again before the stream reached it).
+  auto staging_free = [&] {
+    if (im.staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(im.staging_done));
+  };
+  std::size_t copy_bytes = 0;
+  DecodePath path = DecodePath::kTensorCore;
   if (im.share) {
     // The prefix forest of the table, packs over its shared pages, the work plan copied into the
-    // workspace (the staging protocol of the balanced plan). Chunks have at most max(256, keys of
-    // the batch / grid) keys (rounded to the 16-key tile), so the items stay within the unsplit
-    // items + the grid, as the balanced planner's.
+    // workspace. Chunks have at most max(256, keys of the batch / grid) keys (rounded to the
+    // 16-key tile), so the items stay within the unsplit items + the grid, as the balanced
+    // planner's.
     const PageTable& t = *im.share_table;
     const plan::PrefixForest forest =
         plan::build_prefix_forest(t.indptr.host, t.indices.host, kv_lens, batch, page_size);
@@ -297,67 +304,53 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     pc.max_chunk = static_cast<int32_t>(std::min<int64_t>(
         INT32_MAX / 2, (std::max<int64_t>(decode::kMinChunk, per_cta) + 15) / 16 * 16));
     const plan::WorkPlan wp = plan::make_pack_plan(forest, t.indptr.host, kv_lens, pc);
-    if (im.staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(im.staging_done));
+    staging_free();
     im.wlayout.serialize(wp, im.staging);  // throws (naming "plan") when it exceeds max_pack_items
-    WEFT_CUDA_CHECK(
-        cudaMemcpyAsync(workspace, im.staging, im.wlayout.metadata_bytes(), cudaMemcpyHostToDevice, stream));
-    WEFT_CUDA_CHECK(cudaEventRecord(im.staging_done, stream));
-    im.staging_pending = true;
+    copy_bytes = im.wlayout.metadata_bytes();
     im.plan.batch = batch;  // what run() validates against
     im.plan.kv_len.assign(kv_lens, kv_lens + batch);
     im.planned_items = wp.num_items();
     int32_t packs = 0;
     for (int32_t n : wp.item_num_reqs) packs += n >= 2;
-    info_.batch = batch;
     info_.num_items = wp.num_items();
     info_.num_merges = wp.num_merges();
     info_.num_packs = packs;
     info_.max_chunk = pc.max_chunk;
     info_.tile_rows = decode::kPlanTileQ;
     info_.split = wp.num_merges() > 0;
-    im.page_size = page_size;
-    im.dtype = dtype;
-    im.kv_layout = layout;
-    im.variant = variant;
-    im.workspace = workspace;
-    im.path = DecodePath::kTensorCore;
-    im.planned = true;
-    info_.num_ctas = im.grid;
-    info_.path = im.path;
-    return;
+  } else {
+    decode::batch_shape(kv_lens, batch, variant.window_left, im.shape);
+    const plan::BatchShape& shape = im.shape;
+    const int32_t rows =
+        decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.tile_rows);
+    const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows);
+    decode::plan_decode(shape, cfg, im.planner, im.next);
+    staging_free();
+    im.layout.serialize(im.next, im.staging, &im.staging_image);
+    // The whole metadata region: its arrays sit at fixed offsets with max_items strides, so the
+    // bytes a smaller plan uses are not contiguous (and the region also clears the previous plan's).
+    copy_bytes = im.layout.metadata_bytes();
+    std::swap(im.plan, im.next);
+    path = im.forced == DecodePath::kAuto ? choose_decode_path(cfg.group_size, head_dim, dtype) : im.forced;
+    info_.num_items = im.plan.num_items();
+    info_.num_merges = im.plan.num_merges();
+    info_.max_chunk = im.plan.max_chunk;
+    info_.tile_rows = im.plan.tile_q;
+    info_.split = im.plan.split;
   }
-  decode::batch_shape(kv_lens, batch, variant.window_left, im.shape);
-  const plan::BatchShape& shape = im.shape;
-  const int32_t rows = decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.tile_rows);
-  const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows);
-  decode::plan_decode(shape, cfg, im.planner, im.next);
-
-  // Reuse the staging buffer only once its previous copy has left it: a host wait on the GPU
-  // only when that copy is still queued (plan() called again before the stream reached it).
-  if (im.staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(im.staging_done));
-  im.layout.serialize(im.next, im.staging, &im.staging_image);
-  // The whole metadata region: its arrays sit at fixed offsets with max_items strides, so the
-  // bytes a smaller plan uses are not contiguous (and the region also clears the previous plan's).
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, im.staging, im.layout.metadata_bytes(), cudaMemcpyHostToDevice, stream));
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, im.staging, copy_bytes, cudaMemcpyHostToDevice, stream));
   WEFT_CUDA_CHECK(cudaEventRecord(im.staging_done, stream));
   im.staging_pending = true;
 
-  std::swap(im.plan, im.next);
   im.page_size = page_size;
   im.dtype = dtype;
   im.kv_layout = layout;
   im.variant = variant;
   im.workspace = workspace;
-  im.path = im.forced == DecodePath::kAuto ? choose_decode_path(cfg.group_size, head_dim, dtype) : im.forced;
+  im.path = path;
   im.planned = true;
-
   info_.batch = batch;
   info_.num_ctas = im.grid;
-  info_.num_items = im.plan.num_items();
-  info_.num_merges = im.plan.num_merges();
-  info_.max_chunk = im.plan.max_chunk;
-  info_.tile_rows = im.plan.tile_q;
-  info_.split = im.plan.split;
   info_.path = im.path;
 }
 
