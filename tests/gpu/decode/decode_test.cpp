@@ -697,6 +697,12 @@ TEST(DecodeSmall, SharePrefixesWrapper) {
     EXPECT_THROW(w.plan_lengths(c.lens.data(), B, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var,
                                 ws.get(), ws_bytes, nullptr),
                  Error);
+    // Bad options: a negative item bound, and packs with a GQA group above 16.
+    DecodeOptions bad = opt;
+    bad.max_pack_items = -1;
+    EXPECT_EQ(test::thrown_argument([&] { BatchDecodeWrapper x(B, c.hq, c.hkv, c.d, bad); }), "options.max_pack_items");
+    EXPECT_EQ(test::thrown_argument([&] { BatchDecodeWrapper x(B, 32 * c.hkv, c.hkv, c.d, opt); }),
+              "options.share_prefixes");
     AttentionVariant win = c.var;
     win.window_left = 100;
     EXPECT_THROW(w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, win, ws.get(), ws_bytes, nullptr),

@@ -110,6 +110,10 @@ TEST(PrefillSmall, NegativePlanArguments) {
   PrefillPlanOptions opt;
   opt.cta_q = 32;
   EXPECT_EQ(thrown_argument([&] { plan(qo, kv, 4, 2, 128, c.dtype, c.variant, p.ws_bytes, nullptr, opt); }), "opt.cta_q");
+  opt = PrefillPlanOptions{};
+  opt.mainloop = static_cast<PrefillMainloop>(7);
+  EXPECT_EQ(thrown_argument([&] { plan(qo, kv, 4, 2, 128, c.dtype, c.variant, p.ws_bytes, nullptr, opt); }),
+            "opt.mainloop");
   EXPECT_FALSE(w.planned());
   // a valid plan, then a run without the mask planned as custom
   mi = {0, 13, 24};
