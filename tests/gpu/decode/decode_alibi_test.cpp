@@ -63,7 +63,7 @@ struct Runner {
   }
 };
 
-void check_against_reference(const Batch& bt) {
+void check_alibi_against_reference(const Batch& bt) {
   const Case& c = bt.c;
   ref::RaggedQ rq{bt.q.data(), c.hq, c.d, ref::iota_indptr(int64_t(c.lens.size()))};
   const ref::PagedKV rkv = bt.ref_kv();
@@ -97,7 +97,7 @@ void run_case(const Case& c, Rng& rng) {
   r.plan(bt);
   r.run(bt);
   WEFT_TEST_CUDA(cudaDeviceSynchronize());
-  check_against_reference(bt);
+  check_alibi_against_reference(bt);
 }
 
 const DecodePath kPaths[] = {DecodePath::kTensorCore, DecodePath::kCudaCore};
@@ -180,7 +180,7 @@ TEST(DecodeAlibi, Group32WideItems) {
       EXPECT_EQ(r.w.plan_info().tile_rows, path == DecodePath::kTensorCore ? 32 : 16);
       r.run(bt);
       WEFT_TEST_CUDA(cudaDeviceSynchronize());
-      check_against_reference(bt);
+      check_alibi_against_reference(bt);
     }
 }
 
@@ -235,12 +235,12 @@ TEST(DecodeAlibiSmall, SlopesReadAtRunTime) {
     r.plan(bt);
     r.run(bt);
     WEFT_TEST_CUDA(cudaDeviceSynchronize());
-    check_against_reference(bt);
+    check_alibi_against_reference(bt);
     bt.c.slopes = random_slopes(rng, c.hq);
     bt.d_slopes.upload(bt.c.slopes.data(), bt.c.slopes.size() * sizeof(float));
     r.run(bt);
     WEFT_TEST_CUDA(cudaDeviceSynchronize());
-    check_against_reference(bt);
+    check_alibi_against_reference(bt);
   }
 }
 
@@ -262,7 +262,7 @@ TEST(DecodeAlibiSmall, MisalignedSlopesRejectedAtPlan) {
   r.plan(bt);
   r.run(bt);
   WEFT_TEST_CUDA(cudaDeviceSynchronize());
-  check_against_reference(bt);
+  check_alibi_against_reference(bt);
 }
 
 }  // namespace

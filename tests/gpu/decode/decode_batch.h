@@ -1,7 +1,10 @@
 // Test fixture shared by the decode GPU suites: a random paged batch (Case -> Batch: host data
 // rounded to the dtype, device copies, page table, views), for the float64 reference.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <sstream>
@@ -117,5 +120,51 @@ struct Batch {
   }
   std::vector<float> lse() const { return dlse.to_vector<float>(c.lens.size() * c.hq); }
 };
+
+struct Workspace {
+  DeviceBuffer buf;
+  size_t bytes = 0;
+  Workspace(int32_t max_batch, const Case& c)
+      : bytes(BatchDecodeWrapper::workspace_size(max_batch, c.hq, c.hkv, c.d)) {
+    buf = DeviceBuffer(bytes);
+  }
+};
+
+inline void plan_for(BatchDecodeWrapper& w, Batch& bt, Workspace& ws, cudaStream_t s = nullptr) {
+  const Case& c = bt.c;
+  w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.buf.get(), ws.bytes, s);
+}
+
+inline void run_for(BatchDecodeWrapper& w, Batch& bt, cudaStream_t s = nullptr) {
+  w.run(bt.tq, bt.cache, bt.table, bt.tout, bt.c.with_lse ? &bt.tlse : nullptr, s);
+}
+
+// Compare the batch's outputs with the float64 reference; tolerance from the low-precision
+// emulation of the same computation.
+inline void check_against_reference(const Batch& bt) {
+  const Case& c = bt.c;
+  ref::RaggedQ rq{bt.q.data(), c.hq, c.d, ref::iota_indptr(int64_t(c.lens.size()))};
+  const ref::PagedKV rkv = bt.ref_kv();
+  const ref::Options opt = ref::options_from(c.var);
+  const ref::Result exact = ref::attention(rq, rkv, opt);
+  const ref::Result low = ref::attention_low_precision(rq, rkv, opt, c.dtype, /*round_p=*/true);
+  const test::Comparison base = test::compare(ref::to_float(low.o), exact.o);
+  const test::Tolerance tol = test::tolerance_from_baseline(base, 4.0, 1e-5, 2e-3);
+  const test::Comparison got = test::compare(bt.out(), exact.o);
+  EXPECT_TRUE(test::within(got, tol)) << c.describe() << "\n got " << got.summary() << "\n baseline "
+                                      << base.summary();
+  if (c.with_lse) {
+    const test::Comparison gl = test::compare(bt.lse(), exact.lse);
+    EXPECT_TRUE(test::within(gl, test::Tolerance{1e-5, 2e-3})) << c.describe() << " lse " << gl.summary();
+  }
+  // kv_len 0 rows: exactly O = 0 and LSE = -inf.
+  const std::vector<float> o = bt.out(), l = bt.lse();
+  for (size_t b = 0; b < c.lens.size(); ++b) {
+    if (c.lens[b] != 0) continue;
+    for (int64_t i = 0; i < int64_t(c.hq) * c.d; ++i) ASSERT_EQ(o[b * c.hq * c.d + i], 0.f) << "request " << b;
+    if (c.with_lse)
+      for (int h = 0; h < c.hq; ++h) ASSERT_TRUE(std::isinf(l[b * c.hq + h]) && l[b * c.hq + h] < 0);
+  }
+}
 
 }  // namespace weft::test_decode

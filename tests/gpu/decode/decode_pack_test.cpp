@@ -1,0 +1,189 @@
+// The decode kernel's generic item path (work plan v2, attention/plan/work_plan.h) and
+// DecodeOptions::share_prefixes, against the float64 reference on batches whose requests share
+// page prefixes. Tests named *Small* form the compute-sanitizer subset.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "attention/plan/prefix_forest.h"
+#include "attention/plan/work_plan.h"
+#include "attention/variant_host.h"
+#include "decode/launch.h"
+#include "tests/common/gpu_util.h"
+#include "tests/common/test_util.h"
+#include "tests/gpu/decode/decode_batch.h"
+#include "weft/decode.h"
+#include "weft/error.h"
+
+namespace weft {
+namespace {
+
+using test::DeviceBuffer;
+using test::Rng;
+using test_decode::Batch;
+using test_decode::Case;
+using test_decode::check_against_reference;
+using test_decode::run_for;
+
+// The generic item path (issue 19): a work plan whose packs hold rows of several requests that
+// share a 2-level page prefix (requests 0, 1 share 32 pages, request 2 the first 20 of them,
+// request 5 is fully shared: 10 full pages, no private key), plus unrelated and empty requests,
+// run through the decode kernel's kPacked path and the work plan's merge, against the float64
+// reference of the same page table.
+TEST(DecodeSmall, WorkPlanPacksMatchReference) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (int d : {64, 128, 256}) {
+    Case c;
+    c.hkv = 2;
+    c.hq = 8;
+    c.d = d;
+    c.dtype = d == 128 ? DType::kBFloat16 : DType::kFloat16;
+    c.page_size = 16;
+    c.lens = {37 * 16 + 5, 37 * 16 + 11, 20 * 16 + 3, 700, 0, 10 * 16};
+    SCOPED_TRACE(c.describe());
+    Batch bt(c, rng);
+    auto share = [&](int dst, int src, int pages) {
+      for (int i = 0; i < pages; ++i) bt.indices[bt.indptr[dst] + i] = bt.indices[bt.indptr[src] + i];
+    };
+    share(1, 0, 32);
+    share(2, 0, 20);
+    share(5, 0, 10);
+    bt.d_indices = DeviceBuffer::from(bt.indices);
+    bt.table.indices.device = bt.d_indices.as<int32_t>();
+    const int32_t B = int32_t(c.lens.size());
+    const plan::PrefixForest forest =
+        plan::build_prefix_forest(bt.indptr.data(), bt.indices.data(), c.lens.data(), B, c.page_size);
+    ASSERT_GE(forest.nodes.size(), 2u);
+    BatchDecodeWrapper w(B, c.hq, c.hkv, c.d);  // the grid of this shape (and the smem opt-in)
+    plan::PackPlanConfig pc;
+    pc.num_ctas = w.num_ctas();
+    pc.num_kv_heads = c.hkv;
+    pc.group_size = c.hq / c.hkv;
+    pc.tile_rows = 16;
+    pc.page_size = c.page_size;
+    pc.max_chunk = 128;  // splits the shared and private ranges: merges of several sources
+    const plan::WorkPlan wp = plan::make_pack_plan(forest, bt.indptr.data(), c.lens.data(), pc);
+    int packs = 0;
+    for (int i = 0; i < wp.num_items(); ++i) packs += wp.item_num_reqs[i] >= 2;
+    ASSERT_GT(packs, 0);
+    plan::WorkPlanBounds wb;
+    wb.max_batch = B;
+    wb.max_items = wp.num_items();
+    wb.max_merges = wp.num_merges();
+    wb.max_sources = int32_t(wp.src_slot.size());
+    wb.max_slots = wp.num_slots();
+    wb.num_ctas = pc.num_ctas;
+    wb.tile_rows = 16;
+    wb.head_dim = c.d;
+    const plan::WorkPlanLayout layout(wb);
+    std::vector<unsigned char> image(layout.metadata_bytes(), 0);
+    layout.serialize(wp, image.data());
+    DeviceBuffer ws(layout.total_bytes());
+    ws.upload(image.data(), image.size());
+    decode::prepare_decode_work_plan(c.d);
+    decode::LaunchArgs a;
+    a.q = &bt.tq;
+    a.out = &bt.tout;
+    a.lse = &bt.tlse;
+    a.cache = &bt.cache;
+    a.table = &bt.table;
+    a.group_size = pc.group_size;
+    a.var = attn::variant_params(c.var, c.d);
+    a.dtype = c.dtype;
+    a.head_dim = c.d;
+    a.grid = pc.num_ctas;
+    a.stages = decode::decode_stages(c.d);
+    a.warps = decode::decode_warps(c.d);
+    a.tile_rows = 16;
+    for (int run = 0; run < 2; ++run) {  // the second run must give the same bits
+      const std::vector<float> first = run == 0 ? std::vector<float>{} : bt.out();
+      bt.dout.poison();
+      bt.dlse.poison();
+      decode::launch_decode_work_plan(a, layout.pointers(ws.get()), nullptr);
+      WEFT_TEST_CUDA(cudaDeviceSynchronize());
+      if (run == 0) check_against_reference(bt);
+      else EXPECT_EQ(bt.out(), first) << "not deterministic";
+    }
+  }
+}
+
+
+// DecodeOptions::share_prefixes: the same shared-prefix batch through the public wrapper (plan()
+// builds the forest and the packs), then a graph captured on it replayed after a re-plan of a
+// batch with other sharing and lengths; plan_lengths() and sliding windows are rejected.
+TEST(DecodeSmall, SharePrefixesWrapper) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (int d : {64, 128}) {
+    Case c;
+    c.hkv = 2;
+    c.hq = 16;  // group 8: two requests per 16-row pack
+    c.d = d;
+    c.dtype = d == 128 ? DType::kBFloat16 : DType::kFloat16;
+    c.lens = {40 * 16 + 5, 40 * 16 + 11, 24 * 16 + 3, 700, 0, 10 * 16};
+    SCOPED_TRACE(c.describe());
+    const int32_t B = int32_t(c.lens.size());
+    DecodeOptions opt;
+    opt.share_prefixes = true;
+    const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
+    DeviceBuffer ws(ws_bytes);
+    BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
+    Batch bt(c, rng);
+    auto share = [&](Batch& x, int dst, int src, int pages) {
+      for (int i = 0; i < pages; ++i) x.indices[x.indptr[dst] + i] = x.indices[x.indptr[src] + i];
+      // In place: a captured graph keeps the page table's device pointer (the caller updates contents).
+      x.d_indices.upload(x.indices.data(), x.indices.size() * sizeof(int32_t));
+    };
+    share(bt, 1, 0, 40);
+    share(bt, 2, 0, 24);
+    share(bt, 5, 0, 10);
+    w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+    EXPECT_GT(w.plan_info().num_packs, 0);
+    bt.dout.poison();
+    bt.dlse.poison();
+    run_for(w, bt);
+    WEFT_TEST_CUDA(cudaDeviceSynchronize());
+    check_against_reference(bt);
+    // Graph captured on this plan, replayed after a re-plan (same buffers, other page ids and
+    // sharing: request 3 now shares 30 pages with request 0, request 1 only 8).
+    cudaStream_t st;
+    WEFT_TEST_CUDA(cudaStreamCreate(&st));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    WEFT_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    run_for(w, bt, st);
+    WEFT_TEST_CUDA(cudaStreamEndCapture(st, &graph));
+    WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    std::iota(bt.indices.begin(), bt.indices.end(), 0);  // unique pages again (pool has room)
+    share(bt, 1, 0, 8);
+    share(bt, 3, 0, 30);
+    w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, st);
+    bt.dout.poison();
+    bt.dlse.poison();
+    WEFT_TEST_CUDA(cudaGraphLaunch(exec, st));
+    WEFT_TEST_CUDA(cudaStreamSynchronize(st));
+    check_against_reference(bt);
+    WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
+    WEFT_TEST_CUDA(cudaGraphDestroy(graph));
+    WEFT_TEST_CUDA(cudaStreamDestroy(st));
+    // Rejected: plan_lengths (no page table to find prefixes in), a sliding window.
+    EXPECT_THROW(w.plan_lengths(c.lens.data(), B, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var,
+                                ws.get(), ws_bytes, nullptr),
+                 Error);
+    // Bad options: a negative item bound, and packs with a GQA group above 16.
+    DecodeOptions bad = opt;
+    bad.max_pack_items = -1;
+    EXPECT_EQ(test::thrown_argument([&] { BatchDecodeWrapper x(B, c.hq, c.hkv, c.d, bad); }), "options.max_pack_items");
+    EXPECT_EQ(test::thrown_argument([&] { BatchDecodeWrapper x(B, 32 * c.hkv, c.hkv, c.d, opt); }),
+              "options.share_prefixes");
+    AttentionVariant win = c.var;
+    win.window_left = 100;
+    EXPECT_THROW(w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, win, ws.get(), ws_bytes, nullptr),
+                 Error);
+  }
+}
+
+}  // namespace
+}  // namespace weft
