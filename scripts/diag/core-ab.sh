@@ -25,26 +25,42 @@ OLD_PID=$!
 build_bench . /tmp/ab-new "$OUT/build_new.log" || { tail -30 "$OUT/build_new.log"; exit 1; }
 wait $OLD_PID || { tail -30 "$OUT/build_old.log"; exit 1; }
 echo "build $SECONDS s"
+# DEADLINE (seconds since the start, default 540): no run starts after it, and each run is cut
+# at it (timeout), so one device call (600 s) always ends with a summary of the rows measured.
+# Rows are read from the logs (printed as each row ends), so a cut run still counts its rows.
+DEADLINE=${DEADLINE:-540}
 for i in $(seq 1 "${PAIRS:-2}"); do
   for tree in old new; do
-    /tmp/ab-$tree/bench/weft-bench --group decode --group prefill "$@" --commit "${WEFT_COMMIT:-unknown}" \
-      --json "/tmp/ab_${tree}_$i.json" > "/tmp/ab_${tree}_$i.log" 2>&1 || tail -5 "/tmp/ab_${tree}_$i.log"
+    left=$((DEADLINE - SECONDS))
+    if [ "$left" -lt 20 ]; then echo "$tree run $i: skipped (deadline)"; continue; fi
+    timeout "$left" stdbuf -oL /tmp/ab-$tree/bench/weft-bench --group decode --group prefill "$@" \
+      --commit "${WEFT_COMMIT:-unknown}" --json "/tmp/ab_${tree}_$i.json" > "/tmp/ab_${tree}_$i.log" 2>&1 ||
+      tail -3 "/tmp/ab_${tree}_$i.log"
     echo "$tree run $i: $(grep -cE '^(decode|prefill)/' "/tmp/ab_${tree}_$i.log") rows ($SECONDS s)"
   done
 done
 python3 - "$OUT" "${PAIRS:-2}" "${BASE_COMMIT:-unknown}" "${WEFT_COMMIT:-unknown}" <<'PY'
 import json, statistics, sys
 out, pairs, base, new = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-runs = {t: [json.load(open(f"/tmp/ab_{t}_{i}.json")) for i in range(1, pairs + 1)] for t in ("old", "new")}
-ms = {t: {} for t in runs}
-for t, ds in runs.items():
-    for d in ds:
-        for c in d["cases"]:
-            if c.get("ms"):
-                ms[t].setdefault(c["name"], []).append(c["ms"])
-first = runs["new"][0]
+import glob, os, re
+row = re.compile(r"^((?:decode|prefill)/\S+)\s+([0-9.]+)\s")
+ms = {t: {} for t in ("old", "new")}
+order = []
+for t in ms:
+    for i in range(1, pairs + 1):
+        log = f"/tmp/ab_{t}_{i}.log"
+        if not os.path.exists(log):
+            continue
+        for line in open(log):
+            m = row.match(line)
+            if m and float(m.group(2)) > 0:
+                ms[t].setdefault(m.group(1), []).append(float(m.group(2)))
+                if t == "new" and m.group(1) not in order:
+                    order.append(m.group(1))
+jsons = sorted(glob.glob("/tmp/ab_new_*.json")) + sorted(glob.glob("/tmp/ab_old_*.json"))
+first = json.load(open(jsons[0])) if jsons else {"command": "weft-bench --group decode --group prefill"}
 cases, ratios = [], []
-for name in [c["name"] for c in first["cases"]]:
+for name in order:
     if name not in ms["old"] or name not in ms["new"]:
         continue
     o, n = statistics.median(ms["old"][name]), statistics.median(ms["new"][name])
