@@ -11,13 +11,18 @@
 // (32 qo / 8 kv heads) and Llama-2-7B (32 / 32), KV lengths uniform 4096, bimodal (512 / 32768
 // alternating) and random (1..32768); prefill batch 1/16/64 of causal prompts, 32/8 heads, the
 // sm90 plan (128 x 128 tiles, 132 CTAs). Every case checks that both planners give the same image.
-//   weft-plan-bench [--filter SUBSTR] [--min-ms MS]
+//   weft-plan-bench [--filter SUBSTR] [--min-ms MS] [--copy]
+// --copy (needs a GPU): per decode case also times what plan() enqueues after planning, on an idle
+// stream: cudaMemcpyAsync of the layout's whole metadata region from a pinned staging buffer + the
+// staging event's record (column "copy+event"; the host side of plan() = plan+serialize + this +
+// the wrapper's validation). The stream is synchronized outside the timed calls.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attention/plan/balance.h"
@@ -26,6 +31,8 @@
 #include "decode/decode_plan.h"
 #include "prefill/prefill_plan.h"
 #include "tests/host/attention/plan_reference.h"
+
+#include <cuda_runtime_api.h>
 
 namespace {
 
@@ -36,13 +43,14 @@ using weft::plan::Plan;
 using weft::plan::WorkspaceLayout;
 
 double g_min_ms = 200;  // time budget per measured column
+bool g_copy = false;    // --copy: time the metadata copy + event record (needs a GPU)
 
 struct Stats {
   double median = 0, p10 = 0, p90 = 0;
   int calls = 0;
 };
 
-// Median of many warm calls of f (each timed alone).
+// Median of many warm calls of f (each timed alone; an f that returns a double times itself, in us).
 template <class F>
 Stats time_calls(F&& f) {
   for (int i = 0; i < 20; ++i) f();  // warm: buffers grown, caches filled
@@ -50,10 +58,14 @@ Stats time_calls(F&& f) {
   const auto start = Clock::now();
   while (us.size() < 20000 &&
          (us.size() < 50 || std::chrono::duration<double, std::milli>(Clock::now() - start).count() < g_min_ms)) {
-    const auto t0 = Clock::now();
-    f();
-    const auto t1 = Clock::now();
-    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    if constexpr (std::is_same_v<decltype(f()), double>) {
+      us.push_back(f());
+    } else {
+      const auto t0 = Clock::now();
+      f();
+      const auto t1 = Clock::now();
+      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
   }
   std::sort(us.begin(), us.end());
   Stats s;
@@ -86,6 +98,38 @@ std::vector<int32_t> decode_lens(const std::string& dist, int batch) {
 
 bool same_bytes(const std::vector<unsigned char>& a, const std::vector<unsigned char>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+// What plan() enqueues once the image is in the staging buffer: the H2D copy of the whole metadata
+// region (pinned -> device) and the staging event's record, timed on an idle stream.
+Stats time_copy(const unsigned char* image, std::size_t bytes) {
+  auto ok = [](cudaError_t e, const char* what) {
+    if (e != cudaSuccess) {
+      std::fprintf(stderr, "weft-plan-bench --copy: %s: %s\n", what, cudaGetErrorString(e));
+      std::exit(1);
+    }
+  };
+  void *staging = nullptr, *dev = nullptr;
+  cudaStream_t s = nullptr;
+  cudaEvent_t ev = nullptr;
+  ok(cudaHostAlloc(&staging, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+  ok(cudaMalloc(&dev, bytes), "cudaMalloc");
+  ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  ok(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+  std::memcpy(staging, image, bytes);
+  const Stats st = time_calls([&] {
+    ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");  // idle stream, as the bench's plan_us
+    const auto t0 = Clock::now();
+    ok(cudaMemcpyAsync(dev, staging, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    ok(cudaEventRecord(ev, s), "cudaEventRecord");
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  });
+  ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  cudaEventDestroy(ev);
+  cudaStreamDestroy(s);
+  cudaFree(dev);
+  cudaFreeHost(staging);
+  return st;
 }
 
 struct Model {
@@ -137,6 +181,12 @@ void decode_cases(const std::string& filter) {
         std::snprintf(note, sizeof note, "items %d merges %d %s", last_ref.num_items(), last_ref.num_merges(),
                       same_bytes(img_ref, img_new) ? "same image" : "IMAGE DIFFERS");
         print_row(name, "plan+serialize", p_ref, p_new, note);
+        if (g_copy) {
+          const Stats c = time_copy(img_new.data(), img_new.size());
+          char cnote[64];
+          std::snprintf(cnote, sizeof cnote, "%zu bytes", img_new.size());
+          print_row(name, "copy+event", c, c, cnote);
+        }
       }
 }
 
@@ -278,8 +328,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
     else if (!std::strcmp(argv[i], "--min-ms") && i + 1 < argc) g_min_ms = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--copy")) g_copy = true;
     else {
-      std::fprintf(stderr, "usage: %s [--filter SUBSTR] [--min-ms MS]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--filter SUBSTR] [--min-ms MS] [--copy]\n", argv[0]);
       return 2;
     }
   }
