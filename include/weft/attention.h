@@ -24,6 +24,10 @@
 
 namespace weft WEFT_API {
 
+namespace jit {
+class Variant;  // weft/jit.h
+}
+
 enum class MaskMode : int32_t {
   kNone = 0,
   kCausal = 1,  // bottom-right aligned
@@ -42,6 +46,13 @@ struct AttentionVariant {
   // the plan: kernels read it at run time (decode and the FA2 prefill kernel). Checked at plan():
   // weft::Error naming "variant.alibi_slopes".
   const float* alibi_slopes = nullptr;
+  // A variant compiled at run time (weft/jit.h): its logit / mask hooks replace scale and soft cap
+  // (causal, window and custom masks still apply). plan() compiles or loads the kernel it needs
+  // and copies jit->source().params_size bytes from jit_params (host memory; may be null when
+  // that size is 0). The Variant must outlive the plan. Not with alibi_slopes or prefix sharing;
+  // prefill runs it on the FA2 kernel. weft::Error naming "variant.jit" / "variant.jit_params".
+  const jit::Variant* jit = nullptr;
+  const void* jit_params = nullptr;
 };
 
 }  // namespace weft

@@ -5,6 +5,7 @@
 #include "weft/decode.h"
 #include "weft/dtype.h"
 #include "weft/error.h"
+#include "weft/jit.h"
 #include "weft/export.h"
 #include "weft/norm.h"
 #include "weft/paged_kv.h"

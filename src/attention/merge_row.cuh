@@ -2,8 +2,7 @@
 // executed by one warp. Shared by the merge kernel (merge.cu) and the decode kernel's in-kernel
 // merge (decode_pipeline.cuh), so both give the same bits.
 #pragma once
-#include <cmath>
-#include <cstdint>
+#include "common/rtc_compat.h"  // <cmath>, <cstdint> (CCCL under NVRTC)
 
 #include "common/types.cuh"
 

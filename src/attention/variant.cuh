@@ -27,6 +27,7 @@
 // Positions are absolute KV positions: query i of a request with q_len queries and kv_len keys
 // sits at kv_len - q_len + i.
 //
+// Kernels construct their variant through VariantFactory<V>::make(kernel params) (below).
 // Adding a variant (docs/design.md "Variants"): derive from DefaultVariant in this file, override
 // what changes (e.g. Row / row() / logit() for a bias, masked() + kv_range() for a new mask, and
 // set kHasBias), add its instance to the kernels' launch selection, and a test against the
@@ -36,14 +37,7 @@
 // built-in tanhf and __ldg only. The host-usable parts (masked, kv_range, box_unmasked) are
 // plain constexpr-friendly integer code that g++ compiles too (host tests include this file).
 #pragma once
-#if defined(__CUDACC_RTC__)
-// NVRTC has no <stdint.h>.
-typedef int int32_t;
-typedef long long int64_t;
-typedef unsigned char uint8_t;
-#else
-#include <stdint.h>
-#endif
+#include "common/rtc_compat.h"  // fixed-width integers (CCCL's under NVRTC)
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define WEFT_VARIANT_HD __host__ __device__ __forceinline__
@@ -183,6 +177,18 @@ struct DefaultVariant {
   }
 #endif
 };
+
+#if WEFT_VARIANT_HAS_DEVICE
+// How a kernel builds its variant V from its kernel parameters KP (decode: DecodeParams<T>,
+// whose `var` member holds the VariantParams): V(kp.var). A variant compiled at run time
+// (weft::jit, jit/jit_variant.cuh) specializes this to read its user parameters, which the JIT
+// kernel's parameter struct carries right after KP.
+template <class V>
+struct VariantFactory {
+  template <class KP>
+  static WEFT_VARIANT_D V make(const KP& kp) { return V(kp.var); }
+};
+#endif
 
 // ALiBi on top of the default variant: logit += slope[h] * (k_pos - q_pos), the slope in
 // natural-log units per key of distance (reference/attention.h), applied after the soft cap.

@@ -2,7 +2,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cstdint>
+#include "common/rtc_compat.h"
 
 namespace weft::ptx {
 

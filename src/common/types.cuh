@@ -2,17 +2,20 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cstdint>
-
+#include "common/rtc_compat.h"
+#if !WEFT_RTC
 #include "weft/dtype.h"
 #include "weft/error.h"
+#endif
 
 namespace weft::detail {
 
+#if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 template <class T> struct TypeOf;  // DType of a device element type
 template <> struct TypeOf<half> { static constexpr DType value = DType::kFloat16; };
 template <> struct TypeOf<__nv_bfloat16> { static constexpr DType value = DType::kBFloat16; };
 template <> struct TypeOf<float> { static constexpr DType value = DType::kFloat32; };
+#endif  // !WEFT_RTC
 
 __device__ __forceinline__ float to_float(half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }

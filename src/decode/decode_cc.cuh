@@ -139,7 +139,7 @@ struct CcMainloop {
     // Logits from the variant (scale, soft cap, bias) of key k0 + lane / 2; the row's constants
     // (ALiBi: its head's slope) are looked up per tile, not held across the KV loop (this
     // kernel's per-row state is already at the register limit).
-    const V v(p.var);
+    const V v = attn::VariantFactory<V>::make(p);
     float pv[NR];
 #pragma unroll
     for (int j = 0; j < NR; ++j) {

@@ -5,7 +5,7 @@
 #pragma once
 #include <cuda/atomic>
 
-#include <cstdint>
+#include "common/rtc_compat.h"
 
 #include "attention/merge_row.cuh"
 #include "attention/variant.cuh"

@@ -2,7 +2,7 @@
 // Every pointer is fixed between plans (workspace offsets, caller buffers), so a captured CUDA
 // graph stays valid after a re-plan.
 #pragma once
-#include <cstdint>
+#include "common/rtc_compat.h"
 
 #include "attention/plan/balance.h"
 #include "attention/plan/work_plan.h"

@@ -1,6 +1,6 @@
 // Internal, pure C++: how decode uses the balanced planner (plan/balance.h). Host-testable.
 #pragma once
-#include <cstdint>
+#include "common/rtc_compat.h"
 
 #include "attention/plan/balance.h"
 
@@ -33,12 +33,15 @@ int32_t decode_tile_rows(int32_t group_size, int32_t head_dim, bool cuda_core_fo
 // Then at 340773c, 16-row plans in the 32-row kernel: group 32 (32/1) b1/kv32K 50 us (narrow),
 // b32/kv4K 57 us (narrow at 2 pieces per CTA: 512 < 528), so the bound is one piece per CTA.
 inline constexpr int32_t kWidePiecesPerCta = 1;
+#if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 int32_t plan_tile_rows(const plan::BatchShape& shape, int32_t num_kv_heads, int32_t group_size, int32_t grid,
                        int32_t max_rows);
+#endif  // !WEFT_RTC
 // = kWarpKeys: chunk granularity (whole warp tiles; the kernel masks any chunk end, a finer
 // granularity only lets chunk counts match the grid, e.g. 8 heads x 33 chunks = 264 CTAs).
 inline constexpr int32_t kPlanKVTile = 16;
 
+#if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 // Workspace bounds for up to max_batch requests (validates heads / head_dim; weft::Error).
 plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
                              int32_t grid, int32_t tile_rows = kPlanTileQ);
@@ -67,5 +70,6 @@ plan::Plan plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig&
 // plan (which is kept only when it is below the no-split makespan). The plan is built once.
 void plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg, plan::Planner& planner,
                  plan::Plan& out);
+#endif  // !WEFT_RTC
 
 }  // namespace weft::decode

@@ -97,7 +97,7 @@ struct TcMainloop {
 
     // Logits (the variant: scale, soft cap, bias; keys past kv_end masked) and online softmax
     // per query column.
-    const V v(p.var);
+    const V v = attn::VariantFactory<V>::make(p);
     const int key_lo = k0 + lane / 4;  // accumulator elements 0, 1; elements 2, 3 are key_lo + 8
     uint32_t pb[NT][2];                // B fragments of P^T for the PV mma
 #pragma unroll

@@ -4,8 +4,10 @@
 // entry and exit. weft-bench reads it after a launch to show where a call's time goes (start-up
 // chain, KV stream, epilogue, merge chain, spread of CTA end times).
 #pragma once
-#include <cstdint>
+#include "common/rtc_compat.h"
+#if !WEFT_RTC
 #include <vector>
+#endif
 
 namespace weft::decode {
 
@@ -39,10 +41,12 @@ struct TraceRecord {
   int64_t sink;                 // values stored so that a point waits for them (WEFT_DECODE_TRACE_AFTER)
 };
 
+#if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 // Whether the library was built with WEFT_DECODE_TRACE.
 bool trace_compiled();
 // The records of CTAs 0 .. ctas-1 from the last decode launch (synchronous copy; call after the
 // launch completed). Empty when trace_compiled() is false.
 std::vector<TraceRecord> trace_read(int ctas);
+#endif  // !WEFT_RTC
 
 }  // namespace weft::decode

@@ -12,6 +12,7 @@
 #include "attention/variant_host.h"
 #include "common/cuda_check.h"
 #include "decode/decode_plan.h"
+#include "decode/jit_launch.h"
 #include "decode/launch.h"
 #include "weft/decode.h"
 #include "weft/validate.h"
@@ -114,6 +115,9 @@ struct BatchDecodeWrapper::Impl {
   AttentionVariant variant;
   void* workspace = nullptr;
   DecodePath path = DecodePath::kTensorCore;
+  // A run-time compiled variant's kernel and parameters (variant.jit; weft/jit.h).
+  jit_detail::PlanState jit;
+  std::size_t jit_smem = 0;
 };
 
 std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
@@ -267,6 +271,9 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   check::workspace(workspace, workspace_bytes, im.share ? im.wlayout.total_bytes() : im.layout.total_bytes(),
                    "workspace");
   WEFT_CHECK_ARG(batch == 0 || kv_lens != nullptr, "kv_lens", "must not be null");
+  jit_detail::check_jit_variant(variant);
+  WEFT_CHECK_ARG(variant.jit == nullptr || !im.share, "variant.jit",
+                 "prefix sharing (DecodeOptions::share_prefixes) does not run run-time compiled variants yet");
   if (im.share) {
     WEFT_CHECK_ARG(im.share_table != nullptr, "plan_lengths",
                    "prefix sharing (DecodeOptions::share_prefixes) plans from the page table: call plan()");
@@ -338,6 +345,16 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     info_.tile_rows = im.plan.tile_q;
     info_.split = im.plan.split;
   }
+  // A run-time compiled variant: its kernel (compiled, read from the cache or already loaded).
+  jit_detail::PlanState jit;
+  std::size_t jit_smem = 0;
+  if (variant.jit != nullptr) {
+    const jit_detail::KernelSpec spec =
+        decode::jit_kernel_spec(path, im.tile_rows, num_qo_heads / num_kv_heads, head_dim, dtype);
+    jit_smem = decode::jit_smem_bytes(spec, im.stages, im.warps);
+    jit.kernel = variant.jit->impl().get_kernel(spec, jit_smem);
+    jit.params.init(jit.kernel->layout, variant.jit_params, variant.jit->source().params_size);
+  }
   WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, im.staging, copy_bytes, cudaMemcpyHostToDevice, stream));
   WEFT_CUDA_CHECK(cudaEventRecord(im.staging_done, stream));
   im.staging_pending = true;
@@ -348,6 +365,8 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   im.variant = variant;
   im.workspace = workspace;
   im.path = path;
+  im.jit = std::move(jit);
+  im.jit_smem = jit_smem;
   im.planned = true;
   info_.batch = batch;
   info_.num_ctas = im.grid;
@@ -371,6 +390,8 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   check::inner_contiguous(out, "out");
   // lse
   WEFT_CHECK_ARG(lse != nullptr || !im.variant.return_lse, "lse", "the planned variant has return_lse");
+  WEFT_CHECK_ARG(lse != nullptr || im.jit.kernel == nullptr || im.jit.kernel->softmax, "lse",
+                 "the planned run-time compiled variant has kSoftmax = false: its output needs the LSE");
   if (lse != nullptr) {
     check::on_device(*lse, "lse");
     check::shape_is(*lse, "lse", {batch, hq});
@@ -430,6 +451,15 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   a.tile_rows = im.tile_rows;
   if (im.share) {
     decode::launch_decode_work_plan(a, im.wlayout.pointers(im.workspace), stream);
+    return;
+  }
+  if (im.jit.kernel != nullptr) {
+    decode::launch_decode_jit(a, *im.jit.kernel, im.jit.params, im.jit_smem, stream);
+    if (!im.jit.kernel->softmax)  // O *= exp(LSE): the variant's unnormalized output
+      jit_detail::launch_scale_by_lse(*im.jit.kernel, out.data, out.strides[0], out.strides[1],
+                                      static_cast<const float*>(lse->data), lse->strides[0],
+                                      static_cast<int32_t>(batch), static_cast<int32_t>(hq),
+                                      static_cast<int32_t>(d), stream);
     return;
   }
   decode::launch_decode(a, stream);

@@ -14,10 +14,11 @@
 //   PagedKV<T> kv = make_paged_kv<T>(cache, table);        // host, passed as a kernel param
 //   const T* k = kv.k_row(b, t, h);                         // device: K[b][t][h][0 .. head_dim)
 #pragma once
-#include <cstdint>
-
+#include "common/rtc_compat.h"
+#if !WEFT_RTC
 #include "weft/paged_kv.h"
 #include "weft/tensor.h"
+#endif
 
 namespace weft::paged {
 
@@ -41,6 +42,7 @@ struct PagePool {
   }
 };
 
+#if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 // Host: the strides of a validated 4-D pool in `layout`. T must have the pool's element size.
 template <class T>
 inline PagePool<T> make_page_pool(const TensorView& pool, KVLayout layout) {
@@ -52,6 +54,7 @@ inline PagePool<T> make_page_pool(const TensorView& pool, KVLayout layout) {
   p.head_stride = pool.strides[nhd ? 2 : 1];
   return p;
 }
+#endif  // !WEFT_RTC
 
 // Device copy of the BSR page table plus the page size.
 struct PageTableView {
@@ -99,6 +102,7 @@ struct PagedKV {
   }
 };
 
+#if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 // Host: build the device view from a cache and table that passed validate_paged_kv.
 template <class T>
 inline PagedKV<T> make_paged_kv(const PagedKVCache& cache, const PageTable& table) {
@@ -111,5 +115,6 @@ inline PagedKV<T> make_paged_kv(const PagedKVCache& cache, const PageTable& tabl
   kv.table.page_size = static_cast<int32_t>(cache.page_size());
   return kv;
 }
+#endif  // !WEFT_RTC
 
 }  // namespace weft::paged

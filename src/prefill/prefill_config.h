@@ -13,12 +13,13 @@
 // WEFT_PREFILL_INSTANCES(X) (dispatch) and WEFT_PREFILL_CONFIGS(X) (head_dim, cta_q, cta_kv:
 // instantiated_configs()) in weft_gen/instances.h.
 #pragma once
-#include <cstddef>
-#include <cstdint>
+#include "common/rtc_compat.h"
+#if !WEFT_RTC
 #include <string>
 #include <vector>
 
 #include "weft_gen/instances.h"
+#endif
 
 namespace weft::prefill {
 
@@ -84,10 +85,12 @@ constexpr int32_t acc_regs_of(int32_t head_dim, int32_t cta_q, int32_t cta_kv) {
 // The tile heuristic (FlashInfer §3.2.2) and its budgets, with their reasons:
 // heuristics::prefill_tiles in src/attention/heuristics.{h,cpp}. Throws weft::Error("head_dim",
 // ...) for unsupported head dims.
+#if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 TileConfig choose_tiles(double avg_packed_qo_len, int32_t head_dim);
 
 // All instantiated configurations (WEFT_PREFILL_CONFIGS: the table's prefill rows, in order).
 const std::vector<TileConfig>& instantiated_configs();
 std::string describe(const TileConfig& c);
+#endif  // !WEFT_RTC
 
 }  // namespace weft::prefill

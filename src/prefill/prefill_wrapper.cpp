@@ -11,6 +11,7 @@
 #include "attention/merge.cuh"
 #include "attention/variant_host.h"
 #include "common/cuda_check.h"
+#include "jit/jit_impl.h"
 #include "prefill/kernel/params.h"
 #include "prefill/prefill_config.h"
 #include "prefill/prefill_dispatch.h"
@@ -42,6 +43,9 @@ struct BatchPrefillWrapper::State {
   prefill::sm90::Entry sm90_kernel;
   std::size_t sm90_maps_off = 0;  // per-CTA tensor-map slots after the plan (sm90_launch.h)
   bool launch_merge = false;
+  // A run-time compiled variant's kernel and parameters (variant.jit; weft/jit.h). Mutable: run()
+  // writes each launch's PrefillParams in front of the user parameters.
+  mutable jit_detail::PlanState jit;
   // Planning scratch kept between plan() calls (a warm plan() allocates nothing): the planner, its
   // request and plan, the host images of the metadata and the segment arrays, and what the
   // metadata image holds (for the layout `meta_bounds`: the next serialize clears only the
@@ -200,20 +204,26 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   // ALiBi needs a tile whose kernel has the bias step (kernel/params.h bias_supported): the
   // heuristic's d128 x 128-row tile gives way to the 64-row one; a forced tile without it is an
   // error.
-  if (variant.alibi_slopes != nullptr && !prefill::bias_supported(cfg.head_dim, cfg.cta_q)) {
-    WEFT_CHECK_ARG(opt.cta_q == 0, "opt.cta_q",
+  // A run-time compiled variant (weft/jit.h) takes the same tiles (its logit hook is the same
+  // per-tile step), unless a tile is forced (it is compiled with the hook whatever the tile).
+  jit_detail::check_jit_variant(variant);
+  const bool jit = variant.jit != nullptr;
+  if ((variant.alibi_slopes != nullptr || jit) && !prefill::bias_supported(cfg.head_dim, cfg.cta_q)) {
+    WEFT_CHECK_ARG(opt.cta_q == 0 || jit, "opt.cta_q",
                    "cta_q " << opt.cta_q << " at head_dim " << head_dim << " has no ALiBi kernel (use 16 or 64)");
-    for (const TileConfig& c : prefill::instantiated_configs())
-      if (c.head_dim == head_dim && c.cta_q == 64) cfg = c;
+    if (opt.cta_q == 0)
+      for (const TileConfig& c : prefill::instantiated_configs())
+        if (c.head_dim == head_dim && c.cta_q == 64) cfg = c;
   }
   const int device = device_of(bounds.device);
   // Mainloop: the sm90 kernel (wgmma + TMA, 128 x 128 tiles, one CTA per SM) where the heuristic
   // chose the 128-row tile and the device/arguments allow it; the FA2 kernel otherwise.
-  // ALiBi runs on the FA2 kernel only (the sm90 mainloop has no bias step yet).
+  // ALiBi and run-time compiled variants run on the FA2 kernel only (the sm90 mainloop has no
+  // bias step yet).
   WEFT_CHECK_ARG(opt.mainloop == PrefillMainloop::kAuto || opt.mainloop == PrefillMainloop::kFA2, "opt.mainloop",
                  "unknown mainloop " << static_cast<int>(opt.mainloop));
   bool use_sm90 = opt.mainloop == PrefillMainloop::kAuto && cfg.cta_q == prefill::sm90::kBlockM &&
-                  variant.alibi_slopes == nullptr &&
+                  variant.alibi_slopes == nullptr && !jit &&
                   prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size);
   if (use_sm90) cfg.cta_kv = prefill::sm90::kBlockN;
   const prefill::sm90::Entry sm90_kernel = use_sm90 ? prefill::sm90::find(head_dim, dtype) : prefill::sm90::Entry{};
@@ -224,6 +234,15 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   const std::size_t plan_bytes = layout.total_bytes;
   if (use_sm90) layout.total_bytes = prefill::sm90::workspace_bytes(plan_bytes, num_ctas);
   check::workspace(workspace, workspace_bytes, layout.total_bytes, "workspace");
+  // The JIT kernel of this tile (compiled, read from the cache, or already loaded). Its grid is
+  // the ahead-of-time kernel's of the same tile (num_ctas_for).
+  jit_detail::PlanState jit_state;
+  if (jit) {
+    const jit_detail::KernelSpec spec{"prefill_q" + std::to_string(cfg.cta_q) + "_kv" + std::to_string(cfg.cta_kv),
+                                      dtype == DType::kFloat16 ? "f16" : "bf16", head_dim};
+    jit_state.kernel = variant.jit->impl().get_kernel(spec, prefill::smem_bytes_of(cfg.head_dim, cfg.cta_q, cfg.cta_kv));
+    jit_state.params.init(jit_state.kernel->layout, variant.jit_params, variant.jit->source().params_size);
+  }
 
   prefill::PlanRequest& req = s_->req;
   req.qo_len.resize(batch);
@@ -284,6 +303,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   s.layout = layout;
   s.workspace = workspace;
   s.kernel = kernel;
+  s.jit = std::move(jit_state);
   s.sm90 = use_sm90;
   s.sm90_kernel = sm90_kernel;
   s.sm90_maps_off = prefill::sm90::map_scratch_offset(plan_bytes);
@@ -311,6 +331,8 @@ void BatchPrefillWrapper::check_common(const TensorView& q, const TensorView& ou
   check::dtype_is(out, "out", s.dtype);
   check::shape_is(out, "out", {s.total_q, s.num_qo_heads, s.head_dim});
   check::inner_contiguous(out, "out", 16);
+  WEFT_CHECK_ARG(lse != nullptr || s.jit.kernel == nullptr || s.jit.kernel->softmax, "lse",
+                 "the planned run-time compiled variant has kSoftmax = false: its output needs the LSE");
   if (lse != nullptr) {
     check::on_device(*lse, "lse");
     check::dtype_is(*lse, "lse", DType::kFloat32);
@@ -367,6 +389,12 @@ void BatchPrefillWrapper::launch(const void* params_ptr, const TensorView& out,
     sh.v_rows = p.v_rows;
     sh.map_scratch = static_cast<char*>(s.workspace) + s.sm90_maps_off;
     s.sm90_kernel.launch(p, sh, s.num_ctas, stream);
+  } else if (s.jit.kernel != nullptr) {
+    s.jit.params.set_base(&p, sizeof(p));
+    const TileConfig& c = s.cfg;
+    jit_detail::launch(*s.jit.kernel, s.jit.params, dim3(s.num_ctas),
+                       dim3(prefill::threads_of(c.head_dim, c.cta_q, c.cta_kv)),
+                       prefill::smem_bytes_of(c.head_dim, c.cta_q, c.cta_kv), stream);
   } else {
     s.kernel.launch(p, s.num_ctas, stream);
   }
@@ -382,6 +410,10 @@ void BatchPrefillWrapper::launch(const void* params_ptr, const TensorView& out,
     mo.group_size = p.group_size;
     attn::launch_plan_merge(p.plan, mo, s.num_ctas, stream);
   }
+  if (s.jit.kernel != nullptr && !s.jit.kernel->softmax)  // O *= exp(LSE): unnormalized output
+    jit_detail::launch_scale_by_lse(*s.jit.kernel, out.data, out.strides[0], out.strides[1], p.lse,
+                                    p.lse_stride_token, static_cast<int32_t>(s.total_q), s.num_qo_heads,
+                                    s.head_dim, stream);
 }
 
 void BatchPrefillWrapper::run_paged(const TensorView& q, const PagedKVCache& cache,

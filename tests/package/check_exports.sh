@@ -10,10 +10,11 @@ syms=$(nm -D --defined-only -C "$lib" | cut -d' ' -f2-)  # "<type> <demangled na
 echo "$lib: $(wc -l <<<"$syms") exported symbols ($(grep -c 'weft::' <<<"$syms") naming weft::)"
 fail=0
 
-# Internal namespaces need no list: the public ones are weft:: and weft::check::, and every other
+# Internal namespaces need no list: the public ones are weft::, weft::check:: and weft::jit::
+# (its internals are weft::jit_detail::), and every other
 # lowercase name under weft:: (plan, decode, prefill, paged, attn, comm_detail, norm_detail, ...)
 # is internal (public classes are CamelCase). Strip weft::check:: first, then look for the rest.
-internal=$(sed 's/weft::check:://g' <<<"$syms" | grep -E 'weft::[a-z_][a-z0-9_]*::' || true)
+internal=$(sed 's/weft::check:://g; s/weft::jit:://g' <<<"$syms" | grep -E 'weft::[a-z_][a-z0-9_]*::' || true)
 # nvcc's host-side stubs and registration (static today; must stay so).
 cuda=$(grep -E '(^|[ :(])(__cuda|__device_stub|__fatbinwrap|__nv_)' <<<"$syms" || true)
 if [ -n "$internal$cuda" ]; then
@@ -29,6 +30,7 @@ required=(
   "core|T weft::TensorView::numel() const"
   "core|V typeinfo for weft::Error"
   "paged|T weft::append_paged_kv("
+  "jit|T weft::jit::Variant::create("
   "decode|T weft::BatchDecodeWrapper::plan("
   "prefill|T weft::BatchPrefillWrapper::workspace_size("
   "norm|T weft::rmsnorm("

@@ -7,10 +7,13 @@
 // agree.)
 #include <weft/weft.h>
 
+#include <weft/jit_examples.h>
+
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <typeinfo>
+#include <vector>
 
 namespace {
 
@@ -40,7 +43,7 @@ void expect_rejected(const char* what, const std::string& argument, F&& call) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   std::printf("weft %s (comm %s)\n", weft::version(), WEFT_HAS_COMM ? "built" : "not built");
 
   // validate.h: a decreasing page-table indptr.
@@ -70,6 +73,22 @@ int main() {
   split.tile_m = 0;
   expect_rejected("plan_token_split", "tile_m", [&] { weft::plan_token_split(split); });
 #endif
+
+  // jit.h: the installed device headers are found next to the installed library (argv[1]: the
+  // install prefix; no path of the build tree), and NVRTC compiles a variant against them for
+  // sm_90a (no GPU needed).
+  try {
+    auto v = weft::jit::Variant::create(weft::jit::examples::soft_cap());
+    const std::string dir = v->device_include_dir();
+    const std::vector<char> cubin = v->compile("decode_tc1", "f16", 64, "sm_90a");
+    const bool under_prefix = argc < 2 || dir.rfind(argv[1], 0) == 0;
+    std::printf("%s jit: device headers %s, decode_tc1 f16 d64 sm_90a CUBIN %zu bytes\n",
+                under_prefix && !cubin.empty() ? "ok  " : "FAIL", dir.c_str(), cubin.size());
+    if (!under_prefix || cubin.empty()) ++failures;
+  } catch (const std::exception& e) {
+    std::printf("FAIL jit: %s\n", e.what());
+    ++failures;
+  }
 
   std::printf("%s\n", failures == 0 ? "consumer OK" : "consumer FAILED");
   return failures == 0 ? 0 : 1;

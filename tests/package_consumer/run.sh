@@ -11,4 +11,4 @@ step cmake --install "$build_dir" --prefix "$scratch/prefix"
 step cmake -S "$src_dir" -B "$scratch/build" -G Ninja -DCMAKE_PREFIX_PATH="$scratch/prefix" \
   -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON
 step cmake --build "$scratch/build"
-"$scratch/build/weft_consumer"
+"$scratch/build/weft_consumer" "$(cd "$scratch/prefix" && pwd -P)"

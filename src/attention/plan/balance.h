@@ -36,14 +36,16 @@
 // Bounds (independent of the lengths, so the workspace layout is fixed for a given max_batch):
 //   items <= tiles + num_ctas; split tiles (merges) <= num_ctas; partial slots <= 2 * num_ctas.
 #pragma once
-#include <cstddef>
-#include <cstdint>
+#include "common/rtc_compat.h"
+#if !WEFT_RTC
 #include <vector>
+#endif
 
 namespace weft::plan {
 
 inline constexpr int32_t kPlanVersion = 1;
 
+#if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 struct BalanceConfig {
   int32_t num_ctas = 0;        // fixed persistent grid (e.g. num_SMs * ctas_per_SM)
   int32_t num_kv_heads = 0;
@@ -196,6 +198,7 @@ class Planner {
   std::size_t head_ = 0;
   bool heap_mode_ = false;
 };
+#endif  // !WEFT_RTC
 
 // ---------------------------------------------------------------------------------------------
 // Workspace layout: every array at a FIXED offset computed from bounds, so the device pointers a
@@ -264,6 +267,7 @@ struct PlanPointers {
   float* partial_lse;  // [max_slots, tile_q], BASE-2 log-sum-exp (kernels work in log2)
 };
 
+#if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 class WorkspaceLayout {
  public:
   static constexpr std::size_t kAlign = 256;
@@ -303,5 +307,6 @@ class WorkspaceLayout {
   std::size_t off_po_ = 0, off_plse_ = 0;
   std::size_t metadata_bytes_ = 0, total_bytes_ = 0;
 };
+#endif  // !WEFT_RTC
 
 }  // namespace weft::plan

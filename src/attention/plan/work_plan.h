@@ -25,8 +25,8 @@
 // Every (request, query head, key) of the batch is covered exactly once: by one item row that
 // writes it finally, or by the sources of exactly one merge (tests/host/attention/pack_plan_test).
 #pragma once
-#include <cstddef>
-#include <cstdint>
+#include "common/rtc_compat.h"
+#if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 #include <vector>
 
 #include "attention/plan/prefix_forest.h"
@@ -71,6 +71,7 @@ WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const
                         const PackPlanConfig& cfg);
 
 }  // namespace weft::plan
+#endif  // !WEFT_RTC
 
 namespace weft::plan {
 
@@ -108,6 +109,7 @@ struct WorkPlanPointers {
   float* partial_lse = nullptr;  // [max_slots, tile_rows], base-2
 };
 
+#if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 class WorkPlanLayout {
  public:
   static constexpr std::size_t kAlign = 256;
@@ -130,5 +132,6 @@ class WorkPlanLayout {
   Offsets off_{};
   std::size_t metadata_bytes_ = 0, total_bytes_ = 0;
 };
+#endif  // !WEFT_RTC
 
 }  // namespace weft::plan

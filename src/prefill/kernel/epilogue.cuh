@@ -6,8 +6,7 @@
 //      split item: fp32 O / d and BASE-2 LSE into the plan's partial slot (merged by
 //      attention/merge.cu). Empty rows: O = 0, LSE = -inf.
 #pragma once
-#include <cmath>
-#include <cstdint>
+#include "common/rtc_compat.h"  // <cmath>, <cstdint> (CCCL under NVRTC)
 
 #include "common/ptx.cuh"
 #include "prefill/kernel/load.cuh"

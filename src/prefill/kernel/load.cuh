@@ -2,7 +2,7 @@
 // cp.async (16-byte, L2-only .cg) into XOR-swizzled rows. Rows past the valid range are
 // zero-filled by cp.async (src-size 0), so the math never reads garbage (0 * NaN would poison O).
 #pragma once
-#include <cstdint>
+#include "common/rtc_compat.h"
 
 #include "common/ptx.cuh"
 #include "prefill/kernel/params.h"

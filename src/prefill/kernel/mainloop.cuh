@@ -9,8 +9,7 @@
 // ldmatrix.x4: lanes 8i..8i+7 give the row addresses of 8x8 matrix i; register i receives
 // matrix i with lane holding (row lane/4, cols 2(lane%4)..+1) (.trans: of the transpose).
 #pragma once
-#include <cmath>
-#include <cstdint>
+#include "common/rtc_compat.h"  // <cmath>, <cstdint> (CCCL under NVRTC)
 
 #include "common/ptx.cuh"
 #include "prefill/kernel/traits.cuh"

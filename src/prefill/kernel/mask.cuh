@@ -13,8 +13,7 @@
 // ALiBi is a runtime-uniform branch per tile (PrefillParams::alibi_slopes), taken only by the
 // FA2 kernel (the sm90 path is not selected with ALiBi).
 #pragma once
-#include <cmath>
-#include <cstdint>
+#include "common/rtc_compat.h"  // <cmath>, <cstdint> (CCCL under NVRTC)
 
 #include "attention/variant.cuh"
 #include "prefill/kernel/load.cuh"
@@ -84,14 +83,14 @@ __device__ __forceinline__ void prepare_logits(float (&s)[Tr::kMB][Tr::kFragS][4
       for (int e = 0; e < 4; ++e) s[mb][n][e] = v.softcap(s[mb][n][e]);
 }
 
-// ALiBi (p.alibi_slopes != nullptr; replaces prepare_logits): raw scores -> the AlibiVariant's
-// log2-domain logits (scale or soft cap, then slope[h] * log2(e) * (j - pos)). Element layout as
-// apply_mask's; each row's slope is loaded once per tile (L1-resident, num_qo_heads floats).
-template <class Tr>
+// A variant with a bias (replaces prepare_logits): raw scores -> v's log2-domain logits. ALiBi
+// (p.alibi_slopes != nullptr, v = AlibiVariant): scale or soft cap, then slope[h] * log2(e) *
+// (j - pos); a run-time compiled variant (weft::jit): its own logit. Element layout as
+// apply_mask's; each row's constants (ALiBi: its slope, L1-resident) are loaded once per tile.
+template <class Tr, class V>
 __device__ __forceinline__ void apply_bias_logits(float (&s)[Tr::kMB][Tr::kFragS][4],
-                                                  const PrefillParams& p, const ItemGeom& g,
+                                                  const PrefillParams& p, const ItemGeom& g, const V& v,
                                                   int warp_row0, int key0, int lane) {
-  const attn::AlibiVariant v(variant_params_of(p));
 #pragma unroll
   for (int mb = 0; mb < Tr::kMB; ++mb) {
 #pragma unroll
@@ -99,7 +98,7 @@ __device__ __forceinline__ void apply_bias_logits(float (&s)[Tr::kMB][Tr::kFragS
       const int row = g.row_begin + warp_row0 + mb * 16 + (lane >> 2) + 8 * h;
       const int tok = row / p.group_size;
       const int head = g.kv_head * p.group_size + (row - tok * p.group_size);
-      const attn::AlibiVariant::Row vr = v.row(g.pos0 + tok, head);
+      const typename V::Row vr = v.row(g.pos0 + tok, head);
 #pragma unroll
       for (int n = 0; n < Tr::kFragS; ++n) {
 #pragma unroll

@@ -1,7 +1,7 @@
 // Kernel parameters of the batch prefill kernel (plain struct: built on the host, passed by
 // value). Host-includable: no CUDA device code.
 #pragma once
-#include <cstdint>
+#include "common/rtc_compat.h"
 
 #include "attention/plan/balance.h"
 #include "prefill/prefill_config.h"

@@ -11,9 +11,12 @@
 // may overwrite tile t-1's buffers: V_{t+1} -> V stage (t+1) % 2 = (t-1) % 2, K_{t+2} -> K stage
 // (t+2) % 3 = (t-1) % 3. Prefetch distance: K two tiles, V one tile.
 #pragma once
+#include "common/rtc_compat.h"
+#if !WEFT_RTC
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_check.h"
+#endif
 #include "common/ptx.cuh"
 #include "prefill/kernel/epilogue.cuh"
 #include "prefill/kernel/load.cuh"
@@ -25,8 +28,17 @@
 namespace weft::prefill {
 
 
-template <class Tr>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM) batch_prefill_kernel(const PrefillParams p) {
+// The built-in variants only (PrefillParams' fields: scale, soft cap, ALiBi, masks): what the
+// ahead-of-time kernels run. A variant compiled at run time (weft::jit, jit/jit_variant.cuh)
+// passes its own JV, whose kHasBias logits (V::row / V::logit_mul, log2 units) replace the
+// built-in logit step; masks and KV ranges stay PrefillParams'.
+struct NoJitVariant {
+  static constexpr bool kHasBias = false;
+};
+
+// The kernel body: every work item of this CTA.
+template <class Tr, class JV>
+__device__ __forceinline__ void prefill_items(const PrefillParams& p, const JV& jv) {
   using T = typename Tr::Elem;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
@@ -70,7 +82,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM) batch_prefill
     uint32_t qf[Tr::kQInRegs ? Tr::kKStepsQK : 1][4];
     // Exponent scale of the softmax: raw scores x sm_scale log2(e); soft-capped or ALiBi logits
     // are already in the log2 domain (prepare_logits / apply_bias_logits).
-    const float scale = softmax_scale(p);
+    const float scale = JV::kHasBias ? 1.f : softmax_scale(p);
 
     int ks = 0;  // K stage of tile t (t % 3)
     for (int t = 0; t < n_tiles; ++t) {
@@ -97,9 +109,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM) batch_prefill
 
       float s[Tr::kMB][Tr::kFragS][4];
       compute_qk<Tr>(s, qf, sq, warp_row0, sk + ks * Tr::kKVTileElems, key_off, lane);
-      if constexpr (Tr::kBias) {
+      if constexpr (JV::kHasBias) {
+        apply_bias_logits<Tr>(s, p, g, jv, warp_row0, ts + key_off, lane);
+      } else if constexpr (Tr::kBias) {
         if (p.alibi_slopes != nullptr)  // uniform over the launch
-          apply_bias_logits<Tr>(s, p, g, warp_row0, ts + key_off, lane);
+          apply_bias_logits<Tr>(s, p, g, attn::AlibiVariant(variant_params_of(p)), warp_row0, ts + key_off, lane);
         else
           prepare_logits<Tr>(s, p);
       } else {
@@ -125,6 +139,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM) batch_prefill
   }
 }
 
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM) batch_prefill_kernel(const PrefillParams p) {
+  prefill_items<Tr>(p, NoJitVariant{});
+}
+
+#if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 // Host launcher of one instantiation (defined in the instantiation's .cu file). The dynamic
 // shared-memory opt-in was set by occupancy_batch_prefill() during plan(), so run() issues only
 // the launch (nothing but stream work: safe under graph capture).
@@ -146,5 +166,7 @@ int occupancy_batch_prefill() {
                                                                 Tr::kSmemBytes));
   return blocks;
 }
+
+#endif  // !WEFT_RTC
 
 }  // namespace weft::prefill

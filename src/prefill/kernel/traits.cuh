@@ -1,6 +1,6 @@
 // Compile-time shape of one prefill kernel instantiation and its shared-memory layout.
 #pragma once
-#include <cstdint>
+#include "common/rtc_compat.h"
 
 #include "common/ptx.cuh"
 #include "prefill/kernel/params.h"
