@@ -33,6 +33,9 @@
 //   one-shot: every rank reduces every token itself (no all-gather); all residual rows updated.
 //     Best for small messages. kAuto picks with select_variant() (bytes and world size).
 //   fallback: ncclAllReduce + fused_add_rmsnorm; all residual rows updated; NCCL's sum order.
+//   single rank (world 1): residual' = round(residual + x), out = rmsnorm(residual') * weight,
+//     all rows updated, by the same reduce + norm device code as the LSA kernels on num_ctas CTAs
+//     (so the CTA count still sets how many SMs the call occupies); variant is ignored.
 // `out` receives all tokens on every rank; an empty TensorView (ndim 0) means in place into x.
 // x and out must be row-contiguous (stride == hidden); residual may have any 16-byte row stride.
 // Results are deterministic and identical on all ranks (fixed peer order, no atomics).
@@ -73,7 +76,8 @@ namespace weft WEFT_API {
 enum class CommPath : int32_t {
   kLsa = 0,           // fused kernel over NCCL symmetric memory (load/store to peers)
   kNcclFallback = 1,  // ncclAllReduce + fused_add_rmsnorm
-  kSingleRank = 2,    // world size 1: fused_add_rmsnorm only
+  kSingleRank = 2,    // world size 1: residual add + RMSNorm by the LSA kernels' reduce code on
+                      // num_ctas CTAs (one contribution, no window; src/comm/fused_single.cu)
 };
 const char* comm_path_name(CommPath p);
 

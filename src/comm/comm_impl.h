@@ -98,6 +98,9 @@ struct FusedLaunch {
   CommKernel kernel = CommKernel::kPush;  // never kAuto
 };
 void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t stream);
+// World size 1 (CommPath::kSingleRank, fused_single.cu): the multi-rank kernels' reduce + norm
+// code on l.num_ctas CTAs, one contribution (x), no window; l.one_shot / l.kernel are ignored.
+void launch_fused_single(const FusedLaunch& l, cudaStream_t stream);
 
 }  // namespace comm_detail
 }  // namespace weft

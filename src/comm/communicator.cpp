@@ -1,5 +1,5 @@
 // weft::Communicator: NCCL bootstrap, path choice (LSA / fallback / single rank), the fused
-// entry point's validation and dispatch, the NCCL fallback.
+// entry point's validation and dispatch (LSA kernels, the world-1 kernel), the NCCL fallback.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -234,7 +234,7 @@ void fused_allreduce_add_rmsnorm(Communicator& comm, const TensorView& x, const 
   const comm_detail::FusedCall c =
       comm_detail::check_fused_args(x, residual, weight, eps, out, num_ctas, variant, im.capacity, im.device);
   if (c.tokens == 0) return;
-  if (im.path == CommPath::kLsa) {
+  if (im.path == CommPath::kLsa || im.path == CommPath::kSingleRank) {
     comm_detail::FusedLaunch l;
     l.x = x.data;
     l.residual = residual.data;
@@ -245,6 +245,11 @@ void fused_allreduce_add_rmsnorm(Communicator& comm, const TensorView& x, const 
     l.hidden = c.hidden;
     l.dtype = c.dtype;
     l.eps = static_cast<float>(eps);
+    l.num_ctas = num_ctas;
+    if (im.path == CommPath::kSingleRank) {  // the same reduce + norm code, one contribution
+      comm_detail::launch_fused_single(l, stream);
+      return;
+    }
     AllReduceVariant v = variant;
     if (v == AllReduceVariant::kAuto) {
       v = comm.select_variant(c.tokens, c.hidden, c.dtype);
@@ -252,19 +257,14 @@ void fused_allreduce_add_rmsnorm(Communicator& comm, const TensorView& x, const 
       if (c.out == comm.input_buffer()) v = AllReduceVariant::kTwoShot;
     }
     l.one_shot = v == AllReduceVariant::kOneShot;
-    l.num_ctas = num_ctas;
     l.kernel = comm.kernel_for(c.tokens, c.hidden, c.dtype);
     comm_detail::launch_fused_lsa(im, l, stream);
     return;
   }
-  // Fallback / single rank: the all-reduced sum lands in `out` (x when in place), then the
-  // single-GPU fused residual add + RMSNorm runs in place on it.
-  if (im.path == CommPath::kNcclFallback) {
-    WEFT_NCCL_CHECK(ncclAllReduce(x.data, c.out, static_cast<size_t>(c.tokens * c.hidden), nccl_type(c.dtype),
-                                  ncclSum, im.comm, stream));
-  } else if (c.out != x.data) {
-    WEFT_CUDA_CHECK(cudaMemcpyAsync(c.out, x.data, c.bytes, cudaMemcpyDeviceToDevice, stream));
-  }
+  // Fallback: the all-reduced sum lands in `out` (x when in place), then the single-GPU fused
+  // residual add + RMSNorm runs in place on it.
+  WEFT_NCCL_CHECK(ncclAllReduce(x.data, c.out, static_cast<size_t>(c.tokens * c.hidden), nccl_type(c.dtype),
+                                ncclSum, im.comm, stream));
   norm_detail::NormArgs a;
   a.x = c.out;
   a.x_stride = c.hidden;

@@ -50,16 +50,11 @@
 namespace weft::comm_detail {
 namespace {
 
-// kBlock threads: 512 (16 warps; kCeBlock, the only one launched). At 512 the pass-1 batch per
-// thread is half the push kernel's (the 128-register cap; ptxas: 126-128 registers, 0 spills):
-// the same loads in flight per CTA, spread over twice the rows at once. Measured on 4xH200
-// (fed62b6, docs/perf-notes-comm.md): the reduce alone is 1.2-1.35x faster at 512 than at 256
-// (the push kernel's shape; that launch and its tuning knob are gone) from 1K tokens on. 768 and
-// 1024 threads spilled 100-480 bytes per thread at the 80 / 64-register caps.
-constexpr int kCeBlock = 512;
+// kBlock threads: kReduceBlock (512, fused_reduce.cuh says why), the only one launched.
+constexpr int kCeBlock = kReduceBlock;
 template <class T, int kMaxWorld, int kBlock>
 __global__ void __launch_bounds__(kBlock, 1) ce_reduce_kernel(const Params p) {
-  constexpr int kB = reduce_batch<kMaxWorld>() * kCommBlock / kBlock;
+  constexpr int kB = reduce_batch_for_block<kMaxWorld, kBlock>();
   static_assert(kB >= 1, "a CTA this large has no pass-1 batch left");
   __shared__ float seg_sums[kBlock / 32][kSegs];
   __shared__ uint32_t s_bad;

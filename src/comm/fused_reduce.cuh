@@ -23,6 +23,14 @@ constexpr int kCommWarps = kCommBlock / 32;
 // flight per CTA); world 8: 2 x 9.
 template <int kMaxWorld>
 constexpr int reduce_batch() { return kMaxWorld <= 2 ? 8 : kMaxWorld <= 4 ? 4 : 2; }
+// 512 threads (16 warps): the block of the reduce-only launches (copy-engine kernel, world 1).
+// At 512 the pass-1 batch per thread is half the push kernel's (the 128-register cap; ptxas:
+// 126-128 registers, 0 spills at world 2..8). Measured on 4xH200 (fed62b6,
+// docs/perf-notes-comm.md): the reduce alone is 1.2-1.35x faster at 512 than at 256 from 1K
+// tokens on. 768 and 1024 threads spilled 100-480 bytes per thread at the 80 / 64-register caps.
+constexpr int kReduceBlock = 512;
+template <int kMaxWorld, int kBlock>
+constexpr int reduce_batch_for_block() { return reduce_batch<kMaxWorld>() * kCommBlock / kBlock; }
 // Pass 2: rounded-row + weight vectors loaded per batch before the stores.
 constexpr int kNormBatch = 4;
 __device__ __forceinline__ uint4* lsa_ptr(const Params& p, size_t off, int peer) {
@@ -55,7 +63,8 @@ __device__ void reduce_norm_rows(const Params& p, TokenRange seg, int64_t k_lo, 
   const int j0 = wg * (kSegs / G), j1 = j0 + kSegs / G;
   const int v_begin = j0 * seg_len, v_end = min(j1 * seg_len, vecs);  // this warp's vectors
   const uint4* w = static_cast<const uint4*>(p.weight);
-  const uint4* stage = lsa_ptr(p, p.stage_off, rank);
+  // World 1 (fused_single.cu) has no window: the only contribution is x itself.
+  const uint4* stage = kMaxWorld > 1 ? lsa_ptr(p, p.stage_off, rank) : nullptr;
   const int64_t slot_vecs = p.slot_rows * vecs;
   uint4* const out = static_cast<uint4*>(p.out);
 

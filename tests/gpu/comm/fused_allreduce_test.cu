@@ -195,6 +195,31 @@ CommOptions options(int64_t max_tokens = 16384, int64_t max_hidden = 8192) {
   return o;
 }
 
+// World size 1 (one GPU is enough): the communicator takes CommPath::kSingleRank and the fused
+// call runs the multi-rank kernels' reduce + norm code on num_ctas CTAs. Every row's residual
+// must equal the reference bit for bit, outputs within tolerance, the same bits for every CTA
+// count, in place and out of place, both dtypes, ragged token counts.
+TEST(CommFused, SingleRankSameKernelPath) {
+  WEFT_REQUIRE_GPU();
+  auto rng = weft::test::Rng::for_current_test();
+  RankGroup g({0}, options());
+  ASSERT_EQ(g.comm(0).path(), CommPath::kSingleRank) << g.comm(0).path_reason();
+  for (DType dt : {DType::kBFloat16, DType::kFloat16})
+    for (int64_t H : {1024, 8192})
+      for (int64_t T : {1, 3, 130, 1000}) {
+        const Problem p = make_problem(rng, dt, T, H, 1);
+        std::vector<uint16_t> canonical;
+        for (int ctas : {1, 2, 8, 32})
+          for (Mode m : {Mode::kOutOfPlace, Mode::kInPlace}) {
+            const RunResult rr = run(g, p, AllReduceVariant::kAuto, ctas, m);
+            // kOneShot in check(): every residual row is updated (as at world 1).
+            check(g, p, rr, AllReduceVariant::kOneShot, true, &canonical,
+                  name(p, AllReduceVariant::kAuto, ctas, 1) + (m == Mode::kInPlace ? " in place" : ""));
+            if (HasFailure()) return;
+          }
+      }
+}
+
 TEST(CommFused, MatchesReferenceAllShapes) {
   WEFT_REQUIRE_GPUS(2);
   auto rng = weft::test::Rng::for_current_test();
