@@ -19,3 +19,6 @@
 #include "weft/comm.h"
 #include "weft/token_split.h"
 #endif
+#if WEFT_HAS_TP
+#include "weft/tp_layer.h"
+#endif

@@ -36,6 +36,7 @@ required=(
   "norm|T weft::rmsnorm("
   "comm|T weft::Communicator::Communicator("
   "comm|T weft::plan_token_split("
+  "tp|T weft::TpLayer::plan("
 )
 for r in "${required[@]}"; do
   c=${r%%|*}; s=${r#*|}
