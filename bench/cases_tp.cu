@@ -8,7 +8,8 @@
 //   unsplit        the whole layer, one stream (TpSchedule::kUnsplit), 8 comm CTAs;
 //   split          two halves from the wave-aware planner (all SMs), one stream, no overlap:
 //                  extra.split_overhead = split / unsplit - 1 (the split's wave cost);
-//   hold/k<k>      the split schedule while a kernel occupies k SMs for its whole duration
+//   hold/k<k>      the split schedule (GEMMs and cut planned for SMs - k: gemm_sms) while a
+//                  kernel occupies k SMs for its whole duration
 //                  (1024 threads + 227 KB shared memory per CTA: no GEMM or attention CTA can
 //                  share the SM, as with the real comm kernel, whose 512 x 128 registers fill it):
 //                  extra.overlap_overhead = hold / unsplit - 1 = GEMM slowdown from reserving
@@ -42,18 +43,32 @@ struct Model {
 const Model kModels[] = {{"llama3-70b", 8192, 28672, 64, 8}, {"llama3-8b", 4096, 14336, 32, 8}};
 const int kHoldKs[] = {2, 4, 8, 16};
 
-// Holds its SM until *flag != 0 (thread 0 polls; the others wait at the barrier).
-__global__ void __launch_bounds__(1024, 1) hold_sm_kernel(const volatile int* flag) {
+// Holds its SM until *flag != 0 (thread 0 polls; the others wait at the barrier) or until
+// max_ns have passed (then counts a timeout): a safety net, since a GEMM that waits for all its
+// CTAs to be resident would otherwise never let the flag be set (see src/tp/gemm_lt.h).
+__global__ void __launch_bounds__(1024, 1) hold_sm_kernel(const volatile int* flag, unsigned long long max_ns,
+                                                          int* timeouts) {
   extern __shared__ char hold_smem[];
   if (threadIdx.x == 0) {
     hold_smem[0] = 0;
-    while (*flag == 0) __nanosleep(2000);
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    for (;;) {
+      if (*flag != 0) break;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      if (t - t0 > max_ns) {
+        atomicAdd(timeouts, 1);
+        break;
+      }
+      __nanosleep(2000);
+    }
   }
   __syncthreads();
 }
 
 struct Holder {
-  DeviceArray flag{sizeof(int)};
+  DeviceArray flag{sizeof(int)}, timeouts{sizeof(int)};
+  unsigned long long max_ns = 0;
   cudaStream_t side = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
   int smem = 0;
@@ -67,6 +82,14 @@ struct Holder {
     WEFT_BENCH_CUDA(cudaGetDevice(&dev));
     WEFT_BENCH_CUDA(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     WEFT_BENCH_CUDA(cudaFuncSetAttribute(hold_sm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    WEFT_BENCH_CUDA(cudaMemset(timeouts.get(), 0, sizeof(int)));
+  }
+  int take_timeouts() {
+    int n = 0;
+    WEFT_BENCH_CUDA(cudaDeviceSynchronize());
+    WEFT_BENCH_CUDA(cudaMemcpy(&n, timeouts.get(), sizeof(int), cudaMemcpyDeviceToHost));
+    WEFT_BENCH_CUDA(cudaMemset(timeouts.get(), 0, sizeof(int)));
+    return n;
   }
   ~Holder() {
     cudaStreamSynchronize(side);
@@ -79,7 +102,7 @@ struct Holder {
     WEFT_BENCH_CUDA(cudaMemsetAsync(flag.get(), 0, sizeof(int), s));
     WEFT_BENCH_CUDA(cudaEventRecord(fork, s));
     WEFT_BENCH_CUDA(cudaStreamWaitEvent(side, fork, 0));
-    hold_sm_kernel<<<k, 1024, smem, side>>>(flag.as<int>());
+    hold_sm_kernel<<<k, 1024, smem, side>>>(flag.as<int>(), max_ns, timeouts.as<int>());
     WEFT_BENCH_CUDA(cudaGetLastError());
     work(s);
     WEFT_BENCH_CUDA(cudaMemsetAsync(flag.get(), 0xFF, sizeof(int), s));
@@ -197,19 +220,18 @@ WEFT_BENCH_GROUP(tp) {
             rh.name = base + "hold/k" + std::to_string(k);
             weft::TpLayerOptions oh;
             oh.schedule = weft::TpSchedule::kSplit;
-            oh.split_tokens = 0;
-            weft::TpLayerOptions probe = oh;  // the m1 kOverlap with comm_ctas = k would pick
-            probe.schedule = weft::TpSchedule::kOverlap;
-            probe.comm_ctas = k;
-            layer->plan(batch, probe, ctx.stream());
-            oh.split_tokens = layer->split_tokens() < T ? layer->split_tokens() : 0;
+            oh.gemm_sms = ctx.sm_count() - k;  // GEMMs and the cut planned for the SMs left
             layer->plan(batch, oh, ctx.stream());
+            // Released when the layer ends; at the latest after 4x the split time (never hit
+            // unless the GEMMs wait for held SMs: extra.hold_timeouts).
+            holder.max_ns = static_cast<unsigned long long>(4e6 * rs.ms);
             rh.ms = ctx.time_ms(
                 [&](cudaStream_t s) { holder.around(s, k, [&](cudaStream_t s2) { layer->run(tx, tr, to, s2); }); },
                 2, 10);
             params(rh, oh);
             rh.params.push_back({"held_sms", std::to_string(k)});
-            rh.extra = {{"overlap_overhead", rh.ms / t_unsplit - 1}, {"k", double(k)}};
+            rh.extra = {{"overlap_overhead", rh.ms / t_unsplit - 1}, {"k", double(k)},
+                        {"hold_timeouts", double(holder.take_timeouts())}};
             unsplit_extra.push_back({"overlap_overhead_k" + std::to_string(k), rh.ms / t_unsplit - 1});
             ctx.report(rh);
           }

@@ -87,9 +87,14 @@ struct TpLayerOptions {
   // the other half computes (TokenWeave: 2-8).
   int comm_ctas = 8;
   // m1 (rows of half A). 0: plan_token_split on the gate/up GEMM (the largest) with the tile
-  // below and sm_count = SMs - comm_ctas under kOverlap (the comm CTAs hold their SMs: 512
-  // threads x 128 registers fill an SM's register file), all SMs under kSplit.
+  // below and sm_count = the GEMMs' SM target (gemm_sms).
   int64_t split_tokens = 0;
+  // SMs the GEMMs are planned for (cuBLASLt CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET) and the split
+  // planner's sm_count. 0: SMs - comm_ctas under kOverlap (the comm CTAs hold their SMs: 512
+  // threads x 128 registers fill an SM's register file), all SMs otherwise. Without the target,
+  // cuBLASLt may pick a persistent / stream-K kernel for all SMs that stalls while the comm
+  // kernel holds some of them (src/tp/gemm_lt.h).
+  int gemm_sms = 0;
   // The planner's GEMM tile: 128 x 256 is the bf16 tile cuBLASLt's heuristic returns for these
   // shapes on sm_90 (M >= 1K, N >= 2K); a tile-aligned cut keeps every half's M tiles full.
   int64_t tile_m = 128;

@@ -34,8 +34,9 @@ LtGemm::~LtGemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-LtGemm::Entry& LtGemm::entry(int64_t lda, int64_t ldw, int64_t ldc, int64_t m, int64_t n, int64_t k, DType dtype) {
-  const Key key{lda, ldw, ldc, m, n, k, static_cast<int>(dtype)};
+LtGemm::Entry& LtGemm::entry(int64_t lda, int64_t ldw, int64_t ldc, int64_t m, int64_t n, int64_t k, DType dtype,
+                             int sm_target) {
+  const Key key{lda, ldw, ldc, m, n, k, static_cast<int>(dtype), sm_target};
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   const cudaDataType_t t = cuda_type(dtype);
@@ -45,6 +46,11 @@ LtGemm::Entry& LtGemm::entry(int64_t lda, int64_t ldw, int64_t ldc, int64_t m, i
     const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
     lt_check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)), "TRANSA");
     lt_check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)), "TRANSB");
+    if (sm_target > 0) {
+      const int32_t sms = sm_target;
+      lt_check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)),
+               "SM_COUNT_TARGET");
+    }
     // Column-major: "A" = W (K x N, ld ldw, transposed), "B" = x (K x M, ld lda), C: N x M.
     lt_check(cublasLtMatrixLayoutCreate(&e.la, t, static_cast<uint64_t>(k), static_cast<uint64_t>(n), ldw), "layout W");
     lt_check(cublasLtMatrixLayoutCreate(&e.lb, t, static_cast<uint64_t>(k), static_cast<uint64_t>(m), lda), "layout A");
@@ -73,14 +79,15 @@ LtGemm::Entry& LtGemm::entry(int64_t lda, int64_t ldw, int64_t ldc, int64_t m, i
   return cache_.emplace(key, e).first->second;
 }
 
-void LtGemm::prepare(int64_t lda, int64_t ldw, int64_t ldc, int64_t m, int64_t n, int64_t k, DType dtype) {
-  if (m > 0) entry(lda, ldw, ldc, m, n, k, dtype);
+void LtGemm::prepare(int64_t lda, int64_t ldw, int64_t ldc, int64_t m, int64_t n, int64_t k, DType dtype,
+                     int sm_target) {
+  if (m > 0) entry(lda, ldw, ldc, m, n, k, dtype, sm_target);
 }
 
 void LtGemm::run(const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc, int64_t m,
-                 int64_t n, int64_t k, DType dtype, cudaStream_t stream) {
+                 int64_t n, int64_t k, DType dtype, int sm_target, cudaStream_t stream) {
   if (m == 0) return;
-  Entry& e = entry(lda, ldw, ldc, m, n, k, dtype);
+  Entry& e = entry(lda, ldw, ldc, m, n, k, dtype, sm_target);
   const float alpha = 1.f, beta = 0.f;
   lt_check(cublasLtMatmul(handle_, e.desc, &alpha, w, e.la, a, e.lb, &beta, c, e.lc, c, e.lc, &e.algo, ws_, ws_bytes_,
                           stream),

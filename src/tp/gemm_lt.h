@@ -30,9 +30,15 @@ class LtGemm {
   }
   // Enqueues on `stream`; M == 0 does nothing. Capturable once the shape's entry exists
   // (prepare() creates it; the first run() of a shape does too, host work only).
+  // sm_target > 0: CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, the SMs the GEMM may assume it has
+  // (device SMs minus those a concurrent kernel holds). Without it cuBLASLt may pick a
+  // persistent / stream-K kernel sized for every SM whose CTAs wait for each other: with k SMs
+  // held by a kernel that itself waits for the GEMM, that deadlocked on H100 (bench group tp, a
+  // hold kernel released after the layer), and with a comm kernel it stalls the GEMM until the
+  // comm ends.
   void run(const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc, int64_t m, int64_t n,
-           int64_t k, DType dtype, cudaStream_t stream);
-  void prepare(int64_t lda, int64_t ldw, int64_t ldc, int64_t m, int64_t n, int64_t k, DType dtype);
+           int64_t k, DType dtype, int sm_target, cudaStream_t stream);
+  void prepare(int64_t lda, int64_t ldw, int64_t ldc, int64_t m, int64_t n, int64_t k, DType dtype, int sm_target);
 
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // cuBLAS's Hopper advice
 
@@ -42,8 +48,8 @@ class LtGemm {
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int>;
-  Entry& entry(int64_t lda, int64_t ldw, int64_t ldc, int64_t m, int64_t n, int64_t k, DType dtype);
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
+  Entry& entry(int64_t lda, int64_t ldw, int64_t ldc, int64_t m, int64_t n, int64_t k, DType dtype, int sm_target);
 
   cublasLtHandle_t handle_ = nullptr;
   void* ws_ = nullptr;

@@ -74,6 +74,7 @@ struct TpLayer::Impl {
   TpLayerOptions opt;
   tp::StepPlan plan;
   TokenSplit split;
+  int gemm_sms = 0;  // SM count target of every GEMM (0: the device's)
 
   Impl(Communicator& c, const TpLayerShape& s, const TpLayerBounds& b) : comm(c), sh(s), bd(b) {}
   ~Impl() {
@@ -95,7 +96,7 @@ struct TpLayer::Impl {
     if (h.rows() == 0) return;
     const int64_t H = sh.hidden, hq = sh.num_qo_heads, hkv = sh.num_kv_heads, d = sh.head_dim;
     gemm.run(static_cast<const char*>(x) + h.r0 * H * es, H, w_qkv.get(), H, at(qkv, h.r0 * n_qkv), n_qkv, h.rows(),
-             n_qkv, H, sh.dtype, s);
+             n_qkv, H, sh.dtype, gemm_sms, s);
     char* base = at(qkv, h.r0 * n_qkv);
     const TensorView q(base, sh.dtype, {h.rows(), hq, d}, {n_qkv, d, 1}, Device::kCUDA, device);
     const TensorView k(base + hq * d * es, sh.dtype, {h.rows(), hkv, d}, {n_qkv, d, 1}, Device::kCUDA, device);
@@ -112,16 +113,16 @@ struct TpLayer::Impl {
     const TensorView out(at(attn, h.r0 * q_width), sh.dtype, {h.rows(), hq, d}, Device::kCUDA, device);
     prefill[h.which].run_paged(q, cache, t.table, out, nullptr, s);
     gemm.run(at(attn, h.r0 * q_width), q_width, w_o.get(), q_width, at(o, h.r0 * H), H, h.rows(), H, q_width, sh.dtype,
-             s);
+             gemm_sms, s);
   }
 
   // Gate/up GEMM, SiLU-mul, down GEMM of one half.
   void mlp_part(const Half& h, cudaStream_t s) {
     if (h.rows() == 0) return;
     const int64_t H = sh.hidden, I = sh.intermediate;
-    gemm.run(at(h2, h.r0 * H), H, w_gu.get(), H, at(gu, h.r0 * 2 * I), 2 * I, h.rows(), 2 * I, H, sh.dtype, s);
+    gemm.run(at(h2, h.r0 * H), H, w_gu.get(), H, at(gu, h.r0 * 2 * I), 2 * I, h.rows(), 2 * I, H, sh.dtype, gemm_sms, s);
     tp::launch_silu_mul(at(gu, h.r0 * 2 * I), at(act, h.r0 * I), h.rows(), I, sh.dtype, s);
-    gemm.run(at(act, h.r0 * I), I, w_down.get(), I, at(down, h.r0 * H), H, h.rows(), H, I, sh.dtype, s);
+    gemm.run(at(act, h.r0 * I), I, w_down.get(), I, at(down, h.r0 * H), H, h.rows(), H, I, sh.dtype, gemm_sms, s);
   }
 
   // Fused all-reduce + residual + RMSNorm of one half: after attention (h2 = norm1(...)) or after
@@ -257,6 +258,11 @@ void TpLayer::plan(const TpBatch& batch, const TpLayerOptions& options, cudaStre
                  "total tokens " << T << " not in [1, bounds.max_tokens = " << m.bd.max_tokens << "]");
   WEFT_CHECK_ARG(kv <= m.bd.max_kv_tokens, "batch.ctx_lens",
                  "context + new tokens " << kv << " > bounds.max_kv_tokens " << m.bd.max_kv_tokens);
+  WEFT_CHECK_ARG(options.gemm_sms >= 0 && options.gemm_sms <= m.sm_count, "options.gemm_sms",
+                 "must be in [0, " << m.sm_count << "] (0: by schedule), got " << options.gemm_sms);
+  const int gemm_sms = options.gemm_sms > 0 ? options.gemm_sms
+                       : options.schedule == TpSchedule::kOverlap ? m.sm_count - options.comm_ctas
+                                                                   : 0;
   TokenSplit split;
   int64_t m1 = T;
   if (options.schedule != TpSchedule::kUnsplit) {
@@ -271,7 +277,7 @@ void TpLayer::plan(const TpBatch& batch, const TpLayerOptions& options, cudaStre
       p.n = 2 * m.sh.intermediate;  // the gate/up GEMM: the layer's largest
       p.tile_m = options.tile_m;
       p.tile_n = options.tile_n;
-      p.sm_count = m.sm_count - (options.schedule == TpSchedule::kOverlap ? options.comm_ctas : 0);
+      p.sm_count = gemm_sms > 0 ? gemm_sms : m.sm_count;
       split = plan_token_split(p);
       m1 = split.can_split ? split.m1 : T;
     }
@@ -281,6 +287,7 @@ void TpLayer::plan(const TpBatch& batch, const TpLayerOptions& options, cudaStre
   m.plan = std::move(sp);
   m.opt = options;
   m.split = split;
+  m.gemm_sms = gemm_sms;
   tp::StepPlan& P = m.plan;
   WEFT_CUDA_CHECK(cudaMemcpyAsync(m.batch_indices.get(), P.batch_indices.data(), P.batch_indices.size() * 4,
                                   cudaMemcpyHostToDevice, stream));
@@ -312,10 +319,10 @@ void TpLayer::plan(const TpBatch& batch, const TpLayerOptions& options, cudaStre
   // GEMM heuristics for every shape run() will issue (host only; keeps run() free of them).
   const int64_t H = m.sh.hidden, I = m.sh.intermediate;
   for (int64_t rows : {m1, T - m1}) {
-    m.gemm.prepare(H, H, m.n_qkv, rows, m.n_qkv, H, m.sh.dtype);
-    m.gemm.prepare(m.q_width, m.q_width, H, rows, H, m.q_width, m.sh.dtype);
-    m.gemm.prepare(H, H, 2 * I, rows, 2 * I, H, m.sh.dtype);
-    m.gemm.prepare(I, I, H, rows, H, I, m.sh.dtype);
+    m.gemm.prepare(H, H, m.n_qkv, rows, m.n_qkv, H, m.sh.dtype, gemm_sms);
+    m.gemm.prepare(m.q_width, m.q_width, H, rows, H, m.q_width, m.sh.dtype, gemm_sms);
+    m.gemm.prepare(H, H, 2 * I, rows, 2 * I, H, m.sh.dtype, gemm_sms);
+    m.gemm.prepare(I, I, H, rows, H, I, m.sh.dtype, gemm_sms);
   }
   m.planned = true;
 }

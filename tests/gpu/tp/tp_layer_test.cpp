@@ -282,6 +282,9 @@ TEST(TpLayer, RejectsBadArguments) {
   o.comm_ctas = 0;
   EXPECT_EQ(thrown_argument([&] { f.layer->plan(f.batch, o, f.s); }), "options.comm_ctas");
   o.comm_ctas = 8;
+  o.gemm_sms = 100000;
+  EXPECT_EQ(thrown_argument([&] { f.layer->plan(f.batch, o, f.s); }), "options.gemm_sms");
+  o.gemm_sms = 0;
   o.split_tokens = 514;
   EXPECT_EQ(thrown_argument([&] { f.layer->plan(f.batch, o, f.s); }), "options.split_tokens");
   o.split_tokens = 0;
