@@ -2,9 +2,8 @@
 // vs the baseline ncclAllReduce + fused_add_rmsnorm (the same library's fallback path, on its own
 // NCCL communicator), measured in the same run. One thread per GPU inside this process; world =
 // all visible GPUs, and 2 (first two GPUs) when more are visible. tokens {128..8K} x hidden 8192,
-// bf16, two-shot: both LSA kernels (push = register-staged stores, bulk = TMA bulk copies) at
-// 4/8/16 CTAs, and bulk zero-copy (x in input_buffer(), out = output_buffer(): no copy-out) at 8;
-// the copy-engine kernel (ce) at 4/8/16 CTAs with its chunk count chosen by size, a sweep of
+// bf16, two-shot: the push kernel (register-staged stores) at 4/8/16 CTAs (the bulk kernel's rows
+// went with it, issue 26); the copy-engine kernel (ce) at 4/8/16 CTAs with its chunk count chosen by size, a sweep of
 // its chunk count (1/2/4/8) at 8 CTAs, ce zero-copy at 8, and the default (kAuto: kernel by
 // size) at 2/4/8/16 CTAs: the issue's CTA sweep.
 // (One-shot is only selected for <= 4 rows; its bench rows were dropped to keep the group short.)
@@ -53,7 +52,7 @@ class HostBarrier {  // C++17 stand-in for std::barrier
 
 struct CommCase {
   int64_t tokens;
-  int variant;  // 0 baseline (NCCL), 2 two-shot push, 3 two-shot bulk, 4 two-shot bulk zero-copy,
+  int variant;  // 0 baseline (NCCL), 2 two-shot push (3, 4: the removed bulk kernel),
                 // 5 two-shot copy engine, 6 copy engine zero-copy, 7 kAuto (kernel by size)
   int ctas;
   std::string name;
@@ -76,11 +75,8 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
   std::vector<CommCase> cases;
   for (int64_t t : {128, 512, 1024, 2048, 4096, 8192}) {
     cases.push_back({t, 0, 0, prefix + "nccl_baseline/t" + std::to_string(t)});
-    for (int v : {2, 3})
-      for (int c : {4, 8, 16})
-        cases.push_back({t, v, c, prefix + "two_shot/" + (v == 2 ? "push" : "bulk") + "/ctas" + std::to_string(c) +
-                                      "/t" + std::to_string(t)});
-    cases.push_back({t, 4, 8, prefix + "two_shot/bulk_zero_copy/ctas8/t" + std::to_string(t)});
+    for (int c : {4, 8, 16})
+      cases.push_back({t, 2, c, prefix + "two_shot/push/ctas" + std::to_string(c) + "/t" + std::to_string(t)});
     for (int c : {4, 8, 16})
       cases.push_back({t, 5, c, prefix + "two_shot/ce/ctas" + std::to_string(c) + "/t" + std::to_string(t)});
     for (int k : {1, 2, 4, 8})
@@ -141,11 +137,10 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
           if (c.variant != 0)
             lsa.set_kernel(c.variant == 2   ? weft::CommKernel::kPush
                            : c.variant == 7 ? weft::CommKernel::kAuto
-                           : c.variant >= 5 ? weft::CommKernel::kCopyEngine
-                                            : weft::CommKernel::kBulk);
+                                            : weft::CommKernel::kCopyEngine);
           lsa.set_copy_engine_chunks(c.chunks);
           if (r == 0 && c.variant == 7) c.auto_kernel = weft::comm_kernel_name(lsa.kernel_for(c.tokens, hidden, dt));
-          if (c.variant == 4 || c.variant == 6) {  // zero copy: x lives in the symmetric input, out is the symmetric output
+          if (c.variant == 6) {  // zero copy: x lives in the symmetric input, out is the symmetric output
             if (lsa.input_buffer() == nullptr) throw std::runtime_error("zero copy needs the LSA path");
             cudaMemcpyAsync(lsa.input_buffer(), x.get(), c.tokens * hidden * 2, cudaMemcpyDeviceToDevice, s);
             tx = weft::TensorView(lsa.input_buffer(), dt, {c.tokens, hidden}, weft::Device::kCUDA, dev);
@@ -194,8 +189,6 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
                   {"variant", c.variant == 0 ? "nccl_allreduce+fused_add_rmsnorm" : "two_shot"},
                   {"kernel", c.variant == 0   ? "-"
                              : c.variant == 2 ? "push"
-                             : c.variant == 3 ? "bulk"
-                             : c.variant == 4 ? "bulk_zero_copy"
                              : c.variant == 5 ? "ce"
                              : c.variant == 6 ? "ce_zero_copy"
                                               : "auto:" + c.auto_kernel},

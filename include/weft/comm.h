@@ -85,12 +85,10 @@ enum class AllReduceVariant : int32_t { kAuto = 0, kOneShot = 1, kTwoShot = 2 };
 const char* allreduce_variant_name(AllReduceVariant v);
 
 // Implementation of the LSA path (bit-identical results; see src/comm/fused_common.cuh).
-// kBulk: TMA bulk copies (cp.async.bulk) through shared-memory pipelines, so each SM keeps
-// ~100-200 KB in flight regardless of registers. kAuto never picks it (within 5% of kPush at 8
-// CTAs, slower than kCopyEngine from 16 MiB; docs/perf-notes-comm.md, change 2): it runs only when
-// asked for, kept as the bench's comparison (rows "comm/.../two_shot/bulk/..."). kPush: the
-// earlier kernel, register-staged 16-byte stores. Both move every NVLink byte with the SMs
-// (num_ctas of them).
+// kPush: register-staged 16-byte stores; the SMs (num_ctas of them) move every NVLink byte.
+// (Value 2 was kBulk, a TMA bulk-copy variant of kPush that no selector picked: within 5% of
+// kPush at 8 CTAs, slower than kCopyEngine from 16 MiB (docs/perf-notes-comm.md, change 2);
+// removed with issue 26. Passing 2 is rejected.)
 // kCopyEngine: the copy engines move every NVLink byte (cudaMemcpyAsync on two internal streams:
 // x rows pushed to their owners' staging, the owners' normalized rows pulled into `out`) and the
 // num_ctas CTAs only reduce, add and normalize the owned rows from local memory, chunk by chunk
@@ -101,7 +99,7 @@ const char* allreduce_variant_name(AllReduceVariant v);
 // kAuto: chosen per call by size (measured): kCopyEngine for two-shot calls of >= 16 MiB, kPush
 // below (kernel_for()).
 // Every rank must use the same kernel for a call.
-enum class CommKernel : int32_t { kAuto = 0, kPush = 1, kBulk = 2, kCopyEngine = 3 };
+enum class CommKernel : int32_t { kAuto = 0, kPush = 1, kCopyEngine = 3 };
 const char* comm_kernel_name(CommKernel k);
 
 // The fused kernel's CTA count range (LSA barriers are allocated per CTA index).

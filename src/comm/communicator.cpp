@@ -40,7 +40,6 @@ const char* comm_kernel_name(CommKernel k) {
   switch (k) {
     case CommKernel::kAuto: return "auto";
     case CommKernel::kPush: return "push";
-    case CommKernel::kBulk: return "bulk";
     case CommKernel::kCopyEngine: return "ce";
   }
   return "unknown";
@@ -49,7 +48,7 @@ const char* comm_kernel_name(CommKernel k) {
 namespace {
 
 void check_kernel(CommKernel k, const char* name) {
-  WEFT_CHECK_ARG(k == CommKernel::kAuto || k == CommKernel::kPush || k == CommKernel::kBulk ||
+  WEFT_CHECK_ARG(k == CommKernel::kAuto || k == CommKernel::kPush ||
                      k == CommKernel::kCopyEngine,
                  name,
                  "unknown value " << static_cast<int>(k));

@@ -2,7 +2,7 @@
 // two-shot only): the copy engines carry every NVLink byte, the num_ctas CTAs only reduce.
 //
 // Why: one SM moves ~50 GB/s of copies however it issues them (weft-nvlink-probe,
-// docs/perf-notes-comm.md), so the push / bulk kernels, whose <= 8 CTAs also carry the
+// docs/perf-notes-comm.md), so the push kernel, whose <= 8 CTAs also carry the
 // reduce-scatter and all-gather traffic (~2.5 S per rank at world 4, S = tokens x hidden x 2 B),
 // cannot beat NCCL. The copy engines move ~390 GB/s over NVLink with no SM at all; what is left
 // for the SMs is the owner's local reduction: (world + 1) / world S of loads and 2 / world S of

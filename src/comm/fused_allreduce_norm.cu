@@ -196,18 +196,13 @@ void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t
   p.peer_stores = 1;
   p.ce_chunk = 0;
   p.ce_k_lo = p.ce_k_hi = 0;
-  // Kernel policy (CommKernel): the copy-engine kernel for two-shot calls when asked for; bulk
-  // unless the push kernel was asked for or bulk's shared-memory pipeline cannot hold a row job.
-  // All implement the same arithmetic (fused_common.cuh); push and bulk the same protocol.
-  p.bulk_stages = 0;
+  // Kernel policy (CommKernel): the copy-engine kernel for two-shot calls when asked for, else
+  // push. Both implement the same arithmetic (fused_common.cuh).
   if (l.kernel == CommKernel::kCopyEngine && !l.one_shot) {
     launch_copy_engine(im, p, l.dtype, l.num_ctas, stream);
     return;
   }
-  if (l.kernel == CommKernel::kBulk && bulk_fits(im.world, row_bytes, &p.bulk_stages))
-    launch_bulk(p, l.dtype, l.num_ctas, stream);
-  else
-    launch_push(p, l.dtype, l.num_ctas, stream);
+  launch_push(p, l.dtype, l.num_ctas, stream);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,9 +1,8 @@
-// Internal (device + launch glue): what the two fused all-reduce + norm kernels share. Both
-// kernels (push: register-staged 16-byte stores, fused_allreduce_norm.cu; bulk: TMA bulk copies
-// through shared memory, fused_allreduce_bulk.cu) implement the SAME protocol: same staging
-// layout, same CTA -> rows mapping, same LSA barrier per CTA index, two barriers per chunk,
-// same call header, same fp32 summation order and canonical sum of squares. Their outputs are
-// bit-identical and calls of either kernel may follow each other on one communicator.
+// Internal (device + launch glue): what the fused all-reduce + norm kernels share (push:
+// register-staged 16-byte stores, fused_allreduce_norm.cu; copy engine, fused_allreduce_ce.cu;
+// world 1, fused_single.cu): same staging layout, same CTA -> rows mapping, same LSA barrier per
+// CTA index, same call header, same fp32 summation order and canonical sum of squares. Their
+// outputs are bit-identical and calls of either kernel may follow each other on one communicator.
 #pragma once
 #include <nccl.h>
 #include <nccl_device.h>
@@ -46,10 +45,9 @@ struct Params {
   int64_t chunk_rows;
   int64_t slot_rows;      // rows per source slot of the staging area
   int64_t rows_per_cta;   // R
-  int bulk_stages;        // bulk kernel: reduce pipeline stages (rows in shared memory at once)
   float eps;
   int one_shot, out_is_sym;
-  int peer_stores;        // two-shot push/bulk: 1 (normalized rows stored to every peer); copy engine: 0
+  int peer_stores;        // two-shot push: 1 (normalized rows stored to every peer); copy engine: 0
   // Copy-engine kernel: this launch reduces rows [ce_k_lo, ce_k_hi) of the own slice, chunk
   // ce_chunk of num_chunks of the call (fused_allreduce_ce.cu).
   int ce_chunk;
@@ -126,10 +124,6 @@ __device__ __forceinline__ void check_header(const Params& p, int c, int num_cta
 
 // Launchers (Params fully filled by launch_fused_lsa).
 void launch_push(const Params& p, DType dtype, int num_ctas, cudaStream_t stream);
-// Returns false (nothing launched) when the bulk kernel's shared-memory pipeline cannot hold
-// one row job (world + 3 rows; e.g. hidden 16384 at world 8): the caller runs the push kernel.
-bool bulk_fits(int world, int64_t row_bytes, int* stages);
-void launch_bulk(const Params& p, DType dtype, int num_ctas, cudaStream_t stream);
 // Copy-engine kernel (fused_allreduce_ce.cu): two-shot only; p as for the others (p.out = the
 // caller's out); chunks per call from ce_chunk_count (selector.h).
 void launch_copy_engine(Communicator::Impl& im, Params p, DType dtype, int num_ctas, cudaStream_t stream);

@@ -1,6 +1,6 @@
 // GPU tests (>= 2 GPUs, one thread per GPU): fused all-reduce + residual add + RMSNorm against
 // the float64 reference (ref::allreduce_add_rmsnorm, residual rounded to the storage dtype),
-// the three LSA kernels (push, bulk, copy engine: their outputs must be bit-identical), both
+// the two LSA kernels (push, copy engine: their outputs must be bit-identical), both
 // variants, CTA counts 1/4/8/32, token counts not divisible by the world size, world = all
 // visible GPUs and 2 (sub-communicator of the first two); copy-engine chunk counts 1..8; CUDA
 // graph capture and replay; 10,000 back-to-back calls; rank-disagreement detection; the NCCL
@@ -176,7 +176,7 @@ void check(RankGroup& g, const Problem& p, const RunResult& rr, AllReduceVariant
   }
 }
 
-const CommKernel kKernels[3] = {CommKernel::kBulk, CommKernel::kPush, CommKernel::kCopyEngine};
+const CommKernel kKernels[2] = {CommKernel::kPush, CommKernel::kCopyEngine};
 
 void set_kernel(RankGroup& g, CommKernel k) {
   for (int r = 0; r < g.size(); ++r) g.comm(r).set_kernel(k);
@@ -252,20 +252,20 @@ TEST(CommFused, MatchesReferenceAllShapes) {
                        {DType::kFloat16, 4096, 4096, AllReduceVariant::kTwoShot, 4},
                        {DType::kBFloat16, 16384, 2048, AllReduceVariant::kTwoShot, 32},
                        {DType::kFloat16, 16384, 2048, AllReduceVariant::kOneShot, 8}};
-    // Bulk checked against the reference; push must reproduce its bits (outputs and residuals).
+    // Push checked against the reference; the copy engine must reproduce its bits.
     for (const Big& b : big) {
       const Problem p = make_problem(rng, b.dt, b.T, b.H, world);
-      set_kernel(g, CommKernel::kBulk);
-      const RunResult bulk = run(g, p, b.v, b.ctas);
-      check(g, p, bulk, b.v, true, nullptr, name(p, b.v, b.ctas, world, CommKernel::kBulk));
-      for (CommKernel k : {CommKernel::kPush, CommKernel::kCopyEngine}) {
+      set_kernel(g, CommKernel::kPush);
+      const RunResult anchor = run(g, p, b.v, b.ctas);
+      check(g, p, anchor, b.v, true, nullptr, name(p, b.v, b.ctas, world, CommKernel::kPush));
+      for (CommKernel k : {CommKernel::kCopyEngine}) {
         set_kernel(g, k);
         const RunResult other = run(g, p, b.v, b.ctas);
         for (int r = 0; r < world; ++r) {
-          EXPECT_TRUE(other.out[r] == bulk.out[r]) << name(p, b.v, b.ctas, world, k) << " rank " << r
-                                                   << ": outputs differ from bulk's";
-          EXPECT_TRUE(other.res[r] == bulk.res[r]) << name(p, b.v, b.ctas, world, k) << " rank " << r
-                                                   << ": residuals differ from bulk's";
+          EXPECT_TRUE(other.out[r] == anchor.out[r]) << name(p, b.v, b.ctas, world, k) << " rank " << r
+                                                   << ": outputs differ from push's";
+          EXPECT_TRUE(other.res[r] == anchor.res[r]) << name(p, b.v, b.ctas, world, k) << " rank " << r
+                                                   << ": residuals differ from push's";
         }
       }
     }
@@ -325,7 +325,7 @@ __global__ void count_diff(const uint16_t* a, const uint16_t* b, int n, unsigned
 }
 
 // 10,000 back-to-back calls, no host synchronization between ranks: variants and CTA counts
-// change every call, the kernel (bulk / push) every 7 calls, x alternates between two sets whose rank-order sum is exactly zero (so
+// change every call, the kernel (push / copy engine) every 7 calls, x alternates between two sets whose rank-order sum is exactly zero (so
 // every call must reproduce the same residual and output; a stale or missing peer read makes
 // the sum non-zero). Each call's output and residual are compared on the device with the
 // expected bits; the mismatch counter is read every 1000 calls.
@@ -378,10 +378,10 @@ TEST(CommFused, TenThousandCallsBackToBack) {
       for (int i = 0; i < kCalls; ++i) {
         TensorView tx((i & 1 ? x1 : x0).get(), dt, {T, H}, weft::Device::kCUDA, g.device(r));
         cudaMemsetAsync(dout.get(), 0xFF, bytes, s);
-        // Kernel switches every 7 calls (coprime with 3 and 5): push, bulk and copy-engine calls
+        // Kernel switches every 7 calls (coprime with 3 and 5): push and copy-engine calls
         // follow each other in every combination of variant and CTA count (shared per-CTA state,
         // staging reuse); the copy engine's chunk count cycles through 1..4.
-        c.set_kernel(kKernels[(i / 7) % 3]);
+        c.set_kernel(kKernels[(i / 7) % 2]);
         c.set_copy_engine_chunks(1 + i % 4);
         weft::fused_allreduce_add_rmsnorm(c, tx, tres, tw, 1e-6, tout, ctas[i % 5], s, vs[i % 3]);
         if (i == 0) {
@@ -497,7 +497,7 @@ TEST(CommFused, RankDisagreementIsReportedNotHung) {
 }
 
 // Copy-engine kernel: every chunk count 1..8 (including more chunks than owned rows) gives the
-// same bits as bulk; then the call is captured in a CUDA graph (its internal streams fork from
+// same bits as push; then the call is captured in a CUDA graph (its internal streams fork from
 // and join the capturing stream) and the graph is replayed on new inputs written into the same
 // buffers, each replay checked against its own reference.
 TEST(CommFused, CopyEngineChunksAndGraphReplay) {
@@ -510,9 +510,9 @@ TEST(CommFused, CopyEngineChunksAndGraphReplay) {
     for (int64_t T : {3, 1000, 4095}) {
       const Problem p = make_problem(rng, DType::kBFloat16, T, 4096, world);
       std::vector<uint16_t> canonical;
-      set_kernel(g, CommKernel::kBulk);
+      set_kernel(g, CommKernel::kPush);
       check(g, p, run(g, p, AllReduceVariant::kTwoShot, 8), AllReduceVariant::kTwoShot, true, &canonical,
-            "bulk " + name(p, AllReduceVariant::kTwoShot, 8, world));
+            "push " + name(p, AllReduceVariant::kTwoShot, 8, world));
       set_kernel(g, CommKernel::kCopyEngine);
       for (int chunks = 1; chunks <= 8; ++chunks) {
         for (int r = 0; r < world; ++r) g.comm(r).set_copy_engine_chunks(chunks);
@@ -579,8 +579,8 @@ TEST(CommFused, KernelOptionResolves) {
   o.kernel = CommKernel::kPush;
   RankGroup g(device_sets().back(), o);
   EXPECT_EQ(g.comm(0).kernel(), CommKernel::kPush);
-  g.comm(0).set_kernel(CommKernel::kBulk);
-  EXPECT_EQ(g.comm(0).kernel(), CommKernel::kBulk);
+  g.comm(0).set_kernel(CommKernel::kCopyEngine);
+  EXPECT_EQ(g.comm(0).kernel(), CommKernel::kCopyEngine);
   g.comm(0).set_kernel(CommKernel::kAuto);
   EXPECT_EQ(g.comm(0).kernel(), CommKernel::kAuto);  // by size per call
   EXPECT_EQ(g.comm(0).kernel_for(128, 8192, DType::kBFloat16), CommKernel::kPush);
@@ -608,6 +608,12 @@ TEST(CommFused, KernelOptionResolves) {
   try {
     g.comm(0).set_kernel(static_cast<CommKernel>(7));
     ADD_FAILURE() << "kernel 7 accepted";
+  } catch (const weft::Error& e) {
+    EXPECT_EQ(e.argument(), "kernel");
+  }
+  try {
+    g.comm(0).set_kernel(static_cast<CommKernel>(2));
+    ADD_FAILURE() << "kernel 2 (the removed bulk kernel) accepted";
   } catch (const weft::Error& e) {
     EXPECT_EQ(e.argument(), "kernel");
   }
