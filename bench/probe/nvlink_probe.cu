@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kLdstThreads)
 // kRings rings (lane 0 of warp r drives ring r over its contiguous part of the CTA's share), each
 // kSlots chunks of kChunk bytes, at most kAhead loads in flight; a slot is reloaded once the bulk
 // store that read it is done reading (wait_group.read). kSlots = 12, kAhead = 6, 16 KB is the
-// fused all-reduce kernel's copy ring (src/comm/fused_allreduce_bulk.cu).
+// fused all-reduce kernel's copy ring (the bulk kernel, removed with issue 26).
 template <int kSlots, int kAhead, uint32_t kChunk, int kRings>
 __global__ void __launch_bounds__(kRings * 32) bulk_copy_kernel(const char* src, char* dst, int64_t bytes) {
   static_assert(kAhead >= 1 && kAhead <= kSlots, "loads in flight fit in the ring");

@@ -42,6 +42,11 @@
 //
 // run() is capturable in a CUDA graph (a whole layer step, both streams; tested), as long as
 // plan() is not called between capture and replay with a different split or tile choice.
+// WARM-UP: run one step with the same plan before relying on the overlap. With CUDA's lazy
+// module loading, the first launch of a kernel (e.g. the cuBLASLt kernel of a new shape) may
+// wait until kernels already running finish; on H100 a bench kernel that held SMs until the
+// layer's end deadlocked once per new plan, which fits that cause (not isolated;
+// docs/perf-notes-tp.md). A comm kernel that waits for its peers must not meet a first launch.
 // Calls on one TpLayer (and on its Communicator) must be stream-ordered.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -88,12 +93,11 @@ struct TpLayerOptions {
   int comm_ctas = 8;
   // m1 (rows of half A). 0: plan_token_split on the gate/up GEMM (the largest) with the tile
   // below and sm_count = the GEMMs' SM target (gemm_sms).
+  // (If no tile-aligned cut exists, T <= tile_m, the layer runs unsplit.)
   int64_t split_tokens = 0;
   // SMs the GEMMs are planned for (cuBLASLt CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET) and the split
   // planner's sm_count. 0: SMs - comm_ctas under kOverlap (the comm CTAs hold their SMs: 512
-  // threads x 128 registers fill an SM's register file), all SMs otherwise. Without the target,
-  // cuBLASLt may pick a persistent / stream-K kernel for all SMs that stalls while the comm
-  // kernel holds some of them (src/tp/gemm_lt.h).
+  // threads x 128 registers fill an SM's register file), all SMs otherwise.
   int gemm_sms = 0;
   // The planner's GEMM tile: 128 x 256 is the bf16 tile cuBLASLt's heuristic returns for these
   // shapes on sm_90 (M >= 1K, N >= 2K); a tile-aligned cut keeps every half's M tiles full.

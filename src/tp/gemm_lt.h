@@ -31,11 +31,8 @@ class LtGemm {
   // Enqueues on `stream`; M == 0 does nothing. Capturable once the shape's entry exists
   // (prepare() creates it; the first run() of a shape does too, host work only).
   // sm_target > 0: CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, the SMs the GEMM may assume it has
-  // (device SMs minus those a concurrent kernel holds). Without it cuBLASLt may pick a
-  // persistent / stream-K kernel sized for every SM whose CTAs wait for each other: with k SMs
-  // held by a kernel that itself waits for the GEMM, that deadlocked on H100 (bench group tp, a
-  // hold kernel released after the layer), and with a comm kernel it stalls the GEMM until the
-  // comm ends.
+  // (device SMs minus those a concurrent kernel holds): cuBLASLt then picks tiles and persistent
+  // grids for the SMs that are actually free during the overlap.
   void run(const void* a, int64_t lda, const void* w, int64_t ldw, void* c, int64_t ldc, int64_t m, int64_t n,
            int64_t k, DType dtype, int sm_target, cudaStream_t stream);
   void prepare(int64_t lda, int64_t ldw, int64_t ldc, int64_t m, int64_t n, int64_t k, DType dtype, int sm_target);
