@@ -73,7 +73,7 @@ def main():
         nqkv = (int(p["q_heads"]) + 2 * int(p["kv_heads"])) * 128
         inter = int(p["intermediate"])
         # FLOPs per token of the two compute parts (causal attention at its mean key length).
-        attn_f = H * nqkv + qw * H + 2 * qw * (T + 1) / 2
+        attn_f = H * nqkv + qw * H + 2 * qw * (T + 1)  # 2 x 2 x qw x (T + 1) / 2 per query
         mlp_f = 3 * H * inter
         frac_attn = attn_f / (attn_f + mlp_f)
         tp_n = int(p["tp"])
