@@ -149,6 +149,20 @@ void launch_push(const Params& p, DType dtype, int num_ctas, cudaStream_t stream
   });
 }
 
+void params_from_call(const FusedLaunch& l, Params* p) {
+  p->x = l.x;
+  p->residual = l.residual;
+  p->residual_stride = l.residual_stride;
+  p->weight = l.weight;
+  p->out = l.out;
+  p->tokens = static_cast<int>(l.tokens);
+  p->hidden = static_cast<int>(l.hidden);
+  p->vecs = static_cast<int>(l.hidden / 8);
+  p->seg_len = 32 * ((p->vecs + 32 * kSegs - 1) / (32 * kSegs));
+  p->eps = l.eps;
+  p->dtype_code = static_cast<uint32_t>(l.dtype);
+}
+
 void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t stream) {
   WEFT_CHECK_ARG(im.world <= kCommMaxWorld, "comm", "world size " << im.world << " > " << kCommMaxWorld);
   WEFT_CHECK_ARG(l.hidden % 8 == 0 && l.hidden <= kNormMaxHidden, "x", "hidden " << l.hidden << " not supported");
@@ -163,14 +177,7 @@ void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t
   p.ctrl_off = im.ctrl_off;
   p.out_off = im.out_off;
   p.stage_off = im.stage_off;
-  p.x = l.x;
-  p.residual = l.residual;
-  p.residual_stride = l.residual_stride;
-  p.weight = l.weight;
-  p.out = l.out;
-  p.tokens = static_cast<int>(l.tokens);
-  p.hidden = static_cast<int>(l.hidden);
-  p.vecs = static_cast<int>(l.hidden / 8);
+  params_from_call(l, &p);
   p.world = im.world;
   p.rank = im.rank;
   p.one_shot = l.one_shot ? 1 : 0;
@@ -188,10 +195,7 @@ void launch_fused_lsa(Communicator::Impl& im, const FusedLaunch& l, cudaStream_t
   }
   p.rows_per_cta = (p.slot_rows + l.num_ctas - 1) / l.num_ctas;
   pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once);
-  p.seg_len = 32 * ((p.vecs + 32 * kSegs - 1) / (32 * kSegs));
-  p.eps = l.eps;
   p.out_is_sym = l.out == sym + im.out_off ? 1 : 0;
-  p.dtype_code = static_cast<uint32_t>(l.dtype);
   p.state = im.state;
   p.peer_stores = 1;
   p.ce_chunk = 0;

@@ -122,6 +122,9 @@ __device__ __forceinline__ void check_header(const Params& p, int c, int num_cta
 }
 #endif
 
+// The fields every launcher takes from the call (x, residual, weight, out, sizes, canonical
+// segment length, eps, dtype code); fused_allreduce_norm.cu.
+void params_from_call(const FusedLaunch& l, Params* p);
 // Launchers (Params fully filled by launch_fused_lsa).
 void launch_push(const Params& p, DType dtype, int num_ctas, cudaStream_t stream);
 // Copy-engine kernel (fused_allreduce_ce.cu): two-shot only; p as for the others (p.out = the

@@ -33,14 +33,7 @@ void launch_fused_single(const FusedLaunch& l, cudaStream_t stream) {
   WEFT_CHECK_ARG(l.hidden % 8 == 0 && l.hidden <= kNormMaxHidden, "x", "hidden " << l.hidden << " not supported");
   Params p;
   std::memset(static_cast<void*>(&p), 0, sizeof(p));  // no window, no device communicator
-  p.x = l.x;
-  p.residual = l.residual;
-  p.residual_stride = l.residual_stride;
-  p.weight = l.weight;
-  p.out = l.out;
-  p.tokens = static_cast<int>(l.tokens);
-  p.hidden = static_cast<int>(l.hidden);
-  p.vecs = static_cast<int>(l.hidden / 8);
+  params_from_call(l, &p);
   p.world = 1;
   p.rank = 0;
   p.one_shot = 1;  // normalized rows go to `out` only
@@ -50,9 +43,6 @@ void launch_fused_single(const FusedLaunch& l, cudaStream_t stream) {
   // Same CTA -> rows mapping and pass layout as the copy-engine reduce of one chunk.
   p.rows_per_cta = (l.tokens + l.num_ctas - 1) / l.num_ctas;
   pass_layout(p.rows_per_cta, p.vecs, &p.tpr, &p.rows_at_once, kReduceBlock);
-  p.seg_len = 32 * ((p.vecs + 32 * kSegs - 1) / (32 * kSegs));
-  p.eps = l.eps;
-  p.dtype_code = static_cast<uint32_t>(l.dtype);
   WEFT_DISPATCH_HALF_TYPES(l.dtype, "x", [&] {
     single_rank_kernel<scalar_t, kReduceBlock><<<l.num_ctas, kReduceBlock, 0, stream>>>(p);
   });
