@@ -115,10 +115,23 @@ class BatchDecodeWrapper {
                     const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
                     cudaStream_t stream);
 
+  // Plan from a native block table (weft/paged_kv.h: lengths from its seq_lens host mirror,
+  // validated with validate_block_table; no page table conversion). With share_prefixes the
+  // rows' page ids feed the prefix forest directly. Run such a plan with the BlockTable run().
+  void plan(const BlockTable& table, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
+            int32_t page_size, DType dtype, KVLayout layout, const AttentionVariant& variant,
+            void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+
   // Validates every argument against the plan (weft::Error naming it, nothing launched), then
   // launches the decode kernel (one launch: split tiles are merged inside it, in a fixed order).
   // lse may be nullptr unless the planned variant has return_lse.
   void run(const TensorView& q, const PagedKVCache& cache, const PageTable& table, const TensorView& out,
+           const TensorView* lse, cudaStream_t stream);
+
+  // The same over a native block table: the kernels read its rows in place (row b's page list
+  // at block_ids + b * row_stride), split bounds from the plan's true per-row lengths. Bitwise
+  // equal to run() over the equivalent BSR page table.
+  void run(const TensorView& q, const PagedKVCache& cache, const BlockTable& table, const TensorView& out,
            const TensorView* lse, cudaStream_t stream);
 
   const DecodePlanInfo& plan_info() const { return info_; }

@@ -79,6 +79,37 @@ PageTableHost page_table_from_block_tables(const int32_t* block_tables, int64_t 
                                            int64_t max_blocks_per_seq, const int32_t* seq_lens,
                                            int64_t page_size, int64_t num_pages);
 
+// Native vLLM-style block table, read by the kernels as is (no conversion to the BSR table
+// above, on the host or the device): row b of block_ids starts at entry b * row_stride and its
+// first ceil(seq_lens[b] / page_size) entries are the page ids of tokens 0, page_size, ...;
+// entries past that prefix are never read (padding may hold anything).
+//   block_ids  [batch_size, row_stride] int32 (device + host mirror), at least
+//              (batch_size - 1) * row_stride + max_blocks entries
+//   seq_lens   [batch_size] int32 (device + host mirror), each >= 0 (0: an empty request,
+//              O = 0 and LSE = -inf)
+//   max_blocks entries of a row that may be used (<= row_stride)
+// Token t of request b lives in page block_ids[b * row_stride + t / page_size], slot t % page_size.
+struct BlockTable {
+  int32_t batch_size = 0;
+  int32_t max_blocks = 0;
+  int64_t row_stride = 0;
+  IndexArray block_ids;
+  IndexArray seq_lens;
+};
+
+// Checks a block table against a validated cache's page count and page size: batch_size >= 0,
+// 0 <= max_blocks <= row_stride ("table.row_stride" when the stride is too small), the
+// block_ids array large enough ("table.block_ids"), every length >= 0 and within its row
+// ("table.seq_lens": a row shorter than its length needs), every used id in [0, num_pages)
+// ("table.block_ids", naming the entry), device pointers present and 4-byte aligned, and
+// (batch_size - 1) * row_stride + max_blocks < 2^31 (kernels index rows with int32).
+// Throws weft::Error naming the argument.
+void validate_block_table(const BlockTable& table, int64_t page_size, int64_t num_pages);
+// The pool checks of validate_paged_kv(cache, PageTable), then validate_block_table.
+void validate_paged_kv(const PagedKVCache& cache, const BlockTable& table);
+// Sequence length of request b (host mirror, no validation).
+inline int64_t kv_len_of(const BlockTable& table, int32_t b) { return table.seq_lens.host[b]; }
+
 // Write the new K/V tokens of a ragged batch into their pages.
 //   new_k, new_v: [nnz_tokens, num_kv_heads, head_dim], same dtype as the pools,
 //                 inner stride 1, 16-byte aligned rows.

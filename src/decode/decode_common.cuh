@@ -304,6 +304,28 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
   }
 }
 
+// The neutral state of an item without keys: final rows O = 0, LSE = -inf (natural log); a
+// partial slot O = 0, base-2 LSE = -inf (the merge gives such a source weight 0).
+template <class T, int D, int QR, bool kPacked = false>
+__device__ __forceinline__ void store_neutral(const DecodeParams<T>& p, const Item& it) {
+  constexpr int kGroups = D / 8;
+  for (int idx = threadIdx.x; idx < it.nrows * kGroups; idx += blockDim.x) {
+    const int r = idx / kGroups, c8 = idx % kGroups;
+    if (it.slot < 0) {
+      const RowPos rp = row_pos<kPacked>(p, it, it.row_begin + r);
+      *reinterpret_cast<uint4*>(p.o + rp.token * p.o_stride_token + rp.head * p.o_stride_head + c8 * 8) =
+          make_uint4(0u, 0u, 0u, 0u);  // +0 in f16 and bf16
+      if (p.lse != nullptr && c8 == 0) p.lse[rp.token * p.lse_stride_token + rp.head] = -INFINITY;
+    } else {
+      float* const po = kPacked ? p.work.partial_o : p.plan.partial_o;
+      float* const plse = kPacked ? p.work.partial_lse : p.plan.partial_lse;
+      float4* dst = reinterpret_cast<float4*>(po + (int64_t(it.slot) * QR + r) * D + c8 * 8);
+      dst[0] = dst[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (c8 == 0) plse[it.slot * QR + r] = -INFINITY;
+    }
+  }
+}
+
 // Where an item's query rows sit, for a variant whose logit depends on positions and heads
 // (V::kHasBias, attention/variant.cuh): row r of the item is query head head0 + r at position
 // q_pos = kv_len - 1 (decode: one token per request, so rows < the GQA group). The logits

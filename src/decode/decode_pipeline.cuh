@@ -77,15 +77,29 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
   int i0, i1;
   Item it;
   if constexpr (kPacked) {
-    i0 = p.work.cta_indptr[blockIdx.x];
-    i1 = p.work.cta_indptr[blockIdx.x + 1];
-    if (i0 < i1) it = load_work_item(p.work, i0);
+    if (p.work.cta_indptr == nullptr) {
+      // Work queue (attention/plan/work_queue.h): a 1-D grid, one task per CTA. A task without
+      // keys (a kv_len-0 row) stores its neutral state and returns before loading anything.
+      i0 = blockIdx.x;
+      i1 = i0 + 1;
+      it = load_work_item(p.work, i0);
+      if (it.kv_begin >= it.kv_end) {
+        store_neutral<T, D, QR, kPacked>(p, it);
+        return;
+      }
+    } else {
+      i0 = p.work.cta_indptr[blockIdx.x];
+      i1 = p.work.cta_indptr[blockIdx.x + 1];
+      if (i0 < i1) it = load_work_item(p.work, i0);
+    }
   } else {
     it = load_first_item(p.plan, blockIdx.x, &i0, &i1);
   }
-  // The page list an item's keys index: its request's (balanced plans) or its own base (generic).
+  // The page list an item's keys index: its request's (balanced plans: BSR or block-table row,
+  // PageTableView::pages) or its own base (generic items; a block-table row's base is
+  // row * row_stride, set by the planner).
   auto pages_of = [&](const Item& x) {
-    return kPacked ? p.kv.table.indices + x.page_base : p.kv.table.indices + __ldg(p.kv.table.indptr + x.req);
+    return kPacked ? p.kv.table.indices + x.page_base : p.kv.table.pages(x.req);
   };
   if (i0 >= i1) {
     WEFT_DECODE_TRACE_EXIT(0);

@@ -73,7 +73,7 @@ template <class T>
 DecodeParams<T> make_decode_params(const LaunchArgs& a) {
   DecodeParams<T> p;
   p.plan = a.plan;
-  p.kv = paged::make_paged_kv<T>(*a.cache, *a.table);
+  p.kv = a.blocks != nullptr ? paged::make_paged_kv<T>(*a.cache, *a.blocks) : paged::make_paged_kv<T>(*a.cache, *a.table);
   p.q = static_cast<const T*>(a.q->data);
   p.q_stride_token = a.q->strides[0];
   p.q_stride_head = a.q->strides[1];

@@ -54,7 +54,8 @@ void prepare_decode_work_plan(int32_t head_dim) {
   }
 }
 
-void launch_decode_work_plan(const LaunchArgs& a, const plan::WorkPlanPointers& work, cudaStream_t stream) {
+void launch_decode_work_plan(const LaunchArgs& a, const plan::WorkPlanPointers& work, cudaStream_t stream,
+                             int merge_blocks, int num_merges) {
   WEFT_CHECK_ARG(a.var.alibi_slopes == nullptr, "variant.alibi_slopes",
                  "ALiBi is not supported on the generic (work plan) item path yet");
   WEFT_CHECK_ARG(a.tile_rows == kPlanTileQ && a.group_size <= kPlanTileQ, "tile_rows",
@@ -69,7 +70,8 @@ void launch_decode_work_plan(const LaunchArgs& a, const plan::WorkPlanPointers& 
   mo.lse_stride_token = a.lse != nullptr ? a.lse->strides[0] : 0;
   mo.head_dim = a.head_dim;
   mo.group_size = a.group_size;
-  attn::launch_work_plan_merge(work, mo, a.grid, stream);
+  if (num_merges == 0) return;
+  attn::launch_work_plan_merge(work, mo, merge_blocks > 0 ? merge_blocks : a.grid, stream);
 }
 
 }  // namespace weft::decode

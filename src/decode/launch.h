@@ -23,6 +23,7 @@ struct LaunchArgs {
   const TensorView* lse = nullptr;     // may be null
   const PagedKVCache* cache = nullptr;
   const PageTable* table = nullptr;
+  const BlockTable* blocks = nullptr;  // non-null: keys through this native block table, not `table`
   int32_t group_size = 1;
   attn::VariantParams var;  // attn::variant_params(variant, head_dim); alibi_slopes picks AlibiVariant
   DType dtype = DType::kBFloat16;
@@ -39,7 +40,10 @@ void launch_decode(const LaunchArgs& args, cudaStream_t stream);
 // The generic item path: the tensor-core decode kernel over a work plan already copied into the
 // workspace `work` points at (attention/plan/work_plan.h: packs of requests sharing a prefix),
 // then the work plan's merge. 16-row items, no ALiBi (weft::Error otherwise). kernels_packed.cu.
-void launch_decode_work_plan(const LaunchArgs& args, const plan::WorkPlanPointers& work, cudaStream_t stream);
+// merge_blocks: the merge kernel's grid (0: args.grid); num_merges 0 skips the merge launch
+// (-1: unknown, always launch).
+void launch_decode_work_plan(const LaunchArgs& args, const plan::WorkPlanPointers& work, cudaStream_t stream,
+                             int merge_blocks = 0, int num_merges = -1);
 // Raises the generic item path's kernels' dynamic shared memory limit (outside graph capture).
 void prepare_decode_work_plan(int32_t head_dim);
 // The kernel parameters of args (kernels.cu; shared by both launchers).

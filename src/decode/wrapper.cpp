@@ -14,6 +14,7 @@
 #include "decode/decode_plan.h"
 #include "decode/jit_launch.h"
 #include "decode/launch.h"
+#include "paged/block_table.h"
 #include "weft/decode.h"
 #include "weft/validate.h"
 
@@ -118,6 +119,16 @@ struct BatchDecodeWrapper::Impl {
   // A run-time compiled variant's kernel and parameters (variant.jit; weft/jit.h).
   jit_detail::PlanState jit;
   std::size_t jit_smem = 0;
+  // plan(BlockTable) with share_prefixes: the prefix forest reads the rows in place through
+  // row offsets b * row_stride (no copy of the page ids).
+  std::vector<int32_t> row_offsets;
+  PageTable rows_view;
+
+  // run(): the checks of q / out / lse and of the cache against the plan, and the launch.
+  void check_run_views(const TensorView& q, const TensorView& out, const TensorView* lse) const;
+  void check_run_cache(const PagedKVCache& cache) const;
+  void launch(const TensorView& q, const PagedKVCache& cache, const PageTable* table, const BlockTable* blocks,
+              const TensorView& out, const TensorView* lse, cudaStream_t stream);
 };
 
 std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
@@ -242,6 +253,36 @@ void BatchDecodeWrapper::plan(const PageTable& table, int32_t num_qo_heads, int3
   } clear{impl_->share_table};
   plan_lengths(lens.data(), table.batch_size, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout,
                variant, workspace, workspace_bytes, stream);
+}
+
+void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int32_t num_kv_heads,
+                              int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,
+                              const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
+                              cudaStream_t stream) {
+  // Lengths, rows and stride (ids are range-checked by run(), which knows the cache).
+  paged::check_block_table_rows(table, page_size, -1);
+  Impl& im = *impl_;
+  if (!im.share) {
+    plan_lengths(table.seq_lens.host, table.batch_size, num_qo_heads, num_kv_heads, head_dim, page_size, dtype,
+                 layout, variant, workspace, workspace_bytes, stream);
+    return;
+  }
+  // Prefix sharing: the forest and the pack plan see row b's ids at offset b * row_stride.
+  const int32_t batch = table.batch_size;
+  im.row_offsets.resize(size_t(batch) + 1);
+  for (int32_t b = 0; b <= batch; ++b)
+    im.row_offsets[b] = b < batch ? static_cast<int32_t>(b * table.row_stride)
+                                  : static_cast<int32_t>(batch == 0 ? 0 : (batch - 1) * table.row_stride + table.max_blocks);
+  im.rows_view.batch_size = batch;
+  im.rows_view.indptr = {nullptr, im.row_offsets.data(), int64_t(batch) + 1};
+  im.rows_view.indices = {table.block_ids.device, table.block_ids.host, table.block_ids.size};
+  im.share_table = &im.rows_view;
+  struct Clear {
+    const PageTable*& t;
+    ~Clear() { t = nullptr; }
+  } clear{im.share_table};
+  plan_lengths(table.seq_lens.host, batch, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout, variant,
+               workspace, workspace_bytes, stream);
 }
 
 void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int32_t num_qo_heads,
@@ -373,24 +414,23 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   info_.path = im.path;
 }
 
-void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, const PageTable& table,
-                             const TensorView& out, const TensorView* lse, cudaStream_t stream) {
-  Impl& im = *impl_;
-  WEFT_CHECK_ARG(im.planned, "plan", "run() called before plan()");
-  const int64_t batch = im.plan.batch;
-  const int64_t hq = im.num_qo_heads, d = im.head_dim;
+void BatchDecodeWrapper::Impl::check_run_views(const TensorView& q, const TensorView& out,
+                                               const TensorView* lse) const {
+  WEFT_CHECK_ARG(planned, "plan", "run() called before plan()");
+  const int64_t batch = plan.batch;
+  const int64_t hq = num_qo_heads, d = head_dim;
   // q / out
   check::on_device(q, "q");
   check::shape_is(q, "q", {batch, hq, d});
-  check::dtype_is(q, "q", im.dtype);
+  check::dtype_is(q, "q", dtype);
   check::inner_contiguous(q, "q");
   check::on_device(out, "out");
   check::shape_is(out, "out", {batch, hq, d});
-  check::dtype_is(out, "out", im.dtype);
+  check::dtype_is(out, "out", dtype);
   check::inner_contiguous(out, "out");
   // lse
-  WEFT_CHECK_ARG(lse != nullptr || !im.variant.return_lse, "lse", "the planned variant has return_lse");
-  WEFT_CHECK_ARG(lse != nullptr || im.jit.kernel == nullptr || im.jit.kernel->softmax, "lse",
+  WEFT_CHECK_ARG(lse != nullptr || !variant.return_lse, "lse", "the planned variant has return_lse");
+  WEFT_CHECK_ARG(lse != nullptr || jit.kernel == nullptr || jit.kernel->softmax, "lse",
                  "the planned run-time compiled variant has kSoftmax = false: its output needs the LSE");
   if (lse != nullptr) {
     check::on_device(*lse, "lse");
@@ -402,23 +442,33 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
     // stride counts floats, so every later row stays aligned.
     check::aligned(lse->data, "lse", sizeof(float));
   }
-  // cache / table
+}
+
+void BatchDecodeWrapper::Impl::check_run_cache(const PagedKVCache& cache) const {
+  check::dtype_is(cache.k_pages, "cache.k_pages", dtype);
+  WEFT_CHECK_ARG(cache.layout == kv_layout, "cache.layout",
+                 "planned " << kv_layout_name(kv_layout) << ", got " << kv_layout_name(cache.layout));
+  WEFT_CHECK_ARG(cache.page_size() == page_size, "cache.page_size",
+                 "planned " << page_size << ", got " << cache.page_size());
+  WEFT_CHECK_ARG(cache.num_kv_heads() == num_kv_heads, "cache.num_kv_heads",
+                 "planned " << num_kv_heads << ", got " << cache.num_kv_heads());
+  WEFT_CHECK_ARG(cache.head_dim() == head_dim, "cache.head_dim",
+                 "planned " << head_dim << ", got " << cache.head_dim());
+}
+
+void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, const PageTable& table,
+                             const TensorView& out, const TensorView* lse, cudaStream_t stream) {
+  Impl& im = *impl_;
+  im.check_run_views(q, out, lse);
+  const int64_t batch = im.plan.batch;
   validate_paged_kv(cache, table);
-  check::dtype_is(cache.k_pages, "cache.k_pages", im.dtype);
-  WEFT_CHECK_ARG(cache.layout == im.kv_layout, "cache.layout",
-                 "planned " << kv_layout_name(im.kv_layout) << ", got " << kv_layout_name(cache.layout));
-  WEFT_CHECK_ARG(cache.page_size() == im.page_size, "cache.page_size",
-                 "planned " << im.page_size << ", got " << cache.page_size());
-  WEFT_CHECK_ARG(cache.num_kv_heads() == im.num_kv_heads, "cache.num_kv_heads",
-                 "planned " << im.num_kv_heads << ", got " << cache.num_kv_heads());
-  WEFT_CHECK_ARG(cache.head_dim() == d, "cache.head_dim", "planned " << d << ", got " << cache.head_dim());
+  im.check_run_cache(cache);
   WEFT_CHECK_ARG(table.batch_size == batch, "table.batch_size", "planned " << batch << ", got " << table.batch_size);
   for (int32_t b = 0; b < table.batch_size; ++b) {
     WEFT_CHECK_ARG(kv_len_of(table, im.page_size, b) == im.plan.kv_len[b], "table",
                    "kv_len of request " << b << " is " << kv_len_of(table, im.page_size, b) << " but the plan has "
                                         << im.plan.kv_len[b] << " (call plan() again)");
   }
-
   // A plan without items (batch 0) makes every CTA exit after reading its (empty) range from the
   // workspace: the kernel dereferences none of the pointers below, so it is launched whenever
   // they are all given. That keeps the CUDA-graph contract: a graph captured here replays
@@ -427,39 +477,66 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   // have no storage) nothing is launched: a graph captured around such a call must not later
   // dereference null after a re-plan; it replays nothing instead. (last_page_len's device copy is
   // never read by a kernel: lengths come from the plan.)
-  const bool bound = q.data != nullptr && out.data != nullptr && (lse == nullptr || lse->data != nullptr) &&
-                     cache.k_pages.data != nullptr && cache.v_pages.data != nullptr &&
-                     table.indptr.device != nullptr && table.indices.device != nullptr;
+  const bool bound = table.indptr.device != nullptr && table.indices.device != nullptr;
   if ((im.share ? im.planned_items : im.plan.num_items()) == 0 && !bound) return;
+  im.launch(q, cache, &table, nullptr, out, lse, stream);
+}
 
-  const plan::PlanPointers ptrs = im.layout.pointers(im.workspace);
+void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, const BlockTable& table,
+                             const TensorView& out, const TensorView* lse, cudaStream_t stream) {
+  Impl& im = *impl_;
+  im.check_run_views(q, out, lse);
+  const int64_t batch = im.plan.batch;
+  validate_paged_kv(cache, table);
+  im.check_run_cache(cache);
+  WEFT_CHECK_ARG(table.batch_size == batch, "table.batch_size", "planned " << batch << ", got " << table.batch_size);
+  for (int32_t b = 0; b < table.batch_size; ++b) {
+    WEFT_CHECK_ARG(table.seq_lens.host[b] == im.plan.kv_len[b], "table.seq_lens",
+                   "seq_lens[" << b << "] is " << table.seq_lens.host[b] << " but the plan has " << im.plan.kv_len[b]
+                               << " (call plan() again)");
+  }
+  // As above: an empty plan whose block table has no storage launches nothing. (seq_lens'
+  // device copy is never read by a kernel: lengths come from the plan.)
+  const bool bound = table.block_ids.device != nullptr;
+  if ((im.share ? im.planned_items : im.plan.num_items()) == 0 && !bound) return;
+  im.launch(q, cache, nullptr, &table, out, lse, stream);
+}
+
+void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& cache, const PageTable* table,
+                                      const BlockTable* blocks, const TensorView& out, const TensorView* lse,
+                                      cudaStream_t stream) {
+  const bool bound = q.data != nullptr && out.data != nullptr && (lse == nullptr || lse->data != nullptr) &&
+                     cache.k_pages.data != nullptr && cache.v_pages.data != nullptr;
+  if ((share ? planned_items : plan.num_items()) == 0 && !bound) return;
+
+  const plan::PlanPointers ptrs = layout.pointers(workspace);
   decode::LaunchArgs a;
   a.plan = ptrs;
   a.q = &q;
   a.out = &out;
   a.lse = lse;
   a.cache = &cache;
-  a.table = &table;
-  a.group_size = im.num_qo_heads / im.num_kv_heads;
-  a.var = attn::variant_params(im.variant, im.head_dim);
-  a.dtype = im.dtype;
-  a.head_dim = im.head_dim;
-  a.path = im.path;
-  a.grid = im.grid;
-  a.stages = im.stages;
-  a.warps = im.warps;
-  a.tile_rows = im.tile_rows;
-  if (im.share) {
-    decode::launch_decode_work_plan(a, im.wlayout.pointers(im.workspace), stream);
+  a.table = table;
+  a.blocks = blocks;
+  a.group_size = num_qo_heads / num_kv_heads;
+  a.var = attn::variant_params(variant, head_dim);
+  a.dtype = dtype;
+  a.head_dim = head_dim;
+  a.path = path;
+  a.grid = grid;
+  a.stages = stages;
+  a.warps = warps;
+  a.tile_rows = tile_rows;
+  if (share) {
+    decode::launch_decode_work_plan(a, wlayout.pointers(workspace), stream);
     return;
   }
-  if (im.jit.kernel != nullptr) {
-    decode::launch_decode_jit(a, *im.jit.kernel, im.jit.params, im.jit_smem, stream);
-    if (!im.jit.kernel->softmax)  // O *= exp(LSE): the variant's unnormalized output
-      jit_detail::launch_scale_by_lse(*im.jit.kernel, out.data, out.strides[0], out.strides[1],
+  if (jit.kernel != nullptr) {
+    decode::launch_decode_jit(a, *jit.kernel, jit.params, jit_smem, stream);
+    if (!jit.kernel->softmax)  // O *= exp(LSE): the variant's unnormalized output
+      jit_detail::launch_scale_by_lse(*jit.kernel, out.data, out.strides[0], out.strides[1],
                                       static_cast<const float*>(lse->data), lse->strides[0],
-                                      static_cast<int32_t>(batch), static_cast<int32_t>(hq),
-                                      static_cast<int32_t>(d), stream);
+                                      static_cast<int32_t>(plan.batch), num_qo_heads, head_dim, stream);
     return;
   }
   decode::launch_decode(a, stream);

@@ -2,6 +2,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "paged/block_table.h"
 #include "weft/paged_kv.h"
 #include "weft/validate.h"
 
@@ -42,6 +43,50 @@ PageTableHost page_table_from_block_tables(const int32_t* block_tables, int64_t 
     out.last_page_len.push_back(pages == 0 ? 0 : static_cast<int32_t>(len - (pages - 1) * page_size));
   }
   return out;
+}
+
+}  // namespace weft
+
+namespace weft {
+
+void validate_block_table(const BlockTable& t, int64_t page_size, int64_t num_pages) {
+  WEFT_CHECK_ARG(num_pages >= 0, "num_pages", "must be >= 0, got " << num_pages);
+  paged::check_block_table_rows(t, page_size, num_pages);
+}
+
+void paged::check_block_table_rows(const BlockTable& t, int64_t page_size, int64_t num_pages) {
+  WEFT_CHECK_ARG(t.batch_size >= 0, "table.batch_size", "must be >= 0, got " << t.batch_size);
+  check::in_range(page_size, "page_size", 1, INT32_MAX);
+  WEFT_CHECK_ARG(t.max_blocks >= 0, "table.max_blocks", "must be >= 0, got " << t.max_blocks);
+  WEFT_CHECK_ARG(t.row_stride >= t.max_blocks, "table.row_stride",
+                 "must be >= max_blocks = " << t.max_blocks << ", got " << t.row_stride);
+  const int64_t b = t.batch_size;
+  // Kernels address row r at r * row_stride (int32 page bases): the last used entry must fit.
+  const int64_t needed = b == 0 ? 0 : (b - 1) * t.row_stride + t.max_blocks;
+  WEFT_CHECK_ARG(needed <= INT32_MAX, "table.row_stride",
+                 "(batch_size - 1) * row_stride + max_blocks = " << needed << " exceeds int32");
+  WEFT_CHECK_ARG(t.block_ids.size >= needed, "table.block_ids",
+                 "has " << t.block_ids.size << " entries, " << b << " rows of stride " << t.row_stride
+                        << " with max_blocks " << t.max_blocks << " need " << needed);
+  WEFT_CHECK_ARG(t.seq_lens.size == b, "table.seq_lens", "expected " << b << " entries, got " << t.seq_lens.size);
+  check::device_index_array(t.block_ids.device, t.block_ids.size, "table.block_ids.device");
+  check::device_index_array(t.seq_lens.device, t.seq_lens.size, "table.seq_lens.device");
+  if (b == 0) return;
+  check::not_null(t.seq_lens.host, "table.seq_lens.host");
+  if (needed > 0) check::not_null(t.block_ids.host, "table.block_ids.host");
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t len = t.seq_lens.host[r];
+    WEFT_CHECK_ARG(len >= 0, "table.seq_lens", "seq_lens[" << r << "] must be >= 0, got " << len);
+    const int64_t pages = (len + page_size - 1) / page_size;
+    WEFT_CHECK_ARG(pages <= t.max_blocks, "table.seq_lens",
+                   "row " << r << " needs " << pages << " blocks for " << len << " tokens (page_size " << page_size
+                          << ") but max_blocks is " << t.max_blocks);
+    if (num_pages < 0) continue;
+    const int32_t* row = t.block_ids.host + r * t.row_stride;
+    for (int64_t i = 0; i < pages; ++i)
+      WEFT_CHECK_ARG(row[i] >= 0 && row[i] < num_pages, "table.block_ids",
+                     "block_ids[" << r << "][" << i << "] = " << row[i] << " is outside [0, " << num_pages << ")");
+  }
 }
 
 }  // namespace weft

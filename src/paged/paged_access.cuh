@@ -56,12 +56,23 @@ inline PagePool<T> make_page_pool(const TensorView& pool, KVLayout layout) {
 }
 #endif  // !WEFT_RTC
 
-// Device copy of the BSR page table plus the page size.
+// Device view of a page table, one of two page-addressing kinds:
+//   BSR (row_stride == 0): request b's page list starts at indices + indptr[b] (PageTable);
+//   block table (row_stride > 0): it starts at indices + b * row_stride (BlockTable, read as is:
+//     indices = block_ids, indptr and last_page_len null; lengths come from the plan).
+// row_stride sits in the struct's tail padding after page_size (same size and layout as the
+// BSR-only view: kernel parameter offsets after it do not move).
 struct PageTableView {
-  const int32_t* indptr = nullptr;         // [batch + 1]
-  const int32_t* indices = nullptr;        // [indptr[batch]]
-  const int32_t* last_page_len = nullptr;  // [batch]
+  const int32_t* indptr = nullptr;         // [batch + 1] (BSR)
+  const int32_t* indices = nullptr;        // [indptr[batch]] (BSR) or block_ids (block table)
+  const int32_t* last_page_len = nullptr;  // [batch] (BSR)
   int32_t page_size = 1;
+  int32_t row_stride = 0;                  // > 0: block table (validate_block_table bounds it by int32)
+
+  // First entry of request b's page list (either kind).
+  __device__ __forceinline__ const int32_t* pages(int32_t b) const {
+    return row_stride > 0 ? indices + b * row_stride : indices + __ldg(indptr + b);
+  }
 
   // Page holding token t (0-based position) of request b. t must be < kv_len(b).
   __device__ __forceinline__ int32_t page_of(int32_t b, int32_t t) const {
@@ -82,6 +93,8 @@ struct PageTableView {
     return n == 0 ? 0 : (n - 1) * page_size + __ldg(last_page_len + b);
   }
 };
+
+static_assert(sizeof(PageTableView) == 32, "row_stride must stay in the tail padding");
 
 // Both pools and the table: what a kernel needs to find any token's K/V row.
 template <class T>
@@ -116,5 +129,18 @@ inline PagedKV<T> make_paged_kv(const PagedKVCache& cache, const PageTable& tabl
   return kv;
 }
 #endif  // !WEFT_RTC
+
+// Host: the device view of a cache and a native block table that passed validate_block_table
+// (a table of batch 0 or row_stride 0 keeps stride 1: the view must stay a block table).
+template <class T>
+inline PagedKV<T> make_paged_kv(const PagedKVCache& cache, const BlockTable& table) {
+  PagedKV<T> kv;
+  kv.k = make_page_pool<T>(cache.k_pages, cache.layout);
+  kv.v = make_page_pool<T>(cache.v_pages, cache.layout);
+  kv.table.indices = table.block_ids.device;
+  kv.table.page_size = static_cast<int32_t>(cache.page_size());
+  kv.table.row_stride = table.row_stride > 0 ? static_cast<int32_t>(table.row_stride) : 1;
+  return kv;
+}
 
 }  // namespace weft::paged

@@ -62,9 +62,8 @@ void check_index_array(const IndexArray& a, int64_t expected_size, const char* n
   check::device_index_array(a.device, need_device ? a.size : 0, name);
 }
 
-}  // namespace
-
-void validate_paged_kv(const PagedKVCache& cache, const PageTable& table) {
+// Pools only (both page-table kinds share these checks).
+void check_pools(const PagedKVCache& cache) {
   WEFT_CHECK_ARG(cache.layout == KVLayout::kNHD || cache.layout == KVLayout::kHND, "layout",
                  "must be NHD or HND, got " << static_cast<int>(cache.layout));
   check_pool(cache.k_pages, "k_pages");
@@ -78,6 +77,18 @@ void validate_paged_kv(const PagedKVCache& cache, const PageTable& table) {
   check::in_range(page_size, "page_size", 1, INT32_MAX);
   // Bounded so per-token work sizes (2 * heads * head_dim) stay far inside int32.
   check::in_range(cache.num_kv_heads(), "num_kv_heads", 1, 1 << 16);
+}
+
+}  // namespace
+
+void validate_paged_kv(const PagedKVCache& cache, const BlockTable& table) {
+  check_pools(cache);
+  validate_block_table(table, cache.page_size(), cache.num_pages());
+}
+
+void validate_paged_kv(const PagedKVCache& cache, const PageTable& table) {
+  check_pools(cache);
+  const int64_t page_size = cache.page_size();
   const int64_t num_pages = cache.num_pages();
 
   const int64_t batch = table.batch_size;

@@ -108,3 +108,70 @@ TEST(BlockTable, RandomRoundTrip) {
 }
 
 }  // namespace
+
+// validate_block_table: the native block table's own checks, each naming its argument.
+namespace {
+
+struct NativeTable {
+  std::vector<int32_t> ids, lens;
+  weft::BlockTable t;
+  // Host mirrors double as fake (aligned, non-null) device pointers: validation never reads them.
+  NativeTable(std::vector<int32_t> i, std::vector<int32_t> l, int32_t max_blocks, int64_t stride)
+      : ids(std::move(i)), lens(std::move(l)) {
+    t.batch_size = static_cast<int32_t>(lens.size());
+    t.max_blocks = max_blocks;
+    t.row_stride = stride;
+    t.block_ids = {ids.data(), ids.data(), int64_t(ids.size())};
+    t.seq_lens = {lens.data(), lens.data(), int64_t(lens.size())};
+  }
+};
+
+TEST(NativeBlockTable, AcceptsPaddedRows) {
+  // page 4, stride 4, 3 usable blocks; padding (-5, 99) never read.
+  NativeTable nt({7, 2, -5, 99, 5, 99, 99, 99, 0, 3, 6, 99}, {5, 0, 12}, 3, 4);
+  EXPECT_NO_THROW(weft::validate_block_table(nt.t, 4, 8));
+  EXPECT_EQ(weft::kv_len_of(nt.t, 2), 12);
+}
+
+TEST(NativeBlockTable, NamesTheBadArgument) {
+  {
+    NativeTable nt({0, 1, 2, 8}, {8, 5}, 2, 2);  // id 8 of 8 pages
+    EXPECT_EQ(thrown_argument([&] { weft::validate_block_table(nt.t, 4, 8); }), "table.block_ids");
+  }
+  {
+    NativeTable nt({0, -1, 2, 3}, {8, 5}, 2, 2);  // negative id in a used entry
+    EXPECT_EQ(thrown_argument([&] { weft::validate_block_table(nt.t, 4, 8); }), "table.block_ids");
+  }
+  {
+    NativeTable nt({0, 1, 2, 3}, {8, 9}, 2, 2);  // row 1 needs 3 blocks
+    EXPECT_EQ(thrown_argument([&] { weft::validate_block_table(nt.t, 4, 8); }), "table.seq_lens");
+  }
+  {
+    NativeTable nt({0, 1, 2, 3}, {8, -1}, 2, 2);
+    EXPECT_EQ(thrown_argument([&] { weft::validate_block_table(nt.t, 4, 8); }), "table.seq_lens");
+  }
+  {
+    NativeTable nt({0, 1, 2, 3}, {8, 4}, 2, 1);  // stride 1 < max_blocks 2
+    EXPECT_EQ(thrown_argument([&] { weft::validate_block_table(nt.t, 4, 8); }), "table.row_stride");
+  }
+  {
+    NativeTable nt({0, 1, 2}, {8, 4}, 2, 2);  // needs (2 - 1) * 2 + 2 = 4 entries
+    EXPECT_EQ(thrown_argument([&] { weft::validate_block_table(nt.t, 4, 8); }), "table.block_ids");
+  }
+  {
+    NativeTable nt({0, 1, 2, 3}, {8}, 2, 2);
+    nt.t.batch_size = 2;  // seq_lens has 1 entry
+    EXPECT_EQ(thrown_argument([&] { weft::validate_block_table(nt.t, 4, 8); }), "table.seq_lens");
+  }
+  {
+    NativeTable nt({0, 1, 2, 3}, {8, 4}, 2, 2);
+    nt.t.block_ids.device = nullptr;
+    EXPECT_EQ(thrown_argument([&] { weft::validate_block_table(nt.t, 4, 8); }), "table.block_ids.device");
+  }
+  {
+    NativeTable nt({0, 1, 2, 3}, {8, 4}, 2, int64_t(1) << 31);  // row offsets past int32
+    EXPECT_EQ(thrown_argument([&] { weft::validate_block_table(nt.t, 4, 8); }), "table.row_stride");
+  }
+}
+
+}  // namespace

@@ -1,0 +1,220 @@
+// Decode router (router.h).
+#include "decode/router.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "decode/decode_plan.h"
+#include "weft/error.h"
+
+namespace weft::decode {
+
+const char* route_name(Route r) {
+  switch (r) {
+    case Route::kBalanced: return "balanced";
+    case Route::kWorkQueue: return "work_queue";
+    case Route::kNoSplit: return "no_split";
+    case Route::kPrefixShare: return "prefix_share";
+  }
+  return "?";
+}
+
+namespace {
+
+// Tasks, merges and longest task of splitting every row at `chunk` keys (0: no split), the
+// work queue's counts (plan::work_queue_shape) without its config checks.
+struct Split {
+  double tasks = 0, merges = 0, longest = 0;
+};
+Split split_counts(const StepSummary& s, int64_t chunk, int32_t hkv) {
+  Split r;
+  int64_t tasks = 0, merges = 0, longest = 0;
+  for (int32_t b = 0; b < s.batch; ++b) {
+    const int64_t len = s.kv_len[b];
+    const int64_t n = chunk <= 0 || len <= chunk ? 1 : (len + chunk - 1) / chunk;
+    tasks += n;
+    merges += n >= 2;
+    longest = std::max(longest, chunk <= 0 ? len : std::min(len, chunk));
+  }
+  r.tasks = double(tasks * hkv);
+  r.merges = double(merges * hkv);
+  r.longest = double(longest);
+  return r;
+}
+
+}  // namespace
+
+RouterFeatures route_features(const RouteOption& opt, const StepSummary& s, int32_t hkv, int32_t slots) {
+  int64_t keys = 0;
+  for (int32_t b = 0; b < s.batch; ++b) keys += s.kv_len[b];
+  const bool share = opt.route == Route::kPrefixShare;
+  const int64_t read = std::max<int64_t>(0, keys - (share ? s.shared_keys : 0)) * hkv;
+  const int64_t per_slot = (read + slots - 1) / std::max(1, slots);
+  int64_t chunk = 0;
+  switch (opt.route) {
+    case Route::kWorkQueue: chunk = opt.chunk; break;
+    case Route::kNoSplit: chunk = 0; break;
+    // The balanced planner's chunk bound: keys per CTA, at least kMinChunk, whole 16-key tiles.
+    case Route::kBalanced:
+    case Route::kPrefixShare:
+      chunk = (std::max<int64_t>(kMinChunk, per_slot) + kPlanKVTile - 1) / kPlanKVTile * kPlanKVTile;
+      break;
+  }
+  const Split sp = split_counts(s, chunk, hkv);
+  return {1.0, double(per_slot) * 1e-3, sp.longest * 1e-3, sp.tasks * 1e-3, sp.merges * 1e-3};
+}
+
+double predict_us(const RouteOption& opt, const StepSummary& s, int32_t hkv, int32_t slots) {
+  const RouterFeatures f = route_features(opt, s, hkv, slots);
+  double t = 0;
+  for (int i = 0; i < kRouterFeatures; ++i) t += opt.coef[i] * f[i];
+  return t;
+}
+
+int32_t choose_route(const RouterModel& m, const StepSummary& s) {
+  int32_t best = -1;
+  double best_t = 0;
+  for (size_t i = 0; i < m.options.size(); ++i) {
+    const RouteOption& o = m.options[i];
+    if (o.route == Route::kPrefixShare && s.shared_keys <= 0) continue;
+    const double t = predict_us(o, s, m.num_kv_heads, m.slots);
+    if (best < 0 || t < best_t) {
+      best = static_cast<int32_t>(i);
+      best_t = t;
+    }
+  }
+  return best;
+}
+
+RouterFeatures fit_route(const std::vector<RouterFeatures>& x, const std::vector<double>& t) {
+  WEFT_CHECK_ARG(x.size() == t.size(), "t", "expected " << x.size() << " times, got " << t.size());
+  constexpr int F = kRouterFeatures;
+  // Column norms (a column of zeros stays at coefficient 0).
+  std::array<double, F> norm{};
+  for (const auto& r : x)
+    for (int i = 0; i < F; ++i) norm[i] += r[i] * r[i];
+  for (int i = 0; i < F; ++i) norm[i] = std::sqrt(norm[i]);
+  // Normal equations of the scaled problem: A = Xs^T Xs, b = Xs^T t.
+  double A[F][F] = {}, bv[F] = {};
+  for (size_t n = 0; n < x.size(); ++n)
+    for (int i = 0; i < F; ++i) {
+      if (norm[i] == 0) continue;
+      const double xi = x[n][i] / norm[i];
+      bv[i] += xi * t[n];
+      for (int j = 0; j < F; ++j)
+        if (norm[j] != 0) A[i][j] += xi * x[n][j] / norm[j];
+    }
+  double c[F] = {};
+  for (int it = 0; it < 5000; ++it) {
+    double moved = 0;
+    for (int i = 0; i < F; ++i) {
+      if (A[i][i] <= 0) continue;
+      double g = bv[i];
+      for (int j = 0; j < F; ++j)
+        if (j != i) g -= A[i][j] * c[j];
+      const double ci = std::max(0.0, g / A[i][i]);
+      moved = std::max(moved, std::fabs(ci - c[i]));
+      c[i] = ci;
+    }
+    if (moved < 1e-12) break;
+  }
+  RouterFeatures out{};
+  for (int i = 0; i < F; ++i) out[i] = norm[i] == 0 ? 0.0 : c[i] / norm[i];
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------
+// JSON table: a fixed shape written by to_json; from_json reads that shape (keys in any order
+// inside an option, whitespace free).
+
+std::string RouterModel::to_json() const {
+  std::ostringstream os;
+  os.precision(9);
+  os << "{\n  \"gpu\": \"" << gpu << "\",\n  \"num_kv_heads\": " << num_kv_heads << ",\n  \"group_size\": "
+     << group_size << ",\n  \"head_dim\": " << head_dim << ",\n  \"slots\": " << slots
+     << ",\n  \"router_us\": " << router_us << ",\n  \"calibration\": \"" << calibration
+     << "\",\n  \"features\": [\"1\", \"keys_per_slot_k\", \"longest_task_k\", \"tasks_k\", \"merges_k\"],\n"
+     << "  \"options\": [\n";
+  for (size_t i = 0; i < options.size(); ++i) {
+    const RouteOption& o = options[i];
+    os << "    {\"name\": \"" << o.name << "\", \"route\": \"" << route_name(o.route) << "\", \"chunk\": " << o.chunk
+       << ", \"coef\": [";
+    for (int f = 0; f < kRouterFeatures; ++f) os << (f ? ", " : "") << o.coef[f];
+    os << "]}" << (i + 1 < options.size() ? "," : "") << "\n";
+  }
+  os << "  ]\n}\n";
+  return os.str();
+}
+
+namespace {
+
+std::string string_field(const std::string& s, const std::string& key, size_t from = 0, size_t to = std::string::npos) {
+  const size_t k = s.find("\"" + key + "\"", from);
+  WEFT_CHECK_ARG(k != std::string::npos && k < to, "router table", "missing \"" << key << "\"");
+  const size_t a = s.find('"', s.find(':', k) + 1);
+  const size_t b = s.find('"', a + 1);
+  WEFT_CHECK_ARG(a != std::string::npos && b != std::string::npos && b < to, "router table",
+                 "bad string for \"" << key << "\"");
+  return s.substr(a + 1, b - a - 1);
+}
+double number_field(const std::string& s, const std::string& key, size_t from = 0, size_t to = std::string::npos) {
+  const size_t k = s.find("\"" + key + "\"", from);
+  WEFT_CHECK_ARG(k != std::string::npos && k < to, "router table", "missing \"" << key << "\"");
+  const size_t c = s.find(':', k);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str() + c + 1, &end);
+  WEFT_CHECK_ARG(end != s.c_str() + c + 1, "router table", "bad number for \"" << key << "\"");
+  return v;
+}
+Route route_of(const std::string& n) {
+  for (Route r : {Route::kBalanced, Route::kWorkQueue, Route::kNoSplit, Route::kPrefixShare})
+    if (n == route_name(r)) return r;
+  throw Error("router table", "unknown route \"" + n + "\"");
+}
+
+}  // namespace
+
+RouterModel RouterModel::from_json(const std::string& s) {
+  RouterModel m;
+  const size_t opts = s.find("\"options\"");
+  WEFT_CHECK_ARG(opts != std::string::npos, "router table", "missing \"options\"");
+  const std::string head = s.substr(0, opts);
+  m.gpu = string_field(head, "gpu");
+  m.num_kv_heads = static_cast<int32_t>(number_field(head, "num_kv_heads"));
+  m.group_size = static_cast<int32_t>(number_field(head, "group_size"));
+  m.head_dim = static_cast<int32_t>(number_field(head, "head_dim"));
+  m.slots = static_cast<int32_t>(number_field(head, "slots"));
+  m.router_us = number_field(head, "router_us");
+  m.calibration = string_field(head, "calibration");
+  WEFT_CHECK_ARG(m.slots >= 1 && m.num_kv_heads >= 1, "router table", "slots and num_kv_heads must be >= 1");
+  size_t pos = s.find('[', opts);
+  while (true) {
+    const size_t a = s.find('{', pos);
+    if (a == std::string::npos) break;
+    const size_t b = s.find('}', a);
+    WEFT_CHECK_ARG(b != std::string::npos, "router table", "unterminated option");
+    RouteOption o;
+    o.name = string_field(s, "name", a, b);
+    o.route = route_of(string_field(s, "route", a, b));
+    o.chunk = static_cast<int32_t>(number_field(s, "chunk", a, b));
+    const size_t c = s.find('[', s.find("\"coef\"", a));
+    WEFT_CHECK_ARG(c < b, "router table", "missing \"coef\" in option " << o.name);
+    const char* p = s.c_str() + c + 1;
+    for (int f = 0; f < kRouterFeatures; ++f) {
+      char* end = nullptr;
+      o.coef[f] = std::strtod(p, &end);
+      WEFT_CHECK_ARG(end != p && o.coef[f] >= 0 && std::isfinite(o.coef[f]), "router table",
+                     "option " << o.name << ": coefficient " << f << " must be a number >= 0");
+      p = end;
+      while (*p == ',' || *p == ' ') ++p;
+    }
+    m.options.push_back(o);
+    pos = b + 1;
+  }
+  WEFT_CHECK_ARG(!m.options.empty(), "router table", "no options");
+  return m;
+}
+
+}  // namespace weft::decode

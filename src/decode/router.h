@@ -1,0 +1,77 @@
+// Internal, pure C++: the decode router. Per step it picks one of the decode routes that exist
+// from a linear cost model whose constants were calibrated on the device (weft-serve-sim
+// --calibrate writes them as a JSON table per GPU, data/router/<gpu>.json).
+//
+// Routes (a route option = route + its split parameter):
+//   balanced      BatchDecodeWrapper's balanced split-KV plan (persistent CTAs, in-kernel merge)
+//   work_queue/cN the compact work queue with N-key splits (attention/plan/work_queue.h)
+//   no_split      the work queue with one task per (row, KV head)
+//   prefix_share  BatchDecodeWrapper with DecodeOptions::share_prefixes (PAT packs); only a
+//                 candidate when the step has shared pages (StepSummary::shared_keys > 0)
+// POD (hybrid prefill + decode) is not a route yet.
+//
+// Model: t(option, step) = sum_i coef[i] * feature[i] (microseconds, synchronized wall time of
+// one step: plan + metadata upload + kernels), features from the step's lengths in O(batch):
+//   0  1
+//   1  KV keys read per CTA slot of the grid (x1e-3): the bandwidth term; a prefix-sharing
+//      plan reads the shared keys once
+//   2  longest task in keys (x1e-3): the critical path when there are few tasks
+//   3  tasks (x1e-3): per-task fixed cost (Q load, pipeline fill, epilogue) and plan size
+//   4  merged (row, KV head) pairs (x1e-3): partial-state traffic and the merge launch
+// Coefficients are fitted per option (non-negative least squares) on the calibration seed's
+// steps; the router's own decision time (router_us) is measured and reported with its steps.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace weft::decode {
+
+enum class Route : int32_t { kBalanced = 0, kWorkQueue = 1, kNoSplit = 2, kPrefixShare = 3 };
+const char* route_name(Route r);
+
+inline constexpr int kRouterFeatures = 5;
+using RouterFeatures = std::array<double, kRouterFeatures>;
+
+struct RouteOption {
+  std::string name;          // "balanced", "work_queue/c1024", "no_split", "prefix_share"
+  Route route = Route::kBalanced;
+  int32_t chunk = 0;         // work queue: keys per split
+  RouterFeatures coef{};     // microseconds per feature unit
+};
+
+// One decode step as the router sees it.
+struct StepSummary {
+  const int32_t* kv_len = nullptr;  // [batch]
+  int32_t batch = 0;
+  int64_t shared_keys = 0;  // keys a prefix-sharing plan reads once instead of once per sharer
+};
+
+struct RouterModel {
+  std::string gpu;              // device name of the calibration
+  int32_t num_kv_heads = 0;     // shape the table was calibrated for
+  int32_t group_size = 0;
+  int32_t head_dim = 0;
+  int32_t slots = 0;            // CTA slots of the grid (SMs x resident CTAs)
+  double router_us = 0;         // measured decision time per step (median)
+  std::string calibration;      // what the coefficients were fitted on (seed, families, steps)
+  std::vector<RouteOption> options;
+
+  std::string to_json() const;
+  // Throws weft::Error ("router table") on a malformed table.
+  static RouterModel from_json(const std::string& text);
+};
+
+// The features of `opt` for a step (model above). slots >= 1.
+RouterFeatures route_features(const RouteOption& opt, const StepSummary& step, int32_t num_kv_heads, int32_t slots);
+double predict_us(const RouteOption& opt, const StepSummary& step, int32_t num_kv_heads, int32_t slots);
+// Index of the option with the lowest predicted time (ties: the earlier option); prefix_share
+// only when step.shared_keys > 0. -1 when the model has no candidate.
+int32_t choose_route(const RouterModel& model, const StepSummary& step);
+
+// Non-negative least squares fit of coef to (features, time) samples (projected coordinate
+// descent on the normal equations, columns scaled to unit norm). Deterministic.
+RouterFeatures fit_route(const std::vector<RouterFeatures>& x, const std::vector<double>& t);
+
+}  // namespace weft::decode

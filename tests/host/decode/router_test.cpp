@@ -1,0 +1,154 @@
+// The decode router (decode/router.h): features against the work queue's own counts, the
+// non-negative fit recovering known coefficients, the choice as the argmin of the model, and
+// the JSON table's round trip and rejection of malformed tables.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "attention/plan/work_queue.h"
+#include "decode/router.h"
+#include "tests/common/test_util.h"
+#include "weft/error.h"
+
+namespace weft::decode {
+namespace {
+
+using test::Rng;
+using test::thrown_argument;
+
+RouteOption option(Route r, int32_t chunk, RouterFeatures coef) {
+  RouteOption o;
+  o.name = std::string(route_name(r)) + (r == Route::kWorkQueue ? "/c" + std::to_string(chunk) : "");
+  o.route = r;
+  o.chunk = chunk;
+  o.coef = coef;
+  return o;
+}
+
+TEST(Router, WorkQueueFeaturesMatchTheSchedule) {
+  Rng rng(7);
+  for (int trial = 0; trial < 100; ++trial) {
+    const int batch = int(rng.randint(1, 40));
+    std::vector<int32_t> lens(batch);
+    for (auto& l : lens) l = int32_t(rng.randint(0, 70000));
+    const int32_t hkv = int32_t(rng.randint(1, 8));
+    const int32_t chunk = 16 * int32_t(rng.randint(0, 256));
+    plan::WorkQueueConfig cfg;
+    cfg.num_kv_heads = hkv;
+    cfg.chunk = chunk;
+    const plan::WorkQueueShape sh = plan::work_queue_shape(lens.data(), batch, cfg);
+    StepSummary s{lens.data(), batch, 0};
+    const RouterFeatures f = route_features(option(Route::kWorkQueue, chunk, {}), s, hkv, 264);
+    EXPECT_DOUBLE_EQ(f[0], 1.0);
+    EXPECT_NEAR(f[3] * 1e3, double(sh.tasks), 1e-6);
+    EXPECT_NEAR(f[4] * 1e3, double(sh.merges), 1e-6);
+    EXPECT_NEAR(f[2] * 1e3, double(sh.longest), 1e-6);
+    int64_t keys = 0;
+    for (int32_t l : lens) keys += l;
+    EXPECT_NEAR(f[1] * 1e3, double((keys * hkv + 263) / 264), 1e-6);
+    // No split: one task per row and head; the longest is the longest row.
+    const RouterFeatures n = route_features(option(Route::kNoSplit, 0, {}), s, hkv, 264);
+    EXPECT_NEAR(n[3] * 1e3, double(batch * hkv), 1e-6);
+    EXPECT_EQ(n[4], 0.0);
+  }
+}
+
+TEST(Router, PrefixShareReadsSharedKeysOnce) {
+  const std::vector<int32_t> lens{4096, 4096, 4096, 4096};
+  StepSummary s{lens.data(), 4, 3 * 4000};
+  const RouterFeatures pat = route_features(option(Route::kPrefixShare, 0, {}), s, 8, 100);
+  const RouterFeatures bal = route_features(option(Route::kBalanced, 0, {}), s, 8, 100);
+  EXPECT_LT(pat[1], bal[1]);
+  EXPECT_NEAR(pat[1] * 1e3, double(((4 * 4096 - 12000) * 8 + 99) / 100), 1e-6);
+}
+
+TEST(Router, FitRecoversCoefficients) {
+  Rng rng(11);
+  const RouterFeatures truth{12.0, 3.5, 0.0, 40.0, 7.0};
+  std::vector<RouterFeatures> x;
+  std::vector<double> t;
+  for (int n = 0; n < 300; ++n) {
+    RouterFeatures f{1.0, rng.uniform(0, 50), rng.uniform(0, 10), rng.uniform(0, 3), rng.uniform(0, 0.5)};
+    double y = 0;
+    for (int i = 0; i < kRouterFeatures; ++i) y += truth[i] * f[i];
+    x.push_back(f);
+    t.push_back(y);
+  }
+  const RouterFeatures c = fit_route(x, t);
+  for (int i = 0; i < kRouterFeatures; ++i) EXPECT_NEAR(c[i], truth[i], 1e-3 + 1e-4 * truth[i]) << i;
+}
+
+TEST(Router, FitIsNonNegative) {
+  // y decreases with feature 1: the unconstrained fit would be negative there.
+  std::vector<RouterFeatures> x;
+  std::vector<double> t;
+  for (int n = 0; n < 50; ++n) {
+    x.push_back({1.0, double(n), 0, 0, 0});
+    t.push_back(100.0 - n);
+  }
+  const RouterFeatures c = fit_route(x, t);
+  for (double v : c) EXPECT_GE(v, 0.0);
+  EXPECT_EQ(c[1], 0.0);
+  EXPECT_NEAR(c[0], 75.5, 1e-6);  // the mean, with feature 1 clamped out
+}
+
+TEST(Router, ChoosesTheArgminOfTheModel) {
+  RouterModel m;
+  m.num_kv_heads = 8;
+  m.slots = 264;
+  m.options = {option(Route::kBalanced, 0, {20, 2, 0, 0, 10}), option(Route::kWorkQueue, 1024, {8, 2, 0, 5, 20}),
+               option(Route::kNoSplit, 0, {6, 2, 8, 5, 0}), option(Route::kPrefixShare, 0, {30, 2, 0, 0, 10})};
+  Rng rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int batch = int(rng.randint(1, 64));
+    std::vector<int32_t> lens(batch);
+    for (auto& l : lens) l = int32_t(rng.randint(1, 65536));
+    StepSummary s{lens.data(), batch, trial % 2 ? rng.randint(0, 100000) : 0};
+    const int32_t pick = choose_route(m, s);
+    ASSERT_GE(pick, 0);
+    if (s.shared_keys == 0) EXPECT_NE(m.options[pick].route, Route::kPrefixShare);
+    for (size_t i = 0; i < m.options.size(); ++i) {
+      if (m.options[i].route == Route::kPrefixShare && s.shared_keys == 0) continue;
+      EXPECT_LE(predict_us(m.options[pick], s, 8, 264), predict_us(m.options[i], s, 8, 264));
+    }
+  }
+  // Short batch with one long row: no-split's critical path (8 x 65536 keys) loses.
+  const std::vector<int32_t> one{65536};
+  EXPECT_NE(m.options[choose_route(m, {one.data(), 1, 0})].route, Route::kNoSplit);
+  RouterModel empty;
+  EXPECT_EQ(choose_route(empty, {one.data(), 1, 0}), -1);
+}
+
+TEST(Router, JsonRoundTripAndRejection) {
+  RouterModel m;
+  m.gpu = "NVIDIA H100 80GB HBM3";
+  m.num_kv_heads = 8;
+  m.group_size = 4;
+  m.head_dim = 128;
+  m.slots = 264;
+  m.router_us = 0.75;
+  m.calibration = "seed 20260622, 6 families x 40 steps";
+  m.options = {option(Route::kBalanced, 0, {20.5, 2.25, 0, 0, 10}), option(Route::kWorkQueue, 1024, {8, 2, 0, 5, 1e-7})};
+  const RouterModel r = RouterModel::from_json(m.to_json());
+  EXPECT_EQ(r.gpu, m.gpu);
+  EXPECT_EQ(r.slots, 264);
+  EXPECT_EQ(r.calibration, m.calibration);
+  EXPECT_DOUBLE_EQ(r.router_us, 0.75);
+  ASSERT_EQ(r.options.size(), 2u);
+  EXPECT_EQ(r.options[1].name, "work_queue/c1024");
+  EXPECT_EQ(r.options[1].route, Route::kWorkQueue);
+  EXPECT_EQ(r.options[1].chunk, 1024);
+  for (int i = 0; i < kRouterFeatures; ++i) EXPECT_DOUBLE_EQ(r.options[0].coef[i], m.options[0].coef[i]);
+  EXPECT_DOUBLE_EQ(r.options[1].coef[4], 1e-7);
+  EXPECT_EQ(thrown_argument([] { RouterModel::from_json("{}"); }), "router table");
+  std::string bad = m.to_json();
+  bad.replace(bad.find("work_queue\""), 10, "warp_queue");
+  EXPECT_EQ(thrown_argument([&] { RouterModel::from_json(bad); }), "router table");
+  std::string neg = m.to_json();
+  neg.replace(neg.find("[20.5"), 5, "[-2.5");
+  EXPECT_EQ(thrown_argument([&] { RouterModel::from_json(neg); }), "router table");
+}
+
+}  // namespace
+}  // namespace weft::decode
