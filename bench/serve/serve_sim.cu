@@ -1,0 +1,647 @@
+// weft-serve-sim: continuous decode steps of serving traces (serve/trace.h) through every decode
+// route that exists (decode/router.h) and through the router itself; per step the synchronized
+// wall time (metadata upload + plan + kernels, host clock around a stream sync) and the GPU time
+// (CUDA events around run()), medians of --reps repeats; correctness of every route against the
+// float64 reference on the first and last step of every family (the longest and the shortest
+// row, every head). Writes one JSON file.
+//
+//   weft-serve-sim --calibrate data/router/h100.json --seed 20260622 [--steps 40] [--out cal.json]
+//   weft-serve-sim --router data/router/h100.json --seed 20260623 [--steps 40] --out serve.json
+//
+// Calibration fits each route option's coefficients (router.h) to the wall times of the
+// calibration seed and measures the router's decision time; the held-out run reports, per family,
+// every fixed route's mean step time, the router's, how often it picked each option, and the
+// ratio best fixed / router (>= 0.99 is the target).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "decode/router.h"
+#include "decode/work_queue_decode.h"
+#include "json.h"
+#include "reference/attention.h"
+#include "serve/trace.h"
+#include "weft/decode.h"
+#include "weft/error.h"
+
+namespace {
+
+using weft::decode::Route;
+using weft::decode::RouteOption;
+using weft::decode::RouterFeatures;
+using weft::decode::RouterModel;
+using weft::decode::StepSummary;
+using Clock = std::chrono::steady_clock;
+
+#define CK(x)                                                                                  \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(3);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+// Decode shape of Llama-3-8B: 32 query heads, 8 KV heads, head_dim 128, bf16, pages of 16.
+constexpr int32_t kHq = 32, kHkv = 8, kD = 128, kPage = 16;
+constexpr double kHole = 0.25;  // a quarter of the physical page ids unassigned
+constexpr int32_t kMaxBatch = 256;
+constexpr int32_t kMaxTasks = 1 << 16;
+
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+__global__ void fill_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t x = (uint64_t(i) + seed) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 32;
+    p[i] = __float2bfloat16(float(int64_t(x % 2001) - 1000) * 1e-3f);  // [-1, 1]
+  }
+}
+
+float bf16_to_float(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = p * (v.size() - 1);
+  const size_t lo = size_t(idx);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
+}
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / v.size();
+}
+
+struct Args {
+  std::string calibrate, router, out = "serve.json", families = "all", commit, command;
+  uint64_t seed = 20260623;
+  int32_t steps = 40, reps = 3;
+  bool check = true;
+};
+
+// The route options every run measures (the router chooses among the same ones).
+std::vector<RouteOption> default_options(bool shared) {
+  std::vector<RouteOption> o;
+  auto add = [&](const std::string& n, Route r, int32_t c) {
+    RouteOption x;
+    x.name = n;
+    x.route = r;
+    x.chunk = c;
+    o.push_back(x);
+  };
+  add("balanced", Route::kBalanced, 0);
+  for (int c : {512, 1024, 2048, 4096}) add("work_queue/c" + std::to_string(c), Route::kWorkQueue, c);
+  add("no_split", Route::kNoSplit, 0);
+  if (shared) add("prefix_share", Route::kPrefixShare, 0);
+  return o;
+}
+
+// Everything a step needs on the device, allocated once per family.
+struct Engine {
+  cudaStream_t stream = nullptr;
+  weft::BatchDecodeWrapper bal{kMaxBatch, kHq, kHkv, kD};
+  std::unique_ptr<weft::BatchDecodeWrapper> share;
+  weft::decode::WorkQueueDecode wq{kMaxBatch, kHq, kHkv, kD, kMaxTasks};
+  void *ws_bal = nullptr, *ws_share = nullptr, *ws_wq = nullptr;
+  size_t ws_bal_bytes = 0, ws_share_bytes = 0, ws_wq_bytes = 0;
+  void *q = nullptr, *out = nullptr;
+  float* lse = nullptr;
+  cudaEvent_t e0, e1;
+  Engine() {
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    ws_bal_bytes = weft::BatchDecodeWrapper::workspace_size(kMaxBatch, kHq, kHkv, kD);
+    weft::DecodeOptions so;
+    so.share_prefixes = true;
+    ws_share_bytes = weft::BatchDecodeWrapper::workspace_size(kMaxBatch, kHq, kHkv, kD, so);
+    share = std::make_unique<weft::BatchDecodeWrapper>(kMaxBatch, kHq, kHkv, kD, so);
+    ws_wq_bytes = weft::decode::WorkQueueDecode::workspace_size(kMaxBatch, kHkv, kD, kMaxTasks);
+    CK(cudaMalloc(&ws_bal, ws_bal_bytes));
+    CK(cudaMalloc(&ws_share, ws_share_bytes));
+    CK(cudaMalloc(&ws_wq, ws_wq_bytes));
+    CK(cudaMalloc(&q, size_t(kMaxBatch) * kHq * kD * 2));
+    CK(cudaMalloc(&out, size_t(kMaxBatch) * kHq * kD * 2));
+    CK(cudaMalloc(&lse, size_t(kMaxBatch) * kHq * 4));
+    fill_kernel<<<256, 256>>>(static_cast<__nv_bfloat16*>(q), int64_t(kMaxBatch) * kHq * kD, 77);
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+  }
+  ~Engine() {
+    cudaFree(ws_bal);
+    cudaFree(ws_share);
+    cudaFree(ws_wq);
+    cudaFree(q);
+    cudaFree(out);
+    cudaFree(lse);
+  }
+};
+
+// The paged pool of one family plus the step's block table (pinned host + device).
+struct Family {
+  weft::serve::Trace trace;
+  std::vector<weft::serve::Step> steps;
+  void *k = nullptr, *v = nullptr;
+  int32_t stride = 0;
+  int32_t* h_ids = nullptr;  // pinned [kMaxBatch, stride]
+  int32_t* h_lens = nullptr;
+  int32_t *d_ids = nullptr, *d_lens = nullptr;
+  weft::PagedKVCache cache;
+  ~Family() {
+    cudaFree(k);
+    cudaFree(v);
+    cudaFreeHost(h_ids);
+    cudaFreeHost(h_lens);
+    cudaFree(d_ids);
+    cudaFree(d_lens);
+  }
+};
+
+void setup_family(Family& f, const std::string& name, uint64_t seed, int32_t steps) {
+  f.trace = weft::serve::make_trace(name, seed, kPage, kHole, steps);
+  f.steps = weft::serve::simulate_steps(f.trace, steps);
+  const int64_t elems = f.trace.num_pages * kPage * kHkv * kD;
+  CK(cudaMalloc(&f.k, size_t(elems) * 2));
+  CK(cudaMalloc(&f.v, size_t(elems) * 2));
+  fill_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(f.k), elems, seed * 2 + 1);
+  fill_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(f.v), elems, seed * 2 + 2);
+  CK(cudaDeviceSynchronize());
+  f.stride = f.trace.max_blocks + 8;  // a little row slack: the stride is not the used width
+  CK(cudaHostAlloc(reinterpret_cast<void**>(&f.h_ids), size_t(kMaxBatch) * f.stride * 4, cudaHostAllocDefault));
+  CK(cudaHostAlloc(reinterpret_cast<void**>(&f.h_lens), size_t(kMaxBatch) * 4, cudaHostAllocDefault));
+  CK(cudaMalloc(&f.d_ids, size_t(kMaxBatch) * f.stride * 4));
+  CK(cudaMalloc(&f.d_lens, size_t(kMaxBatch) * 4));
+  const int64_t np = f.trace.num_pages;
+  f.cache.layout = weft::KVLayout::kNHD;
+  f.cache.k_pages = weft::TensorView(f.k, weft::DType::kBFloat16, {np, kPage, kHkv, kD});
+  f.cache.v_pages = weft::TensorView(f.v, weft::DType::kBFloat16, {np, kPage, kHkv, kD});
+}
+
+// The step's block table rows (host, pinned) and the view of them.
+weft::BlockTable fill_table(Family& f, const weft::serve::Step& st) {
+  const int32_t B = int32_t(st.req.size());
+  int32_t maxb = 0;
+  for (int32_t i = 0; i < B; ++i) {
+    const auto& pages = f.trace.requests[st.req[i]].pages;
+    const int32_t used = (st.kv_len[i] + kPage - 1) / kPage;
+    std::memcpy(f.h_ids + int64_t(i) * f.stride, pages.data(), size_t(used) * 4);
+    f.h_lens[i] = st.kv_len[i];
+    maxb = std::max(maxb, used);
+  }
+  weft::BlockTable t;
+  t.batch_size = B;
+  t.max_blocks = f.trace.max_blocks;
+  t.row_stride = f.stride;
+  t.block_ids = {f.d_ids, f.h_ids, int64_t(std::max(1, B)) * f.stride};
+  t.seq_lens = {f.d_lens, f.h_lens, B};
+  return t;
+}
+
+struct Sample {
+  double wall_us = 0, gpu_us = 0, plan_us = 0;
+};
+
+// One execution of `o` on the step: upload the block table, plan, run (events around run), sync.
+Sample exec_route(Engine& e, Family& f, const weft::BlockTable& t, const RouteOption& o) {
+  const int32_t B = t.batch_size;
+  Sample s;
+  const auto t0 = Clock::now();
+  CK(cudaMemcpyAsync(f.d_ids, f.h_ids, size_t(B) * f.stride * 4, cudaMemcpyHostToDevice, e.stream));
+  CK(cudaMemcpyAsync(f.d_lens, f.h_lens, size_t(B) * 4, cudaMemcpyHostToDevice, e.stream));
+  weft::TensorView q(e.q, weft::DType::kBFloat16, {B, kHq, kD});
+  weft::TensorView out(e.out, weft::DType::kBFloat16, {B, kHq, kD});
+  weft::TensorView lse(e.lse, weft::DType::kFloat32, {B, kHq});
+  const weft::AttentionVariant var;
+  const auto tp = Clock::now();
+  switch (o.route) {
+    case Route::kBalanced:
+      e.bal.plan(t, kHq, kHkv, kD, kPage, weft::DType::kBFloat16, weft::KVLayout::kNHD, var, e.ws_bal,
+                 e.ws_bal_bytes, e.stream);
+      s.plan_us = us_since(tp);
+      CK(cudaEventRecord(e.e0, e.stream));
+      e.bal.run(q, f.cache, t, out, &lse, e.stream);
+      break;
+    case Route::kPrefixShare:
+      e.share->plan(t, kHq, kHkv, kD, kPage, weft::DType::kBFloat16, weft::KVLayout::kNHD, var, e.ws_share,
+                    e.ws_share_bytes, e.stream);
+      s.plan_us = us_since(tp);
+      CK(cudaEventRecord(e.e0, e.stream));
+      e.share->run(q, f.cache, t, out, &lse, e.stream);
+      break;
+    case Route::kWorkQueue:
+    case Route::kNoSplit:
+      e.wq.plan(t, o.route == Route::kNoSplit ? 0 : o.chunk, kPage, weft::DType::kBFloat16, weft::KVLayout::kNHD,
+                var, e.ws_wq, e.ws_wq_bytes, e.stream);
+      s.plan_us = us_since(tp);
+      CK(cudaEventRecord(e.e0, e.stream));
+      e.wq.run(q, f.cache, t, out, &lse, e.stream);
+      break;
+  }
+  CK(cudaEventRecord(e.e1, e.stream));
+  CK(cudaStreamSynchronize(e.stream));
+  s.wall_us = us_since(t0);
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, e.e0, e.e1));
+  s.gpu_us = ms * 1e3;
+  return s;
+}
+
+// The float64 reference of rows `rows` of a step (K/V of those rows copied back from their
+// pages), computed once per checked step and compared with every option's output.
+struct RefRows {
+  std::vector<int32_t> rows;
+  std::vector<std::vector<double>> o, lse;  // per row: [Hq * D], [Hq]
+};
+RefRows reference_rows(Engine& e, Family& f, const weft::serve::Step& st, const std::vector<int32_t>& rows) {
+  RefRows r;
+  r.rows = rows;
+  const int32_t B = int32_t(st.req.size());
+  std::vector<uint16_t> q(size_t(B) * kHq * kD);
+  CK(cudaMemcpy(q.data(), e.q, q.size() * 2, cudaMemcpyDeviceToHost));
+  const size_t page_elems = size_t(kPage) * kHkv * kD;
+  for (int32_t row : rows) {
+    const int32_t len = st.kv_len[row];
+    const auto& pages = f.trace.requests[st.req[row]].pages;
+    const int32_t np = (len + kPage - 1) / kPage;
+    std::vector<uint16_t> kb(size_t(np) * page_elems), vb(size_t(np) * page_elems);
+    for (int32_t p = 0; p < np; ++p) {
+      CK(cudaMemcpy(kb.data() + p * page_elems, static_cast<uint16_t*>(f.k) + size_t(pages[p]) * page_elems,
+                    page_elems * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(vb.data() + p * page_elems, static_cast<uint16_t*>(f.v) + size_t(pages[p]) * page_elems,
+                    page_elems * 2, cudaMemcpyDeviceToHost));
+    }
+    weft::ref::OwnedKV kv;
+    kv.num_kv_heads = kHkv;
+    kv.head_dim = kD;
+    kv.kv_indptr = {0, len};
+    kv.k.resize(size_t(len) * kHkv * kD);
+    kv.v.resize(kv.k.size());
+    for (size_t i = 0; i < kv.k.size(); ++i) {  // NHD pages are token-major: the first len tokens
+      kv.k[i] = bf16_to_float(kb[i]);
+      kv.v[i] = bf16_to_float(vb[i]);
+    }
+    std::vector<float> qf(size_t(kHq) * kD);
+    for (size_t i = 0; i < qf.size(); ++i) qf[i] = bf16_to_float(q[size_t(row) * kHq * kD + i]);
+    weft::ref::RaggedQ rq{qf.data(), kHq, kD, {0, 1}};
+    weft::ref::Result ex = weft::ref::attention(rq, kv.view(), weft::ref::Options{});
+    r.o.push_back(std::move(ex.o));
+    r.lse.push_back(std::move(ex.lse));
+  }
+  return r;
+}
+
+// Max |O - O_ref| and |LSE - LSE_ref| of the last run's rows against the reference.
+struct CheckResult {
+  double max_o_err = 0, max_lse_err = 0;
+  bool ok = true;
+};
+CheckResult check_rows(Engine& e, const weft::serve::Step& st, const RefRows& ref) {
+  CheckResult r;
+  const int32_t B = int32_t(st.req.size());
+  std::vector<uint16_t> o(size_t(B) * kHq * kD);
+  std::vector<float> lse(size_t(B) * kHq);
+  CK(cudaMemcpy(o.data(), e.out, o.size() * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(lse.data(), e.lse, lse.size() * 4, cudaMemcpyDeviceToHost));
+  for (size_t k = 0; k < ref.rows.size(); ++k) {
+    const int32_t row = ref.rows[k];
+    for (int i = 0; i < kHq * kD; ++i)
+      r.max_o_err = std::max(r.max_o_err, std::fabs(double(bf16_to_float(o[size_t(row) * kHq * kD + i])) - ref.o[k][i]));
+    for (int h = 0; h < kHq; ++h)
+      r.max_lse_err = std::max(r.max_lse_err, std::fabs(double(lse[size_t(row) * kHq + h]) - ref.lse[k][h]));
+  }
+  // bf16 output: |O| <= 1, so half an ulp is <= 2^-9; the bound allows a few ulps of the
+  // accumulated rounding of P (bf16 in the P.V product) over long rows. LSE is fp32.
+  r.ok = r.max_o_err <= 1.5e-2 && r.max_lse_err <= 2e-3;
+  return r;
+}
+
+StepSummary summary_of(const weft::serve::Step& st) {
+  return StepSummary{st.kv_len.data(), int32_t(st.kv_len.size()), st.shared_keys};
+}
+
+int32_t grid_slots(const Engine& e) { return e.bal.num_ctas(); }
+
+struct RouteStats {
+  std::vector<double> wall, gpu, plan;
+};
+
+struct FamilyResult {
+  std::string name;
+  int32_t max_active = 0, steps = 0;
+  std::map<std::string, RouteStats> routes;  // fixed options + "router"
+  std::map<std::string, int> picks;
+  std::map<std::string, CheckResult> checks;
+  std::vector<double> router_decide_us, bal_plan_us_b256;
+  // Calibration samples per option: features, wall time.
+  std::map<std::string, std::pair<std::vector<RouterFeatures>, std::vector<double>>> samples;
+};
+
+FamilyResult run_family(Engine& e, const std::string& name, const Args& a, const RouterModel* model) {
+  Family f;
+  setup_family(f, name, a.seed, a.steps);
+  FamilyResult fr;
+  fr.name = name;
+  fr.max_active = f.trace.max_active;
+  fr.steps = int32_t(f.steps.size());
+  const bool shared = name == "shared";
+  const std::vector<RouteOption> opts = default_options(shared);
+  const int32_t slots = grid_slots(e);
+  for (size_t si = 0; si < f.steps.size(); ++si) {
+    const weft::serve::Step& st = f.steps[si];
+    if (st.req.empty()) continue;
+    const weft::BlockTable t = fill_table(f, st);
+    const StepSummary sum = summary_of(st);
+    const bool check = a.check && (si == 0 || si + 1 == f.steps.size());
+    // Rows checked: the longest and the shortest.
+    RefRows ref;
+    if (check) {
+      const auto mm = std::minmax_element(st.kv_len.begin(), st.kv_len.end());
+      std::vector<int32_t> rows{int32_t(mm.second - st.kv_len.begin()), int32_t(mm.first - st.kv_len.begin())};
+      if (rows[0] == rows[1]) rows.pop_back();
+      ref = reference_rows(e, f, st, rows);
+    }
+    // Fixed options in a rotated order per step (no option always runs first), then the router.
+    const size_t n = opts.size() + (model ? 1 : 0);
+    for (size_t k = 0; k < n; ++k) {
+      const size_t idx = (k + si) % n;
+      const bool is_router = model != nullptr && idx == opts.size();
+      std::vector<Sample> reps;
+      std::string picked;
+      if (si == 0) {  // warm-up of this option (first-use allocations, instruction cache)
+        if (!is_router) exec_route(e, f, t, opts[idx]);
+      }
+      for (int r = 0; r < a.reps; ++r) {
+        if (is_router) {
+          const auto t0 = Clock::now();
+          const int32_t pick = weft::decode::choose_route(*model, sum);
+          const double decide = us_since(t0);
+          Sample s = exec_route(e, f, t, model->options[pick]);
+          s.wall_us += decide;
+          fr.router_decide_us.push_back(decide);
+          picked = model->options[pick].name;
+          reps.push_back(s);
+        } else {
+          reps.push_back(exec_route(e, f, t, opts[idx]));
+        }
+      }
+      const std::string key = is_router ? "router" : opts[idx].name;
+      std::vector<double> w, g, p;
+      for (const Sample& s : reps) w.push_back(s.wall_us), g.push_back(s.gpu_us), p.push_back(s.plan_us);
+      RouteStats& rs = fr.routes[key];
+      rs.wall.push_back(percentile(w, 0.5));
+      rs.gpu.push_back(percentile(g, 0.5));
+      rs.plan.push_back(percentile(p, 0.5));
+      if (is_router) ++fr.picks[picked];
+      if (!is_router) {
+        auto& smp = fr.samples[key];
+        smp.first.push_back(weft::decode::route_features(opts[idx], sum, kHkv, slots));
+        smp.second.push_back(percentile(w, 0.5));
+        if (opts[idx].route == Route::kBalanced && t.batch_size == 256)
+          for (const Sample& s : reps) fr.bal_plan_us_b256.push_back(s.plan_us);
+      }
+      if (check) {
+        const CheckResult c = check_rows(e, st, ref);
+        CheckResult& acc = fr.checks[key];
+        acc.max_o_err = std::max(acc.max_o_err, c.max_o_err);
+        acc.max_lse_err = std::max(acc.max_lse_err, c.max_lse_err);
+        acc.ok = acc.ok && c.ok;
+      }
+    }
+    std::fprintf(stderr, "\r[%s] step %zu/%zu", name.c_str(), si + 1, f.steps.size());
+  }
+  std::fprintf(stderr, "\n");
+  return fr;
+}
+
+void write_stats(weft::bench::JsonWriter& j, const RouteStats& s) {
+  j.begin_object();
+  j.key("wall_us_mean").value(mean(s.wall));
+  j.key("wall_us_p50").value(percentile(s.wall, 0.5));
+  j.key("wall_us_p90").value(percentile(s.wall, 0.9));
+  j.key("wall_us_p99").value(percentile(s.wall, 0.99));
+  j.key("gpu_us_mean").value(mean(s.gpu));
+  j.key("gpu_us_p50").value(percentile(s.gpu, 0.5));
+  j.key("plan_us_p50").value(percentile(s.plan, 0.5));
+  j.end_object();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  std::ostringstream cmd;
+  for (int i = 0; i < argc; ++i) cmd << (i ? " " : "") << argv[i];
+  a.command = cmd.str();
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (s == "--calibrate") a.calibrate = next();
+    else if (s == "--router") a.router = next();
+    else if (s == "--out") a.out = next();
+    else if (s == "--seed") a.seed = std::stoull(next());
+    else if (s == "--steps") a.steps = std::stoi(next());
+    else if (s == "--reps") a.reps = std::stoi(next());
+    else if (s == "--families") a.families = next();
+    else if (s == "--no-check") a.check = false;
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", s.c_str());
+      return 2;
+    }
+  }
+  if (const char* c = std::getenv("WEFT_COMMIT")) a.commit = c;  // the harness, not libweft
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 2;
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::vector<std::string> fams;
+  if (a.families == "all") {
+    fams = weft::serve::family_names();
+  } else {
+    std::stringstream ss(a.families);
+    std::string x;
+    while (std::getline(ss, x, ',')) fams.push_back(x);
+  }
+  RouterModel model;
+  const bool routed = !a.router.empty();
+  if (routed) {
+    std::ifstream in(a.router);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    model = RouterModel::from_json(buf.str());
+  }
+  try {
+    Engine e;
+    std::vector<FamilyResult> results;
+    for (const std::string& fam : fams) {
+      RouterModel fam_model = model;
+      if (routed && fam != "shared")  // prefix_share is a candidate only where pages are shared
+        fam_model.options.erase(std::remove_if(fam_model.options.begin(), fam_model.options.end(),
+                                               [](const RouteOption& o) { return o.route == Route::kPrefixShare; }),
+                                fam_model.options.end());
+      try {
+        results.push_back(run_family(e, fam, a, routed ? &fam_model : nullptr));
+      } catch (const weft::Error& err) {  // report the family, keep the others
+        std::fprintf(stderr, "\n[%s] weft::Error: %s\n", fam.c_str(), err.what());
+        FamilyResult fr;
+        fr.name = fam;
+        fr.checks["error"].ok = false;
+        results.push_back(fr);
+      }
+    }
+
+    weft::bench::JsonWriter j;
+    j.begin_object();
+    j.key("gpu").value(prop.name);
+    j.key("sm_count").value(prop.multiProcessorCount);
+    j.key("commit").value(a.commit);
+    j.key("command").value(a.command);
+    j.key("seed").value(static_cast<long long>(a.seed));
+    j.key("steps").value(a.steps);
+    j.key("reps").value(a.reps);
+    j.key("shape").value("Hq 32, Hkv 8, D 128, bf16, page 16, NHD, hole fraction 0.25");
+    j.key("grid_slots").value(grid_slots(e));
+    j.key("families").begin_array();
+    double worst_ratio = 1e30;
+    std::vector<double> plan256;
+    bool all_ok = true;
+    for (const FamilyResult& fr : results) {
+      j.begin_object();
+      j.key("name").value(fr.name);
+      j.key("max_active").value(fr.max_active);
+      j.key("steps").value(fr.steps);
+      j.key("routes").begin_object();
+      std::string best;
+      double best_mean = 1e30;
+      if (fr.routes.empty()) {
+        j.key("error").value(true);
+        j.end_object();
+        j.key("check").begin_object().end_object();
+        j.end_object();
+        all_ok = false;
+        worst_ratio = 0;
+        continue;
+      }
+      for (const auto& [k, s] : fr.routes) {
+        j.key(k);
+        write_stats(j, s);
+        if (k != "router" && mean(s.wall) < best_mean) best_mean = mean(s.wall), best = k;
+      }
+      j.end_object();
+      j.key("best_fixed").value(best);
+      j.key("best_fixed_wall_us_mean").value(best_mean);
+      if (routed) {
+        const double rm = mean(fr.routes.at("router").wall);
+        j.key("router_wall_us_mean").value(rm);
+        j.key("router_vs_best_fixed").value(best_mean / rm);
+        worst_ratio = std::min(worst_ratio, best_mean / rm);
+        j.key("router_decide_us_p50").value(percentile(fr.router_decide_us, 0.5));
+        j.key("tbt_us_p50").value(percentile(fr.routes.at("router").wall, 0.5));
+        j.key("tbt_us_p99").value(percentile(fr.routes.at("router").wall, 0.99));
+        j.key("picks").begin_object();
+        for (const auto& [k, c] : fr.picks) j.key(k).value(c);
+        j.end_object();
+      }
+      if (!fr.bal_plan_us_b256.empty()) {
+        j.key("balanced_plan_us_p50_b256").value(percentile(fr.bal_plan_us_b256, 0.5));
+        plan256.insert(plan256.end(), fr.bal_plan_us_b256.begin(), fr.bal_plan_us_b256.end());
+      }
+      j.key("check").begin_object();
+      for (const auto& [k, c] : fr.checks) {
+        j.key(k).begin_object();
+        j.key("max_o_err").value(c.max_o_err);
+        j.key("max_lse_err").value(c.max_lse_err);
+        j.key("ok").value(c.ok);
+        j.end_object();
+        all_ok = all_ok && c.ok;
+      }
+      j.end_object();
+      j.end_object();
+    }
+    j.end_array();
+    j.key("correct").value(all_ok);
+    j.key("cases").begin_array();
+    j.begin_object();
+    j.key("name").value("serve/summary");
+    j.key("group").value("serve");
+    j.key("extra").begin_object();
+    if (routed) j.key("router_vs_best_fixed_min").value(worst_ratio);
+    if (!plan256.empty()) j.key("decode_plan_us_p50_256").value(percentile(plan256, 0.5));
+    j.key("correct").value(all_ok);
+    j.end_object();
+    j.end_object();
+    j.end_array();
+    j.end_object();
+    std::ofstream(a.out) << j.str() << "\n";
+    std::fprintf(stderr, "wrote %s\n", a.out.c_str());
+
+    if (!a.calibrate.empty()) {
+      RouterModel m;
+      m.gpu = prop.name;
+      m.num_kv_heads = kHkv;
+      m.group_size = kHq / kHkv;
+      m.head_dim = kD;
+      m.slots = grid_slots(e);
+      std::ostringstream cal;
+      cal << "seed " << a.seed << ", " << fams.size() << " families x " << a.steps << " steps, median of " << a.reps
+          << " reps, wall us";
+      m.calibration = cal.str();
+      for (RouteOption o : default_options(true)) {
+        std::vector<RouterFeatures> x;
+        std::vector<double> t;
+        for (const FamilyResult& fr : results) {
+          auto it = fr.samples.find(o.name);
+          if (it == fr.samples.end()) continue;
+          x.insert(x.end(), it->second.first.begin(), it->second.first.end());
+          t.insert(t.end(), it->second.second.begin(), it->second.second.end());
+        }
+        if (x.empty()) continue;
+        o.coef = weft::decode::fit_route(x, t);
+        m.options.push_back(o);
+      }
+      // The router's own decision time on the calibration steps (median over repeats).
+      std::vector<double> d;
+      for (const std::string& fam : fams) {
+        const auto tr = weft::serve::make_trace(fam, a.seed, kPage, kHole, a.steps);
+        for (const auto& st : weft::serve::simulate_steps(tr, a.steps)) {
+          if (st.req.empty()) continue;
+          const StepSummary s = summary_of(st);
+          for (int r = 0; r < 5; ++r) {
+            const auto t0 = Clock::now();
+            volatile int32_t pick = weft::decode::choose_route(m, s);
+            (void)pick;
+            d.push_back(us_since(t0));
+          }
+        }
+      }
+      m.router_us = percentile(d, 0.5);
+      std::ofstream(a.calibrate) << m.to_json();
+      std::fprintf(stderr, "wrote router table %s\n", a.calibrate.c_str());
+    }
+    return all_ok ? 0 : 1;
+  } catch (const weft::Error& err) {
+    std::fprintf(stderr, "weft::Error: %s\n", err.what());
+    return 4;
+  }
+}
