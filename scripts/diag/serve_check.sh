@@ -26,21 +26,21 @@ cmake --build build-gpu -j16 --target weft_gpu_decode weft-serve-sim >> "$OUT/bu
   || { log "build failed"; grep -n "error" "$OUT/build.log" | head -40; exit 1; }
 log "build ok"
 if [ "$SKIP_TESTS" = 0 ]; then
-  timeout 120 ./build-gpu/tests/weft_gpu_decode --gtest_brief=1 > "$OUT/tests.log" 2>&1
+  timeout 90 ./build-gpu/tests/weft_gpu_decode --gtest_brief=1 > "$OUT/tests.log" 2>&1
   log "weft_gpu_decode rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests.log" | tr '\n' ' ')"
   grep -B2 -A12 "Failure" "$OUT/tests.log" | head -60
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/tests/weft_gpu_decode --gtest_brief=1 \
+  timeout 80 compute-sanitizer --tool memcheck --error-exitcode 9 ./build-gpu/tests/weft_gpu_decode --gtest_brief=1 \
     --gtest_filter='DecodeBlockTableSmall*:DecodeWorkQueueSmall*' > "$OUT/memcheck.log" 2>&1
   log "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
-  timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 ./build-gpu/tests/weft_gpu_decode --gtest_brief=1 \
+  timeout 45 compute-sanitizer --tool racecheck --error-exitcode 9 ./build-gpu/tests/weft_gpu_decode --gtest_brief=1 \
     --gtest_filter='DecodeWorkQueueSmall*' > "$OUT/racecheck.log" 2>&1
   log "racecheck rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck.log" | tail -1)"
 fi
-timeout 150 ./build-gpu/bench/weft-serve-sim --calibrate "$OUT/router_h100.json" --seed 20260622 --steps "$STEPS" \
+timeout 90 ./build-gpu/bench/weft-serve-sim --calibrate "$OUT/router_h100.json" --seed 20260622 --steps "$STEPS" \
   --out "$OUT/serve_calibration.json" > "$OUT/serve_calibration.log" 2>&1
 log "calibration rc=$?"
 tail -3 "$OUT/serve_calibration.log"
-timeout 150 ./build-gpu/bench/weft-serve-sim --router "$OUT/router_h100.json" --seed 20260623 --steps "$STEPS" \
+timeout 90 ./build-gpu/bench/weft-serve-sim --router "$OUT/router_h100.json" --seed 20260623 --steps "$STEPS" \
   --out "$OUT/serve_heldout.json" > "$OUT/serve_heldout.log" 2>&1
 log "held-out rc=$?"
 tail -3 "$OUT/serve_heldout.log"
