@@ -96,7 +96,7 @@ double mean(const std::vector<double>& v) {
 struct Args {
   std::string calibrate, router, out = "serve.json", families = "all", commit, command;
   uint64_t seed = 20260623;
-  int32_t steps = 40, reps = 3;
+  int32_t steps = 40, reps = 5;
   bool check = true;
 };
 
@@ -365,6 +365,16 @@ FamilyResult run_family(Engine& e, const std::string& name, const Args& a, const
   const bool shared = name == "shared";
   const std::vector<RouteOption> opts = default_options(shared);
   const int32_t slots = grid_slots(e);
+  // Warm-up: the first step through every option for ~50 ms, so clocks have ramped from idle
+  // and first-use costs are paid before anything is timed.
+  for (size_t si = 0; si < f.steps.size(); ++si) {
+    if (f.steps[si].req.empty()) continue;
+    const weft::BlockTable t = fill_table(f, f.steps[si]);
+    const auto w0 = Clock::now();
+    while (us_since(w0) < 5e4)
+      for (const RouteOption& o : opts) exec_route(e, f, t, o);
+    break;
+  }
   for (size_t si = 0; si < f.steps.size(); ++si) {
     const weft::serve::Step& st = f.steps[si];
     if (st.req.empty()) continue;
@@ -549,6 +559,28 @@ int main(int argc, char** argv) {
         if (k != "router" && mean(s.wall) < best_mean) best_mean = mean(s.wall), best = k;
       }
       j.end_object();
+      // Per-step medians (wall and GPU us) of every option, for replays and plots.
+      j.key("per_step").begin_object();
+      for (const auto& [k, s] : fr.routes) {
+        j.key(k).begin_object();
+        if (auto it = fr.samples.find(k); it != fr.samples.end()) {  // the model's features
+          j.key("features").begin_array();
+          for (const RouterFeatures& f : it->second.first) {
+            j.begin_array();
+            for (double v : f) j.value(v);
+            j.end_array();
+          }
+          j.end_array();
+        }
+        j.key("wall_us").begin_array();
+        for (double v : s.wall) j.value(v);
+        j.end_array();
+        j.key("gpu_us").begin_array();
+        for (double v : s.gpu) j.value(v);
+        j.end_array();
+        j.end_object();
+      }
+      j.end_object();
       j.key("best_fixed").value(best);
       j.key("best_fixed_wall_us_mean").value(best_mean);
       if (routed) {
@@ -605,7 +637,7 @@ int main(int argc, char** argv) {
       m.slots = grid_slots(e);
       std::ostringstream cal;
       cal << "seed " << a.seed << ", " << fams.size() << " families x " << a.steps << " steps, median of " << a.reps
-          << " reps, wall us";
+          << " reps, wall us, relative least squares";
       m.calibration = cal.str();
       for (RouteOption o : default_options(true)) {
         std::vector<RouterFeatures> x;
@@ -617,7 +649,7 @@ int main(int argc, char** argv) {
           t.insert(t.end(), it->second.second.begin(), it->second.second.end());
         }
         if (x.empty()) continue;
-        o.coef = weft::decode::fit_route(x, t);
+        o.coef = weft::decode::fit_route(x, t, /*relative=*/true);
         m.options.push_back(o);
       }
       // The router's own decision time on the calibration steps (median over repeats).

@@ -63,7 +63,14 @@ RouterFeatures route_features(const RouteOption& opt, const StepSummary& s, int3
       break;
   }
   const Split sp = split_counts(s, chunk, hkv);
-  return {1.0, double(per_slot) * 1e-3, sp.longest * 1e-3, sp.tasks * 1e-3, sp.merges * 1e-3};
+  // Critical path: a 1-D grid (work queue, no split) runs its tasks in ceil(tasks / slots) waves
+  // of up to `longest` keys each (B1 at 64K keys x 8 heads: 2048-key splits are 256 tasks, one
+  // wave on 264 slots; 1024-key splits two waves of half the length, plus a second wave's
+  // fixed costs); the balanced planner's persistent CTAs hold about keys-per-slot each, so
+  // there the longest item is the critical path.
+  const bool grid_1d = opt.route == Route::kWorkQueue || opt.route == Route::kNoSplit;
+  const double waves = grid_1d ? std::ceil(sp.tasks / std::max(1, slots)) : 1.0;
+  return {1.0, double(per_slot) * 1e-3, waves * sp.longest * 1e-3, sp.tasks * 1e-3, sp.merges * 1e-3};
 }
 
 double predict_us(const RouteOption& opt, const StepSummary& s, int32_t hkv, int32_t slots) {
@@ -88,9 +95,18 @@ int32_t choose_route(const RouterModel& m, const StepSummary& s) {
   return best;
 }
 
-RouterFeatures fit_route(const std::vector<RouterFeatures>& x, const std::vector<double>& t) {
-  WEFT_CHECK_ARG(x.size() == t.size(), "t", "expected " << x.size() << " times, got " << t.size());
+RouterFeatures fit_route(const std::vector<RouterFeatures>& x_in, const std::vector<double>& t_in, bool relative) {
+  WEFT_CHECK_ARG(x_in.size() == t_in.size(), "t", "expected " << x_in.size() << " times, got " << t_in.size());
   constexpr int F = kRouterFeatures;
+  // Relative error: rows and targets scaled by 1 / t (targets become 1).
+  std::vector<RouterFeatures> x = x_in;
+  std::vector<double> t = t_in;
+  if (relative)
+    for (size_t n = 0; n < x.size(); ++n) {
+      WEFT_CHECK_ARG(t[n] > 0, "t", "relative fit needs times > 0, got " << t[n]);
+      for (double& v : x[n]) v /= t[n];
+      t[n] = 1.0;
+    }
   // Column norms (a column of zeros stays at coefficient 0).
   std::array<double, F> norm{};
   for (const auto& r : x)

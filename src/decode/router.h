@@ -15,7 +15,8 @@
 //   0  1
 //   1  KV keys read per CTA slot of the grid (x1e-3): the bandwidth term; a prefix-sharing
 //      plan reads the shared keys once
-//   2  longest task in keys (x1e-3): the critical path when there are few tasks
+//   2  critical path in keys (x1e-3): 1-D grids (work queue, no split) ceil(tasks / slots)
+//      waves x the longest task; persistent plans (balanced, prefix sharing) the longest item
 //   3  tasks (x1e-3): per-task fixed cost (Q load, pipeline fill, epilogue) and plan size
 //   4  merged (row, KV head) pairs (x1e-3): partial-state traffic and the merge launch
 // Coefficients are fitted per option (non-negative least squares) on the calibration seed's
@@ -71,7 +72,9 @@ double predict_us(const RouteOption& opt, const StepSummary& step, int32_t num_k
 int32_t choose_route(const RouterModel& model, const StepSummary& step);
 
 // Non-negative least squares fit of coef to (features, time) samples (projected coordinate
-// descent on the normal equations, columns scaled to unit norm). Deterministic.
-RouterFeatures fit_route(const std::vector<RouterFeatures>& x, const std::vector<double>& t);
+// descent on the normal equations, columns scaled to unit norm). Deterministic. relative: the
+// squared RELATIVE error is minimized (each sample weighted by 1 / t^2), so a family of 100 us
+// steps counts as much as one of 1 ms steps (the router's target is a ratio per family).
+RouterFeatures fit_route(const std::vector<RouterFeatures>& x, const std::vector<double>& t, bool relative = false);
 
 }  // namespace weft::decode
