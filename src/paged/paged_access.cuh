@@ -128,7 +128,6 @@ inline PagedKV<T> make_paged_kv(const PagedKVCache& cache, const PageTable& tabl
   kv.table.page_size = static_cast<int32_t>(cache.page_size());
   return kv;
 }
-#endif  // !WEFT_RTC
 
 // Host: the device view of a cache and a native block table that passed validate_block_table
 // (a table of batch 0 or row_stride 0 keeps stride 1: the view must stay a block table).
@@ -142,5 +141,6 @@ inline PagedKV<T> make_paged_kv(const PagedKVCache& cache, const BlockTable& tab
   kv.table.row_stride = table.row_stride > 0 ? static_cast<int32_t>(table.row_stride) : 1;
   return kv;
 }
+#endif  // !WEFT_RTC
 
 }  // namespace weft::paged
