@@ -9,7 +9,7 @@ set -u
 OUT=${OUT:-$PWD/jit-check-out}
 mkdir -p "$OUT"
 COMMIT=${WEFT_COMMIT:-unknown}
-B=build-jit
+B=${JIT_CHECK_BUILD:-build-jit}
 BUDGET=${JIT_CHECK_BUDGET:-380}
 t0=$SECONDS
 say() { echo "=== $* (t=$((SECONDS - t0))s)" | tee -a "$OUT/summary.txt"; }
@@ -18,7 +18,7 @@ say "configure"
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_BUILD_TESTS=ON -DWEFT_WITH_COMM=OFF \
   -DWEFT_BUILD_BENCH=ON > "$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }
 say "build"
-timeout 240 ninja -C $B -j16 weft_gpu_jit_run weft-bench weft_gpu_decode weft_gpu_prefill weft_host_jit \
+timeout 240 ninja -C $B -j16 ${JIT_CHECK_TARGETS:-weft_gpu_jit_run weft-bench weft_gpu_decode weft_gpu_prefill weft_host_jit} \
   > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; say "build FAILED"; }
 say "jit GPU suite"
 timeout 90 $B/tests/weft_gpu_jit_run > "$OUT/test_jit_gpu.txt" 2>&1; echo "rc $?" >> "$OUT/test_jit_gpu.txt"

@@ -71,9 +71,14 @@ std::vector<Example> examples(int32_t hq, DeviceBuffer& table, std::vector<float
 
 void expect_close(const std::string& what, const std::vector<float>& out, const std::vector<float>& lse,
                   const ref::Result& exact, const std::vector<double>& softmax_o, bool teeth) {
-  // bf16 inputs, P rounded to bf16 for the tensor-core P.V, bf16 output: ~4e-3 relative L2.
-  const test::Tolerance tol{1.5e-2, 3e-2};
+  // bf16 inputs, P rounded to bf16 for the tensor-core P.V, bf16 output: ~4e-3 relative L2. The
+  // absolute bound scales with the output's magnitude (sigmoid attention sums, not averages: its
+  // outputs reach ~50, where one bf16 rounding step is 0.25).
+  double ref_max = 1.0;
+  for (double x : exact.o) ref_max = std::max(ref_max, std::fabs(x));
+  const test::Tolerance tol{1.5e-2, 3e-2 * ref_max};
   const test::Comparison got = test::compare(out, exact.o);
+  std::printf("%-36s out %s\n", what.c_str(), got.summary().c_str());
   EXPECT_TRUE(test::within(got, tol)) << what << " out " << got.summary();
   const test::Comparison gl = test::compare(lse, exact.lse);
   EXPECT_TRUE(test::within(gl, test::Tolerance{1e-4, 5e-3})) << what << " lse " << gl.summary();
