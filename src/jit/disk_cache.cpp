@@ -1,7 +1,6 @@
 #include "jit/disk_cache.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 namespace weft::jit_detail {
 namespace {
@@ -100,7 +101,8 @@ bool DiskCache::load(const CacheKey& key, std::vector<char>& payload) const {
 
 bool DiskCache::store(const CacheKey& key, const std::vector<char>& payload) const {
   if (!enabled() || payload.empty()) return false;
-  if (::mkdir(dir_.c_str(), 0777) != 0 && errno != EEXIST) return false;
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);  // no-op when it exists; failures show at open()
   // A name no other writer uses: process id and a per-process counter.
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = dir_ + "/." + key.hex() + "." + std::to_string(::getpid()) + "." +

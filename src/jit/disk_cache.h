@@ -32,8 +32,8 @@ uint64_t fnv1a64(const void* data, std::size_t n, uint64_t seed = 0xcbf29ce48422
 
 class DiskCache {
  public:
-  // dir empty: disabled (load misses, store does nothing). The directory is created on first
-  // store (one level; its parent must exist).
+  // dir empty: disabled (load misses, store does nothing). The directory (and its parents) is
+  // created on the first store.
   explicit DiskCache(std::string dir) : dir_(std::move(dir)) {}
   bool enabled() const { return !dir_.empty(); }
   std::string path_of(const CacheKey& key) const;

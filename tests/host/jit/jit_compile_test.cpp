@@ -2,6 +2,7 @@
 // variants to sm_90a CUBIN; the disk cache's keys, hits, rejection of corrupt / partial / foreign
 // files and concurrent writers; errors in user source.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -255,6 +256,54 @@ TEST(JitDiskCache, ConcurrentWritersNeverExposePartialFiles) {
   ASSERT_TRUE(cache.load(key, out));
   EXPECT_EQ(cache_files(dir.path).size(), 1u);  // only the final file
   std::printf("concurrent: %d successful loads during %d stores\n", loads.load(), kWriters * kRounds);
+}
+
+// The same with writer PROCESSES (fork): temporary names differ by process id, and rename()
+// replaces the file atomically, so a reader in the parent never sees a partial or mixed image.
+TEST(JitDiskCache, ConcurrentWriterProcesses) {
+  TempDir dir;
+  const fs::path sub = dir.path / "nested" / "cache";  // created on first store, parents too
+  wj::DiskCache cache(sub.string());
+  const wj::CacheKey key = wj::make_cache_key("processes");
+  constexpr int kWriters = 4, kRounds = 20;
+  constexpr std::size_t kBytes = 512 * 1024;
+  std::vector<pid_t> pids;
+  for (int w = 0; w < kWriters; ++w) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const std::vector<char> p(kBytes, static_cast<char>('k' + w));
+      int failed = 0;
+      for (int r = 0; r < kRounds; ++r) failed += !cache.store(key, p);
+      ::_exit(failed == 0 ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  int loads = 0, bad = 0, running = kWriters;
+  std::vector<char> out;
+  while (running > 0) {
+    if (cache.load(key, out)) {
+      ++loads;
+      bool uniform = out.size() == kBytes;
+      for (std::size_t i = 1; uniform && i < out.size(); ++i) uniform = out[i] == out[0];
+      bad += !uniform;
+    }
+    running = 0;
+    for (pid_t& pid : pids) {
+      if (pid == 0) continue;
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a writer failed to store";
+        pid = 0;
+      } else {
+        ++running;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  ASSERT_TRUE(cache.load(key, out));
+  EXPECT_EQ(cache_files(sub).size(), 1u);  // only the final file: every temporary was renamed
+  std::printf("processes: %d successful loads during %d stores\n", loads, kWriters * kRounds);
 }
 
 }  // namespace
