@@ -26,11 +26,13 @@
 #include <vector>
 
 #include "attention/plan/balance.h"
+#include "attention/plan/pack_planner.h"
 #include "attention/plan/prefix_forest.h"
 #include "attention/plan/work_plan.h"
 #include "decode/decode_plan.h"
 #include "prefill/prefill_plan.h"
 #include "tests/host/attention/plan_reference.h"
+#include "prefix_tree.h"
 
 #include <cuda_runtime_api.h>
 
@@ -255,70 +257,50 @@ void prefill_cases(const std::string& filter) {
   }
 }
 
-// Prefix-sharing plans (DecodeOptions::share_prefixes): prefix forest + pack plan + serialize of
-// 256 requests in a 3-level tree ([1, 4, 16] nodes: a 2048-key root, 4 x 512-key children, 16 x
-// 256-key grandchildren, 16 requests under each grandchild, 128 private keys each), page 16,
-// Llama-3-8B heads (32/8), 264 CTAs, chunks of max(256, keys / grid) as the wrapper cuts them.
-// PAT's plan-time target (issue 21): <= 100 us for 256 requests with 3 levels.
+// Prefix-sharing plans (DecodeOptions::share_prefixes) of 256 requests in a 3-level tree ([1, 4,
+// 16] nodes: a 2048-key root, 4 x 512-key children, 16 x 256-key grandchildren, 16 requests under
+// each grandchild with 123 private keys, the last page partial), page 16, Llama-3-8B heads
+// (32/8), 264 CTAs, chunks as the wrapper cuts them (pack_max_chunk's rule):
+//   pack/b256/levels3       a full plan: prefix forest + pack plan + PackPlanner's key and index
+//                           + serialize (what plan() does on a new prefix structure);
+//   pack/b256/levels3/lazy  a lazy update: every request's length moves by one key (a decode
+//                           step; alternately +1 and -1 so that every call is an update), key
+//                           check + rewrite + serialize of the key arrays.
+// PAT's targets (issue 21): <= 100 us for a full plan, <= 10 us for a lazy update.
 void pack_cases(const std::string& filter) {
   const std::string name = "pack/b256/levels3";
-  if (!filter.empty() && name.find(filter) == std::string::npos) return;
-  const int32_t ps = 16, levels[3] = {2048, 512, 256}, fan[3] = {1, 4, 4}, per_leaf = 16, priv = 128;
-  std::vector<int32_t> indptr{0}, indices, lens;
-  int32_t next_page = 0;
-  std::vector<int32_t> root(levels[0] / ps);
-  for (auto& x : root) x = next_page++;
-  for (int32_t c = 0; c < fan[1]; ++c) {
-    std::vector<int32_t> l1 = root;
-    for (int32_t i = 0; i < levels[1] / ps; ++i) l1.push_back(next_page++);
-    for (int32_t g = 0; g < fan[2] * 1; ++g) {
-      std::vector<int32_t> l2 = l1;
-      for (int32_t i = 0; i < levels[2] / ps; ++i) l2.push_back(next_page++);
-      for (int32_t r = 0; r < per_leaf; ++r) {
-        std::vector<int32_t> mine = l2;
-        for (int32_t i = 0; i < priv / ps; ++i) mine.push_back(next_page++);
-        indices.insert(indices.end(), mine.begin(), mine.end());
-        indptr.push_back(int32_t(indices.size()));
-        lens.push_back(int32_t(mine.size()) * ps - 5);  // a partial last page
-      }
-    }
-  }
-  const int32_t batch = int32_t(lens.size());
-  weft::plan::PackPlanConfig pc;
-  pc.num_ctas = 264;
-  pc.num_kv_heads = 8;
-  pc.group_size = 4;
-  pc.tile_rows = 16;
-  pc.page_size = ps;
-  int64_t keys = 0;
-  for (int32_t l : lens) keys += l;
-  pc.max_chunk = int32_t(std::max<int64_t>(256, (keys * 8 + 263) / 264 + 15) / 16 * 16);
-  weft::plan::WorkPlanBounds wb;
-  wb.max_batch = batch;
-  wb.max_items = 4 * batch * 8 + 2 * 264;
-  wb.max_merges = batch * 8;
-  wb.max_sources = wb.max_items;
-  wb.max_slots = wb.max_items;
-  wb.num_ctas = 264;
-  wb.tile_rows = 16;
-  wb.head_dim = 128;
-  const weft::plan::WorkPlanLayout layout(wb);
+  if (!filter.empty() && name.find(filter) == std::string::npos && (name + "/lazy").find(filter) == std::string::npos)
+    return;
+  const int32_t ps = 16;
+  weft::bench::PrefixTreeBatch t = weft::bench::make_prefix_tree_batch({1, 4, 16, 256}, {2048, 512, 256, 123}, ps);
+  const int32_t batch = t.batch();
+  const weft::plan::PackPlanConfig pc = weft::bench::pack_bench_config(t, ps, 264, 8, 4);
+  const weft::plan::WorkPlanLayout layout(weft::bench::pack_bench_bounds(batch, 264, 8, 128));
   std::vector<unsigned char> image(layout.metadata_bytes());
-  int items = 0, packs = 0, nodes = 0;
-  const Stats st = time_calls([&] {
-    const weft::plan::PrefixForest f =
-        weft::plan::build_prefix_forest(indptr.data(), indices.data(), lens.data(), batch, ps);
-    const weft::plan::WorkPlan wp = weft::plan::make_pack_plan(f, indptr.data(), lens.data(), pc);
-    layout.serialize(wp, image.data());
-    items = wp.num_items();
-    nodes = int(f.nodes.size());
-    packs = 0;
-    for (int32_t n : wp.item_num_reqs) packs += n >= 2;
+  weft::plan::PackPlanner planner;
+  const Stats full = time_calls([&] {
+    planner.reset();
+    planner.plan(t.indptr.data(), t.indices.data(), t.kv_len.data(), batch, pc);
+    layout.serialize(planner.current(), image.data());
   });
+  const weft::plan::WorkPlan& wp = planner.current();
+  int packs = 0;
+  for (int32_t n : wp.item_num_reqs) packs += n >= 2;
   char note[160];
-  std::snprintf(note, sizeof note, "batch %d nodes %d items %d packs %d (no reference planner)", batch, nodes, items,
-                packs);
-  print_row(name, "forest+pack+ser", st, st, note);
+  std::snprintf(note, sizeof note, "batch %d nodes %d items %d packs %d (no reference planner)", batch,
+                int(planner.forest().nodes.size()), wp.num_items(), packs);
+  print_row(name, "forest+pack+ser", full, full, note);
+  int lazy = 0, calls = 0, delta = 1;
+  const Stats upd = time_calls([&] {
+    for (auto& l : t.kv_len) l += delta;
+    delta = -delta;
+    ++calls;
+    lazy += planner.plan(t.indptr.data(), t.indices.data(), t.kv_len.data(), batch, pc) ==
+            weft::plan::PackPlanner::Update::kLazy;
+    layout.serialize_item_kv(planner.current(), image.data());
+  });
+  std::snprintf(note, sizeof note, "lazy updates %d of %d calls", lazy, calls);
+  print_row(name + "/lazy", "key+rewrite+ser", upd, upd, note);
 }
 
 }  // namespace

@@ -60,6 +60,8 @@ struct DecodePlanInfo {
   int32_t max_chunk = 0;    // longest KV chunk of one work item
   int32_t tile_rows = 0;    // query rows per work item (16, or 32 for GQA groups > 16)
   int32_t num_packs = 0;    // items holding several requests' rows (DecodeOptions::share_prefixes)
+  bool lazy_update = false; // share_prefixes: the previous plan updated in place (only private
+                            // suffixes grew; its key ranges and page bases copied, not the plan)
   bool split = false;
   DecodePath path = DecodePath::kAuto;  // resolved path
 };
@@ -81,6 +83,10 @@ struct DecodeOptions {
   // Plans from the page table only (plan(), not plan_lengths()); GQA group <= 16, tensor-core
   // path, no ALiBi or sliding window yet (weft::Error otherwise). max_pack_items bounds the work
   // items a plan may have (it sizes the workspace; 0: 4 * max_batch * num_kv_heads + 2 * grid).
+  // A plan() whose table has the same prefix structure as the previous plan's (same shared page
+  // ids, only private suffixes grown or shrunk, same number of chunks each, same workspace) is a
+  // LAZY UPDATE: the previous plan's items with new key ranges and page bases (a few us of host
+  // time, only those arrays copied); it gives the same output bits as a full plan.
   bool share_prefixes = false;
   int32_t max_pack_items = 0;
 };

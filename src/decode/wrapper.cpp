@@ -7,6 +7,7 @@
 
 #include "attention/heuristics.h"
 #include "attention/plan/balance.h"
+#include "attention/plan/pack_planner.h"
 #include "attention/plan/prefix_forest.h"
 #include "attention/plan/work_plan.h"
 #include "attention/variant_host.h"
@@ -109,6 +110,8 @@ struct BatchDecodeWrapper::Impl {
   bool share = false;
   plan::WorkPlanLayout wlayout;
   const PageTable* share_table = nullptr;
+  plan::PackPlanner packer;            // keeps the last plan for lazy updates
+  void* share_image_ws = nullptr;      // workspace whose metadata holds packer's plan (else null)
   int32_t planned_items = 0;
   int32_t page_size = 0;
   DType dtype = DType::kBFloat16;
@@ -329,16 +332,13 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   auto staging_free = [&] {
     if (im.staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(im.staging_done));
   };
-  std::size_t copy_bytes = 0;
+  std::size_t copy_bytes = 0, copy_offset = 0;
   DecodePath path = DecodePath::kTensorCore;
   if (im.share) {
     // The prefix forest of the table, packs over its shared pages, the work plan copied into the
-    // workspace. Chunks have at most max(256, keys of the batch / grid) keys (rounded to the
-    // 16-key tile), so the items stay within the unsplit items + the grid, as the balanced
-    // planner's.
+    // workspace; or, when only the private suffixes grew (PackPlanner's structural key), the
+    // previous plan with new key ranges and page bases, of which only those arrays are copied.
     const PageTable& t = *im.share_table;
-    const plan::PrefixForest forest =
-        plan::build_prefix_forest(t.indptr.host, t.indices.host, kv_lens, batch, page_size);
     int64_t keys = 0;
     for (int32_t b = 0; b < batch; ++b) keys += kv_lens[b];
     plan::PackPlanConfig pc;
@@ -348,13 +348,22 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     pc.tile_rows = decode::kPlanTileQ;
     pc.page_size = page_size;
     pc.kv_granularity = decode::kPlanKVTile;
-    const int64_t per_cta = (keys * num_kv_heads + im.grid - 1) / im.grid;
-    pc.max_chunk = static_cast<int32_t>(std::min<int64_t>(
-        INT32_MAX / 2, (std::max<int64_t>(decode::kMinChunk, per_cta) + 15) / 16 * 16));
-    const plan::WorkPlan wp = plan::make_pack_plan(forest, t.indptr.host, kv_lens, pc);
+    pc.max_chunk = plan::pack_max_chunk(keys, num_kv_heads, im.grid, decode::kMinChunk, decode::kPlanKVTile);
+    const bool lazy = im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc) ==
+                          plan::PackPlanner::Update::kLazy &&
+                      im.share_image_ws == workspace;
+    const plan::WorkPlan& wp = im.packer.current();
     staging_free();
-    im.wlayout.serialize(wp, im.staging);  // throws (naming "plan") when it exceeds max_pack_items
-    copy_bytes = im.wlayout.metadata_bytes();
+    im.share_image_ws = nullptr;  // until the copy below is queued
+    if (lazy) {
+      im.wlayout.serialize_item_kv(wp, im.staging);
+      copy_offset = im.wlayout.item_kv_offset();
+      copy_bytes = im.wlayout.item_kv_bytes();
+    } else {
+      im.wlayout.serialize(wp, im.staging);  // throws (naming "plan") when it exceeds max_pack_items
+      copy_bytes = im.wlayout.metadata_bytes();
+    }
+    info_.lazy_update = lazy;
     im.plan.batch = batch;  // what run() validates against
     im.plan.kv_len.assign(kv_lens, kv_lens + batch);
     im.planned_items = wp.num_items();
@@ -396,9 +405,12 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     jit.kernel = variant.jit->impl().get_kernel(spec, jit_smem);
     jit.params.init(jit.kernel->layout, variant.jit_params, variant.jit->source().params_size);
   }
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, im.staging, copy_bytes, cudaMemcpyHostToDevice, stream));
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(static_cast<unsigned char*>(workspace) + copy_offset,
+                                  static_cast<const unsigned char*>(im.staging) + copy_offset, copy_bytes,
+                                  cudaMemcpyHostToDevice, stream));
   WEFT_CUDA_CHECK(cudaEventRecord(im.staging_done, stream));
   im.staging_pending = true;
+  if (im.share) im.share_image_ws = workspace;
 
   im.page_size = page_size;
   im.dtype = dtype;

@@ -70,6 +70,25 @@ struct PackPlanConfig {
 WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                         const PackPlanConfig& cfg);
 
+// The same plan written into `out` (its vectors keep their capacity), with the planner's
+// temporaries in `scratch`: a warm call allocates nothing (PackPlanner keeps both).
+struct PackPlanScratch {
+  std::vector<int32_t> pos_of, src_group, src_slot, src_row, group_sources, priv_start, group_begin, fill;
+  std::vector<int32_t> order, tmp, count, cta_of, cta_count, perm;
+  std::vector<uint32_t> cost;
+  std::vector<uint64_t> heap;
+};
+void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
+                    const PackPlanConfig& cfg, WorkPlan& out, PackPlanScratch& scratch);
+
+// Keys per chunk when a range of `len` keys is cut for max_chunk (make_pack_plan's rule: near-equal
+// chunks, a multiple of gran except the last); len itself when it is not cut (max_chunk 0 or
+// len <= max_chunk). The range then has ceil(len / chunk_keys) chunks (one when len is 0).
+int64_t chunk_keys(int64_t len, int32_t max_chunk, int32_t gran);
+// Key position where each request's private suffix starts in make_pack_plan's plans: the end of
+// its deepest forest node with >= cfg.min_sharers sharers (0 when packs cannot hold 2 requests).
+std::vector<int32_t> pack_private_starts(const PrefixForest& forest, const PackPlanConfig& cfg);
+
 }  // namespace weft::plan
 #endif  // !WEFT_RTC
 
@@ -120,6 +139,12 @@ class WorkPlanLayout {
   std::size_t total_bytes() const { return total_bytes_; }
   // Writes the plan's header and arrays at their offsets into dst (metadata_bytes(), host).
   void serialize(const WorkPlan& plan, void* dst) const;
+  // A lazy update (PackPlanner) changes only the items' page bases and key ranges: writes those
+  // three arrays, which lie back to back in the image from byte item_kv_offset() on, over
+  // item_kv_bytes() bytes (dst holds serialize()'s image of a plan with the same items).
+  void serialize_item_kv(const WorkPlan& plan, void* dst) const;
+  std::size_t item_kv_offset() const { return off_.item_page_base; }
+  std::size_t item_kv_bytes() const { return off_.item_slot - off_.item_page_base; }
   WorkPlanPointers pointers(void* base) const;
 
  private:

@@ -110,6 +110,106 @@ TEST(DecodeSmall, WorkPlanPacksMatchReference) {
 }
 
 
+// DecodeOptions::share_prefixes over decode steps: tokens appended to the private suffixes (new
+// pages every other step) are re-planned LAZILY (plan_info().lazy_update: only key ranges and
+// page bases copied) into a graph captured at the first step; every step's output is bitwise
+// equal to a fresh wrapper's plan of the same table and matches the float64 reference. A step
+// that changes the sharing (request 7 joins the root prefix) plans fully and stays correct.
+TEST(DecodeSmall, SharePrefixesLazyUpdate) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  Case c;
+  c.hkv = 2;
+  c.hq = 8;  // group 4: four requests per 16-row pack
+  c.d = 128;
+  c.dtype = DType::kBFloat16;
+  const int32_t steps = 6, per_step = 8, B = 8;
+  // Final lengths: requests 0..5 share 20 pages, 0..2 8 more; 6, 7 unrelated.
+  const std::vector<int32_t> start = {28 * 16 + 5, 28 * 16 + 9, 28 * 16 + 1, 20 * 16 + 3, 20 * 16 + 14, 20 * 16, 300, 41};
+  c.lens = start;
+  for (auto& l : c.lens) l += (steps - 1) * per_step;
+  Batch bt(c, rng, 24);
+  const std::vector<int32_t> full_indptr = bt.indptr, full_indices_init = bt.indices;
+  std::vector<int32_t> full_indices = full_indices_init;
+  auto share = [&](int dst, int src, int pages) {
+    for (int i = 0; i < pages; ++i) full_indices[full_indptr[dst] + i] = full_indices[full_indptr[src] + i];
+  };
+  for (int r = 1; r < 6; ++r) share(r, 0, 20);
+  for (int r = 1; r < 3; ++r) share(r, 0, 28);
+  // The step's table: each request's first ceil(len / 16) pages of its final list, written in place
+  // (a captured graph keeps the device pointers).
+  auto set_step = [&](const std::vector<int32_t>& lens) {
+    bt.c.lens = lens;
+    bt.indptr.assign(1, 0);
+    bt.indices.clear();
+    bt.last.clear();
+    for (int b = 0; b < B; ++b) {
+      const int32_t pages = (lens[b] + 15) / 16;
+      bt.indices.insert(bt.indices.end(), full_indices.begin() + full_indptr[b],
+                        full_indices.begin() + full_indptr[b] + pages);
+      bt.indptr.push_back(int32_t(bt.indices.size()));
+      bt.last.push_back(lens[b] == 0 ? 0 : lens[b] - (pages - 1) * 16);
+    }
+    bt.d_indptr.upload(bt.indptr.data(), bt.indptr.size() * sizeof(int32_t));
+    bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
+    bt.d_last.upload(bt.last.data(), bt.last.size() * sizeof(int32_t));
+    bt.table.indptr.host = bt.indptr.data();
+    bt.table.indices = {bt.d_indices.as<int32_t>(), bt.indices.data(), int64_t(bt.indices.size())};
+    bt.table.last_page_len.host = bt.last.data();
+  };
+  DecodeOptions opt;
+  opt.share_prefixes = true;
+  const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
+  DeviceBuffer ws(ws_bytes);
+  BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
+  cudaStream_t st;
+  WEFT_TEST_CUDA(cudaStreamCreate(&st));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  int lazy = 0;
+  for (int step = 0; step <= steps; ++step) {
+    std::vector<int32_t> lens = start;
+    for (auto& l : lens) l += std::min(step, steps - 1) * per_step;
+    if (step == steps) {  // request 7 now starts with the root prefix's first 2 pages (41 keys: 2 full)
+      for (int i = 0; i < 2; ++i) full_indices[full_indptr[7] + i] = full_indices[full_indptr[0] + i];
+    }
+    set_step(lens);
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, st);
+    lazy += w.plan_info().lazy_update;
+    if (step == 0 || step == steps) EXPECT_FALSE(w.plan_info().lazy_update);
+    EXPECT_GT(w.plan_info().num_packs, 0);
+    if (step == 0) {
+      WEFT_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      run_for(w, bt, st);
+      WEFT_TEST_CUDA(cudaStreamEndCapture(st, &graph));
+      WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    }
+    bt.dout.poison();
+    bt.dlse.poison();
+    WEFT_TEST_CUDA(cudaGraphLaunch(exec, st));
+    WEFT_TEST_CUDA(cudaStreamSynchronize(st));
+    check_against_reference(bt);
+    const std::vector<float> got = bt.out(), got_lse = bt.lse();
+    // A fresh wrapper and workspace: a full plan of the same table.
+    DeviceBuffer ws2(ws_bytes);
+    BatchDecodeWrapper fresh(B, c.hq, c.hkv, c.d, opt);
+    fresh.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws2.get(), ws_bytes, st);
+    EXPECT_FALSE(fresh.plan_info().lazy_update);
+    EXPECT_EQ(fresh.plan_info().num_items, w.plan_info().num_items);
+    bt.dout.poison();
+    bt.dlse.poison();
+    run_for(fresh, bt, st);
+    WEFT_TEST_CUDA(cudaStreamSynchronize(st));
+    EXPECT_EQ(bt.out(), got) << "lazy plan and fresh plan differ";
+    EXPECT_EQ(bt.lse(), got_lse);
+  }
+  EXPECT_GE(lazy, steps - 2) << "decode steps must re-plan lazily";
+  WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
+  WEFT_TEST_CUDA(cudaGraphDestroy(graph));
+  WEFT_TEST_CUDA(cudaStreamDestroy(st));
+}
+
 // DecodeOptions::share_prefixes: the same shared-prefix batch through the public wrapper (plan()
 // builds the forest and the packs), then a graph captured on it replayed after a re-plan of a
 // batch with other sharing and lengths; plan_lengths() and sliding windows are rejected.

@@ -1,0 +1,93 @@
+// Paged batches shaped as PAT's synthetic prefix trees (pure C++, shared by weft-plan-bench and
+// the weft-bench "pat" group): `fan` = nodes per level (PAT's B, e.g. {1, 4, 16}: one root, 4
+// children in all, 16 leaves), `keys` = keys per node at each level (PAT's L, e.g. {128, 256,
+// 1024}). The leaves are the requests: a request's sequence is its ancestors' keys then its own
+// leaf's keys (the private suffix), so its last level is never shared. Nodes of a level are
+// spread evenly over the level above (fan[l] / fan[l-1] children each). Every level length is
+// a multiple of the page size except possibly the leaves', so shared levels are whole pages.
+// Page ids are shuffled over the pool (seeded) as a serving cache's free list would hand them out.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "attention/plan/pack_planner.h"
+#include "attention/plan/work_plan.h"
+
+namespace weft::bench {
+
+struct PrefixTreeBatch {
+  std::vector<int32_t> indptr{0}, indices, kv_len, last_page_len;
+  int64_t num_pages = 0;    // pool size (page ids are 0 .. num_pages - 1)
+  int64_t unique_keys = 0;  // every node's keys once
+  int32_t batch() const { return static_cast<int32_t>(kv_len.size()); }
+};
+
+inline PrefixTreeBatch make_prefix_tree_batch(const std::vector<int32_t>& fan, const std::vector<int32_t>& keys,
+                                              int32_t page_size, uint64_t seed = 7) {
+  PrefixTreeBatch t;
+  const size_t levels = fan.size();
+  // Page runs of every node, level by level; node n of level l hangs under node n / (fan[l] /
+  // fan[l-1]) of level l - 1.
+  std::vector<std::vector<std::vector<int32_t>>> runs(levels);
+  int32_t next = 0;
+  for (size_t l = 0; l < levels; ++l) {
+    const int32_t pages = (keys[l] + page_size - 1) / page_size;
+    runs[l].resize(fan[l]);
+    for (auto& r : runs[l]) {
+      r.resize(pages);
+      for (auto& p : r) p = next++;
+    }
+    t.unique_keys += int64_t(fan[l]) * keys[l];
+  }
+  t.num_pages = next;
+  std::vector<int32_t> perm(next);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937_64(seed));
+  for (int32_t leaf = 0; leaf < fan[levels - 1]; ++leaf) {
+    int32_t len = 0;
+    for (size_t l = 0; l < levels; ++l) {
+      int32_t node = leaf;
+      for (size_t up = levels - 1; up > l; --up) node /= fan[up] / fan[up - 1];
+      for (int32_t p : runs[l][node]) t.indices.push_back(perm[p]);
+      len += keys[l];
+    }
+    t.indptr.push_back(static_cast<int32_t>(t.indices.size()));
+    t.kv_len.push_back(len);
+    t.last_page_len.push_back(len - (static_cast<int32_t>(t.indptr.back() - t.indptr[t.indptr.size() - 2]) - 1) * page_size);
+  }
+  return t;
+}
+
+// The pack plan config and workspace bounds BatchDecodeWrapper uses for such a batch (its
+// share_bounds and pack_max_chunk with decode's 256-key minimum chunk and 16-key tile), for
+// the host-side plan timings.
+inline weft::plan::PackPlanConfig pack_bench_config(const PrefixTreeBatch& t, int32_t page_size, int32_t num_ctas,
+                                                    int32_t num_kv_heads, int32_t group_size) {
+  weft::plan::PackPlanConfig pc;
+  pc.num_ctas = num_ctas;
+  pc.num_kv_heads = num_kv_heads;
+  pc.group_size = group_size;
+  pc.tile_rows = 16;
+  pc.page_size = page_size;
+  int64_t keys = 0;
+  for (int32_t l : t.kv_len) keys += l;
+  pc.max_chunk = weft::plan::pack_max_chunk(keys, num_kv_heads, num_ctas, 256, 16);
+  return pc;
+}
+inline weft::plan::WorkPlanBounds pack_bench_bounds(int32_t batch, int32_t num_ctas, int32_t num_kv_heads,
+                                                    int32_t head_dim) {
+  weft::plan::WorkPlanBounds wb;
+  wb.max_batch = batch;
+  wb.max_items = 4 * batch * num_kv_heads + 2 * num_ctas;
+  wb.max_merges = batch * num_kv_heads;
+  wb.max_sources = wb.max_slots = wb.max_items;
+  wb.num_ctas = num_ctas;
+  wb.tile_rows = 16;
+  wb.head_dim = head_dim;
+  return wb;
+}
+
+}  // namespace weft::bench

@@ -1,0 +1,139 @@
+// PackPlanner: full prefix-sharing plans and their lazy update (pack_planner.h).
+#include "attention/plan/pack_planner.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "weft/error.h"
+
+namespace weft::plan {
+
+namespace {
+
+bool same_config(const PackPlanConfig& a, const PackPlanConfig& b) {
+  return a.num_ctas == b.num_ctas && a.num_kv_heads == b.num_kv_heads && a.group_size == b.group_size &&
+         a.tile_rows == b.tile_rows && a.page_size == b.page_size && a.max_chunk == b.max_chunk &&
+         a.kv_granularity == b.kv_granularity && a.min_sharers == b.min_sharers;
+}
+
+// Chunks of a private suffix of `len` keys (make_pack_plan: one, possibly empty, when uncut).
+int32_t chunk_count(int64_t len, int64_t clen) { return len == 0 ? 1 : static_cast<int32_t>((len + clen - 1) / clen); }
+
+}  // namespace
+
+int32_t pack_max_chunk(int64_t keys, int32_t num_kv_heads, int32_t num_ctas, int32_t min_chunk, int32_t kv_tile) {
+  const int64_t per_cta = std::max<int64_t>(min_chunk, (keys * num_kv_heads + num_ctas - 1) / std::max(1, num_ctas));
+  int64_t pow2 = 1;
+  while (pow2 * 2 <= per_cta) pow2 *= 2;
+  const int64_t step = std::max<int64_t>(kv_tile, pow2 / 8);
+  return static_cast<int32_t>(std::min<int64_t>(INT32_MAX / 2, (per_cta + step - 1) / step * step));
+}
+
+PackPlanner::Update PackPlanner::plan(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len,
+                                      int32_t batch, const PackPlanConfig& cfg) {
+  if (lazy_ok_ && try_lazy(indptr, indices, kv_len, batch, cfg)) return Update::kLazy;
+  lazy_ok_ = false;
+  forest_ = build_prefix_forest(indptr, indices, kv_len, batch, cfg.page_size);
+  make_pack_plan(forest_, indptr, kv_len, cfg, plan_, scratch_);
+  cfg_ = cfg;
+  // The structural key: each request's first t_b = min(full pages, shared pages + 1) page ids.
+  trunc_ptr_.assign(1, 0);
+  trunc_ptr_.reserve(batch + 1);
+  trunc_ids_.clear();
+  keys_at_full_ = 0;
+  for (int32_t b = 0; b < batch; ++b) {
+    const int32_t t = std::min(kv_len[b] / cfg.page_size, forest_.shared_pages[b] + 1);
+    trunc_ids_.insert(trunc_ids_.end(), indices + indptr[b], indices + indptr[b] + t);
+    trunc_ptr_.push_back(static_cast<int32_t>(trunc_ids_.size()));
+    keys_at_full_ += kv_len[b];
+  }
+  index_private_items();
+  lazy_ok_ = true;
+  return Update::kFull;
+}
+
+void PackPlanner::plan_forest(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
+                              const PackPlanConfig& cfg) {
+  lazy_ok_ = false;
+  forest_ = forest;
+  make_pack_plan(forest_, indptr, kv_len, cfg, plan_, scratch_);
+  cfg_ = cfg;
+}
+
+// Each request's private items (those whose keys start at or past its private start; a pack's
+// keys end at or before it), sorted into generation order: kv head, row tile, key.
+void PackPlanner::index_private_items() {
+  const WorkPlan& p = plan_;
+  const int32_t B = p.batch, n = p.num_items();
+  priv_start_ = pack_private_starts(forest_, cfg_);
+  priv_ptr_.assign(B + 1, 0);
+  auto private_req = [&](int32_t i) {
+    if (p.item_num_reqs[i] != 1) return -1;
+    const int32_t b = p.req_list[p.item_req_begin[i]];
+    return p.item_kv_begin[i] >= priv_start_[b] ? b : -1;
+  };
+  for (int32_t i = 0; i < n; ++i)
+    if (const int32_t b = private_req(i); b >= 0) ++priv_ptr_[b + 1];
+  for (int32_t b = 0; b < B; ++b) priv_ptr_[b + 1] += priv_ptr_[b];
+  priv_items_.resize(priv_ptr_[B]);
+  std::vector<int32_t>& fill = scratch_.fill;
+  fill.assign(priv_ptr_.begin(), priv_ptr_.end() - 1);
+  for (int32_t i = 0; i < n; ++i)
+    if (const int32_t b = private_req(i); b >= 0) priv_items_[fill[b]++] = i;
+  priv_chunks_.assign(B, 0);
+  const int32_t tiles = (p.group_size + p.tile_rows - 1) / p.tile_rows;
+  for (int32_t b = 0; b < B; ++b) {
+    auto* first = priv_items_.data() + priv_ptr_[b];
+    auto* last = priv_items_.data() + priv_ptr_[b + 1];
+    std::sort(first, last, [&](int32_t x, int32_t y) {
+      if (p.item_kv_head[x] != p.item_kv_head[y]) return p.item_kv_head[x] < p.item_kv_head[y];
+      if (p.item_row_begin[x] != p.item_row_begin[y]) return p.item_row_begin[x] < p.item_row_begin[y];
+      return p.item_kv_begin[x] < p.item_kv_begin[y];
+    });
+    priv_chunks_[b] = static_cast<int32_t>(last - first) / (p.num_kv_heads * tiles);
+  }
+}
+
+bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
+                           const PackPlanConfig& cfg) {
+  if (batch != plan_.batch || !same_config(cfg, cfg_) || batch == 0) return false;
+  const int32_t ps = cfg.page_size;
+  int64_t keys = 0;
+  for (int32_t b = 0; b < batch; ++b) {
+    const int32_t len = kv_len[b];
+    // The page table must hold the keys (build_prefix_forest's check, which a full plan throws
+    // on: refuse the lazy path and let it).
+    if (len < priv_start_[b] || int64_t(indptr[b + 1]) - indptr[b] < (int64_t(len) + ps - 1) / ps) return false;
+    const int32_t t = trunc_ptr_[b + 1] - trunc_ptr_[b];
+    if (std::min(len / ps, forest_.shared_pages[b] + 1) != t) return false;
+    if (std::memcmp(indices + indptr[b], trunc_ids_.data() + trunc_ptr_[b], size_t(t) * sizeof(int32_t)) != 0)
+      return false;
+    // Same number of private chunks, and whether it has any (a fully shared request has none).
+    const int32_t plen = len - priv_start_[b];
+    const int32_t items = priv_ptr_[b + 1] - priv_ptr_[b];
+    if (items == 0 ? plen != 0 : chunk_count(plen, chunk_keys(plen, cfg.max_chunk, cfg.kv_granularity)) != priv_chunks_[b])
+      return false;
+    keys += len;
+  }
+  if (std::llabs(keys - keys_at_full_) * 8 > keys_at_full_) return false;  // the deal drifted
+  // Rewrite: private key ranges, every page base, the lengths.
+  WorkPlan& p = plan_;
+  for (int32_t b = 0; b < batch; ++b) {
+    const int32_t n = priv_chunks_[b];
+    if (n == 0 || kv_len[b] == p.kv_len[b]) continue;
+    const int32_t start = priv_start_[b];
+    const int64_t clen = chunk_keys(kv_len[b] - start, cfg.max_chunk, cfg.kv_granularity);
+    for (int32_t j = priv_ptr_[b], c = 0; j < priv_ptr_[b + 1]; ++j, c = (c + 1) % n) {
+      const int32_t i = priv_items_[j];
+      p.item_kv_begin[i] = static_cast<int32_t>(start + c * clen);
+      p.item_kv_end[i] = static_cast<int32_t>(std::min<int64_t>(kv_len[b], start + (c + 1) * clen));
+    }
+  }
+  for (int32_t i = 0, n = p.num_items(); i < n; ++i) p.item_page_base[i] = indptr[p.req_list[p.item_req_begin[i]]];
+  std::copy(kv_len, kv_len + batch, p.kv_len.begin());
+  return true;
+}
+
+}  // namespace weft::plan

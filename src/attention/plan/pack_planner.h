@@ -1,0 +1,76 @@
+// PackPlanner: prefix-sharing decode plans (prefix forest + make_pack_plan) with LAZY UPDATE
+// (pure C++, no CUDA). A decode step usually only appends tokens to the requests' private
+// suffixes; the prefix structure, and with it every pack, is then unchanged. The planner keeps
+// the last full plan and a structural key of it, and when the key still matches it only rewrites
+// what appending changes: the private items' key ranges and every item's page base. Cost: one
+// compare of each request's shared page ids (memcmp) plus O(items), against a full plan's forest,
+// pack plan and longest-first deal.
+//
+// Structural key (why it is exact): let s_b be request b's shared pages in the cached forest and
+// t_b = min(full_pages_b, s_b + 1) (its shared pages plus the first private page, which is what
+// makes b diverge from every other request). The forest (nodes, order, shared_pages) is a
+// function of the lists truncated to t_b: any two requests' common prefix is at most s_b pages,
+// so truncation keeps every common prefix and every node boundary, and what lies past t_b is in
+// the request's own subtree (a tree node holding one request), which no node with >= 2 requests
+// reaches. So if the current table's lists truncated to the CACHED t_b equal the cached ones
+// (same lengths, same page ids), the current forest is the cached forest.
+// With the same forest and config, make_pack_plan emits the same packs (ranges from page
+// positions; page bases re-read from indptr) and, per request, private items over [start,
+// kv_len) cut by chunk_keys(); when each request keeps its number of private chunks (and
+// whether it has any), the items differ only in key ranges and page bases. The lazily updated
+// plan then holds the same items as a fresh plan (same rows, KV source, ranges, slot/final
+// roles, merges in key order), only their CTA deal and slot numbers differ, which changes no
+// output bit (each item's math depends on its fields only; merges sum in key order).
+//
+// The deal was balanced for the lengths of the last full plan, so a lazy update is refused once
+// the batch's keys moved by more than 1/8 of that plan's keys (a full plan then re-deals).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "attention/plan/prefix_forest.h"
+#include "attention/plan/work_plan.h"
+
+namespace weft::plan {
+
+// Keys per item at most in the decode wrapper's prefix-sharing plans: max(min_chunk, the batch's
+// keys per CTA), as the balanced planner cuts, so the items stay within the unsplit items + the
+// grid; rounded UP to a coarse step (1/8 of its power of two, at least kv_tile): appending tokens
+// moves the keys per CTA a little every step, and an unchanged max_chunk is what lets a plan be
+// updated lazily (chunks at most 12.5% longer than the exact split).
+int32_t pack_max_chunk(int64_t keys, int32_t num_kv_heads, int32_t num_ctas, int32_t min_chunk, int32_t kv_tile);
+
+class PackPlanner {
+ public:
+  enum class Update { kFull, kLazy };
+  // The plan of a page table's host arrays (indptr[batch + 1], indices, kv_len[batch]): a lazy
+  // update of the previous plan when the structural key matches, else a full plan. Throws
+  // weft::Error on bad input (as build_prefix_forest / make_pack_plan); the previous plan is
+  // then dropped (the next call plans fully).
+  Update plan(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
+              const PackPlanConfig& cfg);
+  // A full plan of an explicitly given forest (cascade levels, make_cascade_forest); never
+  // updated lazily (the next plan() plans fully).
+  void plan_forest(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len, const PackPlanConfig& cfg);
+  const WorkPlan& current() const { return plan_; }
+  const PrefixForest& forest() const { return forest_; }
+  void reset() { lazy_ok_ = false; }
+
+ private:
+  bool try_lazy(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
+                const PackPlanConfig& cfg);
+  void index_private_items();
+
+  WorkPlan plan_;
+  PackPlanScratch scratch_;
+  PrefixForest forest_;
+  PackPlanConfig cfg_{};
+  bool lazy_ok_ = false;
+  int64_t keys_at_full_ = 0;
+  std::vector<int32_t> trunc_ptr_, trunc_ids_;  // key: per request the first t_b page ids
+  std::vector<int32_t> priv_start_;             // keys, pack_private_starts()
+  std::vector<int32_t> priv_chunks_;            // private chunks per (request, kv head, row tile)
+  std::vector<int32_t> priv_ptr_, priv_items_;  // per request its private items, (head, row tile, key) order
+};
+
+}  // namespace weft::plan

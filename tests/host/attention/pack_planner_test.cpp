@@ -1,0 +1,170 @@
+// Lazy update of prefix-sharing plans (PackPlanner, pack_planner.h): over random decode steps
+// (tokens appended to private suffixes, new pages from the pool), every lazily updated plan passes
+// the pack-plan property checks and holds exactly the items and merges of a fresh plan of the same
+// table (only the CTA deal and slot numbers may differ), and its image equals a full serialize;
+// structural changes (a page id rewritten so that requests share more, a shorter request, another
+// batch) fall back to a full plan.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+#include "attention/plan/pack_planner.h"
+#include "tests/host/attention/pack_plan_check.h"
+#include "weft/error.h"
+
+namespace weft::plan {
+namespace {
+
+using pack_check::Batch;
+using pack_check::check_plan;
+using pack_check::random_batch;
+using test::Rng;
+
+// Appends `tokens` keys to request b, taking new page ids from next_page when its last page fills.
+void append_tokens(Batch& bt, int32_t b, int32_t tokens, int32_t& next_page) {
+  const int32_t ps = bt.page_size;
+  const int32_t len = bt.kv_len[b] + tokens;
+  const int32_t have = bt.indptr[b + 1] - bt.indptr[b], need = (len + ps - 1) / ps;
+  if (need > have) {
+    std::vector<int32_t> more(need - have);
+    for (auto& x : more) x = next_page++;
+    bt.indices.insert(bt.indices.begin() + bt.indptr[b + 1], more.begin(), more.end());
+    for (size_t i = b + 1; i < bt.indptr.size(); ++i) bt.indptr[i] += need - have;
+  }
+  bt.kv_len[b] = len;
+}
+
+// An item as a fresh plan and a lazy plan must agree on it: rows (requests through req_list),
+// KV head and source, key range, final or partial.
+using ItemKey = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, bool>;
+std::vector<ItemKey> items_of(const WorkPlan& p) {
+  std::vector<ItemKey> v;
+  for (int32_t i = 0; i < p.num_items(); ++i)
+    v.emplace_back(p.req_list[p.item_req_begin[i]], p.item_num_reqs[i], p.item_kv_head[i], p.item_row_begin[i],
+                   p.item_row_end[i], p.item_page_base[i], p.item_kv_begin[i], p.item_kv_end[i], p.item_slot[i] < 0);
+  std::sort(v.begin(), v.end());
+  return v;
+}
+// Merges with their sources as (item key range, source row), in key order.
+std::vector<std::vector<int32_t>> merges_of(const WorkPlan& p) {
+  std::vector<int32_t> item_of_slot(p.num_items() + 1, -1);
+  for (int32_t i = 0; i < p.num_items(); ++i)
+    if (p.item_slot[i] >= 0) item_of_slot[p.item_slot[i]] = i;
+  std::vector<std::vector<int32_t>> v;
+  for (int32_t m = 0; m < p.num_merges(); ++m) {
+    std::vector<int32_t> e{p.merge_request[m], p.merge_kv_head[m], p.merge_row_begin[m], p.merge_row_end[m]};
+    for (int32_t s = p.merge_src_indptr[m]; s < p.merge_src_indptr[m + 1]; ++s) {
+      const int32_t i = item_of_slot[p.src_slot[s]];
+      e.insert(e.end(), {p.item_kv_begin[i], p.item_kv_end[i], p.src_row[s], p.item_num_reqs[i]});
+    }
+    v.push_back(e);
+  }
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+WorkPlanLayout layout_for(const PackPlanConfig& cfg, int32_t batch) {
+  WorkPlanBounds wb;
+  wb.max_batch = std::max(1, batch);
+  wb.max_items = 64 * std::max(1, batch) * cfg.num_kv_heads + 4 * cfg.num_ctas + 64;
+  wb.max_merges = std::max(1, batch) * cfg.num_kv_heads * 4;
+  wb.max_sources = wb.max_slots = wb.max_items;
+  wb.num_ctas = cfg.num_ctas;
+  wb.tile_rows = cfg.tile_rows;
+  wb.head_dim = 8;
+  return WorkPlanLayout(wb);
+}
+
+TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
+  Rng rng = Rng::for_current_test();
+  const int32_t page_sizes[] = {1, 16, 64};
+  int64_t lazy = 0, full = 0;
+  for (int iter = 0; iter < 40; ++iter) {
+    const int32_t ps = page_sizes[iter % 3];
+    Batch bt = random_batch(rng, ps, 1 + iter % 3, 1 + static_cast<int>(rng.randint(1, 8)),
+                            ps == 1 ? 300 : (ps == 16 ? 100 : 30));
+    int32_t next_page = bt.indices.empty() ? 0 : *std::max_element(bt.indices.begin(), bt.indices.end()) + 1;
+    PackPlanConfig cfg;
+    cfg.num_ctas = static_cast<int32_t>(rng.randint(1, 132));
+    cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 2));
+    cfg.group_size = static_cast<int32_t>(rng.randint(0, 1) ? 1 : 4 * rng.randint(1, 2));
+    cfg.page_size = ps;
+    cfg.max_chunk = rng.randint(0, 1) ? 0 : static_cast<int32_t>(16 * rng.randint(4, 64));
+    const WorkPlanLayout layout = layout_for(cfg, bt.batch());
+    std::vector<unsigned char> image(layout.metadata_bytes()), fresh_image(layout.metadata_bytes());
+    PackPlanner planner;
+    for (int step = 0; step < 12; ++step) {
+      SCOPED_TRACE(::testing::Message() << "iter " << iter << " step " << step << " batch " << bt.batch());
+      const auto kind = planner.plan(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), cfg);
+      if (step == 0) ASSERT_EQ(kind, PackPlanner::Update::kFull);
+      const WorkPlan& p = planner.current();
+      ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, p));
+      const PrefixForest f = build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ps);
+      const WorkPlan fresh = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
+      ASSERT_EQ(items_of(p), items_of(fresh));
+      ASSERT_EQ(merges_of(p), merges_of(fresh));
+      ASSERT_EQ(p.req_list, fresh.req_list);
+      // The image: a lazy update writes only the key arrays over the previous image.
+      if (kind == PackPlanner::Update::kLazy) {
+        ++lazy;
+        layout.serialize_item_kv(p, image.data());
+      } else {
+        ++full;
+        layout.serialize(p, image.data());
+      }
+      std::fill(fresh_image.begin(), fresh_image.end(), 0);
+      layout.serialize(p, fresh_image.data());
+      ASSERT_TRUE(std::equal(image.begin(), image.end(), fresh_image.begin())) << "lazy image differs";
+      // The next step: one decode token for most requests, sometimes a longer jump.
+      for (int32_t b = 0; b < bt.batch(); ++b)
+        if (rng.randint(0, 3) > 0) append_tokens(bt, b, rng.randint(0, 9) == 0 ? int32_t(rng.randint(2, 80)) : 1, next_page);
+    }
+  }
+  EXPECT_GT(lazy, 200) << "most decode steps must re-plan lazily";
+  EXPECT_GT(full, 40) << "lazy " << lazy << " full " << full;
+  RecordProperty("lazy_updates", static_cast<int>(lazy));
+}
+
+// Structural changes are never taken lazily: the result is a full plan equal to a fresh one.
+TEST(PackPlanner, StructureChangesPlanFully) {
+  // Pages: requests 0..2 share {10, 11}; private pages after. Page size 4.
+  Batch bt;
+  bt.page_size = 4;
+  bt.indices = {10, 11, 20, 21, 10, 11, 30, 31, 10, 11, 40, 41};
+  bt.indptr = {0, 4, 8, 12};
+  bt.kv_len = {15, 15, 15};
+  PackPlanConfig cfg;
+  cfg.num_ctas = 4;
+  cfg.num_kv_heads = 2;
+  cfg.group_size = 2;
+  cfg.page_size = 4;
+  PackPlanner pl;
+  auto plan = [&] { return pl.plan(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), cfg); };
+  ASSERT_EQ(plan(), PackPlanner::Update::kFull);
+  bt.kv_len = {16, 16, 15};  // appends within the last pages
+  ASSERT_EQ(plan(), PackPlanner::Update::kLazy);
+  ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, pl.current()));
+  bt.indices[6] = 20;  // request 1's first private page becomes request 0's: they now share 3 pages
+  ASSERT_EQ(plan(), PackPlanner::Update::kFull);
+  ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, pl.current()));
+  EXPECT_EQ(pl.forest().nodes.size(), 2u);
+  bt.indices[1] = 99;  // request 0 no longer shares page 1
+  ASSERT_EQ(plan(), PackPlanner::Update::kFull);
+  ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, pl.current()));
+  ASSERT_EQ(plan(), PackPlanner::Update::kLazy);  // unchanged table: lazy, same plan
+  bt.kv_len = {6, 16, 15};  // a request shorter than its truncated key
+  ASSERT_EQ(plan(), PackPlanner::Update::kFull);
+  ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, pl.current()));
+  cfg.num_ctas = 5;  // another config
+  ASSERT_EQ(plan(), PackPlanner::Update::kFull);
+  bt.kv_len = {6, 16, 17};  // more keys than pages: the full plan throws
+  EXPECT_THROW(plan(), Error);
+  bt.kv_len = {6, 16, 15};
+  ASSERT_EQ(plan(), PackPlanner::Update::kFull) << "a throw drops the cached plan";
+}
+
+}  // namespace
+}  // namespace weft::plan
