@@ -91,6 +91,20 @@ struct DecodeOptions {
   int32_t max_pack_items = 0;
 };
 
+// One level of an explicit multi-level cascade (BatchDecodeWrapper::plan_cascade): the caller
+// states which requests share which pages, as FlashInfer's multi-level cascade wrapper takes per
+// level an indptr over queries and the pages of each group, instead of plan() finding the sharing
+// in the page ids. The level splits the batch into consecutive groups of requests (req_indptr:
+// num_groups + 1 entries from 0 to batch); group g shares num_pages[g] pages, the next pages of
+// each member's page list (in the page table) after the pages of the levels above. Levels nest (a
+// group boundary of a level is one of every level below), the stated pages hold the same page
+// ids in every member's list and are full pages of every member; the last, private pages of
+// each request need no level. A group of one request or of no pages shares nothing.
+struct CascadeLevel {
+  std::vector<int32_t> req_indptr;
+  std::vector<int32_t> num_pages;
+};
+
 class BatchDecodeWrapper {
  public:
   // Bytes of device workspace for plans of up to `max_batch` requests on the current device.
@@ -115,6 +129,14 @@ class BatchDecodeWrapper {
   void plan(const PageTable& table, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
             int32_t page_size, DType dtype, KVLayout layout, const AttentionVariant& variant,
             void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+  // Plan with explicitly stated shared levels (CascadeLevel; the wrapper must be built with
+  // DecodeOptions::share_prefixes): the same kind of work plan as plan() with prefix sharing, its
+  // packs over the stated groups' pages (weft::Error naming "levels" when a level is malformed,
+  // does not nest, or states pages that its members do not hold identically as full pages).
+  void plan_cascade(const PageTable& table, const std::vector<CascadeLevel>& levels, int32_t num_qo_heads,
+                    int32_t num_kv_heads, int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,
+                    const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
+                    cudaStream_t stream);
   // Plan from KV lengths (host array of `batch` entries).
   void plan_lengths(const int32_t* kv_lens, int32_t batch, int32_t num_qo_heads, int32_t num_kv_heads,
                     int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,

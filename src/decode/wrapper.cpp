@@ -7,6 +7,7 @@
 
 #include "attention/heuristics.h"
 #include "attention/plan/balance.h"
+#include "attention/plan/cascade_forest.h"
 #include "attention/plan/pack_planner.h"
 #include "attention/plan/prefix_forest.h"
 #include "attention/plan/work_plan.h"
@@ -111,6 +112,7 @@ struct BatchDecodeWrapper::Impl {
   plan::WorkPlanLayout wlayout;
   const PageTable* share_table = nullptr;
   plan::PackPlanner packer;            // keeps the last plan for lazy updates
+  const std::vector<CascadeLevel>* cascade = nullptr;  // plan_cascade()'s levels, during the call
   void* share_image_ws = nullptr;      // workspace whose metadata holds packer's plan (else null)
   int32_t planned_items = 0;
   int32_t page_size = 0;
@@ -288,6 +290,21 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
                workspace, workspace_bytes, stream);
 }
 
+void BatchDecodeWrapper::plan_cascade(const PageTable& table, const std::vector<CascadeLevel>& levels,
+                                      int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim, int32_t page_size,
+                                      DType dtype, KVLayout layout, const AttentionVariant& variant, void* workspace,
+                                      std::size_t workspace_bytes, cudaStream_t stream) {
+  WEFT_CHECK_ARG(impl_->share, "options.share_prefixes",
+                 "plan_cascade needs a wrapper built with DecodeOptions::share_prefixes");
+  impl_->cascade = &levels;
+  struct Clear {
+    const std::vector<CascadeLevel>*& l;
+    ~Clear() { l = nullptr; }
+  } clear{impl_->cascade};
+  plan(table, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout, variant, workspace, workspace_bytes,
+       stream);
+}
+
 void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int32_t num_qo_heads,
                                       int32_t num_kv_heads, int32_t head_dim, int32_t page_size, DType dtype,
                                       KVLayout layout, const AttentionVariant& variant, void* workspace,
@@ -349,9 +366,23 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     pc.page_size = page_size;
     pc.kv_granularity = decode::kPlanKVTile;
     pc.max_chunk = plan::pack_max_chunk(keys, num_kv_heads, im.grid, decode::kMinChunk, decode::kPlanKVTile);
-    const bool lazy = im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc) ==
-                          plan::PackPlanner::Update::kLazy &&
-                      im.share_image_ws == workspace;
+    bool lazy = false;
+    if (im.cascade != nullptr) {  // plan_cascade: the stated levels' forest, planned fully
+      std::vector<plan::CascadeLevelSpec> specs;
+      for (const CascadeLevel& lv : *im.cascade) {
+        const int32_t groups = static_cast<int32_t>(lv.num_pages.size());
+        WEFT_CHECK_ARG(lv.req_indptr.size() == lv.num_pages.size() + 1, "levels",
+                       "req_indptr needs num_pages.size() + 1 = " << groups + 1 << " entries, got "
+                                                                  << lv.req_indptr.size());
+        specs.push_back({lv.req_indptr.data(), lv.num_pages.data(), groups});
+      }
+      const plan::PrefixForest forest = plan::make_cascade_forest(
+          specs.data(), static_cast<int32_t>(specs.size()), t.indptr.host, t.indices.host, kv_lens, batch, page_size);
+      im.packer.plan_forest(forest, t.indptr.host, kv_lens, pc);
+    } else {
+      lazy = im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc) == plan::PackPlanner::Update::kLazy &&
+             im.share_image_ws == workspace;
+    }
     const plan::WorkPlan& wp = im.packer.current();
     staging_free();
     im.share_image_ws = nullptr;  // until the copy below is queued

@@ -25,6 +25,7 @@ using test_decode::Batch;
 using test_decode::Case;
 using test_decode::check_against_reference;
 using test_decode::run_for;
+using test_decode::Workspace;
 
 // The generic item path (issue 19): a work plan whose packs hold rows of several requests that
 // share a 2-level page prefix (requests 0, 1 share 32 pages, request 2 the first 20 of them,
@@ -208,6 +209,85 @@ TEST(DecodeSmall, SharePrefixesLazyUpdate) {
   WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
   WEFT_TEST_CUDA(cudaGraphDestroy(graph));
   WEFT_TEST_CUDA(cudaStreamDestroy(st));
+}
+
+// BatchDecodeWrapper::plan_cascade: explicitly stated 3-level sharing (FlashInfer-style levels:
+// groups of consecutive requests and their pages) against the float64 reference, bitwise equal
+// over two runs; malformed levels throw weft::Error naming "levels" before anything runs, and a
+// wrapper without share_prefixes refuses the call.
+TEST(DecodeSmall, CascadeLevelsMatchReference) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (int g : {1, 4}) {
+    Case c;
+    c.hkv = 2;
+    c.hq = 2 * g;
+    c.d = 128;
+    c.dtype = g == 1 ? DType::kFloat16 : DType::kBFloat16;
+    c.lens = {18 * 16 + 5, 18 * 16 + 40, 16 * 16 + 1, 13 * 16 + 7, 14 * 16, 10 * 16, 500, 33};
+    SCOPED_TRACE(c.describe());
+    const int32_t B = int32_t(c.lens.size());
+    Batch bt(c, rng);
+    auto share = [&](int dst, int src, int pages) {
+      for (int i = 0; i < pages; ++i) bt.indices[bt.indptr[dst] + i] = bt.indices[bt.indptr[src] + i];
+    };
+    share(1, 0, 18);
+    share(2, 0, 16);
+    share(3, 0, 10);
+    share(4, 3, 13);
+    share(5, 0, 10);
+    bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
+    // Level 0: requests 0..5 share 10 pages; level 1: {0,1,2} 6 more, {3,4} 3 more; level 2:
+    // {0,1} 2 more. Requests 6, 7 share nothing.
+    const std::vector<CascadeLevel> levels = {{{0, 6, 7, 8}, {10, 0, 0}},
+                                              {{0, 3, 5, 6, 7, 8}, {6, 3, 0, 0, 0}},
+                                              {{0, 2, 3, 4, 5, 6, 7, 8}, {2, 0, 0, 0, 0, 0, 0}}};
+    DecodeOptions opt;
+    opt.share_prefixes = true;
+    const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
+    DeviceBuffer ws(ws_bytes);
+    BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
+    w.plan_cascade(bt.table, levels, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes,
+                   nullptr);
+    EXPECT_GT(w.plan_info().num_packs, 0);
+    EXPECT_FALSE(w.plan_info().lazy_update);
+    std::vector<float> first;
+    for (int run = 0; run < 2; ++run) {
+      bt.dout.poison();
+      bt.dlse.poison();
+      run_for(w, bt);
+      WEFT_TEST_CUDA(cudaDeviceSynchronize());
+      if (run == 0) {
+        check_against_reference(bt);
+        first = bt.out();
+      } else {
+        EXPECT_EQ(bt.out(), first) << "not deterministic";
+      }
+    }
+    // Malformed levels: pages its members do not share (request 2 has its own 17th page), groups
+    // that do not nest, a wrong indptr size. The plan in the workspace stays valid.
+    auto bad = [&](std::vector<CascadeLevel> lv) {
+      return test::thrown_argument([&] {
+        w.plan_cascade(bt.table, lv, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes,
+                       nullptr);
+      });
+    };
+    EXPECT_EQ(bad({{{0, 6, 7, 8}, {10, 0, 0}}, {{0, 3, 5, 6, 7, 8}, {7, 3, 0, 0, 0}}}), "levels");
+    EXPECT_EQ(bad({{{0, 6, 7, 8}, {10, 0, 0}}, {{0, 5, 8}, {0, 0}}}), "levels");
+    EXPECT_EQ(bad({{{0, 6, 8}, {10, 0, 0}}}), "levels");
+    bt.dout.poison();
+    run_for(w, bt);
+    WEFT_TEST_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(bt.out(), first) << "a rejected plan_cascade must leave the plan intact";
+    // A wrapper without share_prefixes.
+    BatchDecodeWrapper plain(B, c.hq, c.hkv, c.d);
+    Workspace pws(B, c);
+    EXPECT_EQ(test::thrown_argument([&] {
+                plain.plan_cascade(bt.table, levels, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var,
+                                   pws.buf.get(), pws.bytes, nullptr);
+              }),
+              "options.share_prefixes");
+  }
 }
 
 // DecodeOptions::share_prefixes: the same shared-prefix batch through the public wrapper (plan()

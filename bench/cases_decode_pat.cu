@@ -1,0 +1,265 @@
+// Bench group "pat": PAT's synthetic prefix trees (issue 21; make_prefix_tree_batch in
+// prefix_tree.h) through BatchDecodeWrapper with and without DecodeOptions::share_prefixes.
+//   tree shapes B (nodes per level) x level lengths L (keys per node; the last level is each
+//   request's private suffix): B in {[1,4,16], [1,8,64]} x L in {[128,256,1024], [512,512,512]},
+//   B in {[1,32], [1,256], [4,64]} x L in {[2048,512], [4096,128]}, and B = [1,4,16,64] with L in
+//   {[128,256,1024,128], [512,512,512,512]} (the 3-level lists with a 4th, private level): 12
+//   trees; heads (32,32), (16,8), (32,8), (64,8), d128, bf16, page 16; fp16 at (32,8); plus a
+//   no-sharing control per head config ("pat/nosharing/...": 64 requests of 2560 keys, all pages
+//   distinct).
+// Rows "pat/<heads>/<dtype>/B<...>/L<...>/{decode,share}": the standard decode and share_prefixes
+// on the same batch, each captured in a CUDA graph and timed after an L2 flush (median). Bytes =
+// UNIQUE KV bytes (every page once, however many requests hold it) + q + out, so the fraction of
+// the read ceiling (measured in the same run) is on unique bytes; both rows carry
+// extra.unique_fraction_of_ceiling, the share row extra.speedup_vs_decode, items and packs.
+// "pat/summary": min_unique_fraction_shared8 (min over trees whose deepest shared level has >= 8
+// sharers per node), nosharing_speedup_vs_decode (min over head configs), and the host plan
+// times of 256 requests x 3 levels (the weft-plan-bench "pack/b256/levels3" batch, Llama-3-8B
+// heads, this machine's grid): plan_us_256x3 / lazy_replan_us = PackPlanner full plan +
+// serialize / lazy update + key-array serialize (medians); wrapper_plan_us_256x3 /
+// wrapper_lazy_plan_us = BatchDecodeWrapper::plan() calls (full: a fresh wrapper's first plan
+// after a warm one on another table, lazy: the length of every request moved by one key),
+// including the copy's enqueue and the wait for the previous copy.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attention/plan/pack_planner.h"
+#include "attention/plan/work_plan.h"
+#include "harness.h"
+#include "prefix_tree.h"
+#include "weft/decode.h"
+#include "weft/error.h"
+#include "weft/paged_kv.h"
+
+namespace {
+
+using weft::bench::DeviceArray;
+using weft::bench::LaunchFn;
+using weft::bench::PrefixTreeBatch;
+using weft::bench::with_graph;
+
+constexpr int32_t kD = 128, kPage = 16;
+
+struct Heads {
+  int32_t hq, hkv;
+};
+
+std::string join(const std::vector<int32_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "-" : "") + std::to_string(v[i]);
+  return s;
+}
+
+struct PatOutcome {
+  double speedup = 0, unique_fraction = 0;
+  bool ok = false;
+};
+
+// Times standard decode and share_prefixes on one batch; reports both rows.
+PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, const PrefixTreeBatch& t, Heads h,
+                        weft::DType dtype, const std::vector<std::pair<std::string, std::string>>& params) {
+  PatOutcome res;
+  if (!ctx.wants(base + "/decode") && !ctx.wants(base + "/share")) return res;
+  const int32_t batch = t.batch();
+  const size_t pool = size_t(t.num_pages) * kPage * h.hkv * kD;
+  DeviceArray k(pool * 2), v(pool * 2), q(size_t(batch) * h.hq * kD * 2), out(size_t(batch) * h.hq * kD * 2);
+  weft::bench::fill_random(k.get(), pool, dtype, 1);
+  weft::bench::fill_random(v.get(), pool, dtype, 2);
+  weft::bench::fill_random(q.get(), size_t(batch) * h.hq * kD, dtype, 3);
+  DeviceArray d_indptr(t.indptr.size() * 4), d_indices(t.indices.size() * 4), d_last(t.last_page_len.size() * 4);
+  WEFT_BENCH_CUDA(cudaMemcpy(d_indptr.get(), t.indptr.data(), t.indptr.size() * 4, cudaMemcpyHostToDevice));
+  WEFT_BENCH_CUDA(cudaMemcpy(d_indices.get(), t.indices.data(), t.indices.size() * 4, cudaMemcpyHostToDevice));
+  WEFT_BENCH_CUDA(
+      cudaMemcpy(d_last.get(), t.last_page_len.data(), t.last_page_len.size() * 4, cudaMemcpyHostToDevice));
+  weft::PageTable table;
+  table.batch_size = batch;
+  table.indptr = {d_indptr.as<int32_t>(), t.indptr.data(), batch + 1};
+  table.indices = {d_indices.as<int32_t>(), t.indices.data(), int64_t(t.indices.size())};
+  table.last_page_len = {d_last.as<int32_t>(), t.last_page_len.data(), batch};
+  weft::PagedKVCache cache;
+  cache.layout = weft::KVLayout::kNHD;
+  cache.k_pages = weft::TensorView(k.get(), dtype, {t.num_pages, kPage, h.hkv, kD});
+  cache.v_pages = weft::TensorView(v.get(), dtype, {t.num_pages, kPage, h.hkv, kD});
+  const weft::TensorView tq(q.get(), dtype, {batch, h.hq, kD});
+  const weft::TensorView tout(out.get(), dtype, {batch, h.hq, kD});
+  const double unique_kv = double(t.unique_keys) * h.hkv * kD * 2 /*K,V*/ * 2 /*16-bit*/;
+  int64_t keys = 0;
+  for (int32_t l : t.kv_len) keys += l;
+  double decode_ms = 0;
+  for (bool share : {false, true}) {
+    weft::bench::Result r;
+    r.name = base + (share ? "/share" : "/decode");
+    r.params = params;
+    r.params.push_back({"batch", std::to_string(batch)});
+    r.bytes = unique_kv + 2.0 * batch * h.hq * kD * 2;
+    r.flops = 4.0 * double(keys) * h.hq * kD;
+    r.ceiling = "read";
+    try {
+      weft::DecodeOptions opt;
+      opt.share_prefixes = share;
+      const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(batch, h.hq, h.hkv, kD, opt);
+      DeviceArray ws(ws_bytes);
+      weft::BatchDecodeWrapper w(batch, h.hq, h.hkv, kD, opt);
+      cudaStream_t s = ctx.stream();
+      w.plan(table, h.hq, h.hkv, kD, kPage, dtype, weft::KVLayout::kNHD, {}, ws.get(), ws_bytes, s);
+      WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+      with_graph(ctx, [&](cudaStream_t st) { w.run(tq, cache, table, tout, nullptr, st); },
+                 [&](const LaunchFn& launch) {
+                   ctx.warm_up_once(launch);
+                   r.ms = ctx.time_ms(launch);
+                 });
+      r.extra = {{"items", double(w.plan_info().num_items)}, {"packs", double(w.plan_info().num_packs)}};
+      const double frac =
+          ctx.ceilings().read_gbps > 0 ? r.bytes / (r.ms * 1e-3) / 1e9 / ctx.ceilings().read_gbps : 0.0;
+      r.extra.push_back({"unique_fraction_of_ceiling", frac});
+      if (!share) decode_ms = r.ms;
+      if (share && decode_ms > 0) {
+        r.extra.push_back({"speedup_vs_decode", decode_ms / r.ms});
+        res = {decode_ms / r.ms, frac, true};
+      }
+      ctx.report(r);
+    } catch (const std::exception& e) {
+      ctx.report_error(r, e.what());
+    }
+  }
+  return res;
+}
+
+template <class F>
+double median_us(F&& f, int calls) {
+  std::vector<double> v;
+  for (int i = 0; i < calls; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    v.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Host plan times of the 256-request x 3-level tree (see the header comment).
+std::vector<std::pair<std::string, double>> plan_times(weft::bench::Context& ctx) {
+  PrefixTreeBatch t = weft::bench::make_prefix_tree_batch({1, 4, 16, 256}, {2048, 512, 256, 123}, kPage);
+  const int32_t batch = t.batch(), hq = 32, hkv = 8;
+  weft::DecodeOptions opt;
+  opt.share_prefixes = true;
+  const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(batch, hq, hkv, kD, opt);
+  DeviceArray ws(ws_bytes);
+  weft::BatchDecodeWrapper w(batch, hq, hkv, kD, opt);
+  // The planner alone, with the wrapper's grid.
+  const weft::plan::PackPlanConfig pc = weft::bench::pack_bench_config(t, kPage, w.num_ctas(), hkv, hq / hkv);
+  const weft::plan::WorkPlanLayout layout(weft::bench::pack_bench_bounds(batch, w.num_ctas(), hkv, kD));
+  std::vector<unsigned char> image(layout.metadata_bytes());
+  weft::plan::PackPlanner planner;
+  const double full_us = median_us(
+      [&] {
+        planner.reset();
+        planner.plan(t.indptr.data(), t.indices.data(), t.kv_len.data(), batch, pc);
+        layout.serialize(planner.current(), image.data());
+      },
+      201);
+  int delta = 1, lazy = 0, calls = 0;
+  const double lazy_us = median_us(
+      [&] {
+        for (auto& l : t.kv_len) l += delta;
+        delta = -delta;
+        ++calls;
+        lazy += planner.plan(t.indptr.data(), t.indices.data(), t.kv_len.data(), batch, pc) ==
+                weft::plan::PackPlanner::Update::kLazy;
+        layout.serialize_item_kv(planner.current(), image.data());
+      },
+      2001);
+  // The wrapper's plan(): full (alternating with the same tree on other page ids, so the
+  // structural key never matches) and lazy (lengths +-1 via last_page_len).
+  const PrefixTreeBatch other = weft::bench::make_prefix_tree_batch({1, 4, 16, 256}, {2048, 512, 256, 123}, kPage, 8);
+  std::vector<int32_t> last = t.last_page_len;
+  weft::PageTable table;
+  table.batch_size = batch;
+  DeviceArray d_indptr(t.indptr.size() * 4), d_indices(t.indices.size() * 4), d_last(last.size() * 4);
+  table.indptr = {d_indptr.as<int32_t>(), t.indptr.data(), batch + 1};
+  table.indices = {d_indices.as<int32_t>(), t.indices.data(), int64_t(t.indices.size())};
+  table.last_page_len = {d_last.as<int32_t>(), last.data(), batch};
+  cudaStream_t s = ctx.stream();
+  int which = 0, wfull = 0;
+  const double wfull_us = median_us(
+      [&] {
+        table.indices.host = (which ^= 1) ? other.indices.data() : t.indices.data();
+        w.plan(table, hq, hkv, kD, kPage, weft::DType::kBFloat16, weft::KVLayout::kNHD, {}, ws.get(), ws_bytes, s);
+        wfull += !w.plan_info().lazy_update;
+      },
+      101);
+  int wlazy = 0, wcalls = 0;
+  const double wlazy_us = median_us(
+      [&] {
+        for (auto& l : last) l += delta;
+        delta = -delta;
+        w.plan(table, hq, hkv, kD, kPage, weft::DType::kBFloat16, weft::KVLayout::kNHD, {}, ws.get(), ws_bytes, s);
+        wlazy += w.plan_info().lazy_update;
+        ++wcalls;
+      },
+      1001);
+  WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+  return {{"plan_us_256x3", full_us},
+          {"lazy_replan_us", lazy_us},
+          {"lazy_fraction", double(lazy) / calls},
+          {"wrapper_plan_us_256x3", wfull_us},
+          {"wrapper_full_fraction", double(wfull) / 101},
+          {"wrapper_lazy_plan_us", wlazy_us},
+          {"wrapper_lazy_fraction", double(wlazy) / wcalls},
+          {"plan_items_256x3", double(planner.current().num_items())}};
+}
+
+}  // namespace
+
+WEFT_BENCH_GROUP(pat) {
+  const Heads heads[] = {{32, 32}, {16, 8}, {32, 8}, {64, 8}};
+  struct Tree {
+    std::vector<int32_t> fan, keys;
+  };
+  std::vector<Tree> trees;
+  for (auto fan : {std::vector<int32_t>{1, 4, 16}, {1, 8, 64}})
+    for (auto keys : {std::vector<int32_t>{128, 256, 1024}, {512, 512, 512}}) trees.push_back({fan, keys});
+  for (auto fan : {std::vector<int32_t>{1, 32}, {1, 256}, {4, 64}})
+    for (auto keys : {std::vector<int32_t>{2048, 512}, {4096, 128}}) trees.push_back({fan, keys});
+  for (auto keys : {std::vector<int32_t>{128, 256, 1024, 128}, {512, 512, 512, 512}})
+    trees.push_back({{1, 4, 16, 64}, keys});
+  double min_shared8 = std::numeric_limits<double>::infinity(), min_nosharing = std::numeric_limits<double>::infinity();
+  for (const Heads& h : heads)
+    for (weft::DType dt : {weft::DType::kBFloat16, weft::DType::kFloat16}) {
+      if (dt == weft::DType::kFloat16 && !(h.hq == 32 && h.hkv == 8)) continue;  // fp16 at one head config
+      const std::string hs = std::to_string(h.hq) + "x" + std::to_string(h.hkv);
+      const std::string dn = weft::dtype_name(dt);
+      for (const Tree& tr : trees) {
+        const PrefixTreeBatch t = weft::bench::make_prefix_tree_batch(tr.fan, tr.keys, kPage);
+        const size_t n = tr.fan.size();
+        const int32_t sharers = tr.fan[n - 1] / tr.fan[n - 2];  // per node of the deepest shared level
+        const std::string base = "pat/" + hs + "/" + dn + "/B" + join(tr.fan) + "/L" + join(tr.keys);
+        const PatOutcome o = run_pat_case(ctx, base, t, h, dt,
+                                          {{"heads", hs}, {"dtype", dn}, {"B", join(tr.fan)}, {"L", join(tr.keys)},
+                                           {"sharers", std::to_string(sharers)}});
+        if (o.ok && sharers >= 8) min_shared8 = std::min(min_shared8, o.unique_fraction);
+      }
+      // No sharing: 64 requests of 2048 + 512 keys on distinct pages (a one-level "tree" of 64 leaves).
+      const PrefixTreeBatch t = weft::bench::make_prefix_tree_batch({64}, {2560}, kPage);
+      const PatOutcome o = run_pat_case(ctx, "pat/" + hs + "/" + dn + "/nosharing/b64/kv2560", t, h, dt,
+                                        {{"heads", hs}, {"dtype", dn}, {"B", "64"}, {"L", "2560"}, {"sharers", "1"}});
+      if (o.ok) min_nosharing = std::min(min_nosharing, o.speedup);
+    }
+  if (!ctx.wants("pat/summary")) return;
+  weft::bench::Result r;
+  r.name = "pat/summary";
+  try {
+    r.extra = plan_times(ctx);
+    r.ms = r.extra[0].second * 1e-3;  // the full plan's host time
+    if (std::isfinite(min_shared8)) r.extra.push_back({"min_unique_fraction_shared8", min_shared8});
+    if (std::isfinite(min_nosharing)) r.extra.push_back({"nosharing_speedup_vs_decode", min_nosharing});
+    ctx.report(r);
+  } catch (const std::exception& e) {
+    ctx.report_error(r, e.what());
+  }
+}
