@@ -151,7 +151,7 @@ std::string RouterModel::to_json() const {
   os << "{\n  \"gpu\": \"" << gpu << "\",\n  \"num_kv_heads\": " << num_kv_heads << ",\n  \"group_size\": "
      << group_size << ",\n  \"head_dim\": " << head_dim << ",\n  \"slots\": " << slots
      << ",\n  \"router_us\": " << router_us << ",\n  \"calibration\": \"" << calibration
-     << "\",\n  \"features\": [\"1\", \"keys_per_slot_k\", \"longest_task_k\", \"tasks_k\", \"merges_k\"],\n"
+     << "\",\n  \"features\": [\"1\", \"keys_per_slot_k\", \"critical_path_k\", \"tasks_k\", \"merges_k\"],\n"
      << "  \"options\": [\n";
   for (size_t i = 0; i < options.size(); ++i) {
     const RouteOption& o = options[i];
