@@ -9,6 +9,7 @@
 #include "weft/export.h"
 #include "weft/norm.h"
 #include "weft/paged_kv.h"
+#include "weft/pod.h"
 #include "weft/prefill.h"
 #include "weft/tensor.h"
 #include "weft/validate.h"

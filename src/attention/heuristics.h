@@ -66,4 +66,21 @@ PrefillTiles prefill_tiles(double avg_packed_qo_len, int32_t head_dim);
 // chosen tile's occupancy.
 int32_t persistent_grid(int32_t sm_count, int32_t ctas_per_sm);
 
+// ---- POD (hybrid prefill + decode, src/pod/pod_plan.h) ----
+
+// The cost model of the POD planner (its formulas: pod_plan.h): each kernel alone as an affine
+// time (work / rate + fixed cost), and the rates each side keeps while the two co-run in the
+// fused kernel (fractions of running alone). Fitted to bench "pod" on H100 (pod_cost() in
+// heuristics.cpp says which rows).
+struct PodCost {
+  double fa2_tflops = 0, fa2_us = 0;    // FA2 prefill kernel alone
+  double sm90_tflops = 0, sm90_us = 0;  // Hopper sm90 prefill alone
+  double decode_gbps = 0, decode_us = 0;  // decode kernel alone (KV bytes)
+  double prefill_corun = 0;  // a_p: FA2 rate kept by the prefill side while decode runs beside it
+  double decode_corun = 0;   // a_d: decode rate kept while prefill runs beside it
+  double fused_us = 0;       // fixed cost of the fused launch
+  double min_gain = 0;       // kAuto: fused only when predicted at least this much faster
+};
+const PodCost& pod_cost();
+
 }  // namespace weft::heuristics

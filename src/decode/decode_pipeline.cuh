@@ -59,8 +59,10 @@ __device__ __forceinline__ int32_t start_item(const DecodeParams<T>& p, const It
 // kPacked: the generic item path: items of a work plan (p.work, attention/plan/work_plan.h) whose
 // rows may come from several requests and whose keys start at a page-list base; partial states
 // go to the work plan's slots and are merged by its own merge kernel (no in-kernel merge).
+// cta: which CTA's item list of the plan to run (blockIdx.x for the decode kernels; a fused
+// kernel passes the virtual CTA id its scheduler bound it to, attention/scheduler.cuh).
 template <class T, int D, int QR, class Mainloop, bool kPacked = false>
-__device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
+__device__ __forceinline__ void decode_items(const DecodeParams<T>& p, int cta) {
   using L = SmemLayout<T, D, QR>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const int S = p.stages;
@@ -80,7 +82,7 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
     if (p.work.cta_indptr == nullptr) {
       // Work queue (attention/plan/work_queue.h): a 1-D grid, one task per CTA. A task without
       // keys (a kv_len-0 row) stores its neutral state and returns before loading anything.
-      i0 = blockIdx.x;
+      i0 = cta;
       i1 = i0 + 1;
       it = load_work_item(p.work, i0);
       if (it.kv_begin >= it.kv_end) {
@@ -88,12 +90,12 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
         return;
       }
     } else {
-      i0 = p.work.cta_indptr[blockIdx.x];
-      i1 = p.work.cta_indptr[blockIdx.x + 1];
+      i0 = p.work.cta_indptr[cta];
+      i1 = p.work.cta_indptr[cta + 1];
       if (i0 < i1) it = load_work_item(p.work, i0);
     }
   } else {
-    it = load_first_item(p.plan, blockIdx.x, &i0, &i1);
+    it = load_first_item(p.plan, cta, &i0, &i1);
   }
   // The page list an item's keys index: its request's (balanced plans: BSR or block-table row,
   // PageTableView::pages) or its own base (generic items; a block-table row's base is
@@ -187,6 +189,12 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
   }
   ptx::cp_async_wait<0>();
   WEFT_DECODE_TRACE_EXIT(i1 - i0);
+}
+
+// The decode kernels' form: CTA blockIdx.x's items.
+template <class T, int D, int QR, class Mainloop, bool kPacked = false>
+__device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
+  decode_items<T, D, QR, Mainloop, kPacked>(p, static_cast<int>(blockIdx.x));
 }
 
 }  // namespace weft::decode

@@ -33,6 +33,7 @@ required=(
   "jit|T weft::jit::Variant::create("
   "decode|T weft::BatchDecodeWrapper::plan("
   "prefill|T weft::BatchPrefillWrapper::workspace_size("
+  "pod|T weft::BatchPODAttention::plan("
   "norm|T weft::rmsnorm("
   "comm|T weft::Communicator::Communicator("
   "comm|T weft::plan_token_split("

@@ -36,9 +36,12 @@ struct NoJitVariant {
   static constexpr bool kHasBias = false;
 };
 
-// The kernel body: every work item of this CTA.
+// Work items w_begin .. w_end - 1 of the plan, in order (prefill_items below runs CTA
+// blockIdx.x's range; the fused POD kernel runs the items its scheduler hands out,
+// attention/scheduler.cuh). Uses the whole CTA (Tr::kThreads threads) and Tr::kSmemBytes of
+// dynamic shared memory.
 template <class Tr, class JV>
-__device__ __forceinline__ void prefill_items(const PrefillParams& p, const JV& jv) {
+__device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w_begin, int w_end, const JV& jv) {
   using T = typename Tr::Elem;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
@@ -53,8 +56,6 @@ __device__ __forceinline__ void prefill_items(const PrefillParams& p, const JV& 
   const int warp_row0 = warp_q * Tr::kRowsPerWarp;  // first Q tile row of this warp
   const int key_off = warp_kv * Tr::kKVPerWarp;     // first key of each KV tile for this warp
 
-  const int w_begin = p.plan.cta_indptr[blockIdx.x];
-  const int w_end = p.plan.cta_indptr[blockIdx.x + 1];
   for (int w = w_begin; w < w_end; ++w) {
     ItemGeom g = item_geometry(p, w);
     const int n_tiles = (g.kv_hi - g.kv_lo + Tr::kCtaKV - 1) / Tr::kCtaKV;
@@ -137,6 +138,12 @@ __device__ __forceinline__ void prefill_items(const PrefillParams& p, const JV& 
     }
     __syncthreads();  // shared memory (Q, K/V, merge scratch) is reused by the next item
   }
+}
+
+// The kernel body: every work item of this CTA.
+template <class Tr, class JV>
+__device__ __forceinline__ void prefill_items(const PrefillParams& p, const JV& jv) {
+  prefill_item_range<Tr>(p, p.plan.cta_indptr[blockIdx.x], p.plan.cta_indptr[blockIdx.x + 1], jv);
 }
 
 template <class Tr>

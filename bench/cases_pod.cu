@@ -1,0 +1,287 @@
+// Bench group "pod": hybrid batches (one prefill chunk with its history + a batch of decodes on one
+// paged cache), the POD-Attention paper's sweep: Llama-3-8B (32/8), Llama-2-7B (32/32) and Yi-6B
+// (32/4) heads, d128 bf16, page 16, context 4K..20K (every request of a batch has that context:
+// the chunk is the last `chunk` tokens of its sequence), chunk 512/1K/2K, decode batch 8..256.
+// Every timed run follows an L2 flush (Context::time_ms), page ids are random over a pool of
+// ~2 x 6 GB.
+//
+// Per batch: the prefill alone with both mainloops (sm90 where eligible, FA2) and the decode
+// alone; batches where either side takes < 20% of the serial time are skipped (counted in the
+// summary). Kept batches time, in the same process:
+//   serial      fastest prefill then decode on one stream (two launches + the prefill merge)
+//   two_stream  prefill and decode forked on two streams (events)
+//   batched     every request through the prefill kernel (decodes as 1-token chunks)
+//   pod         BatchPODAttention, PodMode::kAuto (the product: fused or the serial fallback)
+//   fused       PodMode::kFused with the proportional / 50:50 / static (no SM binding) bindings
+// Case "pod/<model>/ctx<C>/chunk<c>/b<B>": ms = pod; extra.speedup_vs_serial = serial / pod,
+// extra.ideal_bound_ratio = pod / max(prefill, decode) (1 = perfect overlap), the other times.
+// Case "pod/summary": the means over kept batches (issue 28's Results format).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "weft/decode.h"
+#include "weft/error.h"
+#include "weft/pod.h"
+#include "weft/prefill.h"
+
+namespace {
+
+using weft::bench::DeviceArray;
+constexpr weft::DType kBF16 = weft::DType::kBFloat16;
+constexpr int32_t kD = 128, kPage = 16, kMaxChunk = 2048, kMaxDec = 256;
+
+struct Model {
+  const char* name;
+  int32_t hq, hkv;
+};
+
+// Device page table of one set of requests (host mirrors kept).
+struct Table {
+  std::vector<int32_t> indptr{0}, indices, last;
+  DeviceArray d_indptr, d_indices, d_last;
+  weft::PageTable t;
+  void build(const std::vector<int32_t>& kv, int32_t pool_pages, std::mt19937_64& rng) {
+    indptr.assign(1, 0);
+    indices.clear();
+    last.clear();
+    std::uniform_int_distribution<int32_t> pick(0, pool_pages - 1);
+    for (int32_t l : kv) {
+      const int32_t pages = (l + kPage - 1) / kPage;
+      for (int32_t p = 0; p < pages; ++p) indices.push_back(pick(rng));
+      indptr.push_back(static_cast<int32_t>(indices.size()));
+      last.push_back(l == 0 ? 0 : l - (pages - 1) * kPage);
+    }
+    d_indptr = DeviceArray(indptr.size() * 4);
+    d_indices = DeviceArray(std::max<size_t>(indices.size(), 1) * 4);
+    d_last = DeviceArray(std::max<size_t>(last.size(), 1) * 4);
+    WEFT_BENCH_CUDA(cudaMemcpy(d_indptr.get(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+    WEFT_BENCH_CUDA(cudaMemcpy(d_indices.get(), indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
+    WEFT_BENCH_CUDA(cudaMemcpy(d_last.get(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
+    t.batch_size = static_cast<int32_t>(kv.size());
+    t.indptr = {d_indptr.as<int32_t>(), indptr.data(), int64_t(indptr.size())};
+    t.indices = {d_indices.as<int32_t>(), indices.data(), int64_t(indices.size())};
+    t.last_page_len = {d_last.as<int32_t>(), last.data(), int64_t(last.size())};
+  }
+};
+
+struct Summary {
+  int kept = 0, skipped = 0, fused = 0;
+  double sum_speedup = 0, min_speedup = 1e30, within10 = 0, sum_ideal_speedup = 0;
+  double sum_fused = 0, sum_5050 = 0, sum_static = 0, sum_two = 0, sum_batched = 0;
+};
+
+void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
+  // --filter on a model prefix: skip the others' pool allocation too.
+  if (!ctx.wants(std::string("pod/") + m.name + "/ctx4096/chunk512/b8")) return;
+  cudaStream_t s = ctx.stream();
+  // Pool: ~6 GB per K and V (random page ids over it; longer batches reuse ids at random).
+  const int64_t page_elems = int64_t(kPage) * m.hkv * kD;
+  const int32_t pool_pages = static_cast<int32_t>((6LL << 30) / (page_elems * 2));
+  DeviceArray k(size_t(pool_pages) * page_elems * 2), v(size_t(pool_pages) * page_elems * 2);
+  weft::bench::fill_random(k.get(), size_t(pool_pages) * page_elems, kBF16, 11);
+  weft::bench::fill_random(v.get(), size_t(pool_pages) * page_elems, kBF16, 12);
+  weft::PagedKVCache cache;
+  cache.layout = weft::KVLayout::kNHD;
+  cache.k_pages = weft::TensorView(k.get(), kBF16, {pool_pages, kPage, m.hkv, kD});
+  cache.v_pages = weft::TensorView(v.get(), kBF16, {pool_pages, kPage, m.hkv, kD});
+
+  const size_t row = size_t(m.hq) * kD;
+  DeviceArray q_all((kMaxChunk + kMaxDec) * row * 2), o_all((kMaxChunk + kMaxDec) * row * 2);
+  weft::bench::fill_random(q_all.get(), (kMaxChunk + kMaxDec) * row, kBF16, 13);
+  // Prefill rows first, decode rows after them: the batched variant reads both as one ragged batch.
+  char* qp = static_cast<char*>(q_all.get());
+  char* op = static_cast<char*>(o_all.get());
+
+  weft::PrefillBounds pb;
+  pb.max_batch = 1;
+  pb.max_total_q = kMaxChunk;
+  pb.num_qo_heads = m.hq;
+  pb.num_kv_heads = m.hkv;
+  pb.head_dim = kD;
+  weft::PrefillBounds bb = pb;
+  bb.max_batch = 1 + kMaxDec;
+  bb.max_total_q = kMaxChunk + kMaxDec;
+  DeviceArray ws_p(weft::BatchPrefillWrapper::workspace_size(pb)), ws_f(weft::BatchPrefillWrapper::workspace_size(pb));
+  DeviceArray ws_b(weft::BatchPrefillWrapper::workspace_size(bb));
+  DeviceArray ws_d(weft::BatchDecodeWrapper::workspace_size(kMaxDec, m.hq, m.hkv, kD));
+  weft::BatchPrefillWrapper pre, pre_fa2, batched;
+  weft::BatchDecodeWrapper dec(kMaxDec, m.hq, m.hkv, kD);
+  weft::PodBounds podb;
+  podb.max_prefill_batch = 1;
+  podb.max_prefill_tokens = kMaxChunk;
+  podb.max_decode_batch = kMaxDec;
+  podb.num_qo_heads = m.hq;
+  podb.num_kv_heads = m.hkv;
+  podb.head_dim = kD;
+  DeviceArray ws_pod(weft::BatchPODAttention::workspace_size(podb));
+  auto pod_with = [&](weft::PodMode mode, weft::PodBinding b) {
+    weft::PodOptions o;
+    o.mode = mode;
+    o.binding = b;
+    return std::make_unique<weft::BatchPODAttention>(podb, o);
+  };
+  auto pod_auto = pod_with(weft::PodMode::kAuto, weft::PodBinding::kProportional);
+  auto pod_prop = pod_with(weft::PodMode::kFused, weft::PodBinding::kProportional);
+  auto pod_5050 = pod_with(weft::PodMode::kFused, weft::PodBinding::kFiftyFifty);
+  auto pod_static = pod_with(weft::PodMode::kFused, weft::PodBinding::kStatic);
+  cudaStream_t s2;
+  cudaEvent_t fork, join;
+  WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  WEFT_BENCH_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  WEFT_BENCH_CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  weft::AttentionVariant var;
+  var.mask = weft::MaskMode::kCausal;
+  weft::PrefillPlanOptions fa2;
+  fa2.mainloop = weft::PrefillMainloop::kFA2;
+  std::mt19937_64 rng(std::hash<std::string>{}(m.name));
+
+  const std::vector<int32_t> contexts = ctx.quick() ? std::vector<int32_t>{8192, 16384}
+                                                    : std::vector<int32_t>{4096, 8192, 12288, 16384, 20480};
+  const std::vector<int32_t> chunks = {512, 1024, 2048};
+  const std::vector<int32_t> batches = ctx.quick() ? std::vector<int32_t>{32, 128}
+                                                   : std::vector<int32_t>{8, 16, 32, 64, 128, 256};
+  for (int32_t context : contexts)
+    for (int32_t chunk : chunks)
+      for (int32_t nb : batches) {
+        weft::bench::Result r;
+        r.name = std::string("pod/") + m.name + "/ctx" + std::to_string(context) + "/chunk" + std::to_string(chunk) +
+                 "/b" + std::to_string(nb);
+        if (!ctx.wants(r.name)) continue;
+        r.params = {{"model", m.name}, {"context", std::to_string(context)}, {"chunk", std::to_string(chunk)},
+                    {"decode_batch", std::to_string(nb)}, {"heads", std::to_string(m.hq) + "/" + std::to_string(m.hkv)}};
+        try {
+          Table tp, td, tb;
+          tp.build({context}, pool_pages, rng);
+          td.build(std::vector<int32_t>(nb, context), pool_pages, rng);
+          // Batched: the chunk and the decodes as one ragged prefill batch over both page lists.
+          std::vector<int32_t> all_kv(1, context);
+          all_kv.insert(all_kv.end(), nb, context);
+          tb.build(all_kv, pool_pages, rng);
+          std::vector<int32_t> qo_p{0, chunk}, qo_b{0, chunk};
+          for (int32_t i = 0; i < nb; ++i) qo_b.push_back(chunk + i + 1);
+          const weft::TensorView pq(qp, kBF16, {chunk, m.hq, kD}), po(op, kBF16, {chunk, m.hq, kD});
+          const weft::TensorView dq(qp + chunk * row * 2, kBF16, {nb, m.hq, kD});
+          const weft::TensorView dout(op + chunk * row * 2, kBF16, {nb, m.hq, kD});
+          const weft::TensorView bq(qp, kBF16, {chunk + nb, m.hq, kD}), bo(op, kBF16, {chunk + nb, m.hq, kD});
+
+          pre.plan_paged(qo_p.data(), tp.t, kPage, m.hq, m.hkv, kD, kBF16, var, ws_p.get(), ws_p.bytes(), pb, s);
+          pre_fa2.plan_paged(qo_p.data(), tp.t, kPage, m.hq, m.hkv, kD, kBF16, var, ws_f.get(), ws_f.bytes(), pb, s,
+                             nullptr, fa2);
+          dec.plan(td.t, m.hq, m.hkv, kD, kPage, kBF16, weft::KVLayout::kNHD, var, ws_d.get(), ws_d.bytes(), s);
+          auto run_pre = [&](cudaStream_t st) { pre.run_paged(pq, cache, tp.t, po, nullptr, st); };
+          auto run_fa2 = [&](cudaStream_t st) { pre_fa2.run_paged(pq, cache, tp.t, po, nullptr, st); };
+          auto run_dec = [&](cudaStream_t st) { dec.run(dq, cache, td.t, dout, nullptr, st); };
+          ctx.warm_up_once([&](cudaStream_t st) { run_pre(st); run_dec(st); });
+          // Screening times (fewer runs): a batch off the 20..80% band is not timed further.
+          const double t_sm90 = ctx.time_ms(run_pre, 2, 10), t_fa2 = ctx.time_ms(run_fa2, 2, 10),
+                       t_d = ctx.time_ms(run_dec, 2, 10);
+          const bool use_fa2 = t_fa2 < t_sm90;
+          const double t_p = std::min(t_sm90, t_fa2);
+          const double share_p = t_p / (t_p + t_d);
+          if (share_p < 0.2 || share_p > 0.8) {
+            ++sum.skipped;
+            continue;
+          }
+          auto run_fast_pre = [&](cudaStream_t st) { use_fa2 ? run_fa2(st) : run_pre(st); };
+          const double t_serial = ctx.time_ms([&](cudaStream_t st) { run_fast_pre(st); run_dec(st); });
+          const double t_two = ctx.time_ms([&](cudaStream_t st) {
+            WEFT_BENCH_CUDA(cudaEventRecord(fork, st));
+            WEFT_BENCH_CUDA(cudaStreamWaitEvent(s2, fork, 0));
+            run_fast_pre(st);
+            run_dec(s2);
+            WEFT_BENCH_CUDA(cudaEventRecord(join, s2));
+            WEFT_BENCH_CUDA(cudaStreamWaitEvent(st, join, 0));
+          });
+          batched.plan_paged(qo_b.data(), tb.t, kPage, m.hq, m.hkv, kD, kBF16, var, ws_b.get(), ws_b.bytes(), bb, s);
+          const double t_batched = ctx.time_ms([&](cudaStream_t st) { batched.run_paged(bq, cache, tb.t, bo, nullptr, st); });
+          auto time_pod = [&](weft::BatchPODAttention& pod) {
+            pod.plan(qo_p.data(), tp.t, td.t, kPage, kBF16, var, ws_pod.get(), ws_pod.bytes(), s);
+            return ctx.time_ms([&](cudaStream_t st) {
+              pod.run(pq, dq, cache, tp.t, td.t, po, dout, nullptr, nullptr, st);
+            });
+          };
+          const double t_pod = time_pod(*pod_auto);
+          const weft::PodPlanInfo info = pod_auto->plan_info();
+          const double t_prop = time_pod(*pod_prop);
+          const weft::PodPlanInfo finfo = pod_prop->plan_info();
+          const double t_5050 = time_pod(*pod_5050);
+          const double t_static = time_pod(*pod_static);
+          const double ideal = std::max(t_p, t_d);
+          r.ms = t_pod;
+          double pairs = double(chunk) * (context - chunk) + double(chunk) * (chunk + 1) / 2;
+          r.flops = 4.0 * kD * m.hq * pairs;
+          r.bytes = 2.0 * kD * m.hkv * 2.0 * double(context) * (nb + 1);
+          r.extra = {{"speedup_vs_serial", t_serial / t_pod},
+                     {"ideal_bound_ratio", t_pod / ideal},
+                     {"ideal_speedup", t_serial / ideal},
+                     {"serial_ms", t_serial},
+                     {"prefill_ms", t_p},
+                     {"prefill_sm90_ms", t_sm90},
+                     {"prefill_fa2_ms", t_fa2},
+                     {"decode_ms", t_d},
+                     {"two_stream_ms", t_two},
+                     {"batched_ms", t_batched},
+                     {"fused_ms", t_prop},
+                     {"fused_5050_ms", t_5050},
+                     {"fused_static_ms", t_static},
+                     {"fused_speedup_vs_serial", t_serial / t_prop},
+                     {"pod_fused", info.fused ? 1.0 : 0.0},
+                     {"fused_prefill_ctas", double(finfo.prefill_ctas)},
+                     {"fused_decode_ctas", double(finfo.decode_ctas)},
+                     {"ctas_per_sm", double(finfo.ctas_per_sm)},
+                     {"predicted_serial_us", info.predicted_serial_us},
+                     {"predicted_fused_us", info.predicted_fused_us},
+                     {"prefill_share", share_p}};
+          ctx.report(r);
+          ++sum.kept;
+          sum.fused += info.fused;
+          sum.sum_speedup += t_serial / t_pod;
+          sum.min_speedup = std::min(sum.min_speedup, t_serial / t_pod);
+          sum.within10 += t_pod <= 1.10 * ideal;
+          sum.sum_ideal_speedup += t_serial / ideal;
+          sum.sum_fused += t_serial / t_prop;
+          sum.sum_5050 += t_serial / t_5050;
+          sum.sum_static += t_serial / t_static;
+          sum.sum_two += t_serial / t_two;
+          sum.sum_batched += t_serial / t_batched;
+        } catch (const weft::Error& e) {
+          ctx.report_error(r, e.what());
+        }
+      }
+  WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+  WEFT_BENCH_CUDA(cudaStreamDestroy(s2));
+  WEFT_BENCH_CUDA(cudaEventDestroy(fork));
+  WEFT_BENCH_CUDA(cudaEventDestroy(join));
+}
+
+}  // namespace
+
+WEFT_BENCH_GROUP(pod) {
+  const Model models[] = {{"llama3-8b", 32, 8}, {"llama2-7b", 32, 32}, {"yi-6b", 32, 4}};
+  Summary sum;
+  for (const Model& m : models) run_model(ctx, m, sum);
+  weft::bench::Result r;
+  r.name = "pod/summary";
+  if (!ctx.wants(r.name) && sum.kept == 0) return;
+  const double n = std::max(1, sum.kept);
+  r.ms = 0;
+  r.params = {{"batches_kept", std::to_string(sum.kept)}, {"batches_skipped", std::to_string(sum.skipped)}};
+  r.extra = {{"mean_speedup_vs_serial", sum.sum_speedup / n},
+             {"min_speedup_vs_serial", sum.kept ? sum.min_speedup : 0.0},
+             {"share_within_10pct_of_ideal", sum.within10 / n},
+             {"mean_ideal_speedup", sum.sum_ideal_speedup / n},
+             {"share_fused", sum.fused / n},
+             {"mean_fused_speedup_vs_serial", sum.sum_fused / n},
+             {"mean_fused_5050_speedup_vs_serial", sum.sum_5050 / n},
+             {"mean_fused_static_speedup_vs_serial", sum.sum_static / n},
+             {"mean_two_stream_speedup_vs_serial", sum.sum_two / n},
+             {"mean_batched_speedup_vs_serial", sum.sum_batched / n},
+             {"batches_kept", double(sum.kept)},
+             {"batches_skipped", double(sum.skipped)}};
+  ctx.report(r);
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Merge the per-model JSON files of bench group "pod" (scripts/diag/pod-check.sh runs one model
+per weft-bench process) into one file whose "pod/summary" case is recomputed over every kept batch
+of every model (the per-process summaries are dropped), and optionally plot the speedup
+distribution (matplotlib).
+
+  bench/pod_merge.py out.json in1.json [in2.json ...] [--plot docs/pod_speedup.png]
+"""
+import json
+import os
+import sys
+
+
+def main(argv):
+    plot = None
+    if "--plot" in argv:
+        i = argv.index("--plot")
+        plot = argv[i + 1]
+        argv = argv[:i] + argv[i + 2:]
+    out, inputs = argv[0], argv[1:]
+    merged, cases = None, []
+    for path in inputs:
+        d = json.load(open(path))
+        if merged is None:
+            merged = d
+        cases += [c for c in d["cases"] if c["name"].startswith("pod/") and c["name"] != "pod/summary"]
+    kept = [c for c in cases if not c.get("error")]
+    skipped = 0
+    for path in inputs:
+        for c in json.load(open(path))["cases"]:
+            if c["name"] == "pod/summary":
+                skipped += int(c["extra"].get("batches_skipped", 0))
+    n = max(1, len(kept))
+    e = lambda k: [c["extra"][k] for c in kept]
+    sp = e("speedup_vs_serial")
+    summary = {
+        "name": "pod/summary", "group": "pod", "params": {"batches_kept": str(len(kept)),
+                                                           "batches_skipped": str(skipped),
+                                                           "merged_from": ",".join(os.path.basename(i) for i in inputs)},
+        "ms": 0, "bytes": 0, "flops": 0, "ceiling": "",
+        "extra": {
+            "mean_speedup_vs_serial": sum(sp) / n,
+            "min_speedup_vs_serial": min(sp) if sp else 0.0,
+            "share_within_10pct_of_ideal": sum(1 for r in e("ideal_bound_ratio") if r <= 1.10) / n,
+            "mean_ideal_speedup": sum(e("ideal_speedup")) / n,
+            "share_fused": sum(e("pod_fused")) / n,
+            "mean_fused_speedup_vs_serial": sum(e("fused_speedup_vs_serial")) / n,
+            "mean_fused_5050_speedup_vs_serial": sum(c["extra"]["serial_ms"] / c["extra"]["fused_5050_ms"] for c in kept) / n,
+            "mean_fused_static_speedup_vs_serial": sum(c["extra"]["serial_ms"] / c["extra"]["fused_static_ms"] for c in kept) / n,
+            "mean_two_stream_speedup_vs_serial": sum(c["extra"]["serial_ms"] / c["extra"]["two_stream_ms"] for c in kept) / n,
+            "mean_batched_speedup_vs_serial": sum(c["extra"]["serial_ms"] / c["extra"]["batched_ms"] for c in kept) / n,
+            "batches_kept": float(len(kept)), "batches_skipped": float(skipped),
+        },
+    }
+    merged["cases"] = cases + [summary]
+    merged["command"] = "bench/pod_merge.py " + " ".join(os.path.basename(i) for i in inputs) + " (per model: " + merged.get("command", "") + ")"
+    json.dump(merged, open(out, "w"), indent=1)
+    for k, v in summary["extra"].items():
+        print(f"{k}: {v:.4f}")
+    if plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+        ax[0].hist([sp, e("fused_speedup_vs_serial"), e("ideal_speedup")], bins=20,
+                   label=["POD wrapper (auto)", "fused kernel (forced)", "ideal overlap bound"])
+        ax[0].axvline(1.0, color="k", lw=0.8)
+        ax[0].set_xlabel("speedup over weft serial (fastest prefill, then decode)")
+        ax[0].set_ylabel("batches")
+        ax[0].legend(fontsize=8)
+        share = e("prefill_share")
+        ax[1].scatter(share, e("fused_speedup_vs_serial"), s=10, label="fused kernel")
+        ax[1].scatter(share, sp, s=10, label="POD wrapper (auto)")
+        ax[1].scatter(share, e("ideal_speedup"), s=6, marker="x", label="ideal")
+        ax[1].axhline(1.0, color="k", lw=0.8)
+        ax[1].set_xlabel("prefill share of serial time")
+        ax[1].set_ylabel("speedup over serial")
+        ax[1].legend(fontsize=8)
+        fig.suptitle(f"bench pod, H100, {len(kept)} hybrid batches (Llama-3-8B, Llama-2-7B, Yi-6B heads, d128 bf16)")
+        fig.tight_layout()
+        fig.savefig(plot, dpi=110)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

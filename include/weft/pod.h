@@ -1,0 +1,122 @@
+// Hybrid batches (POD-Attention): prefill chunks and decodes of one step on the same paged KV
+// cache, computed in ONE kernel launch whose CTAs bind themselves to prefill or decode work per
+// SM at run time, so each SM runs compute-bound prefill and memory-bound decode side by side.
+// Host-only header.
+//
+//   weft::PodBounds b{...};
+//   size_t ws_bytes = BatchPODAttention::workspace_size(b);   void* ws; cudaMalloc(&ws, ws_bytes);
+//   BatchPODAttention pod(b);                                  // once
+//   per step:  pod.plan(prefill_qo_indptr_host, prefill_table, decode_table, page_size, dtype,
+//                       variant, ws, ws_bytes, stream);
+//   per layer: pod.run(prefill_q, decode_q, cache, prefill_table, decode_table,
+//                      prefill_out, decode_out, &prefill_lse_or_null, &decode_lse_or_null, stream);
+//
+// Prefill requests: ragged queries prefill_q / prefill_out [total_q, Hq, D] (qo_indptr host array
+// of batch + 1 entries), keys from the paged cache through prefill_table; a request with q_len
+// query tokens and kv_len keys is the chunk of the LAST q_len positions of its sequence (chunked
+// prefill: the chunk attends to all of its history and, with MaskMode::kCausal, causally to
+// itself; weft/attention.h). Decode requests: decode_q / decode_out [batch, Hq, D], one token each,
+// attending to all kv_len keys of their decode_table entry. LSE (optional, natural log):
+// [total_q, Hq] and [batch, Hq] f32. Both tables index the same cache (pools, layout NHD or HND).
+// Variant: sm_scale, causal (prefill), logits_soft_cap, window_left; no ALiBi, no custom mask.
+//
+// How a step runs (PodPlanInfo::fused): the planner estimates the serial time (the fastest
+// prefill -- the Hopper sm90 kernel where eligible -- then decode) and the fused time; when the
+// fused kernel is not predicted faster (one side tiny, GQA group > 8, ...), run() launches the
+// standard prefill and decode kernels back to back on the stream (never slower than serial, up to
+// the prediction). PodOptions::mode pins either.
+//
+// CUDA graphs: run() in fused mode is one launch with a FIXED grid (resident CTA slots of the
+// device) whose plan, binding and counters live at fixed workspace offsets; the counters are reset
+// by the kernel's last CTA, so a graph captured around run() replays correctly after any re-plan
+// that stays in fused mode (same buffers, batch sizes within the bounds). A re-plan that switches
+// mode changes the launches: pin PodOptions::mode for graph use (kFused replays across any mix).
+// Serial mode follows the prefill wrapper's rule (weft/prefill.h).
+// Validation: every argument is checked before anything is written or launched (weft::Error
+// naming it).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include <cuda_runtime_api.h>
+
+#include "weft/attention.h"
+#include "weft/dtype.h"
+#include "weft/export.h"
+#include "weft/paged_kv.h"
+#include "weft/tensor.h"
+
+namespace weft WEFT_API {
+
+struct PodBounds {
+  int32_t max_prefill_batch = 0;
+  int64_t max_prefill_tokens = 0;  // query tokens summed over the prefill requests
+  int32_t max_decode_batch = 0;
+  int32_t num_qo_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;  // 64 or 128 (fused kernel instances)
+  KVLayout kv_layout = KVLayout::kNHD;  // of the cache run() will be given
+};
+
+enum class PodMode : int32_t {
+  kAuto = 0,    // the planner's prediction per step
+  kFused = 1,   // always the fused kernel (weft::Error when the batch has no fused kernel)
+  kSerial = 2,  // always the standard prefill kernel then the decode kernel
+};
+
+// How the fused kernel's CTAs pick their first side (attention/scheduler.cuh); every CTA then
+// claims work of that side until it runs out and switches over to the other side.
+enum class PodBinding : int32_t {
+  kProportional = 0,  // %smid + per-SM ticket, ratio from the predicted co-run times of the two
+                      // sides, one slot per side at least (1:1 at 2 CTAs per SM)
+  kFiftyFifty = 1,    // %smid + per-SM ticket, 1:1 on every SM
+  kStatic = 2,        // no SM binding: the first half of the grid starts on prefill (ablation)
+};
+
+struct PodOptions {
+  PodMode mode = PodMode::kAuto;
+  PodBinding binding = PodBinding::kProportional;
+};
+
+struct PodPlanInfo {
+  bool fused = false;
+  int32_t grid = 0;            // fused kernel CTAs (= resident slots: SMs x ctas_per_sm)
+  int32_t ctas_per_sm = 0;
+  int32_t prefill_ctas = 0;    // units the scheduler hands out: prefill work items (fused),
+  int32_t decode_ctas = 0;     // decode item lists (fused)
+  int32_t ratio_prefill = 0, ratio_decode = 0;  // per-SM ticket ratio of the first binding
+  int32_t prefill_items = 0, decode_items = 0;
+  double predicted_serial_us = 0, predicted_fused_us = 0;
+};
+
+class BatchPODAttention {
+ public:
+  // Bytes of device workspace for the bounds (256-byte aligned; kept for the object's life).
+  static std::size_t workspace_size(const PodBounds& bounds);
+  explicit BatchPODAttention(const PodBounds& bounds, const PodOptions& options = {});
+  ~BatchPODAttention();
+  BatchPODAttention(const BatchPODAttention&) = delete;
+  BatchPODAttention& operator=(const BatchPODAttention&) = delete;
+
+  // prefill_qo_indptr_host: prefill_table.batch_size + 1 entries (host). The tables' host mirrors
+  // are read; their device arrays are used by run().
+  void plan(const int32_t* prefill_qo_indptr_host, const PageTable& prefill_table, const PageTable& decode_table,
+            int32_t page_size, DType dtype, const AttentionVariant& variant, void* workspace,
+            std::size_t workspace_bytes, cudaStream_t stream);
+
+  // lse pointers may be null (required when the variant has return_lse).
+  void run(const TensorView& prefill_q, const TensorView& decode_q, const PagedKVCache& cache,
+           const PageTable& prefill_table, const PageTable& decode_table, const TensorView& prefill_out,
+           const TensorView& decode_out, const TensorView* prefill_lse, const TensorView* decode_lse,
+           cudaStream_t stream);
+
+  const PodPlanInfo& plan_info() const { return info_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  PodPlanInfo info_;
+};
+
+}  // namespace weft

@@ -1,0 +1,102 @@
+#include "pod/pod_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "attention/heuristics.h"
+#include "weft/error.h"
+
+namespace weft::pod {
+
+namespace {
+
+void check_input(const PlanInput& in) {
+  WEFT_CHECK_ARG(in.pre_qo_len.size() == in.pre_kv_len.size(), "pre_kv_len",
+                 "has " << in.pre_kv_len.size() << " entries, pre_qo_len " << in.pre_qo_len.size());
+  for (std::size_t b = 0; b < in.pre_qo_len.size(); ++b)
+    WEFT_CHECK_ARG(in.pre_qo_len[b] >= 0 && in.pre_qo_len[b] <= in.pre_kv_len[b], "pre_qo_len",
+                   "request " << b << ": q_len " << in.pre_qo_len[b] << " must be in [0, kv_len "
+                              << in.pre_kv_len[b] << "]");
+  for (std::size_t b = 0; b < in.dec_kv_len.size(); ++b)
+    WEFT_CHECK_ARG(in.dec_kv_len[b] >= 0, "dec_kv_len", "entry " << b << " is negative");
+  WEFT_CHECK_ARG(in.num_qo_heads > 0 && in.num_kv_heads > 0 && in.num_qo_heads % in.num_kv_heads == 0,
+                 "num_kv_heads", "heads " << in.num_qo_heads << " / " << in.num_kv_heads);
+  WEFT_CHECK_ARG(in.head_dim > 0, "head_dim", "must be > 0");
+  WEFT_CHECK_ARG(in.num_sms > 0 && in.ctas_per_sm > 0, "num_sms", "SMs and CTAs per SM must be > 0");
+}
+
+double us(double work, double rate_per_us) { return work > 0 ? work / rate_per_us : 0.0; }
+
+}  // namespace
+
+double prefill_flops(const PlanInput& in) {
+  double pairs = 0;
+  for (std::size_t b = 0; b < in.pre_qo_len.size(); ++b) {
+    const double q = in.pre_qo_len[b], kv = in.pre_kv_len[b];
+    pairs += in.causal ? q * (kv - q) + q * (q + 1) / 2 : q * kv;
+  }
+  return 4.0 * in.head_dim * in.num_qo_heads * pairs;
+}
+
+double decode_bytes(const PlanInput& in) {
+  double keys = 0;
+  for (int32_t kv : in.dec_kv_len) keys += kv;
+  return 2.0 * in.head_dim * in.num_kv_heads * 2.0 * keys;
+}
+
+double fused_time_us(const PlanInput& in) {
+  const heuristics::PodCost& c = heuristics::pod_cost();
+  const double wp = prefill_flops(in), wd = decode_bytes(in);
+  const double p_full = us(wp, c.fa2_tflops * 1e6), d_full = us(wd, c.decode_gbps * 1e3);
+  const double p1 = p_full / c.prefill_corun, d1 = d_full / c.decode_corun;
+  double t;
+  if (p1 <= 0 || d1 <= 0)
+    t = p_full + d_full;  // one side only: it runs alone on every slot
+  else if (p1 <= d1)
+    t = p1 + (1.0 - p1 / d1) * d_full;
+  else
+    t = d1 + (1.0 - d1 / p1) * p_full;
+  return t + c.fused_us;
+}
+
+Decision decide(const PlanInput& in) {
+  check_input(in);
+  const heuristics::PodCost& c = heuristics::pod_cost();
+  Decision d;
+  const int32_t G = in.num_sms * in.ctas_per_sm;
+  d.grid = G;
+  const double wp = prefill_flops(in), wd = decode_bytes(in);
+  d.t_prefill_us = wp > 0 ? (in.sm90_prefill ? us(wp, c.sm90_tflops * 1e6) + c.sm90_us
+                                             : us(wp, c.fa2_tflops * 1e6) + c.fa2_us)
+                          : 0.0;
+  d.t_decode_us = wd > 0 ? us(wd, c.decode_gbps * 1e3) + c.decode_us : 0.0;
+  d.t_serial_us = d.t_prefill_us + d.t_decode_us;
+  d.t_fused_us = fused_time_us(in);
+  d.n_prefill = std::max(0, in.prefill_items);
+  d.n_decode = decode_lists(G);
+  const int32_t S = in.ctas_per_sm;
+  d.ratio_prefill = d.ratio_decode = 1;
+  if (in.binding == Binding::kProportional && S >= 2 && wp > 0 && wd > 0) {
+    const double p1 = us(wp, c.fa2_tflops * 1e6) / c.prefill_corun;
+    const double d1 = us(wd, c.decode_gbps * 1e3) / c.decode_corun;
+    const int32_t k = static_cast<int32_t>(std::lround(S * p1 / (p1 + d1)));
+    d.ratio_prefill = std::max(1, std::min(S - 1, k));
+    d.ratio_decode = S - d.ratio_prefill;
+  }
+  d.first0 = static_cast<int32_t>(int64_t(G) * d.ratio_prefill / (d.ratio_prefill + d.ratio_decode));
+
+  switch (in.mode) {
+    case Mode::kSerial: d.fused = false; break;
+    case Mode::kFused:
+      WEFT_CHECK_ARG(in.fused_supported, "mode", "PodMode::kFused: no fused kernel for this batch "
+                                                 "(head_dim 64/128, GQA group <= 8, no ALiBi)");
+      d.fused = true;
+      break;
+    case Mode::kAuto:
+      d.fused = in.fused_supported && wp > 0 && wd > 0 && d.t_fused_us < d.t_serial_us * (1.0 - c.min_gain);
+      break;
+  }
+  return d;
+}
+
+}  // namespace weft::pod

@@ -1,0 +1,69 @@
+// POD planner (pure C++, no CUDA: host unit tests in CI). Decides, per hybrid step, whether the
+// fused kernel runs, and what its scheduler (attention/scheduler.cuh BindPlan) hands out: the
+// prefill side's virtual CTAs are its work items (one each, longest first), the decode side's are
+// `decode_lists` dealt item lists; every CTA of the fixed grid picks its first side per SM by the
+// ratio r0 : r1 and switches over when its side runs out. The decision comes from a cost model of
+// both sides (heuristics::PodCost: rates, fixed costs and co-run fractions, with their fit).
+//
+// Model (times in microseconds):
+//   prefill work  W_p = 4 * D * Hq * sum_b pairs(b) FLOPs; pairs(b) = q * kv, causal: the visible
+//                 (query, key) pairs of a bottom-right aligned chunk, q * (kv - q) + q * (q + 1) / 2
+//   decode work   W_d = 2 * D * Hkv * 2 bytes * sum kv   (K and V read once per KV head)
+//   alone         t_x = W_x / rate_x + fixed_x  (prefill: the sm90 line when the Hopper prefill is
+//                 eligible, else FA2)
+//   serial        t_s = t_prefill + t_decode
+//   fused         both sides co-run at fractions a_p, a_d of their rates alone (prefill on the FA2
+//                 mainloop); when one finishes, the other gets every slot (switch-over):
+//                   p1 = W_p / (a_p R_fa2), d1 = W_d / (a_d B)
+//                   p1 <= d1:  t_f = p1 + (1 - p1 / d1) W_d / B      else  t_f = d1 + (1 - d1 / p1) W_p / R_fa2
+//                 plus the fused launch's fixed cost.
+//   kAuto fuses when t_f < t_s * (1 - min_gain) (and both sides have work and a fused kernel
+//   exists: head_dim 64/128, GQA group <= 8).
+// Per-SM ratio: r0 : r1 = 1 : 1 for kFiftyFifty and kStatic; kProportional rounds the co-run time
+// share of prefill, p1 / (p1 + d1), to ctas_per_sm slots, keeping one slot per side (so 1 : 1 at
+// 2 CTAs per SM). kStatic starts CTAs below first0 = G * r0 / (r0 + r1) on prefill.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace weft::pod {
+
+enum class Mode : int32_t { kAuto = 0, kFused = 1, kSerial = 2 };
+enum class Binding : int32_t { kProportional = 0, kFiftyFifty = 1, kStatic = 2 };
+
+struct PlanInput {
+  std::vector<int32_t> pre_qo_len, pre_kv_len;  // prefill requests
+  std::vector<int32_t> dec_kv_len;              // decode requests
+  int32_t num_qo_heads = 0, num_kv_heads = 0, head_dim = 0;
+  bool causal = true;
+  int32_t num_sms = 0, ctas_per_sm = 0;         // G = num_sms * ctas_per_sm
+  bool sm90_prefill = false;                    // serial prefill runs the Hopper kernel
+  bool fused_supported = true;                  // a fused kernel exists for this batch
+  int32_t prefill_items = 0;                    // work items of the fused prefill plan (no split)
+  Mode mode = Mode::kAuto;
+  Binding binding = Binding::kProportional;
+};
+
+struct Decision {
+  bool fused = false;
+  int32_t grid = 0;
+  int32_t n_prefill = 0, n_decode = 0;          // virtual CTAs: prefill items, decode lists
+  int32_t ratio_prefill = 1, ratio_decode = 1;  // per-SM ratio of the first binding
+  int32_t first0 = 0;                           // kStatic: CTAs starting on prefill
+  double t_prefill_us = 0, t_decode_us = 0;     // each side alone (serial)
+  double t_serial_us = 0, t_fused_us = 0;
+};
+
+double prefill_flops(const PlanInput& in);
+double decode_bytes(const PlanInput& in);
+// Predicted fused time (the co-run + switch-over model above).
+double fused_time_us(const PlanInput& in);
+// Throws weft::Error naming the field on bad input (negative lengths, q > kv, zero heads/SMs),
+// and ("mode") for Mode::kFused when !fused_supported.
+Decision decide(const PlanInput& in);
+
+// Decode item lists of the fused kernel: one per grid slot (G), so the decode side is claimed in
+// units of ~1/G of its work.
+inline int32_t decode_lists(int32_t grid) { return grid; }
+
+}  // namespace weft::pod

@@ -1,0 +1,227 @@
+// Host tests of the POD planner (pod_plan.h): the grid split, the ratio, the fallback decision,
+// input validation, and that the fused plans (prefill and decode planners dealt to their side's
+// CTAs, padded to the grid) serialize into the fixed layouts and cover every tile once.
+#include "pod/pod_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "attention/heuristics.h"
+#include "decode/decode_plan.h"
+#include "prefill/prefill_plan.h"
+#include "tests/common/test_util.h"
+#include "weft/error.h"
+
+namespace weft::pod {
+namespace {
+
+PlanInput base_input() {
+  PlanInput in;
+  in.num_qo_heads = 32;
+  in.num_kv_heads = 8;
+  in.head_dim = 128;
+  in.num_sms = 132;
+  in.ctas_per_sm = 2;
+  in.causal = true;
+  return in;
+}
+
+// A chunk of `chunk` tokens after `history` keys, plus `nd` decodes of kv `dkv`.
+PlanInput hybrid(int32_t chunk, int32_t history, int32_t nd, int32_t dkv) {
+  PlanInput in = base_input();
+  in.pre_qo_len = {chunk};
+  in.pre_kv_len = {chunk + history};
+  in.dec_kv_len.assign(nd, dkv);
+  in.prefill_items = (chunk * 4 + 127) / 128 * 8;
+  return in;
+}
+
+std::string error_arg(const PlanInput& in) {
+  try {
+    decide(in);
+  } catch (const Error& e) {
+    return e.argument();
+  }
+  return "";
+}
+
+TEST(PodPlan, DecisionInvariants) {
+  test::Rng rng = test::Rng::for_current_test();
+  for (int iter = 0; iter < 300; ++iter) {
+    PlanInput in = base_input();
+    in.ctas_per_sm = static_cast<int32_t>(rng.randint(1, 4));
+    const int np = static_cast<int>(rng.randint(0, 3)), nd = static_cast<int>(rng.randint(0, 64));
+    for (int i = 0; i < np; ++i) {
+      const int32_t q = static_cast<int32_t>(rng.randint(1, 2048));
+      in.pre_qo_len.push_back(q);
+      in.pre_kv_len.push_back(q + static_cast<int32_t>(rng.randint(0, 16384)));
+    }
+    for (int i = 0; i < nd; ++i) in.dec_kv_len.push_back(static_cast<int32_t>(rng.randint(1, 32768)));
+    in.prefill_items = np == 0 ? 0 : static_cast<int32_t>(rng.randint(1, 600));
+    in.binding = static_cast<Binding>(iter % 3);
+    in.mode = static_cast<Mode>(iter % 2 == 0 ? 0 : 1);
+    in.sm90_prefill = iter % 5 == 0;
+    const Decision d = decide(in);
+    const int32_t S = in.ctas_per_sm;
+    ASSERT_EQ(d.grid, 132 * S);
+    ASSERT_EQ(d.n_prefill, in.prefill_items);
+    ASSERT_EQ(d.n_decode, decode_lists(d.grid));
+    ASSERT_GE(d.ratio_prefill, 1);
+    ASSERT_GE(d.ratio_decode, 1);
+    if (S >= 2 && in.binding == Binding::kProportional && np > 0 && nd > 0)
+      ASSERT_EQ(d.ratio_prefill + d.ratio_decode, S);
+    if (in.binding != Binding::kProportional || S < 2) ASSERT_EQ(d.ratio_prefill, d.ratio_decode);
+    ASSERT_EQ(d.first0, d.grid * d.ratio_prefill / (d.ratio_prefill + d.ratio_decode));
+    ASSERT_NEAR(d.t_serial_us, d.t_prefill_us + d.t_decode_us, 1e-9);
+    if (in.mode == Mode::kFused) ASSERT_TRUE(d.fused);
+    if (in.mode == Mode::kAuto && d.fused) {
+      ASSERT_LT(d.t_fused_us, d.t_serial_us);
+      ASSERT_TRUE(np > 0 && nd > 0);
+    }
+  }
+}
+
+// The co-run + switch-over model: never faster than either side alone on the whole GPU (FA2 for
+// prefill), never slower than the two co-run phases back to back; more work never takes less time.
+TEST(PodPlan, FusedModelBounds) {
+  const heuristics::PodCost& c = heuristics::pod_cost();
+  for (int32_t nd : {1, 8, 32, 128, 256})
+    for (int32_t chunk : {128, 512, 2048}) {
+      const PlanInput in = hybrid(chunk, 8192, nd, 8192);
+      const double p = prefill_flops(in) / (c.fa2_tflops * 1e6), dd = decode_bytes(in) / (c.decode_gbps * 1e3);
+      const double t = fused_time_us(in) - c.fused_us;
+      EXPECT_GE(t, std::max(p, dd) - 1e-9) << nd << " " << chunk;
+      EXPECT_LE(t, p / c.prefill_corun + dd / c.decode_corun + 1e-9) << nd << " " << chunk;
+      EXPECT_LT(fused_time_us(in), fused_time_us(hybrid(chunk, 8192, nd + 8, 8192)));
+      EXPECT_LT(fused_time_us(in), fused_time_us(hybrid(chunk + 64, 8192, nd, 8192)));
+    }
+}
+
+TEST(PodPlan, BalancedBatchFusesLopsidedBatchFallsBack) {
+  // Llama-3-8B ctx 16K, chunk 1K, 32 decodes: both sides ~40-60% of the serial time.
+  PlanInput in = hybrid(1024, 15360, 32, 16384);
+  in.sm90_prefill = true;
+  Decision d = decide(in);
+  EXPECT_GT(d.t_prefill_us, 0.2 * d.t_serial_us);
+  EXPECT_GT(d.t_decode_us, 0.2 * d.t_serial_us);
+  EXPECT_TRUE(d.fused);
+  // One short decode next to a long chunk: nothing to overlap, serial.
+  in = hybrid(2048, 16384, 1, 64);
+  in.sm90_prefill = true;
+  d = decide(in);
+  EXPECT_FALSE(d.fused);
+  // Only decodes, or only prefill: serial (one kernel) in kAuto.
+  in = hybrid(1024, 4096, 64, 4096);
+  in.pre_qo_len.clear();
+  in.pre_kv_len.clear();
+  in.prefill_items = 0;
+  d = decide(in);
+  EXPECT_FALSE(d.fused);
+  EXPECT_EQ(d.n_prefill, 0);
+  in = hybrid(1024, 4096, 0, 0);
+  d = decide(in);
+  EXPECT_FALSE(d.fused);
+  EXPECT_EQ(d.n_prefill, in.prefill_items);
+  // Pinned modes.
+  in = hybrid(1024, 15360, 32, 16384);
+  in.mode = Mode::kSerial;
+  EXPECT_FALSE(decide(in).fused);
+  in.mode = Mode::kFused;
+  in.fused_supported = false;
+  EXPECT_EQ(error_arg(in), "mode");
+  in.mode = Mode::kAuto;
+  EXPECT_FALSE(decide(in).fused);
+}
+
+TEST(PodPlan, SerialUsesTheFasterPrefillWhenEligible) {
+  PlanInput in = hybrid(2048, 8192, 32, 4096);
+  const double fa2 = decide(in).t_prefill_us;
+  in.sm90_prefill = true;
+  EXPECT_LT(decide(in).t_prefill_us, fa2);
+}
+
+TEST(PodPlan, RejectsBadInput) {
+  PlanInput in = hybrid(512, 0, 4, 100);
+  in.pre_kv_len[0] = 100;  // q 512 > kv 100
+  EXPECT_EQ(error_arg(in), "pre_qo_len");
+  in = hybrid(512, 0, 4, 100);
+  in.dec_kv_len[1] = -1;
+  EXPECT_EQ(error_arg(in), "dec_kv_len");
+  in = hybrid(512, 0, 4, 100);
+  in.num_kv_heads = 5;
+  EXPECT_EQ(error_arg(in), "num_kv_heads");
+  in = hybrid(512, 0, 4, 100);
+  in.num_sms = 0;
+  EXPECT_EQ(error_arg(in), "num_sms");
+  in = hybrid(512, 0, 4, 100);
+  in.pre_kv_len.push_back(3);
+  EXPECT_EQ(error_arg(in), "pre_kv_len");
+}
+
+TEST(PodPlan, FlopsAndBytes) {
+  PlanInput in = base_input();
+  in.pre_qo_len = {4};
+  in.pre_kv_len = {10};
+  // causal bottom-right: rows see 7, 8, 9, 10 keys = 34 pairs
+  EXPECT_DOUBLE_EQ(prefill_flops(in), 4.0 * 128 * 32 * 34);
+  in.causal = false;
+  EXPECT_DOUBLE_EQ(prefill_flops(in), 4.0 * 128 * 32 * 40);
+  in.dec_kv_len = {3, 5};
+  EXPECT_DOUBLE_EQ(decode_bytes(in), 2.0 * 128 * 8 * 2.0 * 8);
+}
+
+// The fused plans: the prefill side as ONE list (longest first, no split) in a one-CTA layout,
+// the decode side as decode_lists(G) balanced lists in a G layout; both serialize, and the decode
+// lists cover every key of every (request, kv head) once.
+TEST(PodPlan, FusedPlansSerializeAndCoverEveryKey) {
+  test::Rng rng = test::Rng::for_current_test();
+  const int32_t grid = 264, hq = 32, hkv = 8, group = 4, d = 128;
+  const prefill::PrefillWorkspaceLayout pl = prefill::make_layout(8, 8192, hkv, group, 128, d, 1);
+  const plan::WorkspaceLayout dl(decode::plan_bounds(256, hq, hkv, d, decode_lists(grid), decode::kPlanTileQ));
+  std::vector<unsigned char> pbuf(pl.plan.metadata_bytes()), dbuf(dl.metadata_bytes());
+  prefill::PrefillPlanner planner;
+  for (int iter = 0; iter < 30; ++iter) {
+    prefill::PlanRequest req;
+    const int nb = static_cast<int>(rng.randint(0, 4));
+    int32_t total = 0;
+    for (int i = 0; i < nb; ++i) {
+      const int32_t q = static_cast<int32_t>(rng.randint(1, 2048));
+      if (total + q > 8192) break;
+      total += q;
+      req.qo_len.push_back(q);
+      req.kv_len.push_back(q + static_cast<int32_t>(rng.randint(0, 16384)));
+    }
+    req.num_kv_heads = hkv;
+    req.group_size = group;
+    req.causal = true;
+    req.cta_q = 128;
+    req.cta_kv = 64;
+    req.allow_split = false;
+    req.min_chunk = 0;
+    req.num_ctas = 1;
+    prefill::SegmentedPlan sp;
+    planner.make_plan(req, sp);
+    ASSERT_EQ(sp.plan.num_merges(), 0);
+    ASSERT_NO_THROW(pl.plan.serialize(sp.plan, pbuf.data()));
+    ASSERT_EQ(sp.plan.cta_indptr[1], sp.plan.num_items());
+
+    const int32_t nd = static_cast<int32_t>(rng.randint(0, 256));
+    std::vector<int32_t> kv(nd);
+    for (auto& k : kv) k = static_cast<int32_t>(rng.randint(0, 32768));
+    plan::Plan dp = decode::plan_decode(decode::batch_shape(kv.data(), nd, -1),
+                                        decode::balance_config(decode_lists(grid), hq, hkv, decode::kPlanTileQ));
+    ASSERT_NO_THROW(dl.serialize(dp, dbuf.data()));
+    std::vector<int64_t> covered(static_cast<std::size_t>(nd) * hkv, 0);
+    for (int32_t i = 0; i < dp.num_items(); ++i)
+      covered[static_cast<std::size_t>(dp.item_request[i]) * hkv + dp.item_kv_head[i]] +=
+          dp.item_kv_end[i] - dp.item_kv_begin[i];
+    for (int32_t r = 0; r < nd; ++r)
+      for (int32_t h = 0; h < hkv; ++h) ASSERT_EQ(covered[std::size_t(r) * hkv + h], kv[r]);
+  }
+}
+
+}  // namespace
+}  // namespace weft::pod
