@@ -28,6 +28,7 @@
 #include "pod/pod_launch.h"
 #include "pod/pod_plan.h"
 #include "prefill/kernel/params.h"
+#include "prefill/prefill_params.h"
 #include "prefill/prefill_plan.h"
 #include "prefill/prefill_validate.h"
 #include "prefill/sm90/sm90_launch.h"
@@ -255,15 +256,8 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
     const prefill::PrefillWorkspaceLayout& pl = im.layout.pre;
     im.meta_pre.assign(pl.plan.metadata_bytes(), 0);
     pl.plan.serialize(im.sp.plan, im.meta_pre.data());
-    im.extra_pre.assign(pl.extra_bytes, 0);
+    prefill::segment_image(pl, im.sp, pre_kv, im.extra_pre);
     const std::size_t base = pl.off_seg_request;
-    auto put = [&](std::size_t off, const std::vector<int32_t>& v) {
-      if (!v.empty()) std::memcpy(im.extra_pre.data() + (off - base), v.data(), v.size() * sizeof(int32_t));
-    };
-    put(pl.off_seg_request, im.sp.seg_request);
-    put(pl.off_seg_token0, im.sp.seg_token0);
-    put(pl.off_seg_pos0, im.sp.seg_pos0);
-    put(pl.off_real_kv_len, pre_kv);
     // Decode: the balanced decode plan dealt to its n_decode item lists.
     decode::batch_shape(dec_kv.data(), dtable.batch_size, variant.window_left, im.dshape);
     const plan::BalanceConfig cfg =
@@ -399,36 +393,9 @@ void BatchPODAttention::run(const TensorView& pq, const TensorView& dq, const Pa
   p.o_stride_head = pout.strides[1];
   p.lse = plse != nullptr ? static_cast<float*>(plse->data) : nullptr;
   p.lse_stride_token = plse != nullptr ? plse->strides[0] : 0;
-  const bool nhd = cache.layout == KVLayout::kNHD;
-  p.k = cache.k_pages.data;
-  p.v = cache.v_pages.data;
-  p.k_page_stride = cache.k_pages.strides[0];
-  p.k_slot_stride = cache.k_pages.strides[nhd ? 1 : 2];
-  p.k_head_stride = cache.k_pages.strides[nhd ? 2 : 1];
-  p.v_page_stride = cache.v_pages.strides[0];
-  p.v_slot_stride = cache.v_pages.strides[nhd ? 1 : 2];
-  p.v_head_stride = cache.v_pages.strides[nhd ? 2 : 1];
-  p.paged = 1;
-  p.page_size = im.page_size;
-  p.page_shift = -1;
-  for (int sh = 0; sh < 31; ++sh)
-    if ((int64_t(1) << sh) == im.page_size) p.page_shift = sh;
-  p.page_indptr = ptable.indptr.device;
-  p.page_indices = ptable.indices.device;
-  p.k_rows = cache.k_pages.shape[0];
-  p.v_rows = cache.v_pages.shape[0];
-  p.plan = pl.plan.pointers(pws);
-  p.seg_request = reinterpret_cast<const int32_t*>(pws + pl.off_seg_request);
-  p.seg_token0 = reinterpret_cast<const int32_t*>(pws + pl.off_seg_token0);
-  p.seg_pos0 = reinterpret_cast<const int32_t*>(pws + pl.off_seg_pos0);
-  p.real_kv_len = reinterpret_cast<const int32_t*>(pws + pl.off_real_kv_len);
-  p.group_size = b.num_qo_heads / b.num_kv_heads;
-  const attn::VariantParams vp = attn::variant_params(im.variant, b.head_dim);
-  p.causal = vp.causal;
-  p.window_left = vp.window_left;
-  p.scale_log2 = vp.scale_log2;
-  p.softcap_pre = vp.softcap_pre;
-  p.softcap_post = vp.softcap_post;
+  prefill::set_paged_kv(p, cache, ptable, im.page_size);
+  prefill::set_plan(p, pl, pws, b.num_qo_heads / b.num_kv_heads);
+  prefill::set_variant(p, im.variant, b.head_dim);  // no ALiBi (plan() rejects it)
 
   decode::LaunchArgs a;
   a.plan = im.layout.dec.pointers(ws + im.layout.off_dec);
@@ -438,7 +405,7 @@ void BatchPODAttention::run(const TensorView& pq, const TensorView& dq, const Pa
   a.cache = &cache;
   a.table = &dtable;
   a.group_size = p.group_size;
-  a.var = vp;
+  a.var = attn::variant_params(im.variant, b.head_dim);
   a.dtype = im.dtype;
   a.head_dim = b.head_dim;
   a.path = DecodePath::kTensorCore;

@@ -15,6 +15,7 @@
 #include "prefill/kernel/params.h"
 #include "prefill/prefill_config.h"
 #include "prefill/prefill_dispatch.h"
+#include "prefill/prefill_params.h"
 #include "prefill/prefill_plan.h"
 #include "prefill/prefill_validate.h"
 #include "prefill/sm90/sm90_launch.h"
@@ -273,15 +274,8 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
     s_->meta_bounds = pb;
   }
   layout.plan.serialize(sp.plan, meta.data(), &s_->meta_image);  // throws if the plan exceeds the bounds
-  extra.assign(layout.extra_bytes, 0);
+  prefill::segment_image(layout, sp, kv_len, extra);
   const std::size_t base = layout.off_seg_request;
-  auto put = [&](std::size_t off, const std::vector<int32_t>& v) {
-    if (!v.empty()) std::memcpy(extra.data() + (off - base), v.data(), v.size() * sizeof(int32_t));
-  };
-  put(layout.off_seg_request, sp.seg_request);
-  put(layout.off_seg_token0, sp.seg_token0);
-  put(layout.off_seg_pos0, sp.seg_pos0);
-  put(layout.off_real_kv_len, kv_len);
   WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, meta.data(), meta.size(), cudaMemcpyHostToDevice, stream));
   WEFT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(workspace) + base, extra.data(), extra.size(),
                                   cudaMemcpyHostToDevice, stream));
@@ -364,22 +358,10 @@ void BatchPrefillWrapper::launch(const void* params_ptr, const TensorView& out,
   p.o_stride_head = out.strides[1];
   p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
   p.lse_stride_token = lse ? lse->strides[0] : 0;
-  p.plan = s.layout.plan.pointers(s.workspace);
-  char* ws = static_cast<char*>(s.workspace);
-  p.seg_request = reinterpret_cast<const int32_t*>(ws + s.layout.off_seg_request);
-  p.seg_token0 = reinterpret_cast<const int32_t*>(ws + s.layout.off_seg_token0);
-  p.seg_pos0 = reinterpret_cast<const int32_t*>(ws + s.layout.off_seg_pos0);
-  p.real_kv_len = reinterpret_cast<const int32_t*>(ws + s.layout.off_real_kv_len);
-  p.group_size = s.num_qo_heads / s.num_kv_heads;
+  prefill::set_plan(p, s.layout, s.workspace, s.num_qo_heads / s.num_kv_heads);
   // The variant's runtime parameters (attention/variant.cuh; the custom mask's arrays were set by
   // the run call).
-  const attn::VariantParams vp = attn::variant_params(s.variant, s.head_dim);
-  p.causal = vp.causal;
-  p.window_left = vp.window_left;
-  p.scale_log2 = vp.scale_log2;
-  p.softcap_pre = vp.softcap_pre;
-  p.softcap_post = vp.softcap_post;
-  p.alibi_slopes = vp.alibi_slopes;
+  prefill::set_variant(p, s.variant, s.head_dim);
   if (s.sm90) {
     prefill::sm90::Shapes sh;
     sh.q_rows = s.total_q;
@@ -451,24 +433,7 @@ void BatchPrefillWrapper::run_paged(const TensorView& q, const PagedKVCache& cac
   p.q = q.data;
   p.q_stride_token = q.strides[0];
   p.q_stride_head = q.strides[1];
-  const bool nhd = cache.layout == KVLayout::kNHD;
-  p.k = cache.k_pages.data;
-  p.v = cache.v_pages.data;
-  p.k_page_stride = cache.k_pages.strides[0];
-  p.k_slot_stride = cache.k_pages.strides[nhd ? 1 : 2];
-  p.k_head_stride = cache.k_pages.strides[nhd ? 2 : 1];
-  p.v_page_stride = cache.v_pages.strides[0];
-  p.v_slot_stride = cache.v_pages.strides[nhd ? 1 : 2];
-  p.v_head_stride = cache.v_pages.strides[nhd ? 2 : 1];
-  p.paged = 1;
-  p.page_size = static_cast<int32_t>(s.page_size);
-  p.page_shift = -1;
-  for (int sh = 0; sh < 31; ++sh)
-    if ((int64_t(1) << sh) == s.page_size) p.page_shift = sh;
-  p.page_indptr = table.indptr.device;
-  p.page_indices = table.indices.device;
-  p.k_rows = cache.k_pages.shape[0];
-  p.v_rows = cache.v_pages.shape[0];
+  prefill::set_paged_kv(p, cache, table, s.page_size);
   if (s.variant.mask == MaskMode::kCustom) {
     p.custom_mask = mask->bits;
     p.mask_indptr = mask->indptr;
