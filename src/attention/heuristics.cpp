@@ -100,7 +100,7 @@ const PodCost& pod_cost() {
   // of the switch-over formula to the fused kernel's 50:50 rows of all three files, measured with
   // the first binding scheme (be5f2f6: one unit per CTA for the whole launch, NO switch-over). So
   // a_p = 0.34 is not a co-run fraction of today's kernel but that kernel's prefill-bound penalty;
-  // with it, kAuto's choice on those 145 rows is fused on 40 of the 47 rows where fusing won and
+  // with it, kAuto's choice on those 145 rows is fused on 39 of the 47 rows where fusing won and
   // on none where it lost (min speedup 1.00, mean 1.04 over serial, replayed from the measured
   // times). The switch-over kernel can only gain where prefill is the bottleneck, so these values
   // are conservative for it; re-fit them from a "pod" run of the current kernel.
