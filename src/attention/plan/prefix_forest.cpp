@@ -1,12 +1,13 @@
 // Prefix forest: a radix tree over the requests' full-page lists. Each edge is labelled by a
 // range of one request's page list (its owner), so a page is compared once when a request is
-// inserted and never stored twice: linear in the number of pages, with one hash lookup per
-// tree node visited (child by first page id) instead of one per page.
+// inserted (memcmp of the whole label first) and never stored twice: linear in the number of
+// pages, with one hash lookup per tree node visited (child by first page id) instead of one per
+// page.
 #include "attention/plan/prefix_forest.h"
 
 #include <algorithm>
-#include <string>
-#include <unordered_map>
+#include <cstring>
+#include <vector>
 
 #include "weft/error.h"
 
@@ -14,17 +15,52 @@ namespace weft::plan {
 
 namespace {
 
+// Tree nodes in one flat array, no per-node containers: children and the requests that end at a
+// node are intrusive lists (creation / insertion order), so building allocates O(1) times.
 struct RadixNode {
   int32_t parent = -1;
-  int32_t owner = -1;            // request whose list labels the edge into this node
-  int32_t begin = 0, end = 0;    // label: owner's page positions [begin, end) (= depth range)
-  std::vector<int32_t> children; // creation order (deterministic DFS)
-  std::vector<int32_t> ends;     // requests whose full pages end exactly here, input order
+  int32_t owner = -1;          // request whose list labels the edge into this node
+  int32_t begin = 0, end = 0;  // label: owner's page positions [begin, end) (= depth range)
+  int32_t first_child = -1, last_child = -1, prev_sibling = -1, next_sibling = -1;
+  int32_t first_end = -1, last_end = -1;  // requests whose full pages end exactly here
 };
 
 uint64_t child_key(int32_t node, int32_t page) {
   return (uint64_t(uint32_t(node)) << 32) | uint32_t(page);
 }
+
+// (node, first page id of the child's label) -> child: open addressing with linear probing in a
+// power-of-two table sized for every node the tree can have (2 per request + the root), so it
+// never grows. A key is never all ones (node ids are < 2^31).
+class ChildMap {
+ public:
+  explicit ChildMap(size_t max_entries) {
+    size_t cap = 16;
+    while (cap < 2 * max_entries) cap *= 2;
+    keys_.assign(cap, kEmpty);
+    vals_.resize(cap);
+    mask_ = cap - 1;
+  }
+  int32_t find(uint64_t k) const {
+    for (size_t i = slot(k);; i = (i + 1) & mask_) {
+      if (keys_[i] == k) return vals_[i];
+      if (keys_[i] == kEmpty) return -1;
+    }
+  }
+  void set(uint64_t k, int32_t v) {  // insert or overwrite
+    size_t i = slot(k);
+    while (keys_[i] != kEmpty && keys_[i] != k) i = (i + 1) & mask_;
+    keys_[i] = k;
+    vals_[i] = v;
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t(0);
+  size_t slot(uint64_t k) const { return size_t((k * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
+  std::vector<uint64_t> keys_;
+  std::vector<int32_t> vals_;
+  size_t mask_ = 0;
+};
 
 }  // namespace
 
@@ -46,58 +82,82 @@ PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, 
   }
   auto page = [&](int32_t req, int32_t pos) { return indices[indptr[req] + pos]; };
 
-  std::vector<RadixNode> t(1);  // t[0]: the root (empty label)
-  std::unordered_map<uint64_t, int32_t> child_of;  // (node, first page id of the child's label)
-  child_of.reserve(static_cast<size_t>(batch) * 2);
+  const size_t max_nodes = 2 * static_cast<size_t>(batch) + 1;  // each insertion adds a leaf and a split
+  std::vector<RadixNode> t(1);                                   // t[0]: the root (empty label)
+  t.reserve(max_nodes);
+  std::vector<int32_t> next_end(batch, -1);
+  auto add_end = [&](int32_t node, int32_t r) {
+    if (t[node].last_end < 0) t[node].first_end = r;
+    else next_end[t[node].last_end] = r;
+    t[node].last_end = r;
+  };
+  auto add_child = [&](int32_t node, int32_t c) {
+    t[c].prev_sibling = t[node].last_child;
+    t[c].next_sibling = -1;
+    if (t[node].last_child < 0) t[node].first_child = c;
+    else t[t[node].last_child].next_sibling = c;
+    t[node].last_child = c;
+  };
+  ChildMap child_of(max_nodes);
   for (int32_t b = 0; b < batch; ++b) {
     int32_t cur = 0, pos = 0;
     const int32_t n = full[b];
     while (true) {
       if (pos == n) {
-        t[cur].ends.push_back(b);
+        add_end(cur, b);
         break;
       }
-      const auto it = child_of.find(child_key(cur, page(b, pos)));
-      if (it == child_of.end()) {  // a new private tail
-        RadixNode leaf;
-        leaf.parent = cur;
-        leaf.owner = b;
-        leaf.begin = pos;
-        leaf.end = n;
-        leaf.ends.push_back(b);
+      const uint64_t key = child_key(cur, page(b, pos));
+      const int32_t c = child_of.find(key);
+      if (c < 0) {  // a new private tail
         const int32_t id = static_cast<int32_t>(t.size());
-        child_of.emplace(child_key(cur, page(b, pos)), id);
-        t[cur].children.push_back(id);
-        t.push_back(std::move(leaf));
+        t.emplace_back();
+        t[id].parent = cur;
+        t[id].owner = b;
+        t[id].begin = pos;
+        t[id].end = n;
+        add_end(id, b);
+        child_of.set(key, id);
+        add_child(cur, id);
         break;
       }
-      const int32_t c = it->second;
-      const RadixNode& cn = t[c];
-      int32_t l = 0;  // common length of b's pages from pos and c's label
-      const int32_t lmax = std::min(cn.end - cn.begin, n - pos);
+      // Common length of b's pages from pos and c's label (the first page matches by the key).
+      const int32_t label = t[c].end - t[c].begin;
+      const int32_t lmax = std::min(label, n - pos);
       const int32_t* pa = indices + indptr[b] + pos;
-      const int32_t* pb = indices + indptr[cn.owner] + cn.begin;
-      while (l < lmax && pa[l] == pb[l]) ++l;
-      if (l == cn.end - cn.begin) {  // the whole label matches: descend
+      const int32_t* pb = indices + indptr[t[c].owner] + t[c].begin;
+      int32_t l = lmax;
+      if (std::memcmp(pa, pb, size_t(lmax) * sizeof(int32_t)) != 0) {
+        l = 1;
+        while (pa[l] == pb[l]) ++l;
+      }
+      if (l == label) {  // the whole label matches: descend
         cur = c;
         pos += l;
         continue;
       }
-      // Split c after l pages: m takes the common part, c keeps the rest below m.
-      RadixNode m;
-      m.parent = cur;
-      m.owner = cn.owner;
-      m.begin = cn.begin;
-      m.end = cn.begin + l;
+      // Split c after l pages: mid takes the common part and c's place among cur's children; c
+      // keeps the rest, as mid's only child.
       const int32_t mid = static_cast<int32_t>(t.size());
-      m.children.push_back(c);
-      t.push_back(std::move(m));
+      t.emplace_back();
+      RadixNode& m = t[mid];
       RadixNode& cc = t[c];
+      m.parent = cur;
+      m.owner = cc.owner;
+      m.begin = cc.begin;
+      m.end = cc.begin + l;
+      m.prev_sibling = cc.prev_sibling;
+      m.next_sibling = cc.next_sibling;
+      if (m.prev_sibling >= 0) t[m.prev_sibling].next_sibling = mid;
+      else t[cur].first_child = mid;
+      if (m.next_sibling >= 0) t[m.next_sibling].prev_sibling = mid;
+      else t[cur].last_child = mid;
+      m.first_child = m.last_child = c;
       cc.parent = mid;
+      cc.prev_sibling = cc.next_sibling = -1;
       cc.begin += l;
-      child_of[child_key(cur, page(b, pos))] = mid;  // same first page as c had
-      std::replace(t[cur].children.begin(), t[cur].children.end(), c, mid);
-      child_of.emplace(child_key(mid, page(cc.owner, cc.begin)), c);
+      child_of.set(key, mid);  // same first page as c had
+      child_of.set(child_key(mid, page(cc.owner, cc.begin)), c);
       cur = mid;
       pos += l;
     }
@@ -110,18 +170,18 @@ PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, 
   std::vector<int32_t> range_begin(N, 0), range_end(N, 0);
   f.order.reserve(batch);
   struct Frame {
-    int32_t node, next_child, forest_parent;
+    int32_t node, next_child, forest_parent;  // next_child: a child id or -1
   };
-  std::vector<Frame> stack{{0, 0, -1}};
-  for (int32_t r : t[0].ends) f.order.push_back(r);
+  std::vector<Frame> stack{{0, t[0].first_child, -1}};
+  for (int32_t r = t[0].first_end; r >= 0; r = next_end[r]) f.order.push_back(r);
   while (!stack.empty()) {
     Frame& fr = stack.back();
-    const RadixNode& u = t[fr.node];
-    if (fr.next_child < static_cast<int32_t>(u.children.size())) {
-      const int32_t c = u.children[fr.next_child++];
+    if (fr.next_child >= 0) {
+      const int32_t c = fr.next_child;
+      fr.next_child = t[c].next_sibling;
       range_begin[c] = static_cast<int32_t>(f.order.size());
-      for (int32_t r : t[c].ends) f.order.push_back(r);
-      stack.push_back({c, 0, -1});
+      for (int32_t r = t[c].first_end; r >= 0; r = next_end[r]) f.order.push_back(r);
+      stack.push_back({c, t[c].first_child, -1});
       continue;
     }
     range_end[fr.node] = static_cast<int32_t>(f.order.size());
@@ -130,15 +190,15 @@ PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, 
   // Pass 2, preorder: forest nodes are the tree nodes (not the root) with >= 2 requests in
   // their range; a request's shared pages end where its deepest forest node ends.
   std::vector<int32_t> shared_end(N, 0);
-  stack.assign(1, {0, 0, -1});
+  stack.assign(1, {0, t[0].first_child, -1});
   while (!stack.empty()) {
     Frame& fr = stack.back();
-    const RadixNode& u = t[fr.node];
-    if (fr.next_child >= static_cast<int32_t>(u.children.size())) {
+    if (fr.next_child < 0) {
       stack.pop_back();
       continue;
     }
-    const int32_t c = u.children[fr.next_child++];
+    const int32_t c = fr.next_child;
+    fr.next_child = t[c].next_sibling;
     int32_t forest_parent = fr.forest_parent;
     shared_end[c] = shared_end[fr.node];
     if (range_end[c] - range_begin[c] >= 2) {
@@ -152,8 +212,8 @@ PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, 
       f.nodes.push_back(pn);
       shared_end[c] = pn.page_end;
     }
-    for (int32_t r : t[c].ends) f.shared_pages[r] = shared_end[c];
-    stack.push_back({c, 0, forest_parent});
+    for (int32_t r = t[c].first_end; r >= 0; r = next_end[r]) f.shared_pages[r] = shared_end[c];
+    stack.push_back({c, t[c].first_child, forest_parent});
   }
   return f;
 }
