@@ -224,27 +224,25 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
     }
   }
   // The CTAs in a 4-ary min-heap of single 64-bit keys (load << 21 | cta: the same order as
-  // (load, cta) pairs, ties to the lower CTA; keys are unique, so any min-heap deals the same)
-  // replaced in place (one sift-down per item). 4-ary with the last level padded by max keys:
-  // half the levels of a binary heap and no bounds checks in the branchless min of 4 (the deal
-  // was ~40% of a 256-request x 3-level plan with the binary heap).
-  const size_t H2 = static_cast<size_t>(cfg.num_ctas);
-  sc.heap.assign(4 * H2 + 5, ~uint64_t(0));
-  for (int32_t c = 0; c < cfg.num_ctas; ++c) sc.heap[c] = uint64_t(c);  // all loads 0: already a heap
+  // (load, cta) pairs, ties to the lower CTA; keys are unique, so any min-heap deals the same).
+  // 4-ary with the unused slots holding max keys: half the levels of a binary heap and no bounds
+  // checks in the branchless min of 4 (the deal was ~40% of a 256-request x 3-level plan with a
+  // binary heap).
+  const size_t C = static_cast<size_t>(cfg.num_ctas);
+  constexpr uint64_t kMax = ~uint64_t(0);
+  sc.heap.assign(4 * C + 5, kMax);
+  for (size_t c = 0; c < C; ++c) sc.heap[c] = uint64_t(c);  // all loads 0: already a heap
+  sc.ring.resize(C);
   sc.cta_of.resize(n);
   sc.cta_count.assign(cfg.num_ctas + 1, 0);
   const uint64_t cta_mask = (uint64_t(1) << kCtaBits) - 1;
   uint64_t* heap = sc.heap.data();
-  for (int32_t i : sc.order) {
-    const uint64_t top = heap[0];
-    const int32_t c = static_cast<int32_t>(top & cta_mask);
-    sc.cta_of[i] = c;
-    ++sc.cta_count[c + 1];
-    const uint64_t key = top + (uint64_t(sc.cost[i]) << kCtaBits);
-    size_t at = 0;  // sift the grown key down from the root
+  uint64_t* ring = sc.ring.data();
+  size_t live = C;  // heap entries; slots past them hold kMax
+  auto sift_down = [&](size_t at, uint64_t key) {  // place key in the hole at `at`
     while (true) {
       const size_t first = 4 * at + 1;
-      if (first >= H2) break;
+      if (first >= live) break;
       size_t m = first;
       uint64_t mv = heap[first];
       for (size_t k = 1; k < 4; ++k) {
@@ -258,6 +256,49 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
       at = m;
     }
     heap[at] = key;
+  };
+  auto deal = [&](int32_t i, uint64_t top) {  // item i to top's CTA; its grown key
+    const int32_t c = static_cast<int32_t>(top & cta_mask);
+    sc.cta_of[i] = c;
+    ++sc.cta_count[c + 1];
+    return top + (uint64_t(sc.cost[i]) << kCtaBits);
+  };
+  for (int32_t j = 0; j < n;) {
+    const uint32_t w = sc.cost[sc.order[j]];
+    int32_t k = j + 1;
+    while (k < n && sc.cost[sc.order[k]] == w) ++k;
+    if (size_t(k - j) * 2 < C) {  // a short run of equal costs: replace the heap's top per item
+      for (; j < k; ++j) sift_down(0, deal(sc.order[j], heap[0]));
+      continue;
+    }
+    // A long run of equal costs w: the minimum never decreases, so the grown keys (min + w)
+    // come out in increasing order: they wait in a FIFO ring (at most C keys in all) instead of
+    // the heap, and each item takes the smaller of the heap's and the ring's first key (the
+    // same minimum as one heap of all keys). Heap pops only until the ring's keys are the
+    // smallest: ~C of them per run instead of one sift per item.
+    size_t head = 0, count = 0;
+    for (; j < k; ++j) {
+      uint64_t top;
+      if (count > 0 && ring[head] < heap[0]) {  // heap[0] is kMax once the heap is empty
+        top = ring[head];
+        head = head + 1 == C ? 0 : head + 1;
+        --count;
+      } else {
+        top = heap[0];
+        const uint64_t last = heap[--live];
+        heap[live] = kMax;
+        if (live > 0) sift_down(0, last);
+      }
+      const size_t at = head + count;
+      ring[at >= C ? at - C : at] = deal(sc.order[j], top);
+      ++count;
+    }
+    // The ring's keys back into the heap: appended, then a bottom-up heapify (O(C)).
+    for (size_t t = 0; t < count; ++t) {
+      const size_t at = head + t;
+      heap[live++] = ring[at >= C ? at - C : at];
+    }
+    for (size_t v = C >= 2 ? (C - 2) / 4 + 1 : 0; v-- > 0;) sift_down(v, heap[v]);
   }
   // Flatten by CTA: item arrays permuted into CTA order, each CTA's items in deal order (slots
   // keep their numbers).

@@ -76,7 +76,7 @@ struct PackPlanScratch {
   std::vector<int32_t> pos_of, src_group, src_slot, src_row, group_sources, priv_start, group_begin, fill;
   std::vector<int32_t> order, tmp, count, cta_of, cta_count, perm;
   std::vector<uint32_t> cost;
-  std::vector<uint64_t> heap;
+  std::vector<uint64_t> heap, ring;
 };
 void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                     const PackPlanConfig& cfg, WorkPlan& out, PackPlanScratch& scratch);
