@@ -25,18 +25,6 @@ int64_t chunk_keys(int64_t len, int32_t max_chunk, int32_t gran) {
   return (clen + gran - 1) / gran * gran;
 }
 
-std::vector<int32_t> pack_private_starts(const PrefixForest& forest, const PackPlanConfig& cfg) {
-  std::vector<int32_t> start(forest.num_requests(), 0);
-  if (cfg.tile_rows / cfg.group_size < 2) return start;  // no packs
-  for (const PrefixNode& n : forest.nodes) {
-    if (n.req_end - n.req_begin < cfg.min_sharers) continue;
-    const int32_t k1 = n.page_end * cfg.page_size;
-    for (int32_t i = n.req_begin; i < n.req_end; ++i)
-      start[forest.order[i]] = std::max(start[forest.order[i]], k1);
-  }
-  return start;
-}
-
 WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                         const PackPlanConfig& cfg) {
   WorkPlan p;
@@ -146,7 +134,9 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   }
   // Private suffixes, per (request, kv head, row tile); the only item of a row group that has no
   // other source writes the final output.
+  sc.priv_items.resize(size_t(B) + 1);
   for (int32_t b = 0; b < B; ++b) {
+    sc.priv_items[b] = static_cast<int32_t>(p.item_kv_head.size());
     const int32_t start = sc.priv_start[b];
     WEFT_CHECK_ARG(kv_len[b] >= start, "kv_len", "request " << b << " is shorter than its shared pages");
     const bool single_chunk = num_chunks(start, kv_len[b]) == 1;
@@ -165,6 +155,7 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
         });
       }
   }
+  sc.priv_items[B] = static_cast<int32_t>(p.item_kv_head.size());
   // Merges: every row group with partial sources, its sources in generation (= key) order:
   // a stable counting sort of the flat source list by group.
   sc.group_begin.assign(G + 1, 0);
@@ -194,31 +185,31 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   // stable, each to the least loaded CTA (ties: the lower index).
   const int32_t n = p.num_items();
   // Costs are whole numbers below 2^32 (rows + keys of int32 ranges): the stable descending order
-  // is an LSD radix sort of (2^32 - 1 - cost) in three 11-bit passes (the order a sort of
-  // (-cost, index) pairs gives, ~3x faster for 4K items).
+  // (what a sort of (-cost, index) pairs gives) is an LSD radix sort of max_cost - cost, in as
+  // few passes of <= 12-bit digits as its range needs (one for the usual plan, whose costs span
+  // less than 4096 keys; ~3x faster than std::sort of pairs for 4K items).
   sc.cost.resize(n);
   sc.order.resize(n);
   sc.tmp.resize(n);
+  uint32_t max_cost = 0;
   for (int32_t i = 0; i < n; ++i) {
     sc.cost[i] = static_cast<uint32_t>(int64_t(p.item_row_end[i] - p.item_row_begin[i]) +
                                        int64_t(p.item_kv_end[i] - p.item_kv_begin[i]));
+    max_cost = std::max(max_cost, sc.cost[i]);
     sc.order[i] = i;
   }
   {
-    constexpr int kBits = 11, kBuckets = 1 << kBits;
-    sc.count.resize(kBuckets + 1);
-    for (int shift = 0; shift < 32; shift += kBits) {
+    int bits = 0;
+    while (bits < 32 && (max_cost >> bits) != 0) ++bits;  // max_cost - cost < 2^bits
+    const int passes = (bits + 11) / 12;
+    const int digit_bits = passes ? (bits + passes - 1) / passes : 0;
+    const uint32_t mask = (uint32_t(1) << digit_bits) - 1;
+    sc.count.resize((size_t(1) << digit_bits) + 1);
+    for (int pass = 0, shift = 0; pass < passes; ++pass, shift += digit_bits) {
       std::fill(sc.count.begin(), sc.count.end(), 0);
-      auto digit = [&](int32_t i) { return ((~sc.cost[i]) >> shift) & (kBuckets - 1); };
-      bool all_same = true;
-      const uint32_t d0 = n ? digit(0) : 0;
-      for (int32_t i = 0; i < n; ++i) {
-        const uint32_t d = digit(i);
-        all_same &= d == d0;
-        ++sc.count[d + 1];
-      }
-      if (all_same) continue;  // this digit keeps the order
-      for (int k = 0; k < kBuckets; ++k) sc.count[k + 1] += sc.count[k];
+      auto digit = [&](int32_t i) { return ((max_cost - sc.cost[i]) >> shift) & mask; };
+      for (int32_t i = 0; i < n; ++i) ++sc.count[digit(i) + 1];
+      for (size_t k = 0; k + 1 < sc.count.size(); ++k) sc.count[k + 1] += sc.count[k];
       for (int32_t j = 0; j < n; ++j) sc.tmp[sc.count[digit(sc.order[j])]++] = sc.order[j];
       sc.order.swap(sc.tmp);
     }
@@ -304,15 +295,27 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   // keep their numbers).
   p.cta_indptr.assign(cfg.num_ctas + 1, 0);
   for (int32_t c = 0; c < cfg.num_ctas; ++c) p.cta_indptr[c + 1] = p.cta_indptr[c] + sc.cta_count[c + 1];
-  sc.perm.resize(n);
+  // One pass over the items in deal order, each written to its CTA's next position in all nine
+  // arrays (scratch copies swapped in).
   sc.fill.assign(p.cta_indptr.begin(), p.cta_indptr.end() - 1);
-  for (int32_t i : sc.order) sc.perm[sc.fill[sc.cta_of[i]]++] = i;
-  for (auto* v : {&p.item_req_begin, &p.item_num_reqs, &p.item_kv_head, &p.item_row_begin, &p.item_row_end,
-                  &p.item_page_base, &p.item_kv_begin, &p.item_kv_end, &p.item_slot}) {
-    sc.tmp.resize(n);
-    for (int32_t i = 0; i < n; ++i) sc.tmp[i] = (*v)[sc.perm[i]];
-    v->swap(sc.tmp);
+  std::vector<int32_t>* arrays[] = {&p.item_req_begin, &p.item_num_reqs, &p.item_kv_head,
+                                    &p.item_row_begin,  &p.item_row_end,  &p.item_page_base,
+                                    &p.item_kv_begin,   &p.item_kv_end,   &p.item_slot};
+  constexpr int kArrays = 9;
+  sc.flat.resize(size_t(kArrays) * n);
+  sc.dest.resize(n);
+  const int32_t* src[kArrays];
+  int32_t* dst[kArrays];
+  for (int a = 0; a < kArrays; ++a) {
+    src[a] = arrays[a]->data();
+    dst[a] = sc.flat.data() + size_t(a) * n;
   }
+  for (int32_t i : sc.order) {
+    const int32_t at = sc.fill[sc.cta_of[i]]++;
+    sc.dest[i] = at;
+    for (int a = 0; a < kArrays; ++a) dst[a][at] = src[a][i];
+  }
+  for (int a = 0; a < kArrays; ++a) std::copy(dst[a], dst[a] + n, arrays[a]->begin());
 }
 
 }  // namespace weft::plan

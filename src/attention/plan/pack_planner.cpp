@@ -62,38 +62,20 @@ void PackPlanner::plan_forest(const PrefixForest& forest, const int32_t* indptr,
   cfg_ = cfg;
 }
 
-// Each request's private items (those whose keys start at or past its private start; a pack's
-// keys end at or before it), sorted into generation order: kv head, row tile, key.
+// Each request's private items in generation order (kv head, row tile, key), as make_pack_plan
+// reports them in its scratch (priv_items, dest).
 void PackPlanner::index_private_items() {
   const WorkPlan& p = plan_;
-  const int32_t B = p.batch, n = p.num_items();
-  priv_start_ = pack_private_starts(forest_, cfg_);
-  priv_ptr_.assign(B + 1, 0);
-  auto private_req = [&](int32_t i) {
-    if (p.item_num_reqs[i] != 1) return -1;
-    const int32_t b = p.req_list[p.item_req_begin[i]];
-    return p.item_kv_begin[i] >= priv_start_[b] ? b : -1;
-  };
-  for (int32_t i = 0; i < n; ++i)
-    if (const int32_t b = private_req(i); b >= 0) ++priv_ptr_[b + 1];
-  for (int32_t b = 0; b < B; ++b) priv_ptr_[b + 1] += priv_ptr_[b];
+  const int32_t B = p.batch;
+  priv_start_.assign(scratch_.priv_start.begin(), scratch_.priv_start.end());
+  const int32_t first = scratch_.priv_items[0];
+  priv_ptr_.resize(size_t(B) + 1);
+  for (int32_t b = 0; b <= B; ++b) priv_ptr_[b] = scratch_.priv_items[b] - first;
   priv_items_.resize(priv_ptr_[B]);
-  std::vector<int32_t>& fill = scratch_.fill;
-  fill.assign(priv_ptr_.begin(), priv_ptr_.end() - 1);
-  for (int32_t i = 0; i < n; ++i)
-    if (const int32_t b = private_req(i); b >= 0) priv_items_[fill[b]++] = i;
-  priv_chunks_.assign(B, 0);
-  const int32_t tiles = (p.group_size + p.tile_rows - 1) / p.tile_rows;
-  for (int32_t b = 0; b < B; ++b) {
-    auto* first = priv_items_.data() + priv_ptr_[b];
-    auto* last = priv_items_.data() + priv_ptr_[b + 1];
-    std::sort(first, last, [&](int32_t x, int32_t y) {
-      if (p.item_kv_head[x] != p.item_kv_head[y]) return p.item_kv_head[x] < p.item_kv_head[y];
-      if (p.item_row_begin[x] != p.item_row_begin[y]) return p.item_row_begin[x] < p.item_row_begin[y];
-      return p.item_kv_begin[x] < p.item_kv_begin[y];
-    });
-    priv_chunks_[b] = static_cast<int32_t>(last - first) / (p.num_kv_heads * tiles);
-  }
+  for (int32_t j = 0; j < priv_ptr_[B]; ++j) priv_items_[j] = scratch_.dest[first + j];
+  priv_chunks_.resize(B);
+  const int32_t per_chunk = p.num_kv_heads * ((p.group_size + p.tile_rows - 1) / p.tile_rows);
+  for (int32_t b = 0; b < B; ++b) priv_chunks_[b] = (priv_ptr_[b + 1] - priv_ptr_[b]) / per_chunk;
 }
 
 bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,

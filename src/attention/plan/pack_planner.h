@@ -68,7 +68,7 @@ class PackPlanner {
   bool lazy_ok_ = false;
   int64_t keys_at_full_ = 0;
   std::vector<int32_t> trunc_ptr_, trunc_ids_;  // key: per request the first t_b page ids
-  std::vector<int32_t> priv_start_;             // keys, pack_private_starts()
+  std::vector<int32_t> priv_start_;             // keys: where each private suffix starts
   std::vector<int32_t> priv_chunks_;            // private chunks per (request, kv head, row tile)
   std::vector<int32_t> priv_ptr_, priv_items_;  // per request its private items, (head, row tile, key) order
 };

@@ -74,7 +74,10 @@ WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const
 // temporaries in `scratch`: a warm call allocates nothing (PackPlanner keeps both).
 struct PackPlanScratch {
   std::vector<int32_t> pos_of, src_group, src_slot, src_row, group_sources, priv_start, group_begin, fill;
-  std::vector<int32_t> order, tmp, count, cta_of, cta_count, perm;
+  std::vector<int32_t> order, tmp, count, cta_of, cta_count, flat;
+  // Also an output: request b's private items, in generation order (kv head, row tile, key), are
+  // items dest[i] of the plan for i in [priv_items[b], priv_items[b + 1]).
+  std::vector<int32_t> priv_items, dest;
   std::vector<uint32_t> cost;
   std::vector<uint64_t> heap, ring;
 };
@@ -85,9 +88,6 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
 // chunks, a multiple of gran except the last); len itself when it is not cut (max_chunk 0 or
 // len <= max_chunk). The range then has ceil(len / chunk_keys) chunks (one when len is 0).
 int64_t chunk_keys(int64_t len, int32_t max_chunk, int32_t gran);
-// Key position where each request's private suffix starts in make_pack_plan's plans: the end of
-// its deepest forest node with >= cfg.min_sharers sharers (0 when packs cannot hold 2 requests).
-std::vector<int32_t> pack_private_starts(const PrefixForest& forest, const PackPlanConfig& cfg);
 
 }  // namespace weft::plan
 #endif  // !WEFT_RTC
