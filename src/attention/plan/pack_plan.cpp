@@ -57,8 +57,8 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   p.batch = B;
   p.kv_len.assign(kv_len, kv_len + B);
   p.req_list.assign(forest.order.begin(), forest.order.end());
-  for (auto* v : {&p.item_req_begin, &p.item_num_reqs, &p.item_kv_head, &p.item_row_begin, &p.item_row_end,
-                  &p.item_page_base, &p.item_kv_begin, &p.item_kv_end, &p.item_slot, &p.merge_request,
+  sc.items.clear();
+  for (auto* v : {&p.merge_request,
                   &p.merge_kv_head, &p.merge_row_begin, &p.merge_row_end, &p.merge_src_indptr})
     v->clear();
   sc.pos_of.resize(B);
@@ -85,15 +85,7 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   int32_t next_slot = 0;
   auto add_item = [&](int32_t req_begin, int32_t num_reqs, int32_t h, int32_t r0, int32_t r1, int32_t page_base,
                       int32_t k0, int32_t k1, int32_t slot) {
-    p.item_req_begin.push_back(req_begin);
-    p.item_num_reqs.push_back(num_reqs);
-    p.item_kv_head.push_back(h);
-    p.item_row_begin.push_back(r0);
-    p.item_row_end.push_back(r1);
-    p.item_page_base.push_back(page_base);
-    p.item_kv_begin.push_back(k0);
-    p.item_kv_end.push_back(k1);
-    p.item_slot.push_back(slot);
+    sc.items.push_back({req_begin, num_reqs, h, r0, r1, page_base, k0, k1, slot});
   };
   // The chunks of keys [begin, end): near-equal pieces of chunk_keys() keys (one, possibly empty,
   // when uncut), passed to f(c0, c1) in key order.
@@ -136,7 +128,7 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   // other source writes the final output.
   sc.priv_items.resize(size_t(B) + 1);
   for (int32_t b = 0; b < B; ++b) {
-    sc.priv_items[b] = static_cast<int32_t>(p.item_kv_head.size());
+    sc.priv_items[b] = static_cast<int32_t>(sc.items.size());
     const int32_t start = sc.priv_start[b];
     WEFT_CHECK_ARG(kv_len[b] >= start, "kv_len", "request " << b << " is shorter than its shared pages");
     const bool single_chunk = num_chunks(start, kv_len[b]) == 1;
@@ -155,7 +147,7 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
         });
       }
   }
-  sc.priv_items[B] = static_cast<int32_t>(p.item_kv_head.size());
+  sc.priv_items[B] = static_cast<int32_t>(sc.items.size());
   // Merges: every row group with partial sources, its sources in generation (= key) order:
   // a stable counting sort of the flat source list by group.
   sc.group_begin.assign(G + 1, 0);
@@ -183,7 +175,7 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
 
   // Deal: longest first (cost = rows + keys, as balance.h's chunk_cost with alpha = beta = 1),
   // stable, each to the least loaded CTA (ties: the lower index).
-  const int32_t n = p.num_items();
+  const int32_t n = static_cast<int32_t>(sc.items.size());
   // Costs are whole numbers below 2^32 (rows + keys of int32 ranges): the stable descending order
   // (what a sort of (-cost, index) pairs gives) is an LSD radix sort of max_cost - cost, in as
   // few passes of <= 12-bit digits as its range needs (one for the usual plan, whose costs span
@@ -193,8 +185,8 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   sc.tmp.resize(n);
   uint32_t max_cost = 0;
   for (int32_t i = 0; i < n; ++i) {
-    sc.cost[i] = static_cast<uint32_t>(int64_t(p.item_row_end[i] - p.item_row_begin[i]) +
-                                       int64_t(p.item_kv_end[i] - p.item_kv_begin[i]));
+    const PackPlanScratch::Item& it = sc.items[i];
+    sc.cost[i] = static_cast<uint32_t>(int64_t(it.row_end - it.row_begin) + int64_t(it.kv_end - it.kv_begin));
     max_cost = std::max(max_cost, sc.cost[i]);
     sc.order[i] = i;
   }
@@ -295,27 +287,31 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   // keep their numbers).
   p.cta_indptr.assign(cfg.num_ctas + 1, 0);
   for (int32_t c = 0; c < cfg.num_ctas; ++c) p.cta_indptr[c + 1] = p.cta_indptr[c] + sc.cta_count[c + 1];
-  // One pass over the items in deal order, each written to its CTA's next position in all nine
-  // arrays (scratch copies swapped in).
+  // The items in CTA order (each CTA's in deal order): positions from the deal, then the nine
+  // arrays written sequentially from the generated records.
   sc.fill.assign(p.cta_indptr.begin(), p.cta_indptr.end() - 1);
-  std::vector<int32_t>* arrays[] = {&p.item_req_begin, &p.item_num_reqs, &p.item_kv_head,
-                                    &p.item_row_begin,  &p.item_row_end,  &p.item_page_base,
-                                    &p.item_kv_begin,   &p.item_kv_end,   &p.item_slot};
-  constexpr int kArrays = 9;
-  sc.flat.resize(size_t(kArrays) * n);
   sc.dest.resize(n);
-  const int32_t* src[kArrays];
-  int32_t* dst[kArrays];
-  for (int a = 0; a < kArrays; ++a) {
-    src[a] = arrays[a]->data();
-    dst[a] = sc.flat.data() + size_t(a) * n;
-  }
+  sc.tmp.resize(n);
   for (int32_t i : sc.order) {
     const int32_t at = sc.fill[sc.cta_of[i]]++;
     sc.dest[i] = at;
-    for (int a = 0; a < kArrays; ++a) dst[a][at] = src[a][i];
+    sc.tmp[at] = i;
   }
-  for (int a = 0; a < kArrays; ++a) std::copy(dst[a], dst[a] + n, arrays[a]->begin());
+  for (auto* v : {&p.item_req_begin, &p.item_num_reqs, &p.item_kv_head, &p.item_row_begin, &p.item_row_end,
+                  &p.item_page_base, &p.item_kv_begin, &p.item_kv_end, &p.item_slot})
+    v->resize(n);
+  for (int32_t at = 0; at < n; ++at) {
+    const PackPlanScratch::Item& it = sc.items[sc.tmp[at]];
+    p.item_req_begin[at] = it.req_begin;
+    p.item_num_reqs[at] = it.num_reqs;
+    p.item_kv_head[at] = it.kv_head;
+    p.item_row_begin[at] = it.row_begin;
+    p.item_row_end[at] = it.row_end;
+    p.item_page_base[at] = it.page_base;
+    p.item_kv_begin[at] = it.kv_begin;
+    p.item_kv_end[at] = it.kv_end;
+    p.item_slot[at] = it.slot;
+  }
 }
 
 }  // namespace weft::plan

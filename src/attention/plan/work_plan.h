@@ -73,8 +73,12 @@ WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const
 // The same plan written into `out` (its vectors keep their capacity), with the planner's
 // temporaries in `scratch`: a warm call allocates nothing (PackPlanner keeps both).
 struct PackPlanScratch {
+  struct Item {  // a generated item (the plan's arrays are written from these in CTA order)
+    int32_t req_begin, num_reqs, kv_head, row_begin, row_end, page_base, kv_begin, kv_end, slot;
+  };
+  std::vector<Item> items;
   std::vector<int32_t> pos_of, src_group, src_slot, src_row, group_sources, priv_start, group_begin, fill;
-  std::vector<int32_t> order, tmp, count, cta_of, cta_count, flat;
+  std::vector<int32_t> order, tmp, count, cta_of, cta_count;
   // Also an output: request b's private items, in generation order (kv head, row tile, key), are
   // items dest[i] of the plan for i in [priv_items[b], priv_items[b + 1]).
   std::vector<int32_t> priv_items, dest;
