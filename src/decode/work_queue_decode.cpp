@@ -9,6 +9,7 @@
 #include "common/cuda_check.h"
 #include "decode/decode_plan.h"
 #include "decode/launch.h"
+#include "decode/run_checks.h"
 #include "paged/block_table.h"
 #include "weft/validate.h"
 
@@ -103,29 +104,18 @@ void WorkQueueDecode::run(const TensorView& q, const PagedKVCache& cache, const 
                           const TensorView& out, const TensorView* lse, cudaStream_t stream) {
   WEFT_CHECK_ARG(planned_, "plan", "run() called before plan()");
   const int64_t batch = plan_.batch;
-  check::on_device(q, "q");
-  check::shape_is(q, "q", {batch, hq_, d_});
-  check::dtype_is(q, "q", dtype_);
-  check::inner_contiguous(q, "q");
-  check::on_device(out, "out");
-  check::shape_is(out, "out", {batch, hq_, d_});
-  check::dtype_is(out, "out", dtype_);
-  check::inner_contiguous(out, "out");
-  WEFT_CHECK_ARG(lse != nullptr || !variant_.return_lse, "lse", "the planned variant has return_lse");
-  if (lse != nullptr) {
-    check::on_device(*lse, "lse");
-    check::shape_is(*lse, "lse", {batch, hq_});
-    check::dtype_is(*lse, "lse", DType::kFloat32);
-    WEFT_CHECK_ARG(lse->strides[1] == 1, "lse", "inner stride must be 1, got " << lse->strides[1]);
-    check::aligned(lse->data, "lse", sizeof(float));
-  }
+  PlannedShape ps;
+  ps.batch = batch;
+  ps.num_qo_heads = hq_;
+  ps.num_kv_heads = hkv_;
+  ps.head_dim = d_;
+  ps.page_size = page_size_;
+  ps.dtype = dtype_;
+  ps.layout = layout_;
+  ps.lse_required = variant_.return_lse;
+  check_views(ps, q, out, lse);
   validate_paged_kv(cache, table);
-  check::dtype_is(cache.k_pages, "cache.k_pages", dtype_);
-  WEFT_CHECK_ARG(cache.layout == layout_, "cache.layout", "differs from the planned layout");
-  WEFT_CHECK_ARG(cache.page_size() == page_size_, "cache.page_size",
-                 "planned " << page_size_ << ", got " << cache.page_size());
-  WEFT_CHECK_ARG(cache.num_kv_heads() == hkv_, "cache.num_kv_heads", "planned " << hkv_);
-  WEFT_CHECK_ARG(cache.head_dim() == d_, "cache.head_dim", "planned " << d_);
+  check_cache(ps, cache);
   WEFT_CHECK_ARG(table.batch_size == batch, "table.batch_size", "planned " << batch << ", got " << table.batch_size);
   for (int32_t b = 0; b < table.batch_size; ++b)
     WEFT_CHECK_ARG(table.seq_lens.host[b] == plan_.kv_len[b], "table.seq_lens",

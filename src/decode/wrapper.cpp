@@ -16,6 +16,7 @@
 #include "decode/decode_plan.h"
 #include "decode/jit_launch.h"
 #include "decode/launch.h"
+#include "decode/run_checks.h"
 #include "paged/block_table.h"
 #include "weft/decode.h"
 #include "weft/validate.h"
@@ -131,7 +132,16 @@ struct BatchDecodeWrapper::Impl {
 
   // run(): the checks of q / out / lse and of the cache against the plan, and the launch.
   void check_run_views(const TensorView& q, const TensorView& out, const TensorView* lse) const;
-  void check_run_cache(const PagedKVCache& cache) const;
+  decode::PlannedShape planned_shape() const;
+  // The table's batch and every row's length (len(b)) equal the plan's (`name` on a mismatch).
+  template <class Len>
+  void check_run_lengths(int32_t table_batch, const char* name, Len len) const {
+    WEFT_CHECK_ARG(table_batch == plan.batch, "table.batch_size", "planned " << plan.batch << ", got " << table_batch);
+    for (int32_t b = 0; b < table_batch; ++b)
+      WEFT_CHECK_ARG(len(b) == plan.kv_len[b], name,
+                     "kv_len of request " << b << " is " << len(b) << " but the plan has " << plan.kv_len[b]
+                                          << " (call plan() again)");
+  }
   void launch(const TensorView& q, const PagedKVCache& cache, const PageTable* table, const BlockTable* blocks,
               const TensorView& out, const TensorView* lse, cudaStream_t stream);
 };
@@ -457,61 +467,34 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   info_.path = im.path;
 }
 
+decode::PlannedShape BatchDecodeWrapper::Impl::planned_shape() const {
+  decode::PlannedShape s;
+  s.batch = plan.batch;
+  s.num_qo_heads = num_qo_heads;
+  s.num_kv_heads = num_kv_heads;
+  s.head_dim = head_dim;
+  s.page_size = page_size;
+  s.dtype = dtype;
+  s.layout = kv_layout;
+  s.lse_required = variant.return_lse;
+  return s;
+}
+
 void BatchDecodeWrapper::Impl::check_run_views(const TensorView& q, const TensorView& out,
                                                const TensorView* lse) const {
   WEFT_CHECK_ARG(planned, "plan", "run() called before plan()");
-  const int64_t batch = plan.batch;
-  const int64_t hq = num_qo_heads, d = head_dim;
-  // q / out
-  check::on_device(q, "q");
-  check::shape_is(q, "q", {batch, hq, d});
-  check::dtype_is(q, "q", dtype);
-  check::inner_contiguous(q, "q");
-  check::on_device(out, "out");
-  check::shape_is(out, "out", {batch, hq, d});
-  check::dtype_is(out, "out", dtype);
-  check::inner_contiguous(out, "out");
-  // lse
-  WEFT_CHECK_ARG(lse != nullptr || !variant.return_lse, "lse", "the planned variant has return_lse");
+  decode::check_views(planned_shape(), q, out, lse);
   WEFT_CHECK_ARG(lse != nullptr || jit.kernel == nullptr || jit.kernel->softmax, "lse",
                  "the planned run-time compiled variant has kSoftmax = false: its output needs the LSE");
-  if (lse != nullptr) {
-    check::on_device(*lse, "lse");
-    check::shape_is(*lse, "lse", {batch, hq});
-    check::dtype_is(*lse, "lse", DType::kFloat32);
-    WEFT_CHECK_ARG(lse->strides[1] == 1, "lse", "inner stride must be 1, got " << lse->strides[1]);
-    // The kernel stores each LSE as one float: a pointer that is not 4-byte aligned faults the
-    // launch (cudaErrorMisalignedAddress, sticky: the caller's context would be lost). The token
-    // stride counts floats, so every later row stays aligned.
-    check::aligned(lse->data, "lse", sizeof(float));
-  }
-}
-
-void BatchDecodeWrapper::Impl::check_run_cache(const PagedKVCache& cache) const {
-  check::dtype_is(cache.k_pages, "cache.k_pages", dtype);
-  WEFT_CHECK_ARG(cache.layout == kv_layout, "cache.layout",
-                 "planned " << kv_layout_name(kv_layout) << ", got " << kv_layout_name(cache.layout));
-  WEFT_CHECK_ARG(cache.page_size() == page_size, "cache.page_size",
-                 "planned " << page_size << ", got " << cache.page_size());
-  WEFT_CHECK_ARG(cache.num_kv_heads() == num_kv_heads, "cache.num_kv_heads",
-                 "planned " << num_kv_heads << ", got " << cache.num_kv_heads());
-  WEFT_CHECK_ARG(cache.head_dim() == head_dim, "cache.head_dim",
-                 "planned " << head_dim << ", got " << cache.head_dim());
 }
 
 void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, const PageTable& table,
                              const TensorView& out, const TensorView* lse, cudaStream_t stream) {
   Impl& im = *impl_;
   im.check_run_views(q, out, lse);
-  const int64_t batch = im.plan.batch;
   validate_paged_kv(cache, table);
-  im.check_run_cache(cache);
-  WEFT_CHECK_ARG(table.batch_size == batch, "table.batch_size", "planned " << batch << ", got " << table.batch_size);
-  for (int32_t b = 0; b < table.batch_size; ++b) {
-    WEFT_CHECK_ARG(kv_len_of(table, im.page_size, b) == im.plan.kv_len[b], "table",
-                   "kv_len of request " << b << " is " << kv_len_of(table, im.page_size, b) << " but the plan has "
-                                        << im.plan.kv_len[b] << " (call plan() again)");
-  }
+  decode::check_cache(im.planned_shape(), cache);
+  im.check_run_lengths(table.batch_size, "table", [&](int32_t b) { return kv_len_of(table, im.page_size, b); });
   // A plan without items (batch 0) makes every CTA exit after reading its (empty) range from the
   // workspace: the kernel dereferences none of the pointers below, so it is launched whenever
   // they are all given. That keeps the CUDA-graph contract: a graph captured here replays
@@ -529,15 +512,9 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
                              const TensorView& out, const TensorView* lse, cudaStream_t stream) {
   Impl& im = *impl_;
   im.check_run_views(q, out, lse);
-  const int64_t batch = im.plan.batch;
   validate_paged_kv(cache, table);
-  im.check_run_cache(cache);
-  WEFT_CHECK_ARG(table.batch_size == batch, "table.batch_size", "planned " << batch << ", got " << table.batch_size);
-  for (int32_t b = 0; b < table.batch_size; ++b) {
-    WEFT_CHECK_ARG(table.seq_lens.host[b] == im.plan.kv_len[b], "table.seq_lens",
-                   "seq_lens[" << b << "] is " << table.seq_lens.host[b] << " but the plan has " << im.plan.kv_len[b]
-                               << " (call plan() again)");
-  }
+  decode::check_cache(im.planned_shape(), cache);
+  im.check_run_lengths(table.batch_size, "table.seq_lens", [&](int32_t b) { return kv_len_of(table, b); });
   // As above: an empty plan whose block table has no storage launches nothing. (seq_lens'
   // device copy is never read by a kernel: lengths come from the plan.)
   const bool bound = table.block_ids.device != nullptr;

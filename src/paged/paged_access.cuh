@@ -116,16 +116,22 @@ struct PagedKV {
 };
 
 #if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
-// Host: build the device view from a cache and table that passed validate_paged_kv.
+// Host: the pools and page size of a validated cache (the table fields are the caller's).
 template <class T>
-inline PagedKV<T> make_paged_kv(const PagedKVCache& cache, const PageTable& table) {
+inline PagedKV<T> make_paged_pools(const PagedKVCache& cache) {
   PagedKV<T> kv;
   kv.k = make_page_pool<T>(cache.k_pages, cache.layout);
   kv.v = make_page_pool<T>(cache.v_pages, cache.layout);
+  kv.table.page_size = static_cast<int32_t>(cache.page_size());
+  return kv;
+}
+// Host: build the device view from a cache and table that passed validate_paged_kv.
+template <class T>
+inline PagedKV<T> make_paged_kv(const PagedKVCache& cache, const PageTable& table) {
+  PagedKV<T> kv = make_paged_pools<T>(cache);
   kv.table.indptr = table.indptr.device;
   kv.table.indices = table.indices.device;
   kv.table.last_page_len = table.last_page_len.device;
-  kv.table.page_size = static_cast<int32_t>(cache.page_size());
   return kv;
 }
 
@@ -133,11 +139,8 @@ inline PagedKV<T> make_paged_kv(const PagedKVCache& cache, const PageTable& tabl
 // (a table of batch 0 or row_stride 0 keeps stride 1: the view must stay a block table).
 template <class T>
 inline PagedKV<T> make_paged_kv(const PagedKVCache& cache, const BlockTable& table) {
-  PagedKV<T> kv;
-  kv.k = make_page_pool<T>(cache.k_pages, cache.layout);
-  kv.v = make_page_pool<T>(cache.v_pages, cache.layout);
+  PagedKV<T> kv = make_paged_pools<T>(cache);
   kv.table.indices = table.block_ids.device;
-  kv.table.page_size = static_cast<int32_t>(cache.page_size());
   kv.table.row_stride = table.row_stride > 0 ? static_cast<int32_t>(table.row_stride) : 1;
   return kv;
 }

@@ -131,31 +131,44 @@ void make_work_queue(const int32_t* kv_len, const int32_t* page_base, int32_t ba
   }
 }
 
+namespace {
+
+// The work plan's int32 arrays in serialization order, each with its offset field in the
+// compact image and its pointer in WorkPlanPointers (one table for packing and pointers).
+struct ArrayField {
+  const std::vector<int32_t> WorkPlan::*vec;
+  std::size_t CompactWorkPlan::*off;
+  const int32_t* WorkPlanPointers::*ptr;
+};
+constexpr ArrayField kFields[] = {
+    {&WorkPlan::item_req_begin, &CompactWorkPlan::item_req_begin, &WorkPlanPointers::item_req_begin},
+    {&WorkPlan::item_num_reqs, &CompactWorkPlan::item_num_reqs, &WorkPlanPointers::item_num_reqs},
+    {&WorkPlan::item_kv_head, &CompactWorkPlan::item_kv_head, &WorkPlanPointers::item_kv_head},
+    {&WorkPlan::item_row_begin, &CompactWorkPlan::item_row_begin, &WorkPlanPointers::item_row_begin},
+    {&WorkPlan::item_row_end, &CompactWorkPlan::item_row_end, &WorkPlanPointers::item_row_end},
+    {&WorkPlan::item_page_base, &CompactWorkPlan::item_page_base, &WorkPlanPointers::item_page_base},
+    {&WorkPlan::item_kv_begin, &CompactWorkPlan::item_kv_begin, &WorkPlanPointers::item_kv_begin},
+    {&WorkPlan::item_kv_end, &CompactWorkPlan::item_kv_end, &WorkPlanPointers::item_kv_end},
+    {&WorkPlan::item_slot, &CompactWorkPlan::item_slot, &WorkPlanPointers::item_slot},
+    {&WorkPlan::req_list, &CompactWorkPlan::req_list, &WorkPlanPointers::req_list},
+    {&WorkPlan::merge_request, &CompactWorkPlan::merge_request, &WorkPlanPointers::merge_request},
+    {&WorkPlan::merge_kv_head, &CompactWorkPlan::merge_kv_head, &WorkPlanPointers::merge_kv_head},
+    {&WorkPlan::merge_row_begin, &CompactWorkPlan::merge_row_begin, &WorkPlanPointers::merge_row_begin},
+    {&WorkPlan::merge_row_end, &CompactWorkPlan::merge_row_end, &WorkPlanPointers::merge_row_end},
+    {&WorkPlan::merge_src_indptr, &CompactWorkPlan::merge_src_indptr, &WorkPlanPointers::merge_src_indptr},
+    {&WorkPlan::src_slot, &CompactWorkPlan::src_slot, &WorkPlanPointers::src_slot},
+    {&WorkPlan::src_row, &CompactWorkPlan::src_row, &WorkPlanPointers::src_row},
+};
+
+}  // namespace
+
 void pack_compact(const WorkPlan& p, int32_t slot_rows, CompactWorkPlan& c) {
+  // Header, then each array at the next 16-byte boundary (only the entries the plan has).
   std::size_t off = (sizeof(WorkPlanHeader) + 15) / 16 * 16;
-  auto place = [&](std::size_t n) {
-    const std::size_t at = off;
-    off = (off + n * sizeof(int32_t) + 15) / 16 * 16;
-    return at;
-  };
-  const std::size_t I = p.num_items(), M = p.num_merges();
-  c.item_req_begin = place(I);
-  c.item_num_reqs = place(I);
-  c.item_kv_head = place(I);
-  c.item_row_begin = place(I);
-  c.item_row_end = place(I);
-  c.item_page_base = place(I);
-  c.item_kv_begin = place(I);
-  c.item_kv_end = place(I);
-  c.item_slot = place(I);
-  c.req_list = place(p.req_list.size());
-  c.merge_request = place(M);
-  c.merge_kv_head = place(M);
-  c.merge_row_begin = place(M);
-  c.merge_row_end = place(M);
-  c.merge_src_indptr = place(M + 1);
-  c.src_slot = place(p.src_slot.size());
-  c.src_row = place(p.src_row.size());
+  for (const ArrayField& f : kFields) {
+    c.*f.off = off;
+    off = (off + (p.*f.vec).size() * sizeof(int32_t) + 15) / 16 * 16;
+  }
   c.bytes.resize(off);
   unsigned char* d = c.bytes.data();
   WorkPlanHeader h{};
@@ -169,51 +182,18 @@ void pack_compact(const WorkPlan& p, int32_t slot_rows, CompactWorkPlan& c) {
   h.num_kv_heads = p.num_kv_heads;
   h.num_slots = static_cast<int32_t>(p.src_slot.size());
   std::memcpy(d, &h, sizeof h);
-  auto put = [&](std::size_t at, const std::vector<int32_t>& v) {
-    if (!v.empty()) std::memcpy(d + at, v.data(), v.size() * sizeof(int32_t));
-  };
-  put(c.item_req_begin, p.item_req_begin);
-  put(c.item_num_reqs, p.item_num_reqs);
-  put(c.item_kv_head, p.item_kv_head);
-  put(c.item_row_begin, p.item_row_begin);
-  put(c.item_row_end, p.item_row_end);
-  put(c.item_page_base, p.item_page_base);
-  put(c.item_kv_begin, p.item_kv_begin);
-  put(c.item_kv_end, p.item_kv_end);
-  put(c.item_slot, p.item_slot);
-  put(c.req_list, p.req_list);
-  put(c.merge_request, p.merge_request);
-  put(c.merge_kv_head, p.merge_kv_head);
-  put(c.merge_row_begin, p.merge_row_begin);
-  put(c.merge_row_end, p.merge_row_end);
-  put(c.merge_src_indptr, p.merge_src_indptr);
-  put(c.src_slot, p.src_slot);
-  put(c.src_row, p.src_row);
+  for (const ArrayField& f : kFields) {
+    const std::vector<int32_t>& v = p.*f.vec;
+    if (!v.empty()) std::memcpy(d + c.*f.off, v.data(), v.size() * sizeof(int32_t));
+  }
 }
 
 WorkPlanPointers compact_pointers(const CompactWorkPlan& c, void* base, float* partial_o, float* partial_lse) {
   unsigned char* d = static_cast<unsigned char*>(base);
-  auto i32 = [&](std::size_t at) { return reinterpret_cast<const int32_t*>(d + at); };
   WorkPlanPointers v;
   v.header = reinterpret_cast<const WorkPlanHeader*>(d);
   v.cta_indptr = nullptr;
-  v.item_req_begin = i32(c.item_req_begin);
-  v.item_num_reqs = i32(c.item_num_reqs);
-  v.item_kv_head = i32(c.item_kv_head);
-  v.item_row_begin = i32(c.item_row_begin);
-  v.item_row_end = i32(c.item_row_end);
-  v.item_page_base = i32(c.item_page_base);
-  v.item_kv_begin = i32(c.item_kv_begin);
-  v.item_kv_end = i32(c.item_kv_end);
-  v.item_slot = i32(c.item_slot);
-  v.req_list = i32(c.req_list);
-  v.merge_request = i32(c.merge_request);
-  v.merge_kv_head = i32(c.merge_kv_head);
-  v.merge_row_begin = i32(c.merge_row_begin);
-  v.merge_row_end = i32(c.merge_row_end);
-  v.merge_src_indptr = i32(c.merge_src_indptr);
-  v.src_slot = i32(c.src_slot);
-  v.src_row = i32(c.src_row);
+  for (const ArrayField& f : kFields) v.*f.ptr = reinterpret_cast<const int32_t*>(d + c.*f.off);
   v.partial_o = partial_o;
   v.partial_lse = partial_lse;
   return v;

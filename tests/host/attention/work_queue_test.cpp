@@ -109,6 +109,21 @@ void check_schedule(const std::vector<int32_t>& lens, const std::vector<int32_t>
     ASSERT_EQ(at(c.item_page_base, i), p.item_page_base[i]);
   }
   for (size_t s = 0; s < p.src_slot.size(); ++s) ASSERT_EQ(at(c.src_slot, s), p.src_slot[s]);
+  // Pointers into a copy of the image read the same arrays; the 1-D grid has no cta_indptr.
+  float po = 0, pl = 0;
+  const WorkPlanPointers w = compact_pointers(c, c.bytes.data(), &po, &pl);
+  EXPECT_EQ(w.cta_indptr, nullptr);
+  EXPECT_EQ(w.header->num_items, p.num_items());
+  EXPECT_EQ(w.partial_o, &po);
+  EXPECT_EQ(w.partial_lse, &pl);
+  for (int i = 0; i < p.num_items(); ++i) {
+    ASSERT_EQ(w.item_kv_end[i], p.item_kv_end[i]);
+    ASSERT_EQ(w.item_kv_head[i], p.item_kv_head[i]);
+    ASSERT_EQ(w.req_list[w.item_req_begin[i]], p.req_list[p.item_req_begin[i]]);
+  }
+  for (int m = 0; m <= p.num_merges() && p.num_merges() > 0; ++m)
+    ASSERT_EQ(w.merge_src_indptr[m], p.merge_src_indptr[m]);
+  for (size_t s = 0; s < p.src_row.size(); ++s) ASSERT_EQ(w.src_row[s], p.src_row[s]);
 }
 
 TEST(WorkQueue, SmallExample) {
