@@ -121,6 +121,13 @@ struct Batch {
   std::vector<float> lse() const { return dlse.to_vector<float>(c.lens.size() * c.hq); }
 };
 
+// Request dst's first `pages` page ids become request src's (the two then share that prefix), in
+// host page lists `indices` indexed by `indptr`.
+inline void share_pages(std::vector<int32_t>& indices, const std::vector<int32_t>& indptr, int dst, int src,
+                        int pages) {
+  for (int i = 0; i < pages; ++i) indices[indptr[dst] + i] = indices[indptr[src] + i];
+}
+
 struct Workspace {
   DeviceBuffer buf;
   size_t bytes = 0;

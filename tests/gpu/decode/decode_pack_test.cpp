@@ -25,6 +25,7 @@ using test_decode::Batch;
 using test_decode::Case;
 using test_decode::check_against_reference;
 using test_decode::run_for;
+using test_decode::share_pages;
 using test_decode::Workspace;
 
 // The generic item path (issue 19): a work plan whose packs hold rows of several requests that
@@ -45,9 +46,7 @@ TEST(DecodeSmall, WorkPlanPacksMatchReference) {
     c.lens = {37 * 16 + 5, 37 * 16 + 11, 20 * 16 + 3, 700, 0, 10 * 16};
     SCOPED_TRACE(c.describe());
     Batch bt(c, rng);
-    auto share = [&](int dst, int src, int pages) {
-      for (int i = 0; i < pages; ++i) bt.indices[bt.indptr[dst] + i] = bt.indices[bt.indptr[src] + i];
-    };
+    auto share = [&](int dst, int src, int pages) { share_pages(bt.indices, bt.indptr, dst, src, pages); };
     share(1, 0, 32);
     share(2, 0, 20);
     share(5, 0, 10);
@@ -132,9 +131,7 @@ TEST(DecodeSmall, SharePrefixesLazyUpdate) {
   Batch bt(c, rng, 24);
   const std::vector<int32_t> full_indptr = bt.indptr, full_indices_init = bt.indices;
   std::vector<int32_t> full_indices = full_indices_init;
-  auto share = [&](int dst, int src, int pages) {
-    for (int i = 0; i < pages; ++i) full_indices[full_indptr[dst] + i] = full_indices[full_indptr[src] + i];
-  };
+  auto share = [&](int dst, int src, int pages) { share_pages(full_indices, full_indptr, dst, src, pages); };
   for (int r = 1; r < 6; ++r) share(r, 0, 20);
   for (int r = 1; r < 3; ++r) share(r, 0, 28);
   // The step's table: each request's first ceil(len / 16) pages of its final list, written in place
@@ -228,9 +225,7 @@ TEST(DecodeSmall, CascadeLevelsMatchReference) {
     SCOPED_TRACE(c.describe());
     const int32_t B = int32_t(c.lens.size());
     Batch bt(c, rng);
-    auto share = [&](int dst, int src, int pages) {
-      for (int i = 0; i < pages; ++i) bt.indices[bt.indptr[dst] + i] = bt.indices[bt.indptr[src] + i];
-    };
+    auto share = [&](int dst, int src, int pages) { share_pages(bt.indices, bt.indptr, dst, src, pages); };
     share(1, 0, 18);
     share(2, 0, 16);
     share(3, 0, 10);
@@ -312,7 +307,7 @@ TEST(DecodeSmall, SharePrefixesWrapper) {
     BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
     Batch bt(c, rng);
     auto share = [&](Batch& x, int dst, int src, int pages) {
-      for (int i = 0; i < pages; ++i) x.indices[x.indptr[dst] + i] = x.indices[x.indptr[src] + i];
+      share_pages(x.indices, x.indptr, dst, src, pages);
       // In place: a captured graph keeps the page table's device pointer (the caller updates contents).
       x.d_indices.upload(x.indices.data(), x.indices.size() * sizeof(int32_t));
     };
