@@ -92,10 +92,12 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
     if (std::min(len / ps, forest_.shared_pages[b] + 1) != t) return false;
     if (std::memcmp(indices + indptr[b], trunc_ids_.data() + trunc_ptr_[b], size_t(t) * sizeof(int32_t)) != 0)
       return false;
-    // Same number of private chunks, and whether it has any (a fully shared request has none).
+    // Same number of private chunks, and whether it has any: a request with shared pages has no
+    // private item when it has no key past them (one with none has one, possibly empty).
     const int32_t plen = len - priv_start_[b];
     const int32_t items = priv_ptr_[b + 1] - priv_ptr_[b];
-    if (items == 0 ? plen != 0 : chunk_count(plen, chunk_keys(plen, cfg.max_chunk, cfg.kv_granularity)) != priv_chunks_[b])
+    if (items == 0 ? plen != 0 : (priv_start_[b] > 0 && plen == 0)) return false;
+    if (items > 0 && chunk_count(plen, chunk_keys(plen, cfg.max_chunk, cfg.kv_granularity)) != priv_chunks_[b])
       return false;
     keys += len;
   }

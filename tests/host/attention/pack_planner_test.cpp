@@ -147,6 +147,25 @@ TEST(PackPlanner, StructureChangesPlanFully) {
   bt.kv_len = {16, 16, 15};  // appends within the last pages
   ASSERT_EQ(plan(), PackPlanner::Update::kLazy);
   ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, pl.current()));
+  // Request 2's private keys only in its partial page, then none: a fully shared request has no
+  // private item (a lazy update would keep an empty one).
+  bt.kv_len = {16, 16, 11};
+  ASSERT_EQ(plan(), PackPlanner::Update::kFull);
+  bt.kv_len = {16, 16, 9};
+  ASSERT_EQ(plan(), PackPlanner::Update::kLazy);
+  bt.kv_len = {16, 16, 8};
+  ASSERT_EQ(plan(), PackPlanner::Update::kFull);
+  for (int32_t len : {8, 10}) {  // and back: a private item again
+    bt.kv_len[2] = len;
+    plan();
+    ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, pl.current()));
+    const PrefixForest f = build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), 3, 4);
+    const WorkPlan fresh = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
+    ASSERT_EQ(items_of(pl.current()), items_of(fresh));
+    ASSERT_EQ(merges_of(pl.current()), merges_of(fresh));
+  }
+  bt.kv_len = {16, 16, 15};
+  ASSERT_EQ(plan(), PackPlanner::Update::kFull);
   bt.indices[6] = 20;  // request 1's first private page becomes request 0's: they now share 3 pages
   ASSERT_EQ(plan(), PackPlanner::Update::kFull);
   ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, pl.current()));
