@@ -16,6 +16,9 @@
 // Path variants "decode/path/{tc,cc}/<model>/b<B>/kv<KV>" force each kernel path (GQA groups
 // 1, 2, 4, 8) to set the kAuto heuristic (choose_decode_path); the plain rows use kAuto.
 // "decode/gqa/..." rows: GQA groups 16, 24, 32 and 64 (several 16-row tiles per KV head).
+// "decode/fp8/{bf16,e4m3,e5m2}/..." rows: fp8 KV pools (per-head scales; q and out bf16) next to
+// the bf16 row of the same shape measured just before in the same call; bytes count the pools'
+// own element size (fp8: 1 byte), and the fp8 rows carry extra.speedup_vs_bf16.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -58,8 +61,24 @@ struct Model {
   int32_t d = kHeadDim;  // head_dim
 };
 
-// Bytes of K and V (bf16) that `keys` keys of model m take.
-double kv_bytes_of(const Model& m, double keys) { return keys * m.hkv * m.d * 2 /*K,V*/ * 2 /*bf16*/; }
+// Bytes of K and V (bf16, or `elem_bytes` per element: fp8 1) that `keys` keys of model m take.
+double kv_bytes_of(const Model& m, double keys, int elem_bytes = 2) { return keys * m.hkv * m.d * 2 /*K,V*/ * elem_bytes; }
+
+// Random finite fp8 bytes (bit 6, the top exponent bit, cleared: |x| < 2 in e4m3 and < 2^1 in
+// e5m2, no NaN / inf codes), for the fp8 pools of "decode/fp8/..." rows.
+__global__ void fill_fp8_kernel(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    p[i] = uint8_t(h & 0xBFu);
+  }
+}
+void fill_fp8(void* p, size_t n, uint32_t seed) {
+  fill_fp8_kernel<<<1024, 256>>>(static_cast<uint8_t*>(p), n, seed);
+  WEFT_BENCH_CUDA(cudaDeviceSynchronize());
+}
 
 struct CaseOptions {
   weft::DecodePath path = weft::DecodePath::kAuto;
@@ -77,6 +96,9 @@ struct CaseOptions {
   // page table and plan), and the row times kSteadyRuns runs back to back in one graph, run i on
   // copy i % copies, after one L2 flush; ms = graph time / runs. See steady_copies().
   int copies = 0;
+  // Pool element type: bf16, or fp8 e4m3 / e5m2 (scales 1/64 per KV head; q and out stay bf16).
+  weft::DType kv_dtype = weft::DType::kBFloat16;
+  double bf16_ms = 0;  // > 0: the bf16 row of the same shape, for extra.speedup_vs_bf16
 };
 
 // Runs per graph of a steady-state row: the graph's launch and the first run's cold start are
@@ -180,8 +202,9 @@ void add_trace_extras(weft::bench::Context& ctx, const LaunchFn& launch, int cta
   std::printf("%s\n", line.c_str());
 }
 
-void run_decode_case(weft::bench::Context& ctx, const std::string& name, const Model& m,
-                     const std::vector<int32_t>& lens, const CaseOptions& opt = {}) {
+// Returns the row's ms (0 when it was filtered out or failed).
+double run_decode_case(weft::bench::Context& ctx, const std::string& name, const Model& m,
+                       const std::vector<int32_t>& lens, const CaseOptions& opt = {}) {
   const weft::DecodePath path = opt.path;
   const weft::KVLayout layout = opt.layout;
   const bool steady = opt.copies > 0;
@@ -189,12 +212,14 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
   const int allocations = steady ? 1 : opt.allocations;  // a steady row's copies are its allocations
   weft::bench::Result r;
   r.name = name;
-  if (!ctx.wants(r.name)) return;
+  if (!ctx.wants(r.name)) return 0;
   const int64_t batch = lens.size();
+  const bool fp8 = opt.kv_dtype != weft::DType::kBFloat16;
+  const int elem = fp8 ? 1 : 2;
   int64_t total_kv = 0;
   for (int32_t l : lens) total_kv += l;
-  const double kv_bytes = kv_bytes_of(m, double(total_kv));
-  r.params = {{"model", m.name}, {"batch", std::to_string(batch)}, {"total_kv", std::to_string(total_kv)},
+  const double kv_bytes = kv_bytes_of(m, double(total_kv), elem);
+  r.params = {{"kv_dtype", weft::dtype_name(opt.kv_dtype)}, {"model", m.name}, {"batch", std::to_string(batch)}, {"total_kv", std::to_string(total_kv)},
               {"qo_heads", std::to_string(m.hq)}, {"kv_heads", std::to_string(m.hkv)},
               {"head_dim", std::to_string(m.d)}, {"page_size", std::to_string(kPageSize)},
               {"dtype", "bf16"}, {"path", weft::decode_path_name(path)},
@@ -209,7 +234,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
   const bool marginal = name.find("/marginal/") != std::string::npos;
   if (!weft::decode_path_available(path)) {
     ctx.report_error(r, std::string("path ") + weft::decode_path_name(path) + " not compiled");
-    return;
+    return 0;
   }
   try {
     std::vector<int32_t> indptr{0}, last;
@@ -237,7 +262,7 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
       using KVP = CaseOptions::KVPlacement;
       const bool separate = opt.placement == KVP::kSeparate;
       const size_t page_elems = size_t(kPageSize) * m.hkv * m.d;
-      const size_t pool_bytes = pool_elems * 2, page_bytes = page_elems * 2;
+      const size_t pool_bytes = pool_elems * elem, page_bytes = page_elems * elem;
       const size_t kv_gap = opt.placement == KVP::kOffset ? (size_t(3) << 20) : 0;
       DeviceArray q(size_t(batch) * m.hq * m.d * 2), out(size_t(batch) * m.hq * m.d * 2),
           d_indptr(indptr.size() * 4), d_indices(indices.size() * 4), d_last(last.size() * 4);
@@ -259,6 +284,9 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
       // own random contents.
       std::vector<DeviceArray> k_pools, v_pools;
       std::vector<weft::PagedKVCache> caches;
+      const std::vector<float> host_scales(size_t(m.hkv), 1.f / 64);
+      DeviceArray scales(size_t(m.hkv) * 4);
+      WEFT_BENCH_CUDA(cudaMemcpy(scales.get(), host_scales.data(), size_t(m.hkv) * 4, cudaMemcpyHostToDevice));
       for (int c = 0; c < copies; ++c) {
         k_pools.emplace_back(separate ? pool_bytes : 2 * pool_bytes + kv_gap);
         v_pools.emplace_back(separate ? pool_bytes : 0);
@@ -266,12 +294,21 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
         void* const v_base = separate ? v_pools.back().get()
                              : opt.placement == KVP::kInterleaved ? k_base + page_bytes
                                                                   : k_base + pool_bytes + kv_gap;
-        weft::bench::fill_random(k_base, k_pools.back().bytes() / 2, weft::DType::kBFloat16, 1 + 10 * c);
-        if (separate) weft::bench::fill_random(v_base, pool_elems, weft::DType::kBFloat16, 2 + 10 * c);
+        if (fp8) {
+          fill_fp8(k_base, k_pools.back().bytes(), 1 + 10 * c);
+          if (separate) fill_fp8(v_base, pool_elems, 2 + 10 * c);
+        } else {
+          weft::bench::fill_random(k_base, k_pools.back().bytes() / 2, weft::DType::kBFloat16, 1 + 10 * c);
+          if (separate) weft::bench::fill_random(v_base, pool_elems, weft::DType::kBFloat16, 2 + 10 * c);
+        }
         weft::PagedKVCache cache;
         cache.layout = layout;
-        cache.k_pages = weft::TensorView(k_base, weft::DType::kBFloat16, {num_pages, dim1, dim2, m.d}, strides);
-        cache.v_pages = weft::TensorView(v_base, weft::DType::kBFloat16, {num_pages, dim1, dim2, m.d}, strides);
+        cache.k_pages = weft::TensorView(k_base, opt.kv_dtype, {num_pages, dim1, dim2, m.d}, strides);
+        cache.v_pages = weft::TensorView(v_base, opt.kv_dtype, {num_pages, dim1, dim2, m.d}, strides);
+        if (fp8) {
+          cache.k_scale = {scales.as<float>(), host_scales.data(), m.hkv};
+          cache.v_scale = {scales.as<float>(), host_scales.data(), m.hkv};
+        }
         caches.push_back(cache);
       }
       weft::TensorView tq(q.get(), weft::DType::kBFloat16, {batch, m.hq, m.d});
@@ -362,11 +399,14 @@ void run_decode_case(weft::bench::Context& ctx, const std::string& name, const M
     }
     for (size_t i = 0; i < one_ms_all.size(); ++i)  // each allocation's time, in allocation order
       r.extra.push_back({"alloc" + std::to_string(i) + "_ms", one_ms_all[i]});
+    if (opt.bf16_ms > 0) r.extra.push_back({"speedup_vs_bf16", opt.bf16_ms / r.ms});
     r.extra.insert(r.extra.end(), trace.begin(), trace.end());
     ctx.report(r);
+    return r.ms;
   } catch (const std::exception& e) {
     ctx.report_error(r, e.what());
   }
+  return 0;
 }
 
 // Does nothing: the launch-overhead rows time it.
@@ -631,6 +671,30 @@ WEFT_BENCH_GROUP(decode) {
       for (auto [b, kv] : gqa_shapes)
         if (kv_bytes_of(m, double(b) * kv) <= kMaxKVBytes)
           run_decode_case(ctx, row_name("decode/gqa/", m.name, b, kv), m, std::vector<int32_t>(b, kv));
+  }
+  // fp8 KV ("decode/fp8/{bf16,e4m3,e5m2}/<model>/b<B>/kv<KV>", "decode/fp8/*/bimodal64"): the bf16
+  // row of each shape first, then the fp8 rows (extra.speedup_vs_bf16 against it). A subset of the
+  // main grid: batch 1 long contexts, the target region (batch >= 32 at kv >= 4K) and batch 256.
+  {
+    const std::pair<int32_t, int32_t> fp8_shapes[] = {{1, 4096},     {1, 32768},   {1, 131072}, {8, 16384},
+                                                      {32, 4096},    {32, 16384},  {32, 32768}, {128, 4096},
+                                                      {128, 16384},  {256, 1024},  {256, 4096}, {256, 16384}};
+    auto fp8_rows = [&](const std::string& tail, const Model& m, const std::vector<int32_t>& lens) {
+      CaseOptions o16;
+      const double ms16 = run_decode_case(ctx, "decode/fp8/bf16/" + tail, m, lens, o16);
+      for (auto [tag, dt] : {std::pair{"e4m3", weft::DType::kFloat8E4M3}, std::pair{"e5m2", weft::DType::kFloat8E5M2}}) {
+        CaseOptions o8;
+        o8.kv_dtype = dt;
+        o8.bf16_ms = ms16;
+        run_decode_case(ctx, std::string("decode/fp8/") + tag + "/" + tail, m, lens, o8);
+      }
+    };
+    for (const Model& m : models)
+      for (auto [b, kv] : fp8_shapes)
+        if (kv_bytes_of(m, double(b) * kv) <= kMaxKVBytes)
+          fp8_rows(std::string(m.name) + "/b" + std::to_string(b) + "/kv" + std::to_string(kv), m,
+                   std::vector<int32_t>(b, kv));
+    fp8_rows("bimodal64", models[0], bimodal_lens());
   }
   // Prefix sharing ("decode/prefix/..."): a shared system prompt of S keys and P private keys per
   // request, standard decode against DecodeOptions::share_prefixes (run_prefix_case).

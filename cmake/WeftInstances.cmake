@@ -14,8 +14,12 @@ function(_weft_instance_type dtype out)
     set(${out} half PARENT_SCOPE)
   elseif(dtype STREQUAL "bf16")
     set(${out} __nv_bfloat16 PARENT_SCOPE)
+  elseif(dtype STREQUAL "e4m3")
+    set(${out} __nv_fp8_e4m3 PARENT_SCOPE)
+  elseif(dtype STREQUAL "e5m2")
+    set(${out} __nv_fp8_e5m2 PARENT_SCOPE)
   else()
-    message(FATAL_ERROR "weft: ${WEFT_INSTANCE_TABLE}: dtype '${dtype}' (expected f16 or bf16)")
+    message(FATAL_ERROR "weft: ${WEFT_INSTANCE_TABLE}: dtype '${dtype}' (expected f16, bf16, e4m3 or e5m2)")
   endif()
 endfunction()
 
@@ -48,8 +52,13 @@ function(weft_generate_instances)
     if(NOT _arch STREQUAL "all")
       message(FATAL_ERROR "weft: ${WEFT_INSTANCE_TABLE}: arch '${_arch}' in '${_line}' (only 'all' so far)")
     endif()
-    if(NOT _dkv STREQUAL _dq)
-      message(FATAL_ERROR "weft: ${WEFT_INSTANCE_TABLE}: dtype_kv must equal dtype_q (one element type per kernel so far): '${_line}'")
+    # dtype_q: f16 | bf16. dtype_kv: = dtype_q, or (decode rows, head_dim <= 128: the 32-row
+    # tensor-core kernel is instantiated with them) e4m3 | e5m2.
+    if(NOT _dq MATCHES "^(f16|bf16)$")
+      message(FATAL_ERROR "weft: ${WEFT_INSTANCE_TABLE}: dtype_q '${_dq}' (expected f16 or bf16): '${_line}'")
+    endif()
+    if(NOT _dkv STREQUAL _dq AND NOT (_family STREQUAL "decode" AND _dkv MATCHES "^(e4m3|e5m2)$" AND _d LESS_EQUAL 128))
+      message(FATAL_ERROR "weft: ${WEFT_INSTANCE_TABLE}: dtype_kv '${_dkv}' in '${_line}' (= dtype_q, or e4m3 / e5m2 for decode rows of head_dim <= 128)")
     endif()
     if(NOT _variant STREQUAL "all")
       message(FATAL_ERROR "weft: ${WEFT_INSTANCE_TABLE}: variant '${_variant}' in '${_line}' (only 'all' so far)")
@@ -58,6 +67,7 @@ function(weft_generate_instances)
       message(FATAL_ERROR "weft: ${WEFT_INSTANCE_TABLE}: head_dim '${_d}' in '${_line}'")
     endif()
     _weft_instance_type(${_dq} _t)
+    _weft_instance_type(${_dkv} _tkv)
     if(_family STREQUAL "decode")
       if(_cfg STREQUAL "tc")
         set(_path TC)
@@ -66,7 +76,7 @@ function(weft_generate_instances)
       else()
         message(FATAL_ERROR "weft: ${WEFT_INSTANCE_TABLE}: decode config '${_cfg}' (expected tc or cc)")
       endif()
-      string(APPEND _decode "  X(${_t}, ${_d}, ${_path}) \\\n")
+      string(APPEND _decode "  X(${_t}, ${_tkv}, ${_d}, ${_path}) \\\n")
     elseif(_family STREQUAL "prefill")
       if(NOT _cfg MATCHES "^q([0-9]+)_kv([0-9]+)$")
         message(FATAL_ERROR "weft: ${WEFT_INSTANCE_TABLE}: prefill config '${_cfg}' (expected q<CTA_Q>_kv<CTA_KV>)")
@@ -110,7 +120,8 @@ WEFT_PREFILL_INSTANCE(${_d}, ${_q}, ${_kv}, ${_t})
 // table. Internal (not installed); pure preprocessor lists, includable from host-only code.
 #pragma once
 
-// Decode kernels: X(element type, head_dim, path), path TC (tensor cores) or CC (CUDA cores).
+// Decode kernels: X(Q/O element type, KV element type, head_dim, path), path TC (tensor cores) or
+// CC (CUDA cores).
 #define WEFT_DECODE_INSTANCES(X) \\
 ${_decode}
 // Prefill kernels: X(head_dim, cta_q, cta_kv, element type).

@@ -11,6 +11,9 @@
 // Shapes: q, out [batch, Hq, D] (f16/bf16, inner stride 1, 16-byte aligned rows);
 // lse [batch, Hq] f32 (natural log; kv_len 0 -> -inf, O = 0). Semantics: include/weft/attention.h
 // (sm_scale, logits_soft_cap, window_left; a causal mask is a no-op for one query token).
+// KV pools: the planned dtype, or fp8 e4m3 / e5m2 with scales (weft/fp8.h, paged_kv.h) read by
+// run() with a PageTable: q / out stay the planned dtype (today bf16 at head_dim 128; the default
+// variant without prefix sharing; other combinations throw weft::Error naming the argument).
 //
 // CUDA graphs: run() launches a FIXED grid (persistent CTAs, one per SM slot) that reads its
 // work from the workspace, and every pointer it passes is fixed (workspace offsets never move).

@@ -11,8 +11,8 @@ enum class DType : int32_t {
   kFloat16 = 0,
   kBFloat16 = 1,
   kFloat32 = 2,
-  kFloat8E4M3 = 3,  // reserved: no kernel accepts fp8 yet
-  kFloat8E5M2 = 4,  // reserved
+  kFloat8E4M3 = 3,  // fp8 KV page pools (weft/fp8.h, paged_kv.h): decode and append
+  kFloat8E5M2 = 4,  // fp8 KV page pools, as e4m3
   kInt32 = 5,       // index arrays (page tables, indptr)
   kUInt8 = 6,       // bit-packed masks
 };

@@ -1,10 +1,15 @@
 // Paged KV cache: page pools plus a block-sparse-row (BSR) page table.
 //
-// Pools: k_pages / v_pages, 4-D, same dtype (f16 or bf16) and shape, either
+// Pools: k_pages / v_pages, 4-D, same dtype (f16, bf16, or fp8 e4m3 / e5m2) and shape, either
 //   NHD: [num_pages, page_size, num_kv_heads, head_dim]
 //   HND: [num_pages, num_kv_heads, page_size, head_dim]
 // The innermost (head_dim) stride must be 1 and rows 16-byte aligned; other strides are free
 // (so a K/V pool interleaved in one allocation works).
+// fp8 pools (weft/fp8.h) store x8 = fp8(x / scale) and need their dequantization scales:
+// k_scale and v_scale, each one float per KV head (size num_kv_heads) or one for the whole pool
+// (size 1), positive and finite. 16-bit pools take no scales. Who reads fp8 pools today:
+// append_paged_kv (quantizes f16/bf16 input) and BatchDecodeWrapper::run (Q and O stay f16/bf16);
+// prefill rejects them (weft::Error naming "k_pages").
 //
 // Page table of a batch of `batch_size` requests (int32):
 //   kv_indptr[batch+1]      request b owns pages kv_indices[kv_indptr[b] .. kv_indptr[b+1])
@@ -45,10 +50,22 @@ struct PageTable {
   IndexArray last_page_len;  // batch_size
 };
 
+// Dequantization scales of one fp8 pool: x = scale[h] * x8 for KV head h (scale[0] for all
+// heads when size == 1). The device array is what kernels read (it may change between CUDA-graph
+// replays, like any buffer's contents); the host mirror is optional: when given, validation
+// checks every entry is finite and > 0.
+struct KVScale {
+  const float* device = nullptr;  // [size] floats, 4-byte aligned
+  const float* host = nullptr;    // optional mirror of the same `size` entries
+  int64_t size = 0;               // num_kv_heads (per head) or 1 (per tensor); 0: no scales
+};
+
 struct PagedKVCache {
   TensorView k_pages;
   TensorView v_pages;
   KVLayout layout = KVLayout::kNHD;
+  KVScale k_scale;  // fp8 pools only (required there; must be empty for f16 / bf16 pools)
+  KVScale v_scale;
 
   int64_t num_pages() const { return k_pages.size(0); }
   int64_t page_size() const { return k_pages.size(layout == KVLayout::kNHD ? 1 : 2); }
@@ -59,8 +76,9 @@ struct PagedKVCache {
 // Sequence length of request b from the host mirror (no validation).
 int64_t kv_len_of(const PageTable& table, int64_t page_size, int32_t b);
 
-// Checks pools (ndim 4, dtypes f16/bf16 and equal, same shape, inner stride 1, 16-byte aligned
-// rows, supported head_dim, page_size >= 1) and the table (indptr monotonic starting at 0,
+// Checks pools (ndim 4, dtypes f16/bf16/fp8 and equal, same shape, inner stride 1, 16-byte aligned
+// rows, supported head_dim, page_size >= 1), the scales (present, sized 1 or num_kv_heads and
+// positive when the pools are fp8; absent otherwise) and the table (indptr monotonic starting at 0,
 // indices < num_pages, last_page_len in range, device pointers present). Throws weft::Error.
 void validate_paged_kv(const PagedKVCache& cache, const PageTable& table);
 
@@ -111,8 +129,10 @@ void validate_paged_kv(const PagedKVCache& cache, const BlockTable& table);
 inline int64_t kv_len_of(const BlockTable& table, int32_t b) { return table.seq_lens.host[b]; }
 
 // Write the new K/V tokens of a ragged batch into their pages.
-//   new_k, new_v: [nnz_tokens, num_kv_heads, head_dim], same dtype as the pools,
-//                 inner stride 1, 16-byte aligned rows.
+//   new_k, new_v: [nnz_tokens, num_kv_heads, head_dim], same dtype as the pools (f16 or bf16
+//                 for fp8 pools: quantized with the cache's scales, x8 = fp8(x / scale),
+//                 round to nearest even, saturating: see weft/fp8.h), inner stride 1,
+//                 16-byte aligned rows.
 //   batch_indices[nnz_tokens]: request of each token; positions[nnz_tokens]: its position in
 //                 that request's sequence. `table` must already describe the sequences after
 //                 the append, so every position < kv_len(batch_indices[i]).

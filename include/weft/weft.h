@@ -7,6 +7,7 @@
 #include "weft/error.h"
 #include "weft/jit.h"
 #include "weft/export.h"
+#include "weft/fp8.h"
 #include "weft/norm.h"
 #include "weft/paged_kv.h"
 #include "weft/pod.h"

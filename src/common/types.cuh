@@ -2,6 +2,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include "common/rtc_compat.h"
 #if !WEFT_RTC
 #include "weft/dtype.h"
@@ -15,6 +16,8 @@ template <class T> struct TypeOf;  // DType of a device element type
 template <> struct TypeOf<half> { static constexpr DType value = DType::kFloat16; };
 template <> struct TypeOf<__nv_bfloat16> { static constexpr DType value = DType::kBFloat16; };
 template <> struct TypeOf<float> { static constexpr DType value = DType::kFloat32; };
+template <> struct TypeOf<__nv_fp8_e4m3> { static constexpr DType value = DType::kFloat8E4M3; };
+template <> struct TypeOf<__nv_fp8_e5m2> { static constexpr DType value = DType::kFloat8E5M2; };
 #endif  // !WEFT_RTC
 
 __device__ __forceinline__ float to_float(half x) { return __half2float(x); }

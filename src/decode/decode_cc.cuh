@@ -117,8 +117,8 @@ struct CcMainloop {
 
   // Rows r .. r + NR - 1 (NR = 1 or 2) of one 16-key tile: each K / V row read from shared
   // memory (and converted) once for NR query rows.
-  template <int NR>
-  __device__ __forceinline__ void rows(const DecodeParams<T>& p, const T* sQ, const T* sK, const T* sV, int r,
+  template <int NR, class P>
+  __device__ __forceinline__ void rows(const P& p, const T* sQ, const T* sK, const T* sV, int r,
                                        int key, bool key_valid, int lane) {
     float q[NR][E];
 #pragma unroll
@@ -139,7 +139,7 @@ struct CcMainloop {
     // Logits from the variant (scale, soft cap, bias) of key k0 + lane / 2; the row's constants
     // (ALiBi: its head's slope) are looked up per tile, not held across the KV loop (this
     // kernel's per-row state is already at the register limit).
-    const V v = attn::VariantFactory<V>::make(p);
+    const V v = make_variant<V>(p, rs);
     float pv[NR];
 #pragma unroll
     for (int j = 0; j < NR; ++j) {
@@ -160,7 +160,8 @@ struct CcMainloop {
     }
   }
 
-  __device__ __forceinline__ void tile(const DecodeParams<T>& p, const T* sQ, const T* sK, const T* sV, int k0,
+  template <class P>
+  __device__ __forceinline__ void tile(const P& p, const T* sQ, const T* sK, const T* sV, int k0,
                                        int kv_end, int nrows, int lane) {
     const int key = k0 + (lane >> 1);
     const bool key_valid = key < kv_end;
@@ -205,8 +206,9 @@ struct CcMainloop {
 };
 
 // V: the attention variant (attention/variant.cuh; DefaultVariant or AlibiVariant).
-template <class T, int D, class V = attn::DefaultVariant>
-__global__ void __launch_bounds__(kMaxThreads, 1) decode_cc_kernel(const DecodeParams<T> p) {
+// KV: the pools' element type (T, or an fp8 type: DecodeParams).
+template <class T, int D, class V = attn::DefaultVariant, class KV = T>
+__global__ void __launch_bounds__(kMaxThreads, 1) decode_cc_kernel(const DecodeParams<T, KV> p) {
   decode_items<T, D, kTileQ, CcMainloop<T, D, V>>(p);
 }
 

@@ -4,11 +4,14 @@
 //   epilogue: cross-warp combine of online-softmax states, final or partial store
 #pragma once
 #include <cuda/atomic>
+#include <cuda/std/type_traits>
+#include <cuda_fp8.h>
 
 #include "common/rtc_compat.h"
 
 #include "attention/merge_row.cuh"
 #include "attention/variant.cuh"
+#include "common/fp8_bits.h"
 #include "common/ptx.cuh"
 #include "common/types.cuh"
 #include "decode/decode_params.cuh"
@@ -166,8 +169,8 @@ struct RowPos {
 };
 // kPacked (generic items): row ra belongs to request work.req_list[req_list + ra / g], whose one
 // query token (decode) is token `request`.
-template <bool kPacked = false, class T>
-__device__ __forceinline__ RowPos row_pos(const DecodeParams<T>& p, const Item& it, int ra) {
+template <bool kPacked = false, class P>
+__device__ __forceinline__ RowPos row_pos(const P& p, const Item& it, int ra) {
   if constexpr (kPacked) {
     const int req = __ldg(p.work.req_list + it.req_list + ra / p.group_size);
     return {req, int64_t(it.kv_head) * p.group_size + ra % p.group_size};
@@ -176,8 +179,8 @@ __device__ __forceinline__ RowPos row_pos(const DecodeParams<T>& p, const Item& 
 }
 
 // Q rows of the item -> sQ ([QR][D]; rows >= nrows zero-filled).
-template <class T, int D, int QR, bool kPacked = false>
-__device__ __forceinline__ void load_q(const DecodeParams<T>& p, const Item& it, T* sQ) {
+template <class T, int D, int QR, bool kPacked = false, class P>
+__device__ __forceinline__ void load_q(const P& p, const Item& it, T* sQ) {
   constexpr int kChunks = D / 8;
   for (int idx = threadIdx.x; idx < QR * kChunks; idx += blockDim.x) {
     const int r = idx / kChunks, c = idx % kChunks;
@@ -197,16 +200,16 @@ __device__ __forceinline__ void load_q(const DecodeParams<T>& p, const Item& it,
 // lanes 0-15 return the element offset of the key's K row, lanes 16-31 of its V row (pools
 // may have different strides); -1 for keys >= kv_end (zero-filled, masked later).
 // `pages` = indices + indptr[request]; page_shift >= 0 when page_size is a power of two.
-template <class T>
-__device__ __forceinline__ int32_t kv_lookup_page(const DecodeParams<T>& p, const int32_t* pages, int k0,
+template <class P>
+__device__ __forceinline__ int32_t kv_lookup_page(const P& p, const int32_t* pages, int k0,
                                                   int kv_end, int lane) {
   const int j = k0 + (lane & 15);
   if (j >= kv_end) return -1;
   const uint32_t q = p.page_shift >= 0 ? uint32_t(j) >> p.page_shift : uint32_t(j) / uint32_t(p.kv.table.page_size);
   return __ldg(pages + q);
 }
-template <class T>
-__device__ __forceinline__ int64_t kv_row_offset(const DecodeParams<T>& p, int32_t page, int k0, int kv_head,
+template <class P>
+__device__ __forceinline__ int64_t kv_row_offset(const P& p, int32_t page, int k0, int kv_head,
                                                  int lane) {
   if (page < 0) return -1;
   const int j = k0 + (lane & 15);
@@ -228,10 +231,22 @@ __device__ __forceinline__ int64_t kv_row_offset(const DecodeParams<T>& p, int32
 // 8 runs back to back in one graph 3.4% (llama3 b1/kv32K) and 1.3% (b32/kv4K) faster. An
 // explicit evict_normal policy made most rows 6-13% slower, and the 256-byte prefetch-size
 // hint 3-8% slower; neither is used.
-template <class T, int D>
-__device__ __forceinline__ void kv_issue(const DecodeParams<T>& p, int64_t off, int lane, T* sK, T* sV) {
-  constexpr int kChunks = D / 8;                  // 16-byte chunks per row
-  constexpr int kRowsPerInstr = 32 / kChunks;     // rows one warp-wide copy covers (4/2/1)
+// fp8 tiles land unswizzled, [16][D] bytes row-major, in the UPPER half of a warp's sK / sV
+// buffer (16 * D bytes each), where dequant_tile widens them in place to the swizzled 16-bit
+// tile the mainloops read.
+template <int D, class T>
+__device__ __forceinline__ const unsigned char* fp8_tile(const T* s) {
+  static_assert(sizeof(T) == 2, "the 16-bit tile's upper half");
+  return reinterpret_cast<const unsigned char*>(s) + kWarpKeys * D;
+}
+
+// fp8 pools (P::kQuantizedKV): a row is D bytes (D / 16 chunks), copied to fp8_tile.
+template <class T, int D, class P>
+__device__ __forceinline__ void kv_issue(const P& p, int64_t off, int lane, T* sK, T* sV) {
+  using KV = typename P::KVElem;
+  constexpr int kElemsPerChunk = 16 / sizeof(KV);
+  constexpr int kChunks = D / kElemsPerChunk;     // 16-byte chunks per row
+  constexpr int kRowsPerInstr = 32 / kChunks;     // rows one warp-wide copy covers (4/2/1; fp8: 8/4/2)
   const int c = lane % kChunks;
   const uint64_t pol = ptx::l2_policy_evict_first();
 #pragma unroll
@@ -240,10 +255,78 @@ __device__ __forceinline__ void kv_issue(const DecodeParams<T>& p, int64_t off, 
     const int64_t ko = __shfl_sync(0xffffffffu, off, r);
     const int64_t vo = __shfl_sync(0xffffffffu, off, 16 + r);
     const bool valid = ko >= 0;
-    const T* ks = valid ? p.kv.k.data + ko + c * 8 : p.kv.k.data;
-    const T* vs = valid ? p.kv.v.data + vo + c * 8 : p.kv.v.data;
-    ptx::cp_async_16_policy(sK + swz<D>(r, c), ks, valid ? 16 : 0, pol);
-    ptx::cp_async_16_policy(sV + swz<D>(r, c), vs, valid ? 16 : 0, pol);
+    const KV* ks = valid ? p.kv.k.data + ko + c * kElemsPerChunk : p.kv.k.data;
+    const KV* vs = valid ? p.kv.v.data + vo + c * kElemsPerChunk : p.kv.v.data;
+    if constexpr (P::kQuantizedKV) {
+      unsigned char* dk = const_cast<unsigned char*>(fp8_tile<D>(sK)) + r * D + c * 16;
+      unsigned char* dv = const_cast<unsigned char*>(fp8_tile<D>(sV)) + r * D + c * 16;
+      ptx::cp_async_16_policy(dk, ks, valid ? 16 : 0, pol);
+      ptx::cp_async_16_policy(dv, vs, valid ? 16 : 0, pol);
+    } else {
+      ptx::cp_async_16_policy(sK + swz<D>(r, c), ks, valid ? 16 : 0, pol);
+      ptx::cp_async_16_policy(sV + swz<D>(r, c), vs, valid ? 16 : 0, pol);
+    }
+  }
+}
+
+// 16 fp8 codes -> 16 T values (lo: elements 0..7, hi: 8..15), exact (common/fp8_bits.h).
+template <class T, class KV>
+__device__ __forceinline__ void widen16(const uint4& v, uint4& lo, uint4& hi) {
+  constexpr fp8bits::Widen c = fp8bits::widen_of(cuda::std::is_same<KV, __nv_fp8_e5m2>::value,
+                                                 cuda::std::is_same<T, __nv_bfloat16>::value);
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t o[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    o[2 * i] = fp8bits::widen_pair(__byte_perm(w[i], 0u, 0x1404), c);      // codes 0, 1 of the word
+    o[2 * i + 1] = fp8bits::widen_pair(__byte_perm(w[i], 0u, 0x3424), c);  // codes 2, 3
+  }
+  if constexpr (c.mul_log2 != 0) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      // Exact: a power-of-two factor on values that stay in range (the subnormal inputs
+      // included: f16 / bf16 arithmetic keeps subnormals). + (-0) keeps -0 and +0 as they are.
+      if constexpr (cuda::std::is_same<T, __nv_bfloat16>::value)
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(o[i]) : "r"(o[i]), "r"(c.mul_bits), "r"(0x80008000u));
+      else
+        asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(o[i]) : "r"(o[i]), "r"(c.mul_bits));
+    }
+  }
+  lo = make_uint4(o[0], o[1], o[2], o[3]);
+  hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+// One warp widens its landed fp8 K and V tiles (kv_issue's upper halves) into the swizzled
+// [16][D] 16-bit tiles of the same buffers. Every lane reads its D / 32 16-byte chunks of each
+// (512 contiguous bytes per warp-wide load: conflict-free) before any lane writes (the writes
+// cover the bytes being read), then writes each chunk as two 16-bit chunks 2c, 2c + 1 of its row,
+// in the order that puts the 8 lanes of a store phase on 8 distinct bank groups (c >= 4 first
+// writes 2c + 1). Rows past kv_end were zero-filled: they widen to zeros.
+template <class T, class KV, int D>
+__device__ __forceinline__ void dequant_tile(T* sK, T* sV, int lane) {
+  constexpr int kChunks8 = D / 16;                  // 16-byte fp8 chunks per row
+  constexpr int kPerLane = kWarpKeys * kChunks8 / 32;  // 2 / 4 / 8 for D = 64 / 128 / 256
+  const uint4* srcK = reinterpret_cast<const uint4*>(fp8_tile<D>(sK));
+  const uint4* srcV = reinterpret_cast<const uint4*>(fp8_tile<D>(sV));
+  uint4 k8[kPerLane], v8[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    k8[i] = srcK[lane + 32 * i];
+    v8[i] = srcV[lane + 32 * i];
+  }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int idx = lane + 32 * i;
+    const int r = idx / kChunks8, c = idx % kChunks8;
+    const int flip = (c >> 2) & 1;
+    uint4 lo, hi;
+    widen16<T, KV>(k8[i], lo, hi);
+    *reinterpret_cast<uint4*>(sK + swz<D>(r, 2 * c + flip)) = flip ? hi : lo;
+    *reinterpret_cast<uint4*>(sK + swz<D>(r, 2 * c + 1 - flip)) = flip ? lo : hi;
+    widen16<T, KV>(v8[i], lo, hi);
+    *reinterpret_cast<uint4*>(sV + swz<D>(r, 2 * c + flip)) = flip ? hi : lo;
+    *reinterpret_cast<uint4*>(sV + swz<D>(r, 2 * c + 1 - flip)) = flip ? lo : hi;
   }
 }
 
@@ -251,8 +334,8 @@ __device__ __forceinline__ void kv_issue(const DecodeParams<T>& p, int64_t off, 
 // warp order (deterministic) and store the item's rows round * 16 + r (r < 16, row < nrows) held
 // in red_* at r: final output (+ natural-log LSE) when it.slot < 0, else the fp32 partial state
 // (O normalised, base-2 LSE) of slot it.slot, whose rows are QR apart.
-template <class T, int D, int QR, bool kPacked = false>
-__device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, const Item& it,
+template <class T, int D, int QR, bool kPacked = false, class P>
+__device__ __forceinline__ void combine_and_store(const P& p, const Item& it,
                                                   const float* red_o, const float* red_m,
                                                   const float* red_l, int round) {
   constexpr int kGroups = D / 8;  // 8 outputs per thread step: one 16-byte store of T
@@ -279,7 +362,9 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
         o[0] += a.x * sc; o[1] += a.y * sc; o[2] += a.z * sc; o[3] += a.w * sc;
         o[4] += b.x * sc; o[5] += b.y * sc; o[6] += b.z * sc; o[7] += b.w * sc;
       }
-      const float inv = 1.f / sum;
+      // fp8 pools: O = v_scale * sum p v8 / sum p (the V scale folded into the normalisation).
+      float inv = 1.f / sum;
+      if constexpr (P::kQuantizedKV) inv *= __ldg(p.v_scale + it.kv_head * p.v_scale_stride);
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[e] *= inv;
       lse2 = mx + log2f(sum);
@@ -306,8 +391,8 @@ __device__ __forceinline__ void combine_and_store(const DecodeParams<T>& p, cons
 
 // The neutral state of an item without keys: final rows O = 0, LSE = -inf (natural log); a
 // partial slot O = 0, base-2 LSE = -inf (the merge gives such a source weight 0).
-template <class T, int D, int QR, bool kPacked = false>
-__device__ __forceinline__ void store_neutral(const DecodeParams<T>& p, const Item& it) {
+template <class T, int D, int QR, bool kPacked = false, class P>
+__device__ __forceinline__ void store_neutral(const P& p, const Item& it) {
   constexpr int kGroups = D / 8;
   for (int idx = threadIdx.x; idx < it.nrows * kGroups; idx += blockDim.x) {
     const int r = idx / kGroups, c8 = idx % kGroups;
@@ -332,17 +417,35 @@ __device__ __forceinline__ void store_neutral(const DecodeParams<T>& p, const It
 // themselves come from the variant (V::logit); masks need no per-element work in decode: for a
 // single query position the variant's kv_range() is exactly its unmasked keys, and the planner
 // (decode_plan.cpp batch_shape) already trimmed every item to it.
+// k_scale: fp8 pools only, the item's KV head's K scale (make_variant folds it into the logit scale).
 struct RowSpan {
   int q_pos = 0, head0 = 0;
+  float k_scale = 1.f;
 };
-template <class V, class T>
-__device__ __forceinline__ RowSpan row_span(const DecodeParams<T>& p, const Item& it) {
+template <class V, class P>
+__device__ __forceinline__ RowSpan row_span(const P& p, const Item& it) {
   RowSpan s;
+  if constexpr (P::kQuantizedKV) s.k_scale = __ldg(p.k_scale + it.kv_head * p.k_scale_stride);
   if constexpr (V::kHasBias) {
     s.q_pos = __ldg(p.plan.kv_len + it.req) - 1;
     s.head0 = it.kv_head * p.group_size + it.row_begin;
   }
   return s;
+}
+
+// The variant a mainloop computes logits with: the launch's (attn::VariantFactory), and for fp8
+// pools (the default variant only) with the K scale
+// folded into the logit scale (sm_scale * k_scale: q . (k_scale k8) = k_scale (q . k8)), so the
+// dequantized tile needs no per-element multiply. The 16-bit kernels get p.var unchanged.
+template <class V, class P>
+__device__ __forceinline__ V make_variant(const P& p, const RowSpan& rs) {
+  V v = attn::VariantFactory<V>::make(p);
+  if constexpr (P::kQuantizedKV) {
+    v.p.scale_log2 *= rs.k_scale;
+    v.p.sm_scale *= rs.k_scale;
+    v.p.softcap_pre *= rs.k_scale;
+  }
+  return v;
 }
 
 // In-kernel merge of split tiles (replaces a separate merge kernel for decode). Called by the
@@ -356,8 +459,8 @@ __device__ __forceinline__ RowSpan row_span(const DecodeParams<T>& p, const Item
 // same atomic and its barrier passes them on to the threads that read the partials.
 // s_flag: the layout's 16-byte flag area (shared memory): s_flag[0] = 1 when this CTA merges
 // the tile (every thread already holds the tile's slot range, mr).
-template <class T, int D, int QR>
-__device__ __forceinline__ void merge_tile_if_last(const DecodeParams<T>& p, const Item& it, MergeRange mr,
+template <class T, int D, int QR, class P>
+__device__ __forceinline__ void merge_tile_if_last(const P& p, const Item& it, MergeRange mr,
                                                    int* s_flag) {
   __syncthreads();
   if (threadIdx.x == 0) {

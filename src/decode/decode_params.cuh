@@ -4,6 +4,8 @@
 #pragma once
 #include "common/rtc_compat.h"
 
+#include <cuda/std/type_traits>
+
 #include "attention/plan/balance.h"
 #include "attention/plan/work_plan.h"
 #include "attention/variant.cuh"
@@ -11,11 +13,18 @@
 
 namespace weft::decode {
 
-template <class T>
+// Element types: T is Q's and O's (f16 / bf16; also the 16-bit type the mainloops compute in and
+// the shared-memory tiles hold), KV the page pools' (T, or __nv_fp8_e4m3 / __nv_fp8_e5m2: the
+// tensor-core mainloop reads fp8 fragments, the CUDA-core one widens the tiles first,
+// decode_common.cuh; the scales are folded into the logit scale and the output).
+template <class T, class KV = T>
 struct DecodeParams {
+  using Elem = T;
+  using KVElem = KV;
+  static constexpr bool kQuantizedKV = !cuda::std::is_same<T, KV>::value;
   plan::PlanPointers plan;       // work items, merge map, partial states (workspace)
   plan::WorkPlanPointers work;   // the generic item path's plan (work_plan.h; kPacked kernels only)
-  paged::PagedKV<T> kv;          // pools + device page table
+  paged::PagedKV<KV> kv;         // pools + device page table
   const T* q = nullptr;          // [batch, Hq, D], inner stride 1
   int64_t q_stride_token = 0, q_stride_head = 0;
   T* o = nullptr;                // [batch, Hq, D], inner stride 1
@@ -29,6 +38,11 @@ struct DecodeParams {
   // Last, after the 4-byte fields above (stages and warps stay 8-byte aligned, one param load):
   // placed before them, the layout change alone cost the tensor-core D128 kernel 7 registers.
   attn::VariantParams var;       // scale, soft cap, window, ALiBi slopes (attention/variant.cuh)
+  // fp8 pools (kQuantizedKV) only, after everything else (the 16-bit kernels' layout is unchanged):
+  // dequantization scales (weft::KVScale), element kv_head * stride (stride 1: per head, 0: per tensor).
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  int32_t k_scale_stride = 0, v_scale_stride = 0;
 };
 
 }  // namespace weft::decode

@@ -33,8 +33,8 @@ namespace weft::decode {
 // group), then the warp's first S-1 tiles -> stages 0 .. S-2 (one group each, empty past the
 // warp's last tile); returns the page ids of the warp's tile S-1 (lookup issued, not awaited).
 // pg0: kv_lookup_page of the warp's first tile (requested early by the caller).
-template <class T, int D, int QR, bool kPacked = false>
-__device__ __forceinline__ int32_t start_item(const DecodeParams<T>& p, const Item& it, const int32_t* pages,
+template <class T, int D, int QR, bool kPacked = false, class P>
+__device__ __forceinline__ int32_t start_item(const P& p, const Item& it, const int32_t* pages,
                                               int32_t pg0, T* sQ, T* sPipe, int S, int W, int warp, int lane) {
   using L = SmemLayout<T, D, QR>;
   load_q<T, D, QR, kPacked>(p, it, sQ);
@@ -61,8 +61,11 @@ __device__ __forceinline__ int32_t start_item(const DecodeParams<T>& p, const It
 // go to the work plan's slots and are merged by its own merge kernel (no in-kernel merge).
 // cta: which CTA's item list of the plan to run (blockIdx.x for the decode kernels; a fused
 // kernel passes the virtual CTA id its scheduler bound it to, attention/scheduler.cuh).
-template <class T, int D, int QR, class Mainloop, bool kPacked = false>
-__device__ __forceinline__ void decode_items(const DecodeParams<T>& p, int cta) {
+// P: DecodeParams<T, KV>. fp8 pools (P::kQuantizedKV): each warp tile is widened to 16 bits in
+// shared memory (dequant_tile) between its arrival and the mainloop, which reads 16-bit tiles
+// either way.
+template <class T, int D, int QR, class Mainloop, bool kPacked = false, class P>
+__device__ __forceinline__ void decode_items(const P& p, int cta) {
   using L = SmemLayout<T, D, QR>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const int S = p.stages;
@@ -156,8 +159,12 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p, int cta) 
       cp_async_wait_dyn(S - 1);  // tile t has landed (this lane's copies) ...
       __syncwarp();              // ... and every lane's
       WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0 && t == 0, kTraceFirstTile);
-      const T* sK = stage(rd);
+      T* sK = stage(rd);
       rd = rd + 1 == S ? 0 : rd + 1;
+      if constexpr (P::kQuantizedKV) {
+        dequant_tile<T, typename P::KVElem, D>(sK, sK + L::kTileElems, lane);
+        __syncwarp();  // every lane's 16-bit rows are written
+      }
       ml.tile(p, sQ, sK, sK + L::kTileElems, tile_k0(t), it.kv_end, it.nrows, lane);
     }
     // This warp is done with the item's tiles (none pending: tiles past nt were never issued).
@@ -192,8 +199,8 @@ __device__ __forceinline__ void decode_items(const DecodeParams<T>& p, int cta) 
 }
 
 // The decode kernels' form: CTA blockIdx.x's items.
-template <class T, int D, int QR, class Mainloop, bool kPacked = false>
-__device__ __forceinline__ void decode_items(const DecodeParams<T>& p) {
+template <class T, int D, int QR, class Mainloop, bool kPacked = false, class P>
+__device__ __forceinline__ void decode_items(const P& p) {
   decode_items<T, D, QR, Mainloop, kPacked>(p, static_cast<int>(blockIdx.x));
 }
 

@@ -64,7 +64,8 @@ struct TcMainloop {
     }
   }
 
-  __device__ __forceinline__ void tile(const DecodeParams<T>& p, const T* sQ, const T* sK, const T* sV, int k0,
+  template <class P>
+  __device__ __forceinline__ void tile(const P& p, const T* sQ, const T* sK, const T* sV, int k0,
                                        int kv_end, int nrows, int lane) {
     // S^T = K Q^T: [16 keys][NT * 8 queries], accumulated in two chains (even / odd kk) for
     // NT <= 2; at NT = 4 the four n8 tiles are already independent mma chains, and a second
@@ -97,7 +98,7 @@ struct TcMainloop {
 
     // Logits (the variant: scale, soft cap, bias; keys past kv_end masked) and online softmax
     // per query column.
-    const V v = attn::VariantFactory<V>::make(p);
+    const V v = make_variant<V>(p, rs);
     const int key_lo = k0 + lane / 4;  // accumulator elements 0, 1; elements 2, 3 are key_lo + 8
     uint32_t pb[NT][2];                // B fragments of P^T for the PV mma
 #pragma unroll
@@ -192,8 +193,9 @@ struct TcMainloop {
 // V: the attention variant (attention/variant.cuh; DefaultVariant or AlibiVariant).
 // kPacked: the generic item path (decode_items); its rows may come from several requests, so a
 // variant whose logit depends on the query position (ALiBi) is not supported there yet.
-template <class T, int D, int NT, class V = attn::DefaultVariant, bool kPacked = false>
-__global__ void __launch_bounds__(kMaxThreads, 1) decode_tc_kernel(const DecodeParams<T> p) {
+// KV: the pools' element type (T, or an fp8 type whose tiles decode_items widens first: DecodeParams).
+template <class T, int D, int NT, class V = attn::DefaultVariant, bool kPacked = false, class KV = T>
+__global__ void __launch_bounds__(kMaxThreads, 1) decode_tc_kernel(const DecodeParams<T, KV> p) {
   static_assert(!kPacked || !V::kHasBias, "generic items: one query position per item row is not tracked");
   decode_items<T, D, NT == 4 ? 2 * kTileQ : kTileQ, TcMainloop<T, D, NT, V>, kPacked>(p);
 }

@@ -33,10 +33,10 @@ std::size_t jit_smem_bytes(const jit_detail::KernelSpec& spec, int32_t stages, i
 void launch_decode_jit(const LaunchArgs& a, const jit_detail::LoadedKernel& k, jit_detail::ParamBlock& params,
                        std::size_t smem, cudaStream_t stream) {
   if (a.dtype == DType::kFloat16) {
-    const DecodeParams<half> p = make_decode_params<half>(a);
+    const DecodeParams<half> p = make_decode_params<half, half>(a);
     params.set_base(&p, sizeof(p));
   } else {
-    const DecodeParams<__nv_bfloat16> p = make_decode_params<__nv_bfloat16>(a);
+    const DecodeParams<__nv_bfloat16> p = make_decode_params<__nv_bfloat16, __nv_bfloat16>(a);
     params.set_base(&p, sizeof(p));
   }
   jit_detail::launch(k, params, dim3(a.grid), dim3(a.warps * 32), smem, stream);

@@ -2,6 +2,7 @@
 // the generated weft_gen/instances.h) and their launcher.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "attention/heuristics.h"
 #include "attention/merge.cuh"
@@ -29,35 +30,37 @@ std::vector<TraceRecord> trace_read(int) { return {}; }
 namespace {
 
 // V: the attention variant (attention/variant.cuh), chosen per launch by launch_path.
-template <class T, int D, class V>
-void launch_variant(const DecodeParams<T>& p, DecodePath path, int tile_rows, int grid, cudaStream_t stream) {
+// KV: the pools' element type (T, or fp8: the same kernels with dequantized tiles, decode_params.cuh).
+template <class T, int D, class V, class KV>
+void launch_variant(const DecodeParams<T, KV>& p, DecodePath path, int tile_rows, int grid, cudaStream_t stream) {
   // The dynamic shared memory limit was raised by ctas_per_sm() (wrapper construction), and the
   // fixed grid is the smallest residency of all kernels of this head_dim.
   // Tensor cores: one n8 tile of query columns covers groups <= 8, two cover 9..16 and the
   // 16-row tiles of larger groups at D256, four the 32-row items (tile_rows 32).
   if constexpr (D <= 128) {
     if (tile_rows == kPlanTileQWide) {
-      decode_tc_kernel<T, D, 4, V><<<grid, p.warps * 32, SmemLayout<T, D, kPlanTileQWide>::bytes(p.stages, p.warps),
+      decode_tc_kernel<T, D, 4, V, false, KV><<<grid, p.warps * 32, SmemLayout<T, D, kPlanTileQWide>::bytes(p.stages, p.warps),
                                      stream>>>(p);
       WEFT_CUDA_CHECK_LAUNCH();
       return;
     }
   }
-  auto kernel = path == DecodePath::kCudaCore ? decode_cc_kernel<T, D, V>
-                : p.group_size <= 8            ? decode_tc_kernel<T, D, 1, V>
-                                               : decode_tc_kernel<T, D, 2, V>;
+  auto kernel = path == DecodePath::kCudaCore ? decode_cc_kernel<T, D, V, KV>
+                : p.group_size <= 8            ? decode_tc_kernel<T, D, 1, V, false, KV>
+                                               : decode_tc_kernel<T, D, 2, V, false, KV>;
   kernel<<<grid, p.warps * 32, SmemLayout<T, D>::bytes(p.stages, p.warps), stream>>>(p);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
 // Every kernel exists per variant: the default one (scale, soft cap; windows are trimmed by the
 // plan) and ALiBi (slopes given). The default kernels compute nothing per element for the bias.
-template <class T, int D>
-void launch_path(const DecodeParams<T>& p, DecodePath path, int tile_rows, int grid, cudaStream_t stream) {
-  if (p.var.alibi_slopes != nullptr)
-    launch_variant<T, D, attn::AlibiVariant>(p, path, tile_rows, grid, stream);
-  else
-    launch_variant<T, D, attn::DefaultVariant>(p, path, tile_rows, grid, stream);
+// fp8 pools: the default variant only (run() rejects ALiBi with an fp8 cache: fewer instances).
+template <class T, int D, class KV>
+void launch_path(const DecodeParams<T, KV>& p, DecodePath path, int tile_rows, int grid, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, KV>) {
+    if (p.var.alibi_slopes != nullptr) return launch_variant<T, D, attn::AlibiVariant>(p, path, tile_rows, grid, stream);
+  }
+  launch_variant<T, D, attn::DefaultVariant>(p, path, tile_rows, grid, stream);
 }
 
 int log2_exact(int32_t x) {
@@ -69,11 +72,17 @@ int log2_exact(int32_t x) {
 
 }  // namespace
 
-template <class T>
-DecodeParams<T> make_decode_params(const LaunchArgs& a) {
-  DecodeParams<T> p;
+template <class T, class KV>
+DecodeParams<T, KV> make_decode_params(const LaunchArgs& a) {
+  DecodeParams<T, KV> p;
   p.plan = a.plan;
-  p.kv = a.blocks != nullptr ? paged::make_paged_kv<T>(*a.cache, *a.blocks) : paged::make_paged_kv<T>(*a.cache, *a.table);
+  p.kv = a.blocks != nullptr ? paged::make_paged_kv<KV>(*a.cache, *a.blocks) : paged::make_paged_kv<KV>(*a.cache, *a.table);
+  if constexpr (!std::is_same_v<T, KV>) {  // validated by run(): sizes 1 or num_kv_heads
+    p.k_scale = a.cache->k_scale.device;
+    p.v_scale = a.cache->v_scale.device;
+    p.k_scale_stride = a.cache->k_scale.size > 1 ? 1 : 0;
+    p.v_scale_stride = a.cache->v_scale.size > 1 ? 1 : 0;
+  }
   p.q = static_cast<const T*>(a.q->data);
   p.q_stride_token = a.q->strides[0];
   p.q_stride_head = a.q->strides[1];
@@ -89,8 +98,8 @@ DecodeParams<T> make_decode_params(const LaunchArgs& a) {
   p.warps = a.warps;
   return p;
 }
-template DecodeParams<half> make_decode_params<half>(const LaunchArgs&);
-template DecodeParams<__nv_bfloat16> make_decode_params<__nv_bfloat16>(const LaunchArgs&);
+template DecodeParams<half, half> make_decode_params<half, half>(const LaunchArgs&);
+template DecodeParams<__nv_bfloat16, __nv_bfloat16> make_decode_params<__nv_bfloat16, __nv_bfloat16>(const LaunchArgs&);
 
 namespace {
 
@@ -100,15 +109,18 @@ constexpr DecodePath path_of(const char* tag) {
 
 template <class T>
 void dispatch(const LaunchArgs& a, cudaStream_t stream) {
-  const DecodeParams<T> p = make_decode_params<T>(a);
-#define WEFT_DECODE_INSTANCE(TYPE, DIM, PATH)                                                   \
-  if (std::is_same_v<T, TYPE> && a.head_dim == DIM && a.path == path_of(#PATH)) {                 \
-    if constexpr (std::is_same_v<T, TYPE>) return launch_path<TYPE, DIM>(p, a.path, a.tile_rows, a.grid, stream); \
+  // 16-bit pools always have q's dtype (run() checks it), whatever a.kv_dtype was left at.
+  const DType kv = a.kv_dtype == DType::kFloat8E4M3 || a.kv_dtype == DType::kFloat8E5M2 ? a.kv_dtype : a.dtype;
+#define WEFT_DECODE_INSTANCE(TYPE, KV_TYPE, DIM, PATH)                                                     \
+  if (std::is_same_v<T, TYPE> && kv == detail::TypeOf<KV_TYPE>::value && a.head_dim == DIM &&               \
+      a.path == path_of(#PATH)) {                                                                           \
+    if constexpr (std::is_same_v<T, TYPE>)                                                                  \
+      return launch_path<TYPE, DIM>(make_decode_params<TYPE, KV_TYPE>(a), a.path, a.tile_rows, a.grid, stream); \
   }
   WEFT_DECODE_INSTANCES(WEFT_DECODE_INSTANCE)
 #undef WEFT_DECODE_INSTANCE
-  throw Error("head_dim", "no decode kernel compiled for head_dim " + std::to_string(a.head_dim) +
-                              " and path " + decode_path_name(a.path));
+  throw Error("head_dim", "no decode kernel compiled for head_dim " + std::to_string(a.head_dim) + ", KV dtype " +
+                              dtype_name(a.kv_dtype) + " and path " + decode_path_name(a.path));
 }
 
 }  // namespace
@@ -122,6 +134,21 @@ int decode_stages(int32_t head_dim) { return heuristics::decode_default_stages(h
 int decode_warps(int32_t head_dim) { return heuristics::decode_default_warps(head_dim); }
 static_assert(kDecodeMaxWarpsPerCta == kMaxWarps && kDecodeMaxPipelineStages == kMaxStages,
               "DecodeOptions' ranges (weft/decode.h) are the kernels' limits");
+
+namespace {
+// Residency query of the fp8-KV kernels of one instance row (nothing for 16-bit rows: their
+// kernels are queried with the variant lists below).
+template <class T, class KV, int D, class Query>
+void query_quantized_kv(Query& query, int32_t stages, int32_t warps) {
+  if constexpr (!std::is_same_v<T, KV>) {
+    using V = attn::DefaultVariant;
+    query(SmemLayout<T, D>::bytes(stages, warps), decode_tc_kernel<T, D, 1, V, false, KV>,
+          decode_tc_kernel<T, D, 2, V, false, KV>, decode_cc_kernel<T, D, V, KV>);
+    if constexpr (D <= 128)
+      query(SmemLayout<T, D, kPlanTileQWide>::bytes(stages, warps), decode_tc_kernel<T, D, 4, V, false, KV>);
+  }
+}
+}  // namespace
 
 int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
   int n = 0;
@@ -159,6 +186,12 @@ int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
     case 256: query(WEFT_DECODE_KERNELS(256)); break;
     default: throw Error("head_dim", "expected 64, 128 or 256, got " + std::to_string(head_dim));
   }
+  // The fp8-KV kernels of the instance table (rows with dtype_kv != dtype_q; default variant):
+  // same shared memory as the 16-bit ones (the tiles are widened in place), their own registers.
+#define WEFT_DECODE_INSTANCE(TYPE, KV_TYPE, DIM, PATH) \
+  if (head_dim == DIM) query_quantized_kv<TYPE, KV_TYPE, DIM>(query, stages, warps);
+  WEFT_DECODE_INSTANCES(WEFT_DECODE_INSTANCE)
+#undef WEFT_DECODE_INSTANCE
 #undef WEFT_DECODE_KERNELS
 #undef WEFT_DECODE_KERNELS_V
 #undef WEFT_DECODE_WIDE_KERNELS
@@ -167,8 +200,18 @@ int ctas_per_sm(int32_t head_dim, int32_t stages, int32_t warps, int device) {
 
 bool path_compiled(DecodePath path) {
   // Whether the instance table (src/instances.txt) has a decode row of this path.
-#define WEFT_DECODE_INSTANCE(TYPE, DIM, PATH) \
+#define WEFT_DECODE_INSTANCE(TYPE, KV_TYPE, DIM, PATH) \
   if (path == path_of(#PATH)) return true;
+  WEFT_DECODE_INSTANCES(WEFT_DECODE_INSTANCE)
+#undef WEFT_DECODE_INSTANCE
+  return false;
+}
+
+bool kv_dtype_compiled(DType q, DType kv, int32_t head_dim, DecodePath path) {
+#define WEFT_DECODE_INSTANCE(TYPE, KV_TYPE, DIM, PATH)                                                  \
+  if (q == detail::TypeOf<TYPE>::value && kv == detail::TypeOf<KV_TYPE>::value && head_dim == DIM &&     \
+      path == path_of(#PATH))                                                                           \
+    return true;
   WEFT_DECODE_INSTANCES(WEFT_DECODE_INSTANCE)
 #undef WEFT_DECODE_INSTANCE
   return false;

@@ -30,7 +30,7 @@ void prepare(int optin) {
 
 template <class T>
 void dispatch_packed(const LaunchArgs& a, const plan::WorkPlanPointers& work, cudaStream_t stream) {
-  DecodeParams<T> p = make_decode_params<T>(a);
+  DecodeParams<T> p = make_decode_params<T, T>(a);
   p.work = work;
   switch (a.head_dim) {
     case 64: return launch_packed<T, 64>(p, a.grid, stream);

@@ -26,7 +26,8 @@ struct LaunchArgs {
   const BlockTable* blocks = nullptr;  // non-null: keys through this native block table, not `table`
   int32_t group_size = 1;
   attn::VariantParams var;  // attn::variant_params(variant, head_dim); alibi_slopes picks AlibiVariant
-  DType dtype = DType::kBFloat16;
+  DType dtype = DType::kBFloat16;     // q and out
+  DType kv_dtype = DType::kBFloat16;  // the pools: dtype, or fp8 e4m3 / e5m2 (cache->k_scale / v_scale)
   int32_t head_dim = 0;
   DecodePath path = DecodePath::kTensorCore;
   int32_t grid = 0;
@@ -47,10 +48,12 @@ void launch_decode_work_plan(const LaunchArgs& args, const plan::WorkPlanPointer
 // Raises the generic item path's kernels' dynamic shared memory limit (outside graph capture).
 void prepare_decode_work_plan(int32_t head_dim);
 // The kernel parameters of args (kernels.cu; shared by both launchers).
-template <class T>
+template <class T, class KV>
 struct DecodeParams;
-template <class T>
-DecodeParams<T> make_decode_params(const LaunchArgs& args);
+template <class T, class KV>
+DecodeParams<T, KV> make_decode_params(const LaunchArgs& args);
+// Whether a decode kernel for q dtype `q`, pool dtype `kv`, head_dim and path exists (instance table).
+bool kv_dtype_compiled(DType q, DType kv, int32_t head_dim, DecodePath path);
 // Per-warp pipeline stages for head_dim: the tuned default (see decode_stages in kernels.cu);
 // DecodeOptions::pipeline_stages overrides it.
 int decode_stages(int32_t head_dim);

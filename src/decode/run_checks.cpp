@@ -1,6 +1,7 @@
 // Decode run-time checks (run_checks.h).
 #include "decode/run_checks.h"
 
+#include "weft/fp8.h"
 #include "weft/validate.h"
 
 namespace weft::decode {
@@ -27,8 +28,8 @@ void check_views(const PlannedShape& s, const TensorView& q, const TensorView& o
   }
 }
 
-void check_cache(const PlannedShape& s, const PagedKVCache& cache) {
-  check::dtype_is(cache.k_pages, "cache.k_pages", s.dtype);
+void check_cache(const PlannedShape& s, const PagedKVCache& cache, bool fp8_ok) {
+  if (!fp8_ok || !is_fp8(cache.k_pages.dtype)) check::dtype_is(cache.k_pages, "cache.k_pages", s.dtype);
   WEFT_CHECK_ARG(cache.layout == s.layout, "cache.layout",
                  "planned " << kv_layout_name(s.layout) << ", got " << kv_layout_name(cache.layout));
   WEFT_CHECK_ARG(cache.page_size() == s.page_size, "cache.page_size",

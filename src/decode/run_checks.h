@@ -22,7 +22,8 @@ struct PlannedShape {
 // [batch, Hq] f32 (inner stride 1, 4-byte aligned) or null unless required.
 void check_views(const PlannedShape& s, const TensorView& q, const TensorView& out, const TensorView* lse);
 // The cache (already validated with its page table) against the plan: dtype, layout, page size,
-// heads, head_dim.
-void check_cache(const PlannedShape& s, const PagedKVCache& cache);
+// heads, head_dim. fp8_ok: fp8 pools (weft/fp8.h) pass the dtype check too (the caller checks
+// that it has kernels for them); otherwise the pools must have the planned dtype.
+void check_cache(const PlannedShape& s, const PagedKVCache& cache, bool fp8_ok = false);
 
 }  // namespace weft::decode

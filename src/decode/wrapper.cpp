@@ -19,6 +19,7 @@
 #include "decode/run_checks.h"
 #include "paged/block_table.h"
 #include "weft/decode.h"
+#include "weft/fp8.h"
 #include "weft/validate.h"
 
 namespace weft {
@@ -132,6 +133,8 @@ struct BatchDecodeWrapper::Impl {
 
   // run(): the checks of q / out / lse and of the cache against the plan, and the launch.
   void check_run_views(const TensorView& q, const TensorView& out, const TensorView* lse) const;
+  // fp8 pools (run(PageTable) only): a kernel for them, and no feature they do not support yet.
+  void check_run_fp8(const PagedKVCache& cache) const;
   decode::PlannedShape planned_shape() const;
   // The table's batch and every row's length (len(b)) equal the plan's (`name` on a mismatch).
   template <class Len>
@@ -488,12 +491,30 @@ void BatchDecodeWrapper::Impl::check_run_views(const TensorView& q, const Tensor
                  "the planned run-time compiled variant has kSoftmax = false: its output needs the LSE");
 }
 
+void BatchDecodeWrapper::Impl::check_run_fp8(const PagedKVCache& cache) const {
+  // (validate_paged_kv ran: the scales are present for fp8 pools and absent otherwise;
+  // decode::check_cache with fp8_ok checked the rest of the cache against the plan.)
+  const DType kv_dtype = cache.k_pages.dtype;
+  if (!is_fp8(kv_dtype)) return;
+  // fp8 pools: Q and O keep the planned f16/bf16; the kernels of (q dtype, pool dtype,
+  // head_dim, path) must be in the instance table (src/instances.txt).
+  WEFT_CHECK_ARG(decode::kv_dtype_compiled(dtype, kv_dtype, head_dim, path), "cache.k_pages",
+                 "no decode kernel for " << dtype_name(kv_dtype) << " pools with " << dtype_name(dtype)
+                                         << " q, head_dim " << head_dim << " and path " << decode_path_name(path)
+                                         << " in this build");
+  WEFT_CHECK_ARG(variant.alibi_slopes == nullptr, "variant.alibi_slopes",
+                 "ALiBi is not supported with an fp8 KV cache yet");
+  WEFT_CHECK_ARG(jit.kernel == nullptr, "variant.jit", "run-time compiled variants do not read fp8 KV caches yet");
+  WEFT_CHECK_ARG(!share, "options.share_prefixes", "prefix sharing is not supported with an fp8 KV cache yet");
+}
+
 void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, const PageTable& table,
                              const TensorView& out, const TensorView* lse, cudaStream_t stream) {
   Impl& im = *impl_;
   im.check_run_views(q, out, lse);
   validate_paged_kv(cache, table);
-  decode::check_cache(im.planned_shape(), cache);
+  decode::check_cache(im.planned_shape(), cache, /*fp8_ok=*/true);
+  im.check_run_fp8(cache);
   im.check_run_lengths(table.batch_size, "table", [&](int32_t b) { return kv_len_of(table, im.page_size, b); });
   // A plan without items (batch 0) makes every CTA exit after reading its (empty) range from the
   // workspace: the kernel dereferences none of the pointers below, so it is launched whenever
@@ -541,6 +562,7 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
   a.group_size = num_qo_heads / num_kv_heads;
   a.var = attn::variant_params(variant, head_dim);
   a.dtype = dtype;
+  a.kv_dtype = cache.k_pages.dtype;
   a.head_dim = head_dim;
   a.path = path;
   a.grid = grid;

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "weft/fp8.h"
 #include "weft/validate.h"
 
 namespace weft::paged {
@@ -15,7 +16,11 @@ namespace {
 void check_new(const TensorView& t, const char* name, const PagedKVCache& cache) {
   check::on_device(t, name);
   check::ndim_is(t, name, 3);
-  check::same_dtype(cache.k_pages, "k_pages", t, name);
+  // 16-bit pools: the same dtype (a copy); fp8 pools: f16 or bf16 input, quantized.
+  if (is_fp8(cache.k_pages.dtype))
+    check::dtype_in(t, name, {DType::kFloat16, DType::kBFloat16});
+  else
+    check::same_dtype(cache.k_pages, "k_pages", t, name);
   check::shape_is(t, name, {-1, cache.num_kv_heads(), cache.head_dim()});
   WEFT_CHECK_ARG(t.device_id == cache.k_pages.device_id, name,
                  "on device " << t.device_id << ", the pools on " << cache.k_pages.device_id);
@@ -95,6 +100,7 @@ int64_t validate_append(const TensorView& new_k, const TensorView& new_v,
   check_new(new_k, "new_k", cache);
   check_new(new_v, "new_v", cache);
   check::same_shape(new_k, "new_k", new_v, "new_v");
+  check::same_dtype(new_k, "new_k", new_v, "new_v");
   const int64_t nnz = new_k.size(0);
   check_token_array(batch_indices, nnz, "batch_indices");
   check_token_array(positions, nnz, "positions");

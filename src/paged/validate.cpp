@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 
+#include "weft/fp8.h"
 #include "weft/paged_kv.h"
 #include "weft/validate.h"
 
@@ -47,7 +49,7 @@ void check_pool_strides(const TensorView& t, const char* name) {
 void check_pool(const TensorView& t, const char* name) {
   check::on_device(t, name);
   check::ndim_is(t, name, 4);
-  check::dtype_in(t, name, {DType::kFloat16, DType::kBFloat16});
+  check::dtype_in(t, name, {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3, DType::kFloat8E5M2});
   check::inner_contiguous(t, name, 16);
   check_pool_strides(t, name);
 }
@@ -62,6 +64,25 @@ void check_index_array(const IndexArray& a, int64_t expected_size, const char* n
   check::device_index_array(a.device, need_device ? a.size : 0, name);
 }
 
+// Scales of an fp8 pool (required, size 1 or num_kv_heads, float-aligned device array; host
+// mirror entries finite and > 0 when given); a 16-bit pool takes none.
+void check_scale(const KVScale& s, const char* name, const TensorView& pool, int64_t num_kv_heads) {
+  if (!is_fp8(pool.dtype)) {
+    WEFT_CHECK_ARG(s.size == 0 && s.device == nullptr && s.host == nullptr, name,
+                   "scales are for fp8 pools only; the pools are " << dtype_name(pool.dtype));
+    return;
+  }
+  WEFT_CHECK_ARG(s.size == 1 || s.size == num_kv_heads, name,
+                 "an " << dtype_name(pool.dtype) << " pool needs 1 (per tensor) or num_kv_heads = " << num_kv_heads
+                       << " (per head) scales, got size " << s.size);
+  WEFT_CHECK_ARG(s.device != nullptr, name, "device array is null (" << dtype_name(pool.dtype) << " pools need scales)");
+  check::aligned(s.device, name, sizeof(float));
+  if (s.host != nullptr)
+    for (int64_t h = 0; h < s.size; ++h)
+      WEFT_CHECK_ARG(std::isfinite(s.host[h]) && s.host[h] > 0.f, name,
+                     "entry " << h << " is " << s.host[h] << "; scales must be finite and > 0");
+}
+
 // Pools only (both page-table kinds share these checks).
 void check_pools(const PagedKVCache& cache) {
   WEFT_CHECK_ARG(cache.layout == KVLayout::kNHD || cache.layout == KVLayout::kHND, "layout",
@@ -73,6 +94,8 @@ void check_pools(const PagedKVCache& cache) {
   WEFT_CHECK_ARG(cache.k_pages.device_id == cache.v_pages.device_id, "v_pages",
                  "on device " << cache.v_pages.device_id << ", k_pages on " << cache.k_pages.device_id);
   check::head_dim_supported(cache.head_dim(), "head_dim");
+  check_scale(cache.k_scale, "k_scale", cache.k_pages, cache.num_kv_heads());
+  check_scale(cache.v_scale, "v_scale", cache.v_pages, cache.num_kv_heads());
   const int64_t page_size = cache.page_size();
   check::in_range(page_size, "page_size", 1, INT32_MAX);
   // Bounded so per-token work sizes (2 * heads * head_dim) stay far inside int32.

@@ -15,7 +15,7 @@ void launch_typed(const prefill::PrefillParams& pre, const decode::LaunchArgs& d
                   int32_t grid, cudaStream_t stream) {
   PodParams<T> p;
   p.pre = pre;
-  p.dec = decode::make_decode_params<T>(dec);
+  p.dec = decode::make_decode_params<T, T>(dec);
   p.bind = ws.bind;
   p.counters = ws.counters;
   pod_kernel<T, D><<<grid, kThreads, PodTraits<T, D>::kSmem, stream>>>(p);
