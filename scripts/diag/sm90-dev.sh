@@ -20,11 +20,20 @@ if has fi && [ -d .baselines/whl ]; then
       .baselines/whl/*.whl > "$OUT/fi_install.log" 2>&1 ) &
   FI_PID=$!
 fi
-# WEFT_EXPERIMENTS: the variant A/B below picks the sm90 pipeline variant from the environment.
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE=comm -DWEFT_BUILD_TESTS=ON \
-  -DWEFT_EXPERIMENTS=$(has variants && echo ON || echo OFF) > "$OUT/build.log" 2>&1
+  > "$OUT/build.log" 2>&1
 targets="weft_gpu_prefill"
 if has bench || has variants; then targets="$targets weft-bench"; fi
+# The variant A/B: one more tree per experimental pipeline variant (-DWEFT_SM90_PIPELINE=<v>: a
+# build compiles one variant), weft-bench only, built next to the main one.
+if has variants; then
+  for v in ${SM90_VARIANTS:-0 3}; do
+    [ "$v" = 15 ] && continue
+    ( cmake -S . -B $BUILD-v$v -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE="comm;norm" \
+        -DWEFT_BUILD_TESTS=OFF -DWEFT_SM90_PIPELINE=$v && cmake --build $BUILD-v$v -j8 --target weft-bench ) \
+      > "$OUT/build_v$v.log" 2>&1 &
+  done
+fi
 if ! cmake --build $BUILD -j16 --target $targets >> "$OUT/build.log" 2>&1; then
   tail -n 40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
@@ -33,7 +42,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw -
 
 if has test; then
   timeout 240 $BUILD/tests/weft_gpu_prefill --gtest_filter='PrefillSm90*' > "$OUT/test_sm90.log" 2>&1
-  echo "sm90 tests (variant ${WEFT_PREFILL_SM90_VARIANT:-default}) rc=$?"; grep -E "^\[  (FAILED|PASSED|  OK) |Failure|expected|O:|LSE:|sm90 mainloop not" "$OUT/test_sm90.log" | head -40
+  echo "sm90 tests rc=$?"; grep -E "^\[  (FAILED|PASSED|  OK) |Failure|expected|O:|LSE:|sm90 mainloop not" "$OUT/test_sm90.log" | head -40
 fi
 if has suite; then
   timeout 300 $BUILD/tests/weft_gpu_prefill --gtest_brief=1 > "$OUT/test_suite.log" 2>&1
@@ -51,10 +60,15 @@ if has bench; then
   timeout 240 $BUILD/bench/weft-bench --group prefill ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"
 fi
-# Same-call A/B of the sm90 pipeline variants (WEFT_PREFILL_SM90_VARIANT, bit 0 overlap, bit 1 ping-pong).
+# Same-call A/B of the sm90 pipeline variants (bit 0 overlap, bit 1 ping-pong, 15 = shipped): the
+# shipped build's weft-bench and one per experimental variant.
 if has variants; then
-  for v in ${SM90_VARIANTS:-0 1 2 3}; do
-    WEFT_PREFILL_SM90_VARIANT=$v timeout 120 $BUILD/bench/weft-bench --group prefill --no-ceilings \
+  wait  # the variant builds
+  for v in 15 ${SM90_VARIANTS:-0 3}; do
+    bin=$BUILD/bench/weft-bench
+    [ "$v" = 15 ] || bin=$BUILD-v$v/bench/weft-bench
+    [ -x "$bin" ] || { echo "variant $v: build failed (see build_v$v.log)"; continue; }
+    timeout 120 "$bin" --group prefill --no-ceilings \
       ${VARIANT_ARGS:---filter prefill/sm90/causal/ragged/L4096 --filter prefill/sm90/causal/ragged/L16384} \
       --json "/tmp/variant$v.json" > "/tmp/variant$v.log" 2>&1
     python3 -c "import json,sys; d=json.load(open('/tmp/variant$v.json')); print('variant $v', ' '.join('%s=%.1f' % (c['name'].split('sm90/')[-1], c['flops']/c['ms']/1e9) for c in d['cases'] if c.get('ms')))"

@@ -28,7 +28,6 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 
 #include "common/cuda_check.h"
 #include "common/ptx.cuh"
@@ -516,22 +515,15 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
 // Pipeline variant (kVariant of prefill_sm90_kernel): 0 (plain: S, softmax, P V in turn), 3
 // (overlap + ping-pong, two stages, P V as two N = 64 halves) or 15 (3 + three stages + one
 // N = 128 P V per k-step), the shipped one. (Variants 1, 2, 7, 11 were measured and dropped: perf
-// notes.) The shipped library reads no environment; only an experiments build
-// (-DWEFT_EXPERIMENTS=ON, never measured for the record) lets WEFT_PREFILL_SM90_VARIANT pick 0 or
-// 3 for same-call A/B runs (scripts/diag/sm90-dev.sh).
-inline constexpr int kDefaultVariant = 15;
-inline int pipeline_variant() {
-#if WEFT_EXPERIMENTS
-  static const int v = [] {
-    const char* e = std::getenv("WEFT_PREFILL_SM90_VARIANT");
-    const int x = e ? std::atoi(e) : kDefaultVariant;
-    return x == 0 || x == 3 || x == 15 ? x : kDefaultVariant;
-  }();
-  return v;
-#else
-  return kDefaultVariant;
+// notes.) A build compiles ONE variant: 15, or the one an experiments build names with
+// -DWEFT_SM90_PIPELINE=0|3 (scripts/diag/sm90-dev.sh builds one tree per variant for its A/B).
+// The library reads no environment, and the shipped build carries no kernel it never launches.
+#ifndef WEFT_SM90_PIPELINE_VARIANT
+#define WEFT_SM90_PIPELINE_VARIANT 15
 #endif
-}
+inline constexpr int kPipelineVariant = WEFT_SM90_PIPELINE_VARIANT;
+static_assert(kPipelineVariant == 0 || kPipelineVariant == 3 || kPipelineVariant == 15,
+              "WEFT_SM90_PIPELINE must be 0, 3 or 15");
 
 template <int D, class T, int V>
 void launch_variant(const KernelParams& kp, int num_ctas, cudaStream_t stream) {
@@ -543,11 +535,7 @@ void launch_prefill_sm90(const PrefillParams& p, const Shapes& s, int num_ctas, 
   KernelParams kp{};
   kp.p = p;
   make_tensor_maps(kp, s, detail::TypeOf<T>::value, D);
-  switch (pipeline_variant()) {
-    case 0: launch_variant<D, T, 0>(kp, num_ctas, stream); break;
-    case 3: launch_variant<D, T, 3>(kp, num_ctas, stream); break;
-    default: launch_variant<D, T, 15>(kp, num_ctas, stream); break;
-  }
+  launch_variant<D, T, kPipelineVariant>(kp, num_ctas, stream);
   WEFT_CUDA_CHECK_LAUNCH();
   note_launch();
 }
@@ -565,14 +553,13 @@ int occupancy_variant() {
   return b;
 }
 
-// Resident CTAs per SM (1 by design; 0 when the build has no sm_90a code: the trapping stub uses
-// a handful of registers). Also opts every variant in to its dynamic shared memory.
+// Resident CTAs per SM: 1 by design (the persistent grid is one CTA per SM), 0 when the build has
+// no sm_90a code (the trapping stub uses a handful of registers). Also opts the kernel in to its
+// dynamic shared memory.
 template <int D, class T>
 int occupancy_prefill_sm90() {
-  const int occ[3] = {occupancy_variant<D, T, 0>(), occupancy_variant<D, T, 3>(), occupancy_variant<D, T, 15>()};
-  int blocks = occ[0];
-  for (int o : occ) blocks = o < blocks ? o : blocks;
-  return blocks;
+  const int blocks = occupancy_variant<D, T, kPipelineVariant>();
+  return blocks < 1 ? blocks : 1;
 }
 
 }  // namespace weft::prefill::sm90
