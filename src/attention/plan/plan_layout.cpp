@@ -1,0 +1,213 @@
+// The fixed workspace layout of balanced plans (balance.h: WorkspaceLayout): every array at an
+// offset computed from the bounds, serialize / deserialize, device pointers.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "attention/plan/balance.h"
+#include "weft/error.h"
+
+namespace weft::plan {
+
+// ---------------------------------------------------------------------------------------------
+namespace {
+constexpr int kItemArrays = 8;
+constexpr int kMergeArrays = 4;
+std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
+}  // namespace
+
+WorkspaceLayout::WorkspaceLayout(const PlanBounds& b) : bounds_(b) {
+  WEFT_CHECK_ARG(b.max_batch >= 1, "max_batch", "must be >= 1, got " << b.max_batch);
+  WEFT_CHECK_ARG(b.max_tiles >= 0, "max_tiles", "must be >= 0, got " << b.max_tiles);
+  WEFT_CHECK_ARG(b.num_ctas >= 1, "num_ctas", "must be >= 1, got " << b.num_ctas);
+  WEFT_CHECK_ARG(b.tile_q >= 1, "tile_q", "must be >= 1, got " << b.tile_q);
+  WEFT_CHECK_ARG(b.head_dim >= 1 && b.head_dim % 4 == 0, "head_dim",
+                 "must be a positive multiple of 4, got " << b.head_dim);
+  max_items_ = b.max_tiles + b.num_ctas;
+  max_merges_ = b.num_ctas;
+  max_slots_ = 2 * b.num_ctas;
+  std::size_t off = align_up(sizeof(PlanHeader), kAlign);
+  off_cta_ = off;
+  off = align_up(off + sizeof(int32_t) * (b.num_ctas + 1), kAlign);
+  off_first_ = off;
+  off = align_up(off + sizeof(CtaRecord) * std::size_t(b.num_ctas), kAlign);
+  off_items_ = off;
+  off = align_up(off + sizeof(int32_t) * kItemArrays * std::size_t(max_items_), kAlign);
+  off_merges_ = off;
+  off = align_up(off + sizeof(int32_t) * (kMergeArrays * std::size_t(max_merges_) + max_merges_ + 1), kAlign);
+  off_counter_ = off;
+  off = align_up(off + sizeof(uint32_t) * std::size_t(max_merges_), kAlign);
+  off_qo_ = off;
+  off = align_up(off + sizeof(int32_t) * (b.max_batch + 1), kAlign);
+  off_kv_ = off;
+  off = align_up(off + sizeof(int32_t) * b.max_batch, kAlign);
+  metadata_bytes_ = off;
+  off_po_ = off;
+  off = align_up(off + sizeof(float) * std::size_t(max_slots_) * b.tile_q * b.head_dim, kAlign);
+  off_plse_ = off;
+  off = align_up(off + sizeof(float) * std::size_t(max_slots_) * b.tile_q, kAlign);
+  total_bytes_ = off;
+}
+
+PlanPointers WorkspaceLayout::pointers(void* base) const {
+  char* p = static_cast<char*>(base);
+  auto i32 = [&](std::size_t off, std::size_t k) {
+    return reinterpret_cast<const int32_t*>(p + off) + k;
+  };
+  const std::size_t mi = max_items_, mm = max_merges_;
+  PlanPointers v{};
+  v.header = reinterpret_cast<const PlanHeader*>(p);
+  v.cta_indptr = i32(off_cta_, 0);
+  v.cta_first = reinterpret_cast<const CtaRecord*>(p + off_first_);
+  v.item_request = i32(off_items_, 0 * mi);
+  v.item_kv_head = i32(off_items_, 1 * mi);
+  v.item_row_begin = i32(off_items_, 2 * mi);
+  v.item_row_end = i32(off_items_, 3 * mi);
+  v.item_kv_begin = i32(off_items_, 4 * mi);
+  v.item_kv_end = i32(off_items_, 5 * mi);
+  v.item_partial_slot = i32(off_items_, 6 * mi);
+  v.item_merge = i32(off_items_, 7 * mi);
+  v.merge_request = i32(off_merges_, 0 * mm);
+  v.merge_kv_head = i32(off_merges_, 1 * mm);
+  v.merge_row_begin = i32(off_merges_, 2 * mm);
+  v.merge_row_end = i32(off_merges_, 3 * mm);
+  v.merge_indptr = i32(off_merges_, 4 * mm);
+  v.merge_counter = reinterpret_cast<uint32_t*>(p + off_counter_);
+  v.qo_indptr = i32(off_qo_, 0);
+  v.kv_len = i32(off_kv_, 0);
+  v.partial_o = reinterpret_cast<float*>(p + off_po_);
+  v.partial_lse = reinterpret_cast<float*>(p + off_plse_);
+  return v;
+}
+
+void WorkspaceLayout::serialize(const Plan& plan, void* dst) const { serialize(plan, dst, nullptr); }
+
+void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const {
+  WEFT_CHECK_ARG(plan.version == kPlanVersion, "plan", "version " << plan.version << " != " << kPlanVersion);
+  WEFT_CHECK_ARG(plan.num_ctas == bounds_.num_ctas, "plan",
+                 "num_ctas " << plan.num_ctas << " != workspace bound " << bounds_.num_ctas);
+  // A plan may cut shorter query tiles than the bound (decode plans 16-row tiles into a 32-row
+  // workspace when that fills the grid better); partial slots keep the bound's row stride.
+  WEFT_CHECK_ARG(plan.tile_q >= 1 && plan.tile_q <= bounds_.tile_q, "plan",
+                 "tile_q " << plan.tile_q << " exceeds the workspace bound " << bounds_.tile_q);
+  WEFT_CHECK_ARG(plan.batch <= bounds_.max_batch, "plan",
+                 "batch " << plan.batch << " exceeds max_batch " << bounds_.max_batch);
+  WEFT_CHECK_ARG(plan.num_tiles <= bounds_.max_tiles, "plan",
+                 "num_tiles " << plan.num_tiles << " exceeds max_tiles " << bounds_.max_tiles);
+  WEFT_CHECK_ARG(plan.num_items() <= max_items_ && plan.num_merges() <= max_merges_ &&
+                     plan.num_partial_slots() <= max_slots_,
+                 "plan", "items/merges/slots " << plan.num_items() << "/" << plan.num_merges() << "/"
+                                               << plan.num_partial_slots() << " exceed bounds "
+                                               << max_items_ << "/" << max_merges_ << "/" << max_slots_);
+  // A buffer this layout wrote before holds zeros everywhere except in the arrays' first
+  // image->len[k] entries: clearing their excess is enough (and far less than the whole region).
+  const bool incremental = image != nullptr && image->valid;
+  if (!incremental) std::memset(dst, 0, metadata_bytes_);
+  char* base = static_cast<char*>(dst);
+  PlanHeader h{};
+  h.version = plan.version;
+  h.num_items = plan.num_items();
+  h.num_merges = plan.num_merges();
+  h.num_ctas = plan.num_ctas;
+  h.batch = plan.batch;
+  h.tile_q = plan.tile_q;
+  h.group_size = plan.group_size;
+  h.num_kv_heads = plan.num_kv_heads;
+  h.num_partial_slots = plan.num_partial_slots();
+  h.split = plan.split ? 1 : 0;
+  std::memcpy(base, &h, sizeof(h));
+  PlanPointers v = pointers(dst);
+  int k = 0;  // array index in image->len
+  auto put_n = [&](const int32_t* d, const int32_t* src, std::size_t n) {
+    int32_t* out = const_cast<int32_t*>(d);
+    if (n > 0 && src != nullptr) std::memcpy(out, src, n * sizeof(int32_t));
+    if (incremental && std::size_t(image->len[k]) > n)
+      std::memset(out + n, 0, (std::size_t(image->len[k]) - n) * sizeof(int32_t));
+    if (image != nullptr) image->len[k] = static_cast<int32_t>(n);
+    ++k;
+  };
+  auto put = [&](const int32_t* d, const std::vector<int32_t>& s) { put_n(d, s.data(), s.size()); };
+  put(v.cta_indptr, plan.cta_indptr);
+  put(v.item_request, plan.item_request);
+  put(v.item_kv_head, plan.item_kv_head);
+  put(v.item_row_begin, plan.item_row_begin);
+  put(v.item_row_end, plan.item_row_end);
+  put(v.item_kv_begin, plan.item_kv_begin);
+  put(v.item_kv_end, plan.item_kv_end);
+  put(v.item_partial_slot, plan.item_partial_slot);
+  put(v.merge_request, plan.merge_request);
+  put(v.merge_kv_head, plan.merge_kv_head);
+  put(v.merge_row_begin, plan.merge_row_begin);
+  put(v.merge_row_end, plan.merge_row_end);
+  put(v.merge_indptr, plan.merge_indptr);
+  put(v.qo_indptr, plan.qo_indptr);
+  put(v.kv_len, plan.kv_len);
+  // item_merge: the merge entry whose slot range holds the item's partial slot (slots of a merge
+  // are consecutive, merge_indptr ascending); -1 for final items. The counters stay 0.
+  int32_t* item_merge = const_cast<int32_t*>(v.item_merge);
+  const int32_t num_items = plan.num_items(), num_merges = plan.num_merges();
+  const int32_t num_slots = plan.merge_indptr.empty() ? 0 : plan.num_partial_slots();
+  const int32_t* mi = plan.merge_indptr.data();
+  for (int32_t i = 0; i < num_items; ++i) {
+    const int32_t s = plan.item_partial_slot[i];
+    int32_t m = -1;
+    if (s >= 0 && s < num_slots) {
+      m = static_cast<int32_t>(std::upper_bound(mi, mi + num_merges + 1, s) - mi) - 1;
+      if (m >= num_merges) m = -1;
+    }
+    item_merge[i] = m;
+  }
+  put_n(v.item_merge, nullptr, static_cast<std::size_t>(num_items));  // clears the excess only
+  CtaRecord* first = const_cast<CtaRecord*>(v.cta_first);
+  for (int32_t c = 0; c < plan.num_ctas; ++c) {
+    CtaRecord r{};
+    r.item_begin = plan.cta_indptr[c];
+    r.item_end = plan.cta_indptr[c + 1];
+    if (r.item_begin < r.item_end) {
+      const int32_t i = r.item_begin;
+      r.request = plan.item_request[i];
+      r.kv_head = plan.item_kv_head[i];
+      r.row_begin = plan.item_row_begin[i];
+      r.row_end = plan.item_row_end[i];
+      r.kv_begin = plan.item_kv_begin[i];
+      r.kv_end = plan.item_kv_end[i];
+      r.partial_slot = plan.item_partial_slot[i];
+      r.token0 = plan.qo_indptr[r.request];
+      r.merge = item_merge[i];
+    }
+    first[c] = r;
+  }
+  if (image != nullptr) image->valid = true;
+}
+
+Plan WorkspaceLayout::deserialize(const void* src) const {
+  PlanPointers v = pointers(const_cast<void*>(src));
+  const PlanHeader& h = *v.header;
+  Plan p;
+  p.version = h.version;
+  p.num_ctas = h.num_ctas;
+  p.num_kv_heads = h.num_kv_heads;
+  p.group_size = h.group_size;
+  p.tile_q = h.tile_q;
+  p.batch = h.batch;
+  p.split = h.split != 0;
+  auto get = [](const int32_t* s, int64_t n) { return std::vector<int32_t>(s, s + n); };
+  p.cta_indptr = get(v.cta_indptr, h.num_ctas + 1);
+  p.item_request = get(v.item_request, h.num_items);
+  p.item_kv_head = get(v.item_kv_head, h.num_items);
+  p.item_row_begin = get(v.item_row_begin, h.num_items);
+  p.item_row_end = get(v.item_row_end, h.num_items);
+  p.item_kv_begin = get(v.item_kv_begin, h.num_items);
+  p.item_kv_end = get(v.item_kv_end, h.num_items);
+  p.item_partial_slot = get(v.item_partial_slot, h.num_items);
+  p.merge_request = get(v.merge_request, h.num_merges);
+  p.merge_kv_head = get(v.merge_kv_head, h.num_merges);
+  p.merge_row_begin = get(v.merge_row_begin, h.num_merges);
+  p.merge_row_end = get(v.merge_row_end, h.num_merges);
+  p.merge_indptr = get(v.merge_indptr, h.num_merges + 1);
+  p.qo_indptr = get(v.qo_indptr, h.batch + 1);
+  p.kv_len = get(v.kv_len, h.batch);
+  return p;
+}
+
+}  // namespace weft::plan
