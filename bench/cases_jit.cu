@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "paged_pools.h"
 #include "weft/decode.h"
 #include "weft/error.h"
 #include "weft/jit.h"
@@ -34,44 +35,6 @@ namespace {
 using weft::bench::DeviceArray;
 constexpr int32_t kHq = 32, kHkv = 8, kD = 128, kPage = 16;
 constexpr weft::DType kBF16 = weft::DType::kBFloat16;
-
-// Paged K/V of `lens` keys per request (random page order).
-struct PagedKV {
-  std::vector<int32_t> indptr{0}, last, indices;
-  DeviceArray k, v, d_indptr, d_indices, d_last;
-  weft::PageTable table;
-  weft::PagedKVCache cache;
-  explicit PagedKV(const std::vector<int32_t>& lens) {
-    for (int32_t l : lens) {
-      const int32_t pages = (l + kPage - 1) / kPage;
-      indptr.push_back(indptr.back() + pages);
-      last.push_back(l == 0 ? 0 : l - (pages - 1) * kPage);
-    }
-    const int64_t num_pages = indptr.back();
-    indices.resize(num_pages);
-    std::iota(indices.begin(), indices.end(), 0);
-    std::shuffle(indices.begin(), indices.end(), std::mt19937_64(7));
-    const size_t pool = size_t(num_pages) * kPage * kHkv * kD;
-    k = DeviceArray(pool * 2);
-    v = DeviceArray(pool * 2);
-    weft::bench::fill_random(k.get(), pool, kBF16, 1);
-    weft::bench::fill_random(v.get(), pool, kBF16, 2);
-    d_indptr = DeviceArray(indptr.size() * 4);
-    d_indices = DeviceArray(std::max<size_t>(indices.size(), 1) * 4);
-    d_last = DeviceArray(last.size() * 4);
-    WEFT_BENCH_CUDA(cudaMemcpy(d_indptr.get(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
-    WEFT_BENCH_CUDA(cudaMemcpy(d_indices.get(), indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
-    WEFT_BENCH_CUDA(cudaMemcpy(d_last.get(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
-    const int32_t batch = static_cast<int32_t>(lens.size());
-    table.batch_size = batch;
-    table.indptr = {d_indptr.as<int32_t>(), indptr.data(), batch + 1};
-    table.indices = {d_indices.as<int32_t>(), indices.data(), num_pages};
-    table.last_page_len = {d_last.as<int32_t>(), last.data(), batch};
-    cache.layout = weft::KVLayout::kNHD;
-    cache.k_pages = weft::TensorView(k.get(), kBF16, {num_pages, kPage, kHkv, kD});
-    cache.v_pages = weft::TensorView(v.get(), kBF16, {num_pages, kPage, kHkv, kD});
-  }
-};
 
 // Times fn for each of two variants alternately (twice each); returns the lower medians.
 std::pair<double, double> alternate(weft::bench::Context& ctx, const weft::bench::LaunchFn& a,
@@ -101,7 +64,7 @@ WEFT_BENCH_GROUP(jit) {
     jo.cache_dir = dir;
     const weft::jit::examples::SoftCapParams cap{30.f};
     const std::vector<int32_t> dlens(32, 4096);
-    PagedKV dkv(dlens);
+    weft::bench::PagedPools dkv(dlens, kPage, kHkv, kD);
     const int32_t batch = 32;
     DeviceArray q(size_t(batch) * kHq * kD * 2), out(size_t(batch) * kHq * kD * 2), lse(size_t(batch) * kHq * 4);
     weft::bench::fill_random(q.get(), size_t(batch) * kHq * kD, kBF16, 3);

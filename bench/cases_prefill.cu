@@ -18,11 +18,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "harness.h"
+#include "paged_pools.h"
 #include "weft/error.h"
 #include "weft/paged_kv.h"
 #include "weft/prefill.h"
@@ -79,39 +81,15 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     var.mask = causal ? weft::MaskMode::kCausal : weft::MaskMode::kNone;
     cudaStream_t s = ctx.stream();
 
-    // K/V storage.
-    std::vector<int32_t> indptr{0}, last, indices;
-    DeviceArray k, v, d_indptr, d_indices, d_last, d_kv_indptr;
+    // K/V storage: paged pools (paged_pools.h), or ragged K/V [total_kv, Hkv, D].
+    std::optional<weft::bench::PagedPools> pools;
+    DeviceArray k, v, d_kv_indptr;
     weft::PageTable table;
     weft::PagedKVCache cache;
     if (paged) {
-      for (int32_t l : kv_lens) {
-        const int32_t pages = (l + kPage - 1) / kPage;
-        indptr.push_back(indptr.back() + pages);
-        last.push_back(l == 0 ? 0 : l - (pages - 1) * kPage);
-      }
-      const int64_t num_pages = indptr.back();
-      indices.resize(num_pages);
-      std::iota(indices.begin(), indices.end(), 0);
-      std::shuffle(indices.begin(), indices.end(), std::mt19937_64(7));
-      const size_t pool = size_t(num_pages) * kPage * kHkv * kD;
-      k = DeviceArray(pool * 2);
-      v = DeviceArray(pool * 2);
-      weft::bench::fill_random(k.get(), pool, kBF16, 1);
-      weft::bench::fill_random(v.get(), pool, kBF16, 2);
-      d_indptr = DeviceArray(indptr.size() * 4);
-      d_indices = DeviceArray(std::max<size_t>(indices.size(), 1) * 4);
-      d_last = DeviceArray(last.size() * 4);
-      WEFT_BENCH_CUDA(cudaMemcpy(d_indptr.get(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
-      WEFT_BENCH_CUDA(cudaMemcpy(d_indices.get(), indices.data(), indices.size() * 4, cudaMemcpyHostToDevice));
-      WEFT_BENCH_CUDA(cudaMemcpy(d_last.get(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
-      table.batch_size = batch;
-      table.indptr = {d_indptr.as<int32_t>(), indptr.data(), batch + 1};
-      table.indices = {d_indices.as<int32_t>(), indices.data(), num_pages};
-      table.last_page_len = {d_last.as<int32_t>(), last.data(), batch};
-      cache.layout = weft::KVLayout::kNHD;
-      cache.k_pages = weft::TensorView(k.get(), kBF16, {num_pages, kPage, kHkv, kD});
-      cache.v_pages = weft::TensorView(v.get(), kBF16, {num_pages, kPage, kHkv, kD});
+      pools.emplace(kv_lens, kPage, kHkv, kD);
+      table = pools->table;
+      cache = pools->cache;
     } else {
       const size_t kv_elems = size_t(total_kv) * kHkv * kD;
       k = DeviceArray(kv_elems * 2);
