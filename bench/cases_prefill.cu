@@ -32,16 +32,23 @@
 namespace {
 
 using weft::bench::DeviceArray;
-constexpr int32_t kHq = 32, kHkv = 8, kD = 128, kPage = 16;
+constexpr int32_t kHq = 32, kHkv = 8, kPage = 16;  // head_dim: a row parameter (128 unless named)
 constexpr weft::DType kBF16 = weft::DType::kBFloat16;
 
 // Mainloop of a row: the wrapper's choice, the sm90 one (asserted), or FA2 (pinned at plan time).
 enum class Mainloop { kDefault, kSm90, kFa2 };
 
+// Paged pools of a row: page size and page order (shuffled: the bench's fragmented pool; pool
+// order: the pages of a request consecutive in memory, the diagnostic of what the shuffle costs).
+struct PagedKV {
+  int32_t page = kPage;
+  bool shuffled = true;
+};
+
 void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
                       const std::vector<int32_t>& q_lens, const std::vector<int32_t>& kv_lens,
                       bool paged, const weft::PrefillPlanOptions& opt = {}, bool causal = true,
-                      Mainloop mainloop = Mainloop::kDefault) {
+                      Mainloop mainloop = Mainloop::kDefault, int32_t kD = 128, PagedKV pkv = {}) {
   weft::bench::Result r;
   r.name = name;
   if (!ctx.wants(r.name)) return;
@@ -58,7 +65,8 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
   r.params = {{"batch", std::to_string(batch)}, {"total_q", std::to_string(total_q)},
               {"total_kv", std::to_string(total_kv)}, {"qo_heads", std::to_string(kHq)},
               {"kv_heads", std::to_string(kHkv)}, {"head_dim", std::to_string(kD)},
-              {"dtype", "bf16"}, {"mask", causal ? "causal" : "none"}, {"kv", paged ? "paged16" : "ragged"}};
+              {"dtype", "bf16"}, {"mask", causal ? "causal" : "none"},
+              {"kv", paged ? "paged" + std::to_string(pkv.page) + (pkv.shuffled ? "" : "-pool-order") : "ragged"}};
   r.flops = 4.0 * pairs * kD * kHq;
   r.bytes = 2.0 * total_q * kHq * kD * 2 + 2.0 * total_kv * kHkv * kD * 2;
   r.ceiling = "gemm";
@@ -87,7 +95,7 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     weft::PageTable table;
     weft::PagedKVCache cache;
     if (paged) {
-      pools.emplace(kv_lens, kPage, kHkv, kD);
+      pools.emplace(kv_lens, pkv.page, kHkv, kD, kBF16, pkv.shuffled);
       table = pools->table;
       cache = pools->cache;
     } else {
@@ -103,7 +111,7 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     if (mainloop == Mainloop::kFa2) plan_opt.mainloop = weft::PrefillMainloop::kFA2;
     auto plan = [&] {
       if (paged)
-        w.plan_paged(qo.data(), table, kPage, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds, s,
+        w.plan_paged(qo.data(), table, pkv.page, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds, s,
                      nullptr, plan_opt);
       else
         w.plan_ragged(qo.data(), kvp.data(), batch, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds,
@@ -119,8 +127,7 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
       WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
     }
     std::sort(plan_us.begin(), plan_us.end());
-    // cta_kv 128 at d128 is the sm90 mainloop (no FA2 configuration of d128 uses it).
-    const bool is_sm90 = w.plan_info().cta_kv == 128;
+    const bool is_sm90 = w.plan_info().sm90;
     if (mainloop == Mainloop::kSm90 && !is_sm90) throw weft::Error("mainloop", "sm90 mainloop not selected");
     if (mainloop == Mainloop::kFa2 && is_sm90) throw weft::Error("mainloop", "FA2 mainloop not selected");
 
@@ -209,4 +216,26 @@ WEFT_BENCH_GROUP(prefill) {
                        {L}, {L}, paged, {}, true, Mainloop::kFa2);
   run_prefill_case(ctx, "prefill/fa2/noncausal/ragged/L8192", {8192}, {8192}, false, {}, false, Mainloop::kFa2);
   run_prefill_case(ctx, "prefill/fa2/chunked/c512/h16384", {512}, {16384 + 512}, true, {}, true, Mainloop::kFa2);
+
+  // Paged diagnostics (sm90): the same page-16 pool in pool order (a request's pages consecutive
+  // in memory) and 128-key pages (one TMA box per 128-key stage) shuffled, against the ragged and
+  // shuffled page-16 rows above: which of page order or box count costs the paged rows.
+  for (int32_t L : {8192, 16384}) {
+    run_prefill_case(ctx, "prefill/sm90/causal/paged-pool-order/L" + std::to_string(L), {L}, {L}, true, {}, true,
+                     Mainloop::kSm90, 128, PagedKV{kPage, false});
+    run_prefill_case(ctx, "prefill/sm90/causal/paged128/L" + std::to_string(L), {L}, {L}, true, {}, true,
+                     Mainloop::kSm90, 128, PagedKV{128, true});
+  }
+  // Other head dims (32 qo / 8 kv heads): d256 (the sm90 tile 128 x 64, sm90_launch.h) and d64,
+  // sm90 asserted, FA2 pinned beside them.
+  for (int32_t d : {256, 64}) {
+    const std::string dn = "d" + std::to_string(d);
+    for (int32_t L : {4096, 8192, 16384})
+      run_prefill_case(ctx, "prefill/sm90/" + dn + "/causal/ragged/L" + std::to_string(L), {L}, {L}, false, {}, true,
+                       Mainloop::kSm90, d);
+    run_prefill_case(ctx, "prefill/sm90/" + dn + "/causal/paged/L8192", {8192}, {8192}, true, {}, true,
+                     Mainloop::kSm90, d);
+    run_prefill_case(ctx, "prefill/fa2/" + dn + "/causal/ragged/L8192", {8192}, {8192}, false, {}, true,
+                     Mainloop::kFa2, d);
+  }
 }

@@ -21,8 +21,9 @@ struct PagedPools {
   weft::PageTable table;
   weft::PagedKVCache cache;
 
+  // shuffled = false: pool order (each request's pages consecutive), for diagnostics.
   PagedPools(const std::vector<int32_t>& lens, int32_t page, int64_t num_kv_heads, int64_t head_dim,
-             weft::DType dtype = weft::DType::kBFloat16) {
+             weft::DType dtype = weft::DType::kBFloat16, bool shuffled = true) {
     for (int32_t l : lens) {
       const int32_t pages = (l + page - 1) / page;
       indptr.push_back(indptr.back() + pages);
@@ -31,7 +32,7 @@ struct PagedPools {
     const int64_t num_pages = indptr.back();
     indices.resize(num_pages);
     std::iota(indices.begin(), indices.end(), 0);
-    std::shuffle(indices.begin(), indices.end(), std::mt19937_64(7));
+    if (shuffled) std::shuffle(indices.begin(), indices.end(), std::mt19937_64(7));
     const size_t pool = size_t(num_pages) * page * num_kv_heads * head_dim;
     k = DeviceArray(pool * weft::dtype_size(dtype));
     v = DeviceArray(pool * weft::dtype_size(dtype));

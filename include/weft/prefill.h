@@ -70,6 +70,7 @@ struct PrefillPlanInfo {
   int32_t num_items = 0;
   int32_t num_merges = 0;  // split query tiles (merge pass)
   bool split = false;
+  bool sm90 = false;  // the Hopper mainloop (wgmma + TMA) runs this plan; the FA2 kernel otherwise
 };
 
 class BatchPrefillWrapper {

@@ -113,7 +113,7 @@ std::size_t BatchPrefillWrapper::workspace_size(const PrefillBounds& b) {
   // The sm90 mainloop's plan (128-row tiles, one CTA per SM) where it may be chosen.
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
     if (!prefill::sm90::eligible(device, b.head_dim, dt, b.num_qo_heads / b.num_kv_heads, false, 0)) continue;
-    const TileConfig c{b.head_dim, prefill::sm90::kBlockM, prefill::sm90::kBlockN};
+    const TileConfig c{b.head_dim, prefill::sm90::kBlockM, prefill::sm90::block_n(b.head_dim)};
     need = std::max(need, prefill::sm90::workspace_bytes(layout_for(b, c, sm_count(device)).total_bytes,
                                                          sm_count(device)));
   }
@@ -198,6 +198,10 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
     TileConfig forced{};
     for (const TileConfig& c : prefill::instantiated_configs())
       if (c.head_dim == head_dim && c.cta_q == opt.cta_q) forced = c;
+    // head_dim 256 has no 128-row FA2 tile: cta_q 128 names the sm90 one there (an error below
+    // where the sm90 mainloop cannot take the call).
+    if (forced.head_dim == 0 && opt.cta_q == prefill::sm90::kBlockM)
+      forced = TileConfig{head_dim, prefill::sm90::kBlockM, prefill::sm90::block_n(head_dim)};
     WEFT_CHECK_ARG(forced.head_dim != 0, "opt.cta_q",
                    "no kernel with cta_q " << opt.cta_q << " for head_dim " << head_dim);
     cfg = forced;
@@ -223,10 +227,22 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   // bias step yet).
   WEFT_CHECK_ARG(opt.mainloop == PrefillMainloop::kAuto || opt.mainloop == PrefillMainloop::kFA2, "opt.mainloop",
                  "unknown mainloop " << static_cast<int>(opt.mainloop));
-  bool use_sm90 = opt.mainloop == PrefillMainloop::kAuto && cfg.cta_q == prefill::sm90::kBlockM &&
-                  variant.alibi_slopes == nullptr && !jit &&
-                  prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size);
-  if (use_sm90) cfg.cta_kv = prefill::sm90::kBlockN;
+  // head_dim 256: the FA2 tiles stop at 64 rows (O alone is 128 registers per thread), so the
+  // sm90 128-row tile takes the calls for which prefill_tiles picks 128 rows at the smaller head
+  // dims (more than 64 packed query rows per request; the POD planner's rule as well).
+  const bool wide_tile = cfg.cta_q == prefill::sm90::kBlockM || (head_dim == 256 && opt.cta_q == 0 && avg_rows > 64);
+  const bool use_sm90 = opt.mainloop == PrefillMainloop::kAuto && wide_tile && variant.alibi_slopes == nullptr &&
+                        !jit && prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size);
+  if (use_sm90) cfg = TileConfig{head_dim, prefill::sm90::kBlockM, prefill::sm90::block_n(head_dim)};
+  const auto fa2_has = [&](const TileConfig& t) {
+    for (const TileConfig& c : prefill::instantiated_configs())
+      if (c.head_dim == t.head_dim && c.cta_q == t.cta_q && c.cta_kv == t.cta_kv) return true;
+    return false;
+  };
+  WEFT_CHECK_ARG(use_sm90 || fa2_has(cfg), "opt.cta_q",
+                 "cta_q " << cfg.cta_q << " at head_dim " << head_dim
+                          << " is the sm90 mainloop's tile only, which cannot run this call (device, "
+                             "mainloop, variant, GQA group or page size)");
   const prefill::sm90::Entry sm90_kernel = use_sm90 ? prefill::sm90::find(head_dim, dtype) : prefill::sm90::Entry{};
   const prefill::KernelEntry kernel = use_sm90 ? prefill::KernelEntry{} : prefill::find_kernel(cfg, dtype);
   // (sm90: one CTA per SM; eligible() checked that it fits.)
@@ -310,6 +326,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   info_.num_items = sp.plan.num_items();
   info_.num_merges = sp.plan.num_merges();
   info_.split = sp.plan.split;
+  info_.sm90 = use_sm90;
   planned_ = true;
 }
 

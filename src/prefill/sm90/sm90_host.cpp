@@ -65,6 +65,7 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_d
   const PrefillParams& p = kp.p;
   const int64_t D = head_dim;
   const int g = p.group_size;
+  const int64_t bn = block_n(head_dim);  // keys per stage
   {
     const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(s.num_qo_heads), cuuint64_t(std::max<int64_t>(s.q_rows, 1))};
     const cuuint64_t strides[2] = {stride_bytes(p.q_stride_head, s.num_qo_heads, D * 2),
@@ -78,7 +79,7 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_d
       const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(s.num_kv_heads), cuuint64_t(std::max<int64_t>(rows, 1))};
       const cuuint64_t strides[2] = {stride_bytes(head_stride, s.num_kv_heads, D * 2),
                                      stride_bytes(page_stride, rows, D * 2 * s.num_kv_heads)};
-      const cuuint32_t box[3] = {64, 1, kBlockN};
+      const cuuint32_t box[3] = {64, 1, cuuint32_t(bn)};
       encode(map, dtype, 3, base, dims, strides, box, what);
     } else {
       const int64_t ps = p.page_size;
@@ -87,14 +88,14 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_d
       const cuuint64_t strides[3] = {stride_bytes(slot_stride, ps, D * 2),
                                      stride_bytes(head_stride, s.num_kv_heads, D * 2 * ps),
                                      stride_bytes(page_stride, rows, D * 2 * ps * s.num_kv_heads)};
-      const cuuint32_t box[4] = {64, cuuint32_t(std::min<int64_t>(ps, kBlockN)), 1, 1};
+      const cuuint32_t box[4] = {64, cuuint32_t(std::min<int64_t>(ps, bn)), 1, 1};
       encode(map, dtype, 4, base, dims, strides, box, what);
     }
   };
   kv_map(&kp.tm_k, p.k, s.k_rows, p.k_page_stride, p.k_slot_stride, p.k_head_stride, "k");
   kv_map(&kp.tm_v, p.v, s.v_rows, p.v_page_stride, p.v_slot_stride, p.v_head_stride, "v");
   kp.map_scratch = static_cast<CUtensorMap*>(s.map_scratch);
-  kp.rows_per_copy = p.paged ? static_cast<int32_t>(std::min<int64_t>(p.page_size, kBlockN)) : kBlockN;
+  kp.rows_per_copy = static_cast<int32_t>(p.paged ? std::min<int64_t>(p.page_size, bn) : bn);
 }
 
 namespace {
@@ -109,6 +110,10 @@ Entry find(int32_t head_dim, DType dtype) {
     if (bf16) return {&launch_prefill_sm90<128, __nv_bfloat16>, &occupancy_prefill_sm90<128, __nv_bfloat16>};
     return {&launch_prefill_sm90<128, half>, &occupancy_prefill_sm90<128, half>};
   }
+  if (head_dim == 256) {
+    if (bf16) return {&launch_prefill_sm90<256, __nv_bfloat16>, &occupancy_prefill_sm90<256, __nv_bfloat16>};
+    return {&launch_prefill_sm90<256, half>, &occupancy_prefill_sm90<256, half>};
+  }
   if (head_dim == 64) {
     if (bf16) return {&launch_prefill_sm90<64, __nv_bfloat16>, &occupancy_prefill_sm90<64, __nv_bfloat16>};
     return {&launch_prefill_sm90<64, half>, &occupancy_prefill_sm90<64, half>};
@@ -122,8 +127,9 @@ bool eligible(int device, int32_t head_dim, DType dtype, int32_t group_size, boo
   if (find(head_dim, dtype).launch == nullptr) return false;
   if (group_size <= 0 || group_size > kBlockM || kBlockM % group_size != 0) return false;
   if (paged) {
-    const bool divides = page_size >= 8 && page_size <= kBlockN && kBlockN % page_size == 0;
-    const bool multiple = page_size >= kBlockN && page_size % kBlockN == 0;
+    const int64_t bn = block_n(head_dim);
+    const bool divides = page_size >= 8 && page_size <= bn && bn % page_size == 0;
+    const bool multiple = page_size >= bn && page_size % bn == 0;
     if (!divides && !multiple) return false;
   }
   int major = 0, minor = 0;

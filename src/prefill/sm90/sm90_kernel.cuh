@@ -11,14 +11,16 @@
 //                A fragments in registers, O += P V (wgmma m64n64k16 x 2 halves of head_dim, V
 //                read MN-major through the descriptor's transpose bit); registers raised to
 //                kConsumerRegs.
-// Tile 128 x 128 for d128 (FlashAttention-3's choice): per consumer thread S is 64 fp32, O 64 fp32,
-// P 32 b16x2 -- it fits 240 registers without spilling while each S GEMM is 8 wgmma k-steps of
-// N = 128 (the wide N keeps the tensor core busy per issued instruction); 128 x 128 x 2 B = 32 KB
-// per K or V stage, so Q (32 KB) + 2 stages of K and V (128 KB) leave room under 227 KB.
+// Tile 128 x 128 for d64/d128 (FlashAttention-3's choice at d128): per consumer thread S is 64 fp32,
+// O 64 fp32, P 32 b16x2 -- it fits 240 registers without spilling while each S GEMM is 8 wgmma
+// k-steps of N = 128 (the wide N keeps the tensor core busy per issued instruction); 128 x 128 x
+// 2 B = 32 KB per K or V stage, so Q (32 KB) + 3 stages of K and V (192 KB) fit under 227 KB.
+// d256: tile 128 x 64 (sm90_launch.h, block_n): S 32 fp32 + O 128 fp32 + P 16 b16x2 per consumer
+// thread; Q 64 KB + 2 stages of K and V (32 KB each) = 192 KB, so two stages only.
 //
-// KV tiles start at multiples of 128 keys of the request (the item's key range is rounded down),
-// so a paged tile is a whole number of pages (page sizes dividing 128, or multiples of it) and
-// ragged tiles are single TMA boxes. Keys outside [kv_lo, kv_hi) are masked; the V rows of a
+// KV tiles start at multiples of kBlockN keys of the request (the item's key range is rounded
+// down), so a paged tile is a whole number of pages (page sizes dividing kBlockN, or multiples of
+// it) and ragged tiles are single TMA boxes. Keys outside [kv_lo, kv_hi) are masked; the V rows of a
 // partial last tile are zeroed in shared memory (TMA may have brought another request's rows, or
 // a page's unused slots, and 0 * NaN would poison O).
 //
@@ -50,14 +52,15 @@ struct Shim {
   using Elem = T;
   static constexpr int kHeadDim = D;
   static constexpr int kMB = 1;
-  static constexpr int kFragS = kBlockN / 8;
+  static constexpr int kFragS = block_n(D) / 8;
   static constexpr int kFragO = D / 8;
-  static constexpr int kKStepsPV = kBlockN / 16;
+  static constexpr int kKStepsPV = block_n(D) / 16;
 };
 
 template <int D, class T, int STAGES>
 struct Cfg {
   static constexpr int kStages = STAGES;
+  static constexpr int kBlockN = block_n(D);             // keys per stage
   static constexpr int kHalves = D / 64;                 // 128-byte swizzle: 64 columns per half
   static constexpr int kQHalfBytes = kBlockM * 128;      // 128 rows x 128 B
   static constexpr int kKVHalfBytes = kBlockN * 128;
@@ -79,9 +82,11 @@ struct Cfg {
 
 
 // First key of the item's first tile (rounded down to a stage boundary) and the tile count.
+template <int kBlockN>
 __device__ __forceinline__ int first_tile_key(const ItemGeom& g) { return g.kv_lo & ~(kBlockN - 1); }
+template <int kBlockN>
 __device__ __forceinline__ int tile_count(const ItemGeom& g) {
-  return g.kv_hi > g.kv_lo ? (g.kv_hi - first_tile_key(g) + kBlockN - 1) / kBlockN : 0;
+  return g.kv_hi > g.kv_lo ? (g.kv_hi - first_tile_key<kBlockN>(g) + kBlockN - 1) / kBlockN : 0;
 }
 
 // Barriers (mbarriers, 8 bytes each, after the tiles): q_full, q_empty, then per stage k_full,
@@ -141,6 +146,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
   const CUtensorMap* tm_k = maps + 1;
   const CUtensorMap* tm_v = maps + 2;
   const int rows_per_copy = P.rows_per_copy;
+  constexpr int kBlockN = C::kBlockN;
   const int copies = kBlockN / rows_per_copy;  // 1 for ragged
   const int gs = p.group_size;
   uint32_t tile_cnt = 0, item_cnt = 0;
@@ -157,8 +163,8 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
       for (int h = 0; h < C::kHalves; ++h)
         ptx90::tma_load_3d(smem + h * C::kQHalfBytes, tm_q, b.q_full(), h * 64, g.kv_head * gs, tok);
     }
-    const int n_tiles = tile_count(g);
-    const int ts0 = first_tile_key(g);
+    const int n_tiles = tile_count<C::kBlockN>(g);
+    const int ts0 = first_tile_key<C::kBlockN>(g);
     int page_next = 0;  // paged: this lane's page id of the next tile
     if (p.paged && n_tiles > 0 && lane < copies && ts0 + lane * rows_per_copy < g.kv_hi)
       page_next = __ldg(p.page_indices + g.kv_base + (ts0 + lane * rows_per_copy) / p.page_size);
@@ -278,6 +284,7 @@ template <int D, class T, class C, bool kOverlap, bool kPingPong, bool kPvWide>
 __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* smem, Bars<C> b,
                                          int cwg, int tid_wg) {
   using Tr = Shim<D, T>;
+  constexpr int kBlockN = C::kBlockN;
   const PrefillParams& p = P.p;
   const int lane = tid_wg & 31;
   const int warp = tid_wg >> 5;                  // warp in the warpgroup
@@ -372,8 +379,8 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
   const int w_end = p.plan.cta_indptr[blockIdx.x + 1];
   for (int w = p.plan.cta_indptr[blockIdx.x]; w < w_end; ++w, ++item_cnt) {
     const ItemGeom g = item_geometry(p, w);
-    const int n_tiles = tile_count(g);
-    const int ts0 = first_tile_key(g);
+    const int n_tiles = tile_count<C::kBlockN>(g);
+    const int ts0 = first_tile_key<C::kBlockN>(g);
     SoftmaxState<Tr> st;
     init_state(st);
     ptx90::mbar_wait(b.q_full(), item_cnt & 1);
@@ -472,9 +479,10 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
 }
 
 // kVariant bit 0: intra-warpgroup overlap; bit 1: ping-pong between the consumer warpgroups;
-// bit 2: three K/V stages instead of two; bit 3: P V as one N = 128 wgmma per k-step (d128).
+// bit 2: three K/V stages instead of two (d64/d128: a third d256 stage does not fit); bit 3: P V
+// as one N = 128 wgmma per k-step (d128).
 template <int D, class T, int kVariant>
-using CfgOf = Cfg<D, T, (kVariant & 4) ? 3 : 2>;
+using CfgOf = Cfg<D, T, (kVariant & 4) && D != 256 ? 3 : 2>;
 
 template <int D, class T, int kVariant>
 __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_constant__ KernelParams P) {

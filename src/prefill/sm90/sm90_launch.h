@@ -3,7 +3,7 @@
 //
 // The sm90 kernel executes the SAME segmented, balanced plan as the FA2 kernel (work items of
 // request segment x KV head x 128 query rows x KV range, partial slots merged by the shared merge
-// kernel), planned with cta_q = 128 and cta_kv = 128 on a grid of one CTA per SM.
+// kernel), planned with cta_q = 128 and cta_kv = block_n(head_dim) on a grid of one CTA per SM.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -16,7 +16,10 @@
 namespace weft::prefill::sm90 {
 
 inline constexpr int kBlockM = 128;  // query rows of a CTA tile (two consumer warpgroups x 64)
-inline constexpr int kBlockN = 128;  // keys per pipeline stage
+// Keys per pipeline stage: 128 at head_dim 64 / 128; 64 at head_dim 256, where a 128-key K or V
+// stage would be 64 KB (Q 64 KB + two such stages of K and V exceed 227 KB) and S (32 fp32) next
+// to the 128 fp32 of O keeps a consumer thread under its 240 registers.
+constexpr int block_n(int head_dim) { return head_dim == 256 ? 64 : 128; }
 
 // What the tensor maps need beyond PrefillParams (extents of the tensors).
 struct Shapes {
@@ -52,7 +55,7 @@ int occupancy_prefill_sm90();
 
 // Whether the sm90 mainloop can run this plan on `device` (compute capability 9.0, a head dim and
 // dtype instantiated here, the GQA group a divisor of 128 (Q tile loaded as one TMA box of
-// tokens x group heads), page sizes whose pages tile a 128-key stage). The caller also requires
+// tokens x group heads), page sizes whose pages tile a stage of block_n(head_dim) keys). The caller also requires
 // the heuristic's 128-row tile. PrefillPlanOptions::mainloop = kFA2 turns it off.
 bool eligible(int device, int32_t head_dim, DType dtype, int32_t group_size, bool paged,
               int64_t page_size);

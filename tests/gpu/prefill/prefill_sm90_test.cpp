@@ -234,6 +234,71 @@ TEST(PrefillSm90, HeadDim64) {
   }
 }
 
+// head_dim 256 (128 x 64 tiles, two stages: sm90_launch.h block_n): lengths off the 64-key and
+// 128-row tiles, GQA 1/4/8, both masks, ragged and paged (page 16 NHD / 64 HND / 128 NHD, the
+// last a multiple of the 64-key stage), f16 and bf16.
+TEST(PrefillSm90, HeadDim256) {
+  WEFT_REQUIRE_SM90();
+  int i = 0;
+  for (int len : {1, 65, 1000}) {
+    for (int group : {1, 4, 8}) {
+      for (bool causal : {true, false}) {
+        Case c;
+        c.q_lens = {len, 63};
+        c.kv_lens = {len + 7, 200};
+        c.num_kv_heads = 2;
+        c.num_qo_heads = 2 * group;
+        c.head_dim = 256;
+        c.paged = i % 3 != 0;
+        c.page_size = i % 3 == 1 ? 16 : (i % 2 ? 64 : 128);
+        c.layout = i % 4 == 1 ? KVLayout::kHND : KVLayout::kNHD;
+        c.variant = mask_of(causal);
+        c.dtype = i % 2 == 0 ? DType::kFloat16 : DType::kBFloat16;
+        c.opt.cta_q = 128;
+        SCOPED_TRACE(c.describe());
+        run_sm90_case(c, 700 + i++);
+      }
+    }
+  }
+}
+
+// head_dim 256 without a forced tile: more than 64 packed rows per request (1500 tokens x group 4)
+// takes the sm90 mainloop by default; paged page 16, causal, chunked-style second request.
+TEST(PrefillSm90, HeadDim256DefaultTile) {
+  WEFT_REQUIRE_SM90();
+  Case c;
+  c.q_lens = {1500, 900};
+  c.kv_lens = {1500, 2100};
+  c.num_kv_heads = 2;
+  c.num_qo_heads = 8;
+  c.head_dim = 256;
+  c.paged = true;
+  c.page_size = 16;
+  c.variant = mask_of(true);
+  SCOPED_TRACE(c.describe());
+  run_sm90_case(c, 750);
+}
+
+// head_dim 256 with a forced 128-row tile exists only as the sm90 tile: pinned to FA2 it is
+// rejected before anything runs.
+TEST(PrefillSm90, HeadDim256Forced128OnFa2Rejected) {
+  WEFT_REQUIRE_SM90();
+  Case c;
+  c.q_lens = {300};
+  c.kv_lens = {300};
+  c.num_qo_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim = 256;
+  c.paged = false;
+  c.variant = mask_of(true);
+  c.opt.cta_q = 128;
+  c.opt.mainloop = PrefillMainloop::kFA2;
+  Prepared p;
+  prepare(p, c, 760);
+  BatchPrefillWrapper w;
+  EXPECT_THROW(plan_and_run(w, p), Error);
+}
+
 // PrefillPlanOptions::mainloop = kFA2 keeps the FA2 kernel (the fallback) on the same device.
 TEST(PrefillSm90, PinnedFa2Fallback) {
   WEFT_REQUIRE_SM90();
