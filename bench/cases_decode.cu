@@ -64,22 +64,6 @@ struct Model {
 // Bytes of K and V (bf16, or `elem_bytes` per element: fp8 1) that `keys` keys of model m take.
 double kv_bytes_of(const Model& m, double keys, int elem_bytes = 2) { return keys * m.hkv * m.d * 2 /*K,V*/ * elem_bytes; }
 
-// Random finite fp8 bytes (bit 6, the top exponent bit, cleared: |x| < 2 in e4m3 and < 2^1 in
-// e5m2, no NaN / inf codes), for the fp8 pools of "decode/fp8/..." rows.
-__global__ void fill_fp8_kernel(uint8_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
-    h ^= h >> 15;
-    h *= 0x2C1B3C6Du;
-    h ^= h >> 12;
-    p[i] = uint8_t(h & 0xBFu);
-  }
-}
-void fill_fp8(void* p, size_t n, uint32_t seed) {
-  fill_fp8_kernel<<<1024, 256>>>(static_cast<uint8_t*>(p), n, seed);
-  WEFT_BENCH_CUDA(cudaDeviceSynchronize());
-}
-
 struct CaseOptions {
   weft::DecodePath path = weft::DecodePath::kAuto;
   // Warps per CTA and per-warp stages (weft::DecodeOptions; 0: the library's tuned default).
@@ -294,13 +278,8 @@ double run_decode_case(weft::bench::Context& ctx, const std::string& name, const
         void* const v_base = separate ? v_pools.back().get()
                              : opt.placement == KVP::kInterleaved ? k_base + page_bytes
                                                                   : k_base + pool_bytes + kv_gap;
-        if (fp8) {
-          fill_fp8(k_base, k_pools.back().bytes(), 1 + 10 * c);
-          if (separate) fill_fp8(v_base, pool_elems, 2 + 10 * c);
-        } else {
-          weft::bench::fill_random(k_base, k_pools.back().bytes() / 2, weft::DType::kBFloat16, 1 + 10 * c);
-          if (separate) weft::bench::fill_random(v_base, pool_elems, weft::DType::kBFloat16, 2 + 10 * c);
-        }
+        weft::bench::fill_random(k_base, k_pools.back().bytes() / elem, opt.kv_dtype, 1 + 10 * c);
+        if (separate) weft::bench::fill_random(v_base, pool_elems, opt.kv_dtype, 2 + 10 * c);
         weft::PagedKVCache cache;
         cache.layout = layout;
         cache.k_pages = weft::TensorView(k_base, opt.kv_dtype, {num_pages, dim1, dim2, m.d}, strides);

@@ -9,6 +9,11 @@
 //   prefill/sm90/{causal,noncausal}/...  the Hopper wgmma/TMA mainloop (src/prefill/sm90/), asserted
 //   prefill/sm90/chunked/...             chosen (an error row when the wrapper would not take it)
 //   prefill/fa2/...                      the FA2 mainloop pinned (PrefillPlanOptions::mainloop = kFA2)
+//   prefill/fp8/{bf16,bf16-fa2,e4m3,e5m2}/...  fp8 K/V pools (PrefillPlanOptions::kv_dtype; paged,
+//                                        per-head scales; FA2 kernel): the bf16 rows of the same
+//                                        shape first (default mainloop, and FA2 pinned), the fp8
+//                                        rows carry extra.speedup_vs_bf16 (vs the default: sm90 on
+//                                        Hopper) and speedup_vs_bf16_fa2 (same mainloop)
 // FLOPs: 4 * D * Hq per UNMASKED (query, key) pair (causal counted once, bottom-right aligned:
 // pairs = q * (kv - q) + q (q + 1) / 2). Bytes: Q and O once, K and V once. Ceiling "gemm".
 // Timing: run() captured once in a CUDA graph, the graph is timed (L2 flushed before each run;
@@ -45,13 +50,17 @@ struct PagedKV {
   bool shuffled = true;
 };
 
-void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
-                      const std::vector<int32_t>& q_lens, const std::vector<int32_t>& kv_lens,
-                      bool paged, const weft::PrefillPlanOptions& opt = {}, bool causal = true,
-                      Mainloop mainloop = Mainloop::kDefault, int32_t kD = 128, PagedKV pkv = {}) {
+// Returns the row's time (0 when skipped or failed). speedup_vs: (extra key, baseline ms) pairs
+// reported as key = baseline / this row's time (baselines of 0 are left out).
+double run_prefill_case(weft::bench::Context& ctx, const std::string& name,
+                        const std::vector<int32_t>& q_lens, const std::vector<int32_t>& kv_lens,
+                        bool paged, const weft::PrefillPlanOptions& opt = {}, bool causal = true,
+                        Mainloop mainloop = Mainloop::kDefault, int32_t kD = 128, PagedKV pkv = {},
+                        const std::vector<std::pair<std::string, double>>& speedup_vs = {}) {
   weft::bench::Result r;
   r.name = name;
-  if (!ctx.wants(r.name)) return;
+  if (!ctx.wants(r.name)) return 0;
+  const weft::DType kv_dtype = opt.kv_dtype.value_or(kBF16);
   const int32_t batch = static_cast<int32_t>(q_lens.size());
   std::vector<int32_t> qo{0}, kvp{0};
   double pairs = 0;
@@ -66,9 +75,10 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
               {"total_kv", std::to_string(total_kv)}, {"qo_heads", std::to_string(kHq)},
               {"kv_heads", std::to_string(kHkv)}, {"head_dim", std::to_string(kD)},
               {"dtype", "bf16"}, {"mask", causal ? "causal" : "none"},
-              {"kv", paged ? "paged" + std::to_string(pkv.page) + (pkv.shuffled ? "" : "-pool-order") : "ragged"}};
+              {"kv", paged ? "paged" + std::to_string(pkv.page) + (pkv.shuffled ? "" : "-pool-order") : "ragged"},
+              {"kv_dtype", weft::dtype_name(kv_dtype)}};
   r.flops = 4.0 * pairs * kD * kHq;
-  r.bytes = 2.0 * total_q * kHq * kD * 2 + 2.0 * total_kv * kHkv * kD * 2;
+  r.bytes = 2.0 * total_q * kHq * kD * 2 + 2.0 * total_kv * kHkv * kD * double(weft::dtype_size(kv_dtype));
   r.ceiling = "gemm";
   try {
     const size_t q_elems = size_t(total_q) * kHq * kD;
@@ -95,7 +105,7 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     weft::PageTable table;
     weft::PagedKVCache cache;
     if (paged) {
-      pools.emplace(kv_lens, pkv.page, kHkv, kD, kBF16, pkv.shuffled);
+      pools.emplace(kv_lens, pkv.page, kHkv, kD, kv_dtype, pkv.shuffled);
       table = pools->table;
       cache = pools->cache;
     } else {
@@ -151,10 +161,14 @@ void run_prefill_case(weft::bench::Context& ctx, const std::string& name,
                {"cta_kv", double(info.cta_kv)}, {"num_ctas", double(info.num_ctas)},
                {"num_items", double(info.num_items)}, {"num_merges", double(info.num_merges)},
                {"sm90", is_sm90 ? 1.0 : 0.0}};
+    for (const auto& [key, base_ms] : speedup_vs)
+      if (base_ms > 0 && r.ms > 0) r.extra.emplace_back(key, base_ms / r.ms);
     ctx.report(r);
+    return r.ms;
   } catch (const std::exception& e) {
     ctx.report_error(r, e.what());
   }
+  return 0;
 }
 
 }  // namespace
@@ -238,4 +252,21 @@ WEFT_BENCH_GROUP(prefill) {
     run_prefill_case(ctx, "prefill/fa2/" + dn + "/causal/ragged/L8192", {8192}, {8192}, false, {}, true,
                      Mainloop::kFa2, d);
   }
+
+  // fp8 K/V pools (issue 23): per shape the bf16 rows (default mainloop, then FA2 pinned), then
+  // e4m3 and e5m2 (the FA2 kernel's fp8 instances).
+  auto fp8_rows = [&](const std::string& tail, const std::vector<int32_t>& q, const std::vector<int32_t>& kv) {
+    const double bf16 = run_prefill_case(ctx, "prefill/fp8/bf16/" + tail, q, kv, true);
+    const double fa2 = run_prefill_case(ctx, "prefill/fp8/bf16-fa2/" + tail, q, kv, true, {}, true, Mainloop::kFa2);
+    for (weft::DType f : {weft::DType::kFloat8E4M3, weft::DType::kFloat8E5M2}) {
+      weft::PrefillPlanOptions o;
+      o.kv_dtype = f;
+      run_prefill_case(ctx, std::string("prefill/fp8/") + (f == weft::DType::kFloat8E4M3 ? "e4m3/" : "e5m2/") + tail, q,
+                       kv, true, o, true, Mainloop::kDefault, 128, PagedKV{}, {{"speedup_vs_bf16", bf16}, {"speedup_vs_bf16_fa2", fa2}});
+    }
+  };
+  for (int32_t L : {4096, 16384}) fp8_rows("causal/L" + std::to_string(L), {L}, {L});
+  fp8_rows("chunked/c2048/h16384", {2048}, {16384 + 2048});
+  fp8_rows("mixed", {8192, 137, 2048, 512, 4000, 1024, 64, 3000, 700, 1500},
+           {8192, 137, 2048, 512, 4000, 1024, 64, 3000, 700, 1500});
 }

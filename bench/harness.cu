@@ -92,6 +92,18 @@ __global__ void fill_int_kernel(int32_t* out, std::size_t n, uint64_t seed, int3
                                        span);
 }
 
+// Random finite fp8 bytes (bit 6, the top exponent bit, cleared: |x| < 2 in e4m3 and e5m2, no
+// NaN / inf codes): the fp8 pools of the "decode/fp8/..." and "prefill/fp8/..." rows.
+__global__ void fill_fp8_kernel(uint8_t* p, std::size_t n, uint32_t seed) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    p[i] = uint8_t(h & 0xBFu);
+  }
+}
+
 // Grid for a grid-stride fill: enough blocks to cover every SM several times, capped.
 unsigned fill_blocks(std::size_t n) {
   std::size_t b = (n + 255) / 256;
@@ -117,8 +129,12 @@ void fill_random(void* dev, std::size_t n_elems, weft::DType dtype, uint64_t see
       fill_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dev), n_elems, seed, lo,
                                               span);
       break;
+    case weft::DType::kFloat8E4M3:
+    case weft::DType::kFloat8E5M2:  // lo / hi ignored (fill_fp8_kernel)
+      fill_fp8_kernel<<<1024, 256, 0, stream>>>(static_cast<uint8_t*>(dev), n_elems, static_cast<uint32_t>(seed));
+      break;
     default:
-      throw ::weft::Error("dtype", "fill_random supports f16, bf16, f32 (use fill_random_int for "
+      throw ::weft::Error("dtype", "fill_random supports f16, bf16, f32, fp8 (use fill_random_int for "
                                    "i32), got dtype code " +
                                        std::to_string(static_cast<int>(dtype)));
   }

@@ -151,7 +151,8 @@ void with_graph(Context& ctx, const LaunchFn& capture, const std::function<void(
 using DeviceArray = weft::detail::DeviceAllocation;
 
 // Deterministic uniform [lo, hi) fill of f16/bf16/f32 buffers from a counter-based hash of
-// (seed, index): same seed -> same bits; never all zeros (lo < hi required). Synchronous on the
+// (seed, index): same seed -> same bits; never all zeros (lo < hi required). fp8 (e4m3 / e5m2):
+// random finite codes of magnitude < 2 (lo / hi ignored). Synchronous on the
 // legacy default stream unless `stream` is given (then asynchronous on it).
 void fill_random(void* dev, std::size_t n_elems, weft::DType dtype, uint64_t seed,
                  float lo = -1.f, float hi = 1.f, cudaStream_t stream = nullptr);

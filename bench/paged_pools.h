@@ -1,7 +1,8 @@
 // Paged K/V pools for bench cases: `lens` keys per request, each request's pages taken from a random
 // permutation of the pool (std::shuffle with mt19937_64(7), the order the FlashInfer kit reproduces
 // bit-exactly), K and V filled with fill_random seeds 1 and 2, NHD pools
-// [num_pages, page, num_kv_heads, head_dim], the page table with host mirrors. The table and cache
+// [num_pages, page, num_kv_heads, head_dim], the page table with host mirrors. fp8 pools (dtype
+// e4m3 / e5m2): random finite codes and per-head K and V scales of 1/64 (as the decode/fp8 rows). The table and cache
 // point into this object's storage: keep it alive (and in place) while they are used.
 #pragma once
 #include <algorithm>
@@ -17,7 +18,8 @@ namespace weft::bench {
 
 struct PagedPools {
   std::vector<int32_t> indptr{0}, last, indices;
-  DeviceArray k, v, d_indptr, d_indices, d_last;
+  DeviceArray k, v, d_indptr, d_indices, d_last, d_scales;
+  std::vector<float> scales;  // fp8: host mirror of d_scales
   weft::PageTable table;
   weft::PagedKVCache cache;
 
@@ -52,6 +54,13 @@ struct PagedPools {
     cache.layout = weft::KVLayout::kNHD;
     cache.k_pages = weft::TensorView(k.get(), dtype, {num_pages, page, num_kv_heads, head_dim});
     cache.v_pages = weft::TensorView(v.get(), dtype, {num_pages, page, num_kv_heads, head_dim});
+    if (dtype == weft::DType::kFloat8E4M3 || dtype == weft::DType::kFloat8E5M2) {
+      scales.assign(size_t(num_kv_heads), 1.f / 64);
+      d_scales = DeviceArray(scales.size() * 4);
+      WEFT_BENCH_CUDA(cudaMemcpy(d_scales.get(), scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+      cache.k_scale = {d_scales.as<float>(), scales.data(), num_kv_heads};
+      cache.v_scale = {d_scales.as<float>(), scales.data(), num_kv_heads};
+    }
   }
   PagedPools(const PagedPools&) = delete;
   PagedPools& operator=(const PagedPools&) = delete;

@@ -23,6 +23,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -55,6 +56,10 @@ struct PrefillPlanOptions {
   bool allow_split_kv = true;
   int32_t min_chunk = 256;  // never split a query tile's keys into chunks shorter than this
   PrefillMainloop mainloop = PrefillMainloop::kAuto;
+  // Element type of the paged K/V pools run_paged() will read, when it is not q's dtype: an fp8
+  // pool (DType::kFloat8E4M3 / kFloat8E5M2, weft/fp8.h; bf16 q / out, head_dim 128, paged, FA2
+  // mainloop; not with ALiBi or run-time compiled variants). Empty: q's dtype.
+  std::optional<DType> kv_dtype;
 };
 
 // Device copy of a custom mask (run time).

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# One device call for the fp8 KV cache (issue 23): build only what it needs (comm and prefill left
-# out: WEFT_DISABLE), the fp8 host tests, the append and decode GPU suites (fp8 and the existing
-# 16-bit ones, as a regression check), compute-sanitizer memcheck + racecheck on the fp8 Small
-# tests, weft-bench's "decode/fp8/" rows and, when FI_DIR is given, FlashInfer's fp8-KV decode on
-# the same rows (FI_DIR: a folder with fi_fp8.py and aot/, run against the kit in .baselines).
-#   OUT=<dir> WEFT_COMMIT=<sha> [FI_DIR=<dir>] [BASELINES=<kit folder, default ./.baselines>]
-#   [STAGES="build tests san bench fi"] scripts/diag/fp8_check.sh
+# One device call for the fp8 KV cache (issue 23): builds this tree (comm and tp left out:
+# WEFT_DISABLE) and, when BEFORE is given, a second tree's weft-bench (decode only) in parallel;
+# then the fp8 host tests, the prefill and decode GPU suites (fp8 and the 16-bit small ones, as a
+# regression check), weft-bench's "decode/fp8/" rows from both trees (before / after in the same
+# call) and "prefill/fp8/" rows, and compute-sanitizer memcheck + racecheck on fp8 Small tests
+# with the time left. Each step is skipped when the remaining budget cannot hold it.
+#   OUT=<dir> WEFT_COMMIT=<sha> [BEFORE=<tree>] [BUDGET=<s>] scripts/diag/fp8_check.sh
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -14,70 +14,70 @@ export PATH="/usr/local/cuda/bin:$PATH"
 OUT="${OUT:-$ROOT/fp8-out}"
 mkdir -p "$OUT"
 B="$ROOT/build-fp8"
-STAGES="${STAGES:-build tests san bench fi}"
-BASELINES="${BASELINES:-$ROOT/.baselines}"
+BUDGET="${BUDGET:-430}"
 T0=$SECONDS
 say() { echo "=== [$((SECONDS - T0))s] $*" | tee -a "$OUT/steps.log"; }
-has() { [[ " $STAGES " == *" $1 "* ]]; }
+left() { echo $((BUDGET - (SECONDS - T0))); }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
 echo "commit ${WEFT_COMMIT:-?}" | tee -a "$OUT/env.txt"
 
-if [ -n "${FI_DIR:-}" ] && has fi; then  # FlashInfer's wheels install while weft builds
-  (python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$BASELINES"/whl/*.whl \
-     > "$OUT/fi_install.log" 2>&1; echo "rc=$?" >> "$OUT/fi_install.log") &
-  FI_PID=$!
+say build
+cfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_WITH_COMM=OFF)
+if [ -n "${BEFORE:-}" ]; then
+  ( cmake -S "$BEFORE" -B "$BEFORE/build-before" "${cfg[@]}" -DWEFT_BUILD_BENCH=ON -DWEFT_DISABLE="comm;prefill;tp" \
+      > "$OUT/build_before.log" 2>&1 && timeout 260 ninja -C "$BEFORE/build-before" -j6 weft-bench >> "$OUT/build_before.log" 2>&1
+    echo "rc=$?" >> "$OUT/build_before.log" ) &
+  BPID=$!
 fi
+cmake -S . -B "$B" "${cfg[@]}" -DWEFT_BUILD_TESTS=ON -DWEFT_BUILD_BENCH=ON -DWEFT_DISABLE="comm;tp" > "$OUT/build.log" 2>&1 \
+  || { say "configure failed"; tail -30 "$OUT/build.log"; }
+timeout 280 ninja -C "$B" -j12 weft_host_core weft_host_prefill weft_gpu_prefill weft_gpu_decode weft-bench >> "$OUT/build.log" 2>&1
+rc=$?
+say "build rc=$rc"
+[ $rc -ne 0 ] && grep -E "error|FAILED" "$OUT/build.log" | head -30
+grep -E "spill" "$OUT/build.log" | grep -E "fp8|prefill" | sed 's/^.*function //' | head -12
+if [ -n "${BEFORE:-}" ]; then wait "$BPID"; say "before build $(tail -1 "$OUT/build_before.log")"; fi
 
-if has build; then
-  say build
-  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_BUILD_TESTS=ON \
-    -DWEFT_BUILD_BENCH=ON -DWEFT_WITH_COMM=OFF -DWEFT_DISABLE="comm;prefill;tp" > "$OUT/build.log" 2>&1 || { say "configure failed"; tail -30 "$OUT/build.log"; }
-  timeout 300 ninja -C "$B" -j16 weft_host_core weft_host_paged weft_gpu_decode weft_gpu_paged weft-bench >> "$OUT/build.log" 2>&1
-  rc=$?
-  say "build rc=$rc"
-  [ $rc -ne 0 ] && grep -E "error|FAILED" "$OUT/build.log" | head -30
+say tests
+{
+  "$B/tests/weft_host_core" --gtest_brief=1 --gtest_filter='Fp8*'
+  "$B/tests/weft_host_prefill" --gtest_brief=1
+  timeout 100 "$B/tests/weft_gpu_prefill" --gtest_brief=1 --gtest_filter='PrefillFp8*:PrefillSmall*:PrefillHardeningSmall*:PrefillAlibiSmall*'
+  timeout 100 "$B/tests/weft_gpu_decode" --gtest_brief=1 --gtest_filter='DecodeFp8*:DecodeSmall*:DecodeHardeningSmall*:DecodeBlockTableSmall*'
+} > "$OUT/tests.log" 2>&1
+grep -E "PASSED|FAILED|\[fp8\]|Failure|tests ran" "$OUT/tests.log" | head -60
+say "tests done"
+
+say bench
+if [ "$(left)" -gt 90 ]; then
+  timeout $(( $(left) * 2 / 5 )) "$B/bench/weft-bench" --group decode --filter decode/fp8/ --json "$OUT/bench_decode_fp8.json" > "$OUT/bench_decode.log" 2>&1
+  say "decode after rc=$?"
 fi
-
-if has tests; then
-  say tests
-  {
-    "$B/tests/weft_host_core" --gtest_brief=1 --gtest_filter='Fp8*'
-    "$B/tests/weft_host_paged" --gtest_brief=1
-    "$B/tests/weft_gpu_paged" --gtest_brief=1
-    "$B/tests/weft_gpu_decode" --gtest_brief=1
-  } > "$OUT/tests.log" 2>&1
-  grep -E "PASSED|FAILED|\[fp8\]|Failure" "$OUT/tests.log" | head -60
-  say "tests done"
+if [ -n "${BEFORE:-}" ] && [ -x "$BEFORE/build-before/bench/weft-bench" ] && [ "$(left)" -gt 80 ]; then
+  timeout $(( $(left) / 3 )) "$BEFORE/build-before/bench/weft-bench" --group decode --filter decode/fp8/bf16/ --filter decode/fp8/e4m3/ \
+    --json "$OUT/bench_decode_fp8_before.json" > "$OUT/bench_decode_before.log" 2>&1
+  say "decode before rc=$?"
 fi
+if [ "$(left)" -gt 50 ]; then
+  timeout $(( $(left) - 30 )) "$B/bench/weft-bench" --group prefill --filter prefill/fp8/ --json "$OUT/bench_prefill_fp8.json" > "$OUT/bench_prefill.log" 2>&1
+  say "prefill rc=$?"
+fi
+grep -hE "fp8/" "$OUT"/bench_*.log | head -120
 
-if has san; then
-  say sanitizer
-  {
-    compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/weft_gpu_decode" --gtest_brief=1 --gtest_filter='DecodeFp8Small*'
+say sanitizer
+{
+  if [ "$(left)" -gt 40 ]; then
+    timeout $(( $(left) - 25 )) compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/weft_gpu_prefill" --gtest_brief=1 --gtest_filter='PrefillFp8Small.FormatsScalesAndTiles'
+    echo "memcheck prefill rc=$?"
+  fi
+  if [ "$(left)" -gt 30 ]; then
+    timeout $(( $(left) - 18 )) compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/weft_gpu_decode" --gtest_brief=1 --gtest_filter='DecodeFp8Small.BothPathsFormatsAndScaleGranularities'
     echo "memcheck decode rc=$?"
-    compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/weft_gpu_paged" --gtest_brief=1 --gtest_filter='AppendFp8Small*'
-    echo "memcheck append rc=$?"
-    timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/weft_gpu_decode" --gtest_brief=1 \
-      --gtest_filter='DecodeFp8Small.BothPathsFormatsAndScaleGranularities'
-    echo "racecheck decode rc=$?"
-  } > "$OUT/sanitizer.log" 2>&1
-  grep -E "rc=|ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
-  say "sanitizer done"
-fi
-
-if has bench; then
-  say bench
-  timeout 200 "$B/bench/weft-bench" --group decode --filter decode/fp8/ --json "$OUT/bench_fp8.json" > "$OUT/bench.log" 2>&1
-  say "bench rc=$?"
-  grep -E "decode/fp8" "$OUT/bench.log" | head -90
-fi
-
-if [ -n "${FI_DIR:-}" ] && has fi; then
-  wait "$FI_PID"
-  say "flashinfer fp8 (install: $(tail -1 "$OUT/fi_install.log"))"
-  PYTHONPATH=/tmp/site FI_KIT="$BASELINES" timeout 150 python3 "$FI_DIR/fi_fp8.py" --aot "$FI_DIR/aot" \
-    --out "$OUT/fi_fp8.json" > "$OUT/fi.log" 2>&1
-  say "flashinfer rc=$?"
-  tail -n 8 "$OUT/fi.log"
-fi
+  fi
+  if [ "$(left)" -gt 25 ]; then
+    timeout $(( $(left) - 10 )) compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/weft_gpu_prefill" --gtest_brief=1 --gtest_filter='PrefillFp8Small.RejectedArguments:PrefillFp8Small.EdgeShapesAndVariants'
+    echo "racecheck prefill rc=$?"
+  fi
+} > "$OUT/sanitizer.log" 2>&1
+grep -E "rc=|ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 say "all done"

@@ -39,6 +39,7 @@ __device__ __forceinline__ float2 unpack2<half>(uint32_t u) {
 template <class T, int D, class V>
 struct CcMainloop {
   using Variant = V;  // logits: V::logit (attention/variant.cuh)
+  static constexpr bool kReadsFp8 = false;  // fp8 tiles are widened first (decode_items)
   static constexpr int E = D / 32;  // head dims per lane
   static_assert(E == 2 || E == 4 || E == 8, "head_dim must be 64, 128 or 256");
   float acc[kTileQ][E];             // unnormalised O of row r, dims [lane*E, lane*E + E)

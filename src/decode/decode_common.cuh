@@ -12,6 +12,7 @@
 #include "attention/merge_row.cuh"
 #include "attention/variant.cuh"
 #include "common/fp8_bits.h"
+#include "common/fp8_widen.cuh"
 #include "common/ptx.cuh"
 #include "common/types.cuh"
 #include "decode/decode_params.cuh"
@@ -231,16 +232,23 @@ __device__ __forceinline__ int64_t kv_row_offset(const P& p, int32_t page, int k
 // 8 runs back to back in one graph 3.4% (llama3 b1/kv32K) and 1.3% (b32/kv4K) faster. An
 // explicit evict_normal policy made most rows 6-13% slower, and the 256-byte prefetch-size
 // hint 3-8% slower; neither is used.
-// fp8 tiles land unswizzled, [16][D] bytes row-major, in the UPPER half of a warp's sK / sV
-// buffer (16 * D bytes each), where dequant_tile widens them in place to the swizzled 16-bit
-// tile the mainloops read.
+// fp8 tiles: [16][D] bytes in the UPPER half of a warp's sK / sV buffer (fp8_tile), 16-byte
+// chunks XOR-swizzled by row % 8 as the 16-bit tiles (fp8_swz: D = 128 has 8 chunks per row, so
+// the 8 rows of one ldmatrix hit 8 distinct bank groups).
 template <int D, class T>
 __device__ __forceinline__ const unsigned char* fp8_tile(const T* s) {
   static_assert(sizeof(T) == 2, "the 16-bit tile's upper half");
   return reinterpret_cast<const unsigned char*>(s) + kWarpKeys * D;
 }
+template <int D>
+__device__ __forceinline__ int fp8_swz(int row, int chunk) {
+  constexpr int kChunks = D / 16;
+  return row * D + ((chunk ^ (row & (kChunks < 8 ? kChunks - 1 : 7))) << 4);
+}
 
-// fp8 pools (P::kQuantizedKV): a row is D bytes (D / 16 chunks), copied to fp8_tile.
+// fp8 pools (P::kQuantizedKV): a row is D bytes (D / 16 chunks); the tile lands in fp8_tile's
+// layout, and either the mainloop reads it as fp8 (the tensor-core path) or dequant_tile widens
+// it in place to the swizzled 16-bit tile (the CUDA-core path).
 template <class T, int D, class P>
 __device__ __forceinline__ void kv_issue(const P& p, int64_t off, int lane, T* sK, T* sV) {
   using KV = typename P::KVElem;
@@ -258,8 +266,8 @@ __device__ __forceinline__ void kv_issue(const P& p, int64_t off, int lane, T* s
     const KV* ks = valid ? p.kv.k.data + ko + c * kElemsPerChunk : p.kv.k.data;
     const KV* vs = valid ? p.kv.v.data + vo + c * kElemsPerChunk : p.kv.v.data;
     if constexpr (P::kQuantizedKV) {
-      unsigned char* dk = const_cast<unsigned char*>(fp8_tile<D>(sK)) + r * D + c * 16;
-      unsigned char* dv = const_cast<unsigned char*>(fp8_tile<D>(sV)) + r * D + c * 16;
+      unsigned char* dk = const_cast<unsigned char*>(fp8_tile<D>(sK)) + fp8_swz<D>(r, c);
+      unsigned char* dv = const_cast<unsigned char*>(fp8_tile<D>(sV)) + fp8_swz<D>(r, c);
       ptx::cp_async_16_policy(dk, ks, valid ? 16 : 0, pol);
       ptx::cp_async_16_policy(dv, vs, valid ? 16 : 0, pol);
     } else {
@@ -269,32 +277,9 @@ __device__ __forceinline__ void kv_issue(const P& p, int64_t off, int lane, T* s
   }
 }
 
-// 16 fp8 codes -> 16 T values (lo: elements 0..7, hi: 8..15), exact (common/fp8_bits.h).
-template <class T, class KV>
-__device__ __forceinline__ void widen16(const uint4& v, uint4& lo, uint4& hi) {
-  constexpr fp8bits::Widen c = fp8bits::widen_of(cuda::std::is_same<KV, __nv_fp8_e5m2>::value,
-                                                 cuda::std::is_same<T, __nv_bfloat16>::value);
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  uint32_t o[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    o[2 * i] = fp8bits::widen_pair(__byte_perm(w[i], 0u, 0x1404), c);      // codes 0, 1 of the word
-    o[2 * i + 1] = fp8bits::widen_pair(__byte_perm(w[i], 0u, 0x3424), c);  // codes 2, 3
-  }
-  if constexpr (c.mul_log2 != 0) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      // Exact: a power-of-two factor on values that stay in range (the subnormal inputs
-      // included: f16 / bf16 arithmetic keeps subnormals). + (-0) keeps -0 and +0 as they are.
-      if constexpr (cuda::std::is_same<T, __nv_bfloat16>::value)
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(o[i]) : "r"(o[i]), "r"(c.mul_bits), "r"(0x80008000u));
-      else
-        asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(o[i]) : "r"(o[i]), "r"(c.mul_bits));
-    }
-  }
-  lo = make_uint4(o[0], o[1], o[2], o[3]);
-  hi = make_uint4(o[4], o[5], o[6], o[7]);
-}
+// fp8 codes -> 16-bit values in registers: common/fp8_widen.cuh (shared with the prefill kernel).
+using fp8bits::widen16;
+using fp8bits::widen_fp8_pair;
 
 // One warp widens its landed fp8 K and V tiles (kv_issue's upper halves) into the swizzled
 // [16][D] 16-bit tiles of the same buffers. Every lane reads its D / 32 16-byte chunks of each
@@ -306,13 +291,12 @@ template <class T, class KV, int D>
 __device__ __forceinline__ void dequant_tile(T* sK, T* sV, int lane) {
   constexpr int kChunks8 = D / 16;                  // 16-byte fp8 chunks per row
   constexpr int kPerLane = kWarpKeys * kChunks8 / 32;  // 2 / 4 / 8 for D = 64 / 128 / 256
-  const uint4* srcK = reinterpret_cast<const uint4*>(fp8_tile<D>(sK));
-  const uint4* srcV = reinterpret_cast<const uint4*>(fp8_tile<D>(sV));
   uint4 k8[kPerLane], v8[kPerLane];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    k8[i] = srcK[lane + 32 * i];
-    v8[i] = srcV[lane + 32 * i];
+  for (int i = 0; i < kPerLane; ++i) {  // chunk c of row r; a warp-wide load covers whole rows
+    const int idx = lane + 32 * i, r = idx / kChunks8, c = idx % kChunks8;
+    k8[i] = *reinterpret_cast<const uint4*>(fp8_tile<D>(sK) + fp8_swz<D>(r, c));
+    v8[i] = *reinterpret_cast<const uint4*>(fp8_tile<D>(sV) + fp8_swz<D>(r, c));
   }
   __syncwarp();
 #pragma unroll

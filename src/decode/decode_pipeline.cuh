@@ -61,9 +61,9 @@ __device__ __forceinline__ int32_t start_item(const P& p, const Item& it, const 
 // go to the work plan's slots and are merged by its own merge kernel (no in-kernel merge).
 // cta: which CTA's item list of the plan to run (blockIdx.x for the decode kernels; a fused
 // kernel passes the virtual CTA id its scheduler bound it to, attention/scheduler.cuh).
-// P: DecodeParams<T, KV>. fp8 pools (P::kQuantizedKV): each warp tile is widened to 16 bits in
-// shared memory (dequant_tile) between its arrival and the mainloop, which reads 16-bit tiles
-// either way.
+// P: DecodeParams<T, KV>. fp8 pools (P::kQuantizedKV): a mainloop with kReadsFp8 (tensor cores)
+// reads the fp8 tiles itself; otherwise (CUDA cores) each warp tile is widened to 16 bits in
+// shared memory (dequant_tile) between its arrival and the mainloop.
 template <class T, int D, int QR, class Mainloop, bool kPacked = false, class P>
 __device__ __forceinline__ void decode_items(const P& p, int cta) {
   using L = SmemLayout<T, D, QR>;
@@ -161,7 +161,7 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
       WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0 && t == 0, kTraceFirstTile);
       T* sK = stage(rd);
       rd = rd + 1 == S ? 0 : rd + 1;
-      if constexpr (P::kQuantizedKV) {
+      if constexpr (P::kQuantizedKV && !Mainloop::kReadsFp8) {
         dequant_tile<T, typename P::KVElem, D>(sK, sK + L::kTileElems, lane);
         __syncwarp();  // every lane's 16-bit rows are written
       }

@@ -17,14 +17,28 @@
 //                  running sum l stays per lane (its two keys) and is reduced once in store().
 //   O^T += V^T P^T: A = V^T via ldmatrix.trans of V rows, B = P^T: the S^T accumulators packed
 //                  to 16 bits and transposed in registers by movmatrix (no shared memory).
+// fp8 pools (KV = __nv_fp8_e4m3 / e5m2, head_dim 128): the A fragments come straight from the fp8
+// tile (kv_issue's swizzled [16][D] bytes), widened in registers (fp8_bits.h), half the ldmatrix
+// of the 16-bit tiles and no shared-memory pass. ldmatrix moves 16-bit units = PAIRS of fp8
+// values, so two index maps change (both exact: a sum over head dims may take them in any order
+// that Q and K share, and an output row may be stored wherever its dim is):
+//   K Q^T: lane (g, c) = (lane / 4, lane % 4) gets bytes 4c .. 4c + 3 of a 16-dim chunk of row g;
+//          k positions {2c, 2c + 1} <- dims 4c, 4c + 1 and {2c + 8, 2c + 9} <- dims 4c + 2, 4c + 3,
+//          and Q's B fragments are loaded with the same map (load_q_fp8);
+//   V^T P^T: ldmatrix.trans of 8 keys x 16 dims gives lane (g, c) keys 2c, 2c + 1 at dims 2g,
+//          2g + 1: M row g of m-tile md <- dim 16 md + 2g, M row g + 8 <- dim 16 md + 2g + 1
+//          (store() writes O^T rows to those dims); keys keep their order (P^T unchanged).
 #pragma once
 #include "decode/decode_pipeline.cuh"
 
 namespace weft::decode {
 
-template <class T, int D, int NT, class V>
+template <class T, int D, int NT, class V, class KV = T>
 struct TcMainloop {
   using Variant = V;  // logits: V::logit (attention/variant.cuh)
+  // fp8 tiles are read as fp8 (see the header comment); decode_items then skips dequant_tile.
+  static constexpr bool kReadsFp8 = !cuda::std::is_same<T, KV>::value;
+  static_assert(!kReadsFp8 || D == 128, "fp8 fragments: the 128-byte swizzled rows of head_dim 128");
   static_assert(NT == 1 || NT == 2 || NT == 4, "query columns: 1, 2 or 4 n8 tiles (items of <= 32 rows)");
   static constexpr int kK = D / 16;  // k16 steps of K Q^T over head_dim
   static constexpr int kM = D / 16;  // m16 tiles of O^T over head_dim
@@ -46,6 +60,15 @@ struct TcMainloop {
     b0[0] = r[0]; b0[1] = r[1]; b1[0] = r[2]; b1[1] = r[3];
   }
 
+  // fp8: B fragments of Q^T for k step kk in the permuted dim order (header comment): dims
+  // 16 kk + 4c .. + 3 of query row nt*8 + g, one 8-byte load.
+  static __device__ __forceinline__ void load_q_fp8(const T* sQ, int kk, int nt, int lane, uint32_t (&b)[2]) {
+    const int c = lane % 4;
+    const uint2 u = *reinterpret_cast<const uint2*>(sQ + swz<D>(nt * 8 + lane / 4, 2 * kk + (c >> 1)) + 4 * (c & 1));
+    b[0] = u.x;
+    b[1] = u.y;
+  }
+
   __device__ __forceinline__ TcMainloop(const T* sQ, int lane, RowSpan rows) : rs(rows) {
 #pragma unroll
     for (int md = 0; md < kM; ++md)
@@ -60,7 +83,14 @@ struct TcMainloop {
 #pragma unroll
       for (int kk = 0; kk < kK; kk += 2)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) load_q_pair(sQ, kk, nt, lane, qf[kk][nt], qf[kk + 1][nt]);
+        for (int nt = 0; nt < NT; ++nt) {
+          if constexpr (kReadsFp8) {
+            load_q_fp8(sQ, kk, nt, lane, qf[kk][nt]);
+            load_q_fp8(sQ, kk + 1, nt, lane, qf[kk + 1][nt]);
+          } else {
+            load_q_pair(sQ, kk, nt, lane, qf[kk][nt], qf[kk + 1][nt]);
+          }
+        }
     }
   }
 
@@ -80,8 +110,23 @@ struct TcMainloop {
     for (int kk = 0; kk < kK; kk += 2) {
       uint32_t a0[4], a1[4];
       const int j = lane / 8;  // this lane addresses row lane%8 of matrix j of the x4
-      ptx::ldmatrix_x4(a0, sK + swz<D>(lane % 8 + (j % 2) * 8, kk * 2 + j / 2));
-      ptx::ldmatrix_x4(a1, sK + swz<D>(lane % 8 + (j % 2) * 8, kk * 2 + 2 + j / 2));
+      if constexpr (kReadsFp8) {
+        // Matrices (rows 0-7 | 8-15) x (chunks kk | kk + 1): both k steps in one ldmatrix.
+        uint32_t r[4];
+        const int row = lane % 8 + (j % 2) * 8;
+        ptx::ldmatrix_x4(r, fp8_tile<D>(sK) + fp8_swz<D>(row, kk + j / 2));
+        a0[0] = widen_fp8_pair<T, KV>(__byte_perm(r[0], 0u, 0x1404));
+        a0[1] = widen_fp8_pair<T, KV>(__byte_perm(r[1], 0u, 0x1404));
+        a0[2] = widen_fp8_pair<T, KV>(__byte_perm(r[0], 0u, 0x3424));
+        a0[3] = widen_fp8_pair<T, KV>(__byte_perm(r[1], 0u, 0x3424));
+        a1[0] = widen_fp8_pair<T, KV>(__byte_perm(r[2], 0u, 0x1404));
+        a1[1] = widen_fp8_pair<T, KV>(__byte_perm(r[3], 0u, 0x1404));
+        a1[2] = widen_fp8_pair<T, KV>(__byte_perm(r[2], 0u, 0x3424));
+        a1[3] = widen_fp8_pair<T, KV>(__byte_perm(r[3], 0u, 0x3424));
+      } else {
+        ptx::ldmatrix_x4(a0, sK + swz<D>(lane % 8 + (j % 2) * 8, kk * 2 + j / 2));
+        ptx::ldmatrix_x4(a1, sK + swz<D>(lane % 8 + (j % 2) * 8, kk * 2 + 2 + j / 2));
+      }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         if constexpr (kQInRegs) {
@@ -89,7 +134,12 @@ struct TcMainloop {
           ptx::mma_16816<T>(s[kChains - 1][nt], a1, qf[kk + 1][nt]);
         } else {
           uint32_t b0[2], b1[2];
-          load_q_pair(sQ, kk, nt, lane, b0, b1);
+          if constexpr (kReadsFp8) {
+            load_q_fp8(sQ, kk, nt, lane, b0);
+            load_q_fp8(sQ, kk + 1, nt, lane, b1);
+          } else {
+            load_q_pair(sQ, kk, nt, lane, b0, b1);
+          }
           ptx::mma_16816<T>(s[0][nt], a0, b0);
           ptx::mma_16816<T>(s[kChains - 1][nt], a1, b1);
         }
@@ -148,13 +198,34 @@ struct TcMainloop {
     }
 
     // O^T += V^T P^T: A = V^T (m16 dims x k16 keys) by ldmatrix.trans of the V rows.
+    if constexpr (kReadsFp8) {
+      // Matrices (keys 0-7 | 8-15) x (chunks md | md + 1): two m16 tiles per ldmatrix.trans;
+      // lane (g, c) holds keys 2c, 2c + 1 (+8) at dims 2g (bytes 0, 2) and 2g + 1 (bytes 1, 3).
 #pragma unroll
-    for (int md = 0; md < kM; ++md) {
-      const int j = lane / 8;
-      uint32_t a[4];
-      ptx::ldmatrix_x4_trans(a, sV + swz<D>(lane % 8 + (j / 2) * 8, md * 2 + j % 2));
+      for (int md = 0; md < kM; md += 2) {
+        const int j = lane / 8;
+        uint32_t r[4];
+        ptx::ldmatrix_x4_trans(r, fp8_tile<D>(sV) + fp8_swz<D>(lane % 8 + (j % 2) * 8, md + j / 2));
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) ptx::mma_16816<T>(acc[md][nt], a, pb[nt]);
+        for (int h = 0; h < 2; ++h) {
+          uint32_t a[4];
+          a[0] = widen_fp8_pair<T, KV>(__byte_perm(r[2 * h], 0u, 0x2404));      // M row g: dim 2g
+          a[1] = widen_fp8_pair<T, KV>(__byte_perm(r[2 * h], 0u, 0x3414));      // M row g + 8: dim 2g + 1
+          a[2] = widen_fp8_pair<T, KV>(__byte_perm(r[2 * h + 1], 0u, 0x2404));  // keys 8-15
+          a[3] = widen_fp8_pair<T, KV>(__byte_perm(r[2 * h + 1], 0u, 0x3414));
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) ptx::mma_16816<T>(acc[md + h][nt], a, pb[nt]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int md = 0; md < kM; ++md) {
+        const int j = lane / 8;
+        uint32_t a[4];
+        ptx::ldmatrix_x4_trans(a, sV + swz<D>(lane % 8 + (j / 2) * 8, md * 2 + j % 2));
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) ptx::mma_16816<T>(acc[md][nt], a, pb[nt]);
+      }
     }
   }
 
@@ -174,11 +245,13 @@ struct TcMainloop {
         const int q = nt * 8 + (lane % 4) * 2 + j;
         if (q >= nrows) continue;
         const int qr = q - round * kTileQ;
-        float* dst = red_o + (warp * kTileQ + qr) * D + lane / 4;
+        // M rows g and g + 8 of m-tile md: dims 16 md + g and + 8 (fp8: 16 md + 2g and + 1).
+        float* dst = red_o + (warp * kTileQ + qr) * D + (kReadsFp8 ? 2 * (lane / 4) : lane / 4);
+        constexpr int kHi = kReadsFp8 ? 1 : 8;
 #pragma unroll
         for (int md = 0; md < kM; ++md) {
           dst[md * 16] = acc[md][nt][j];
-          dst[md * 16 + 8] = acc[md][nt][2 + j];
+          dst[md * 16 + kHi] = acc[md][nt][2 + j];
         }
         if (lane < 4) {
           red_m[warp * kTileQ + qr] = m[nt][j];
@@ -193,11 +266,11 @@ struct TcMainloop {
 // V: the attention variant (attention/variant.cuh; DefaultVariant or AlibiVariant).
 // kPacked: the generic item path (decode_items); its rows may come from several requests, so a
 // variant whose logit depends on the query position (ALiBi) is not supported there yet.
-// KV: the pools' element type (T, or an fp8 type whose tiles decode_items widens first: DecodeParams).
+// KV: the pools' element type (T, or an fp8 type: DecodeParams).
 template <class T, int D, int NT, class V = attn::DefaultVariant, bool kPacked = false, class KV = T>
 __global__ void __launch_bounds__(kMaxThreads, 1) decode_tc_kernel(const DecodeParams<T, KV> p) {
   static_assert(!kPacked || !V::kHasBias, "generic items: one query position per item row is not tracked");
-  decode_items<T, D, NT == 4 ? 2 * kTileQ : kTileQ, TcMainloop<T, D, NT, V>, kPacked>(p);
+  decode_items<T, D, NT == 4 ? 2 * kTileQ : kTileQ, TcMainloop<T, D, NT, V, KV>, kPacked>(p);
 }
 
 }  // namespace weft::decode

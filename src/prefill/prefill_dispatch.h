@@ -13,7 +13,10 @@ struct KernelEntry {
   int (*occupancy)() = nullptr;
 };
 
-// Throws weft::Error("head_dim" / "dtype", ...) when (cfg, dtype) is not instantiated.
-KernelEntry find_kernel(const TileConfig& cfg, DType dtype);
+// Throws weft::Error("head_dim" / "dtype", ...) when (cfg, dtype, kv_dtype) is not instantiated.
+// kv_dtype: the K/V element type, dtype itself or (fp8 pools) kFloat8E4M3 / kFloat8E5M2.
+KernelEntry find_kernel(const TileConfig& cfg, DType dtype, DType kv_dtype);
+// The same, empty (null launch) when not instantiated.
+KernelEntry lookup_kernel(const TileConfig& cfg, DType dtype, DType kv_dtype);
 
 }  // namespace weft::prefill

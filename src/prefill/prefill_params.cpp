@@ -25,6 +25,12 @@ void set_paged_kv(PrefillParams& p, const PagedKVCache& cache, const PageTable& 
   p.page_indices = table.indices.device;
   p.k_rows = cache.k_pages.shape[0];
   p.v_rows = cache.v_pages.shape[0];
+  // fp8 pools (validate_paged_kv: both scales present, size 1 or num_kv_heads): per-head stride 1,
+  // one scale per pool 0. 16-bit pools: none.
+  p.k_scale = cache.k_scale.device;
+  p.v_scale = cache.v_scale.device;
+  p.k_scale_stride = cache.k_scale.size > 1 ? 1 : 0;
+  p.v_scale_stride = cache.v_scale.size > 1 ? 1 : 0;
 }
 
 void set_plan(PrefillParams& p, const PrefillWorkspaceLayout& layout, void* workspace, int32_t group_size) {

@@ -28,6 +28,7 @@ using prefill::TileConfig;
 
 struct BatchPrefillWrapper::State {
   DType dtype = DType::kBFloat16;
+  DType kv_dtype = DType::kBFloat16;  // the K/V pools' (opt.kv_dtype, else dtype)
   int32_t num_qo_heads = 0, num_kv_heads = 0, head_dim = 0, batch = 0;
   int64_t total_q = 0;
   AttentionVariant variant;
@@ -75,11 +76,11 @@ int sm_count(int device) {
 }
 
 // Persistent grid of one configuration: every SM filled with as many CTAs as fit.
-int32_t num_ctas_for(const TileConfig& cfg, DType dtype, int device) {
+int32_t num_ctas_for(const TileConfig& cfg, DType dtype, DType kv_dtype, int device) {
   int prev = 0;
   WEFT_CUDA_CHECK(cudaGetDevice(&prev));
   if (prev != device) WEFT_CUDA_CHECK(cudaSetDevice(device));
-  const int occ = prefill::find_kernel(cfg, dtype).occupancy();
+  const int occ = prefill::find_kernel(cfg, dtype, kv_dtype).occupancy();
   const int sms = sm_count(device);
   if (prev != device) WEFT_CUDA_CHECK(cudaSetDevice(prev));
   return heuristics::persistent_grid(sms, occ);
@@ -102,12 +103,15 @@ std::size_t BatchPrefillWrapper::workspace_size(const PrefillBounds& b) {
   std::size_t need = 0;
   // Any configuration of this head_dim may be chosen at plan time: size for the largest. The
   // occupancy (hence the grid) does not depend on the dtype: both dtypes compile alike; take the
-  // max anyway.
+  // max anyway (fp8-KV kernels too, where instantiated).
   for (const TileConfig& c : prefill::instantiated_configs()) {
     if (c.head_dim != b.head_dim) continue;
     for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-      const int32_t ctas = num_ctas_for(c, dt, device);
-      need = std::max(need, layout_for(b, c, ctas).total_bytes);
+      for (DType kv : {dt, DType::kFloat8E4M3, DType::kFloat8E5M2}) {
+        if (kv != dt && prefill::lookup_kernel(c, dt, kv).launch == nullptr) continue;
+        const int32_t ctas = num_ctas_for(c, dt, kv, device);
+        need = std::max(need, layout_for(b, c, ctas).total_bytes);
+      }
     }
   }
   // The sm90 mainloop's plan (128-row tiles, one CTA per SM) where it may be chosen.
@@ -182,6 +186,20 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   WEFT_CHECK_ARG(opt.cta_q == 0 || opt.cta_q == 16 || opt.cta_q == 64 || opt.cta_q == 128,
                  "opt.cta_q", "expected 0, 16, 64 or 128, got " << opt.cta_q);
   WEFT_CHECK_ARG(opt.min_chunk >= 0, "opt.min_chunk", "must be >= 0, got " << opt.min_chunk);
+  // fp8 K/V pools (opt.kv_dtype): the FA2 kernel's fp8 instances (src/instances.txt: bf16 q / out,
+  // head_dim 128, paged; the built-in variants without ALiBi).
+  const DType kv_dtype = opt.kv_dtype.value_or(dtype);
+  const bool fp8 = kv_dtype != dtype;
+  if (fp8) {
+    WEFT_CHECK_ARG(kv_dtype == DType::kFloat8E4M3 || kv_dtype == DType::kFloat8E5M2, "opt.kv_dtype",
+                   "expected q's dtype " << dtype_name(dtype) << ", fp8_e4m3 or fp8_e5m2, got " << dtype_name(kv_dtype));
+    WEFT_CHECK_ARG(dtype == DType::kBFloat16, "dtype", "fp8 K/V pools take bf16 q / out, got " << dtype_name(dtype));
+    WEFT_CHECK_ARG(head_dim == 128, "head_dim", "fp8 K/V pools: head_dim 128 only, got " << head_dim);
+    WEFT_CHECK_ARG(paged, "opt.kv_dtype", "fp8 K/V: paged pools only (plan_paged)");
+    WEFT_CHECK_ARG(variant.alibi_slopes == nullptr, "variant.alibi_slopes", "not supported with fp8 K/V pools");
+    WEFT_CHECK_ARG(variant.jit == nullptr, "variant.jit", "not supported with fp8 K/V pools");
+    WEFT_CHECK_ARG(opt.cta_q != 64, "opt.cta_q", "fp8 K/V pools: cta_q 16 or 128 at head_dim 128, got 64");
+  }
   const int32_t group = num_qo_heads / num_kv_heads;
   const int64_t total_q = qo_indptr_host != nullptr ? qo_indptr_host[batch] : 0;
 
@@ -190,6 +208,12 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   for (int32_t b = 0; b < batch; ++b) active += qo_indptr_host[b + 1] > qo_indptr_host[b];
   const double avg_rows = active ? double(total_q) * group / double(active) : 1.0;
   TileConfig cfg = prefill::choose_tiles(avg_rows, head_dim);
+  // fp8: the 16- and 128-row tiles are instantiated (few kernels); the heuristic's 64-row tile
+  // (17..64 rows per query tile) takes the 128-row one (its 4 warps x 32 rows, as for bf16 with
+  // more rows; the padding rows cost math, not K/V traffic).
+  if (fp8 && cfg.cta_q == 64)
+    for (const TileConfig& c : prefill::instantiated_configs())
+      if (c.head_dim == head_dim && c.cta_q == 128) cfg = c;
   // A step without query rows (an empty step) has no work, so any configuration serves it: keep
   // the previous plan's. A graph captured on that plan then replays this one as a no-op, where a
   // change of configuration would move the plan's workspace offsets under the captured kernel.
@@ -231,7 +255,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   // sm90 128-row tile takes the calls for which prefill_tiles picks 128 rows at the smaller head
   // dims (more than 64 packed query rows per request; the POD planner's rule as well).
   const bool wide_tile = cfg.cta_q == prefill::sm90::kBlockM || (head_dim == 256 && opt.cta_q == 0 && avg_rows > 64);
-  const bool use_sm90 = opt.mainloop == PrefillMainloop::kAuto && wide_tile && variant.alibi_slopes == nullptr &&
+  const bool use_sm90 = opt.mainloop == PrefillMainloop::kAuto && wide_tile && !fp8 && variant.alibi_slopes == nullptr &&
                         !jit && prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size);
   if (use_sm90) cfg = TileConfig{head_dim, prefill::sm90::kBlockM, prefill::sm90::block_n(head_dim)};
   const auto fa2_has = [&](const TileConfig& t) {
@@ -244,9 +268,9 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
                           << " is the sm90 mainloop's tile only, which cannot run this call (device, "
                              "mainloop, variant, GQA group or page size)");
   const prefill::sm90::Entry sm90_kernel = use_sm90 ? prefill::sm90::find(head_dim, dtype) : prefill::sm90::Entry{};
-  const prefill::KernelEntry kernel = use_sm90 ? prefill::KernelEntry{} : prefill::find_kernel(cfg, dtype);
+  const prefill::KernelEntry kernel = use_sm90 ? prefill::KernelEntry{} : prefill::find_kernel(cfg, dtype, kv_dtype);
   // (sm90: one CTA per SM; eligible() checked that it fits.)
-  const int32_t num_ctas = use_sm90 ? sm_count(device) : num_ctas_for(cfg, dtype, device);
+  const int32_t num_ctas = use_sm90 ? sm_count(device) : num_ctas_for(cfg, dtype, kv_dtype, device);
   prefill::PrefillWorkspaceLayout layout = layout_for(bounds, cfg, num_ctas);
   const std::size_t plan_bytes = layout.total_bytes;
   if (use_sm90) layout.total_bytes = prefill::sm90::workspace_bytes(plan_bytes, num_ctas);
@@ -298,6 +322,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
 
   State& s = *s_;
   s.dtype = dtype;
+  s.kv_dtype = kv_dtype;
   s.num_qo_heads = num_qo_heads;
   s.num_kv_heads = num_kv_heads;
   s.head_dim = head_dim;
@@ -422,8 +447,8 @@ void BatchPrefillWrapper::run_paged(const TensorView& q, const PagedKVCache& cac
   check_common(q, out, lse, mask);
   const State& s = *s_;
   WEFT_CHECK_ARG(s.paged, "plan", "planned for ragged K/V (plan_ragged): call run_ragged");
-  validate_paged_kv(cache, table);
-  check::dtype_is(cache.k_pages, "k_pages", s.dtype);
+  validate_paged_kv(cache, table);  // fp8 pools: K and V alike, scales present (16-bit: absent)
+  check::dtype_is(cache.k_pages, "k_pages", s.kv_dtype);
   WEFT_CHECK_ARG(cache.page_size() == s.page_size, "page_size",
                  "planned " << s.page_size << ", cache has " << cache.page_size());
   WEFT_CHECK_ARG(cache.num_kv_heads() == s.num_kv_heads, "num_kv_heads",

@@ -68,10 +68,11 @@ __device__ __forceinline__ void merge_kv_warps(SoftmaxState<Tr>& st, float* scra
   }
 }
 
-// Writes the thread's 2 * kMB rows. warp_row0: first tile row of the warp.
+// Writes the thread's 2 * kMB rows. warp_row0: first tile row of the warp. vq: fp8 V pools' scale
+// of the item's KV head (O = vq * sum p v8 / sum p, partials included), 1 otherwise.
 template <class Tr>
 __device__ __forceinline__ void write_item(const SoftmaxState<Tr>& st, const PrefillParams& p,
-                                           const ItemGeom& g, int warp_row0, int lane) {
+                                           const ItemGeom& g, int warp_row0, int lane, float vq = 1.f) {
   using T = typename Tr::Elem;
   const int t = lane & 3;
 #pragma unroll
@@ -83,7 +84,7 @@ __device__ __forceinline__ void write_item(const SoftmaxState<Tr>& st, const Pre
       if (row >= g.row_end) continue;
       const float dsum = st.d[mb][h];
       const bool empty = !(dsum > 0.f);
-      const float inv = empty ? 0.f : 1.f / dsum;
+      const float inv = empty ? 0.f : vq / dsum;
       const float lse2 = empty ? -INFINITY : st.m[mb][h] + log2f(dsum);
       if (g.slot >= 0) {
         const int tile_q = p.plan.header->tile_q;

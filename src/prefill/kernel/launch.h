@@ -9,7 +9,7 @@
 
 namespace weft::prefill {
 
-template <int HEAD_DIM, int CTA_Q, int CTA_KV, class T>
+template <int HEAD_DIM, int CTA_Q, int CTA_KV, class T, class KV>
 struct PrefillTraits;
 
 template <class Tr>
@@ -20,9 +20,9 @@ int occupancy_batch_prefill();
 }  // namespace weft::prefill
 
 // Explicit instantiation of one configuration (the only line of an instance file).
-#define WEFT_PREFILL_INSTANCE(D, Q, KV, T)                                                        \
+#define WEFT_PREFILL_INSTANCE(D, Q, KV, T, TKV)                                                   \
   namespace weft::prefill {                                                                     \
-  template void launch_batch_prefill<PrefillTraits<D, Q, KV, T>>(const PrefillParams&, int,     \
-                                                                 cudaStream_t);                \
-  template int occupancy_batch_prefill<PrefillTraits<D, Q, KV, T>>();                           \
+  template void launch_batch_prefill<PrefillTraits<D, Q, KV, T, TKV>>(const PrefillParams&, int, \
+                                                                      cudaStream_t);           \
+  template int occupancy_batch_prefill<PrefillTraits<D, Q, KV, T, TKV>>();                      \
   }

@@ -70,9 +70,10 @@ __device__ __forceinline__ void load_q_tile(typename Tr::Elem* sq, const Prefill
 // chunks): that id is fetched one pipeline step ahead of the copy (fetch_page) so the page-table
 // load latency hides behind the math, at the cost of ONE register per pipelined tile. Any other
 // page size (1, 5, ...) or alignment looks every row's page up at copy time (slow path).
+// (fp8 pools: rows of kKVChunks = 8 chunks, so twice the rows per pass and half per thread.)
 template <class Tr>
 struct KVRows {
-  static constexpr int kRowsPerPass = Tr::kThreads / Tr::kChunks;
+  static constexpr int kRowsPerPass = Tr::kThreads / Tr::kKVChunks;
   static constexpr int kRowsPerThread = Tr::kCtaKV / kRowsPerPass;
   static_assert(Tr::kCtaKV % kRowsPerPass == 0, "KV tile rows must split evenly over threads");
   static_assert((kRowsPerThread & (kRowsPerThread - 1)) == 0, "rows per thread: a power of two");
@@ -92,7 +93,7 @@ template <class Tr>
 __device__ __forceinline__ int32_t fetch_page(const PrefillParams& p, const ItemGeom& g,
                                               int tile_start, int tid) {
   if (!p.paged || !one_page_per_thread<Tr>(p, g)) return 0;
-  const int j = tile_start + (tid / Tr::kChunks) * KVRows<Tr>::kRowsPerThread;
+  const int j = tile_start + (tid / Tr::kKVChunks) * KVRows<Tr>::kRowsPerThread;
   return j < g.kv_hi ? __ldg(p.page_indices + g.kv_base + (static_cast<uint32_t>(j) >> p.page_shift)) : 0;
 }
 
@@ -109,37 +110,40 @@ __device__ __forceinline__ void cp_async_16_s(uint32_t smem, const void* gmem, i
 // thread, then kRowsPerThread predicated copies with no branches and no 64-bit multiplies (the
 // per-row branchy version cost ~25 instructions per row right after each barrier, when all
 // warps copy at once and the tensor pipe idles). Other page sizes: per-row page look-ups.
+// dst: the landing tile; 16-bit pools: [CTA_KV][D] swizzled (swz()); fp8 pools: [CTA_KV][D] bytes,
+// unswizzled (a warp's copies and widen_kv_tile's reads cover whole 128-byte rows: conflict-free).
 template <class Tr>
-__device__ __forceinline__ void copy_kv_tile(typename Tr::Elem* dst, const void* base,
+__device__ __forceinline__ void copy_kv_tile(void* dst, const void* base,
                                              int64_t page_stride, int64_t slot_stride,
                                              int64_t head_stride, const PrefillParams& p,
                                              const ItemGeom& g, int32_t page, int tile_start,
                                              int tid) {
-  using T = typename Tr::Elem;
+  using KV = typename Tr::KVElem;
   constexpr int kRows = KVRows<Tr>::kRowsPerThread;
-  constexpr int kRowBytes = Tr::kHeadDim * 2;
-  const int col = tid % Tr::kChunks;
-  const int r0 = (tid / Tr::kChunks) * kRows;
+  constexpr int kRowBytes = Tr::kHeadDim * static_cast<int>(sizeof(KV));
+  constexpr int kSwz = Tr::kFp8 ? 0 : 7;  // chunk XOR mask (row bits)
+  const int col = tid % Tr::kKVChunks;
+  const int r0 = (tid / Tr::kKVChunks) * kRows;
   const int j0 = tile_start + r0;
   const int n_valid = min(max(g.kv_hi - j0, 0), kRows);  // rows i < n_valid hold keys
-  const T* head = static_cast<const T*>(base) + g.kv_head * head_stride + col * 8;
+  const KV* head = static_cast<const KV*>(base) + g.kv_head * head_stride + col * (16 / static_cast<int>(sizeof(KV)));
   const uint32_t d0 = ptx::smem_addr(dst) + r0 * kRowBytes;
   if (p.paged && !one_page_per_thread<Tr>(p, g)) {
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int j = j0 + i;
-      const T* src = head;
+      const KV* src = head;
       if (i < n_valid) {
         const uint32_t pi = p.page_shift >= 0 ? static_cast<uint32_t>(j) >> p.page_shift
                                               : static_cast<uint32_t>(j) / static_cast<uint32_t>(p.page_size);
         const int slot = p.page_shift >= 0 ? (j & (p.page_size - 1)) : j % p.page_size;
         src = head + __ldg(p.page_indices + g.kv_base + pi) * page_stride + slot * slot_stride;
       }
-      cp_async_16_s(d0 + i * kRowBytes + ((col ^ ((r0 + i) & 7)) << 4), src, i < n_valid ? 16 : 0);
+      cp_async_16_s(d0 + i * kRowBytes + ((col ^ ((r0 + i) & kSwz)) << 4), src, i < n_valid ? 16 : 0);
     }
     return;
   }
-  const T* src;
+  const KV* src;
   int64_t stride;
   if (p.paged) {
     src = head + page * page_stride + (j0 & (p.page_size - 1)) * slot_stride;
@@ -150,25 +154,25 @@ __device__ __forceinline__ void copy_kv_tile(typename Tr::Elem* dst, const void*
   }
   // Rows past kv_hi re-point at the last valid row (or the head base when none is valid): a
   // zero-byte copy reads nothing, but the address stays inside the tensor.
-  const T* cur = n_valid > 0 ? src : head;
+  const KV* cur = n_valid > 0 ? src : head;
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    // swz(): chunk bits 0..2 XOR row bits 0..2 (row = r0 + i)
-    const int chunk = col ^ ((r0 + i) & 7);
+    // swz(): chunk bits 0..2 XOR row bits 0..2 (row = r0 + i); fp8 landing tiles: unswizzled
+    const int chunk = col ^ ((r0 + i) & kSwz);
     cp_async_16_s(d0 + i * kRowBytes + (chunk << 4), cur, i < n_valid ? 16 : 0);
     if (i + 1 < n_valid) cur += stride;
   }
 }
 
 template <class Tr>
-__device__ __forceinline__ void load_k_tile(typename Tr::Elem* dst, const PrefillParams& p,
+__device__ __forceinline__ void load_k_tile(void* dst, const PrefillParams& p,
                                             const ItemGeom& g, int32_t page, int tile_start,
                                             int tid) {
   copy_kv_tile<Tr>(dst, p.k, p.k_page_stride, p.k_slot_stride, p.k_head_stride, p, g, page,
                    tile_start, tid);
 }
 template <class Tr>
-__device__ __forceinline__ void load_v_tile(typename Tr::Elem* dst, const PrefillParams& p,
+__device__ __forceinline__ void load_v_tile(void* dst, const PrefillParams& p,
                                             const ItemGeom& g, int32_t page, int tile_start,
                                             int tid) {
   copy_kv_tile<Tr>(dst, p.v, p.v_page_stride, p.v_slot_stride, p.v_head_stride, p, g, page,

@@ -72,15 +72,17 @@ __device__ __forceinline__ bool tile_needs_mask(const PrefillParams& p, const It
 // sm_scale * log2(e) into its exponent FFMA (mainloop.cuh). One uniform branch per tile.
 template <class Tr>
 __device__ __forceinline__ void prepare_logits(float (&s)[Tr::kMB][Tr::kFragS][4],
-                                               const PrefillParams& p) {
+                                               const PrefillParams& p, const float* k_scale = nullptr) {
+  // k_scale: fp8 K pools, the item's KV head's scale (the raw scores are q . k8); null otherwise.
   const attn::DefaultVariant v = variant_of(p);
   if (v.folds_scale()) return;
+  const float kq = k_scale != nullptr ? __ldg(k_scale) : 1.f;
 #pragma unroll
   for (int mb = 0; mb < Tr::kMB; ++mb)
 #pragma unroll
     for (int n = 0; n < Tr::kFragS; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[mb][n][e] = v.softcap(s[mb][n][e]);
+      for (int e = 0; e < 4; ++e) s[mb][n][e] = v.softcap(s[mb][n][e] * kq);
 }
 
 // A variant with a bias (replaces prepare_logits): raw scores -> v's log2-domain logits. ALiBi

@@ -61,6 +61,12 @@ struct PrefillParams {
                                          // FA2 kernel only: the sm90 path is not chosen with it)
   // These fields are the variant's runtime parameters (attention/variant.cuh VariantParams;
   // kernel/mask.cuh variant_of() assembles them).
+
+  // fp8 K/V pools (PrefillTraits::kFp8; weft::KVScale): x = k_scale[h * k_scale_stride] * x8 for KV
+  // head h (stride 0: one scale per pool, 1: per head); likewise V. Null for 16-bit pools.
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  int32_t k_scale_stride = 0, v_scale_stride = 0;
 };
 
 }  // namespace weft::prefill

@@ -10,6 +10,12 @@
 // to every warp AND guarantees every warp finished tile t-1, so the copies issued right after it
 // may overwrite tile t-1's buffers: V_{t+1} -> V stage (t+1) % 2 = (t-1) % 2, K_{t+2} -> K stage
 // (t+2) % 3 = (t-1) % 3. Prefetch distance: K two tiles, V one tile.
+// fp8 K/V (Tr::kFp8): the same groups land fp8 tiles in their own stages (traits.cuh kOffK8 /
+// kOffV8); after the step's copies are issued, the CTA widens K_t and V_t into ONE 16-bit K and
+// V buffer (widen.cuh) and meets at a second barrier before the math. The widened buffers were
+// last read in step t-1, which every warp finished before the first barrier. The K scale of the
+// item's KV head is folded into the logit scale (q . (s k8) = s (q . k8)), the V scale into the
+// epilogue's 1 / sum (sum p (s v8) / sum p = s (sum p v8) / sum p).
 #pragma once
 #include "common/rtc_compat.h"
 #if !WEFT_RTC
@@ -24,6 +30,7 @@
 #include "prefill/kernel/mask.cuh"
 #include "prefill/kernel/params.h"
 #include "prefill/kernel/traits.cuh"
+#include "prefill/kernel/widen.cuh"
 
 namespace weft::prefill {
 
@@ -45,8 +52,15 @@ __device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w
   using T = typename Tr::Elem;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
-  T* sk = sq + Tr::kOffK;
+  T* sk = sq + Tr::kOffK;  // 16-bit K stages (fp8: stage 0 only, the widened tile)
   T* sv = sq + Tr::kOffV;
+  // Landing stage s of K / V (16-bit: the stage itself; fp8: the byte stages of traits.cuh).
+  auto k_land = [&](int st) -> void* {
+    return Tr::kFp8 ? static_cast<void*>(smem_raw + Tr::kOffK8 + st * Tr::kKVTileBytes8) : sk + st * Tr::kKVTileElems;
+  };
+  auto v_land = [&](int st) -> void* {
+    return Tr::kFp8 ? static_cast<void*>(smem_raw + Tr::kOffV8 + st * Tr::kKVTileBytes8) : sv + st * Tr::kKVTileElems;
+  };
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -66,14 +80,14 @@ __device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w
     load_q_tile<Tr>(sq, p, g, tid);
     if (n_tiles > 0) {
       const int32_t pg0 = fetch_page<Tr>(p, g, g.kv_lo, tid);
-      load_k_tile<Tr>(sk, p, g, pg0, g.kv_lo, tid);
-      load_v_tile<Tr>(sv, p, g, pg0, g.kv_lo, tid);
+      load_k_tile<Tr>(k_land(0), p, g, pg0, g.kv_lo, tid);
+      load_v_tile<Tr>(v_land(0), p, g, pg0, g.kv_lo, tid);
     }
     ptx::cp_async_commit();
     int32_t pg1 = 0, pg2 = 0;
     if (n_tiles > 1) {
       pg1 = fetch_page<Tr>(p, g, g.kv_lo + Tr::kCtaKV, tid);
-      load_k_tile<Tr>(sk + Tr::kKVTileElems, p, g, pg1, g.kv_lo + Tr::kCtaKV, tid);
+      load_k_tile<Tr>(k_land(1), p, g, pg1, g.kv_lo + Tr::kCtaKV, tid);
     }
     ptx::cp_async_commit();
     if (n_tiles > 2) pg2 = fetch_page<Tr>(p, g, g.kv_lo + 2 * Tr::kCtaKV, tid);
@@ -82,8 +96,14 @@ __device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w
     init_state(st);
     uint32_t qf[Tr::kQInRegs ? Tr::kKStepsQK : 1][4];
     // Exponent scale of the softmax: raw scores x sm_scale log2(e); soft-capped or ALiBi logits
-    // are already in the log2 domain (prepare_logits / apply_bias_logits).
-    const float scale = JV::kHasBias ? 1.f : softmax_scale(p);
+    // are already in the log2 domain (prepare_logits / apply_bias_logits). fp8: kq / vq, the
+    // item's KV head's K / V scales (1 for 16-bit pools); kq goes into the scale when the scale
+    // is folded, else into the soft cap's argument (prepare_logits re-reads it from L1: no
+    // register held through the loop, where the 128-row tile is at its register cap). ALiBi and
+    // JIT variants: 16-bit pools only (the wrapper rejects them with fp8).
+    const float* kq_ptr = Tr::kFp8 ? p.k_scale + g.kv_head * p.k_scale_stride : nullptr;
+    const float kq = Tr::kFp8 ? __ldg(kq_ptr) : 1.f;
+    const float scale = JV::kHasBias ? 1.f : softmax_scale(p) * (variant_of(p).folds_scale() ? kq : 1.f);
 
     int ks = 0;  // K stage of tile t (t % 3)
     for (int t = 0; t < n_tiles; ++t) {
@@ -100,29 +120,37 @@ __device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w
         }
       }
       if (t + 1 < n_tiles)
-        load_v_tile<Tr>(sv + (vs ^ 1) * Tr::kKVTileElems, p, g, pg1, ts + Tr::kCtaKV, tid);
+        load_v_tile<Tr>(v_land(vs ^ 1), p, g, pg1, ts + Tr::kCtaKV, tid);
       ptx::cp_async_commit();
       if (t + 2 < n_tiles)
-        load_k_tile<Tr>(sk + ks2 * Tr::kKVTileElems, p, g, pg2, ts + 2 * Tr::kCtaKV, tid);
+        load_k_tile<Tr>(k_land(ks2), p, g, pg2, ts + 2 * Tr::kCtaKV, tid);
       ptx::cp_async_commit();
       pg1 = pg2;
       if (t + 3 < n_tiles) pg2 = fetch_page<Tr>(p, g, ts + 3 * Tr::kCtaKV, tid);
+      if constexpr (Tr::kFp8) {
+        widen_kv_tile<Tr>(sk, static_cast<const unsigned char*>(k_land(ks)), tid);
+        widen_kv_tile<Tr>(sv, static_cast<const unsigned char*>(v_land(vs)), tid);
+        __syncthreads();
+      }
+      const T* sk_t = sk + (Tr::kFp8 ? 0 : ks) * Tr::kKVTileElems;
+      const T* sv_t = sv + (Tr::kFp8 ? 0 : vs) * Tr::kKVTileElems;
 
       float s[Tr::kMB][Tr::kFragS][4];
-      compute_qk<Tr>(s, qf, sq, warp_row0, sk + ks * Tr::kKVTileElems, key_off, lane);
+      compute_qk<Tr>(s, qf, sq, warp_row0, sk_t, key_off, lane);
       if constexpr (JV::kHasBias) {
         apply_bias_logits<Tr>(s, p, g, jv, warp_row0, ts + key_off, lane);
       } else if constexpr (Tr::kBias) {
         if (p.alibi_slopes != nullptr)  // uniform over the launch
           apply_bias_logits<Tr>(s, p, g, attn::AlibiVariant(variant_params_of(p)), warp_row0, ts + key_off, lane);
         else
-          prepare_logits<Tr>(s, p);
+          prepare_logits<Tr>(s, p, Tr::kFp8 ? p.k_scale + g.kv_head * p.k_scale_stride : nullptr);
       } else {
-        prepare_logits<Tr>(s, p);  // no ALiBi plan runs this tile (bias_supported)
+        // no ALiBi plan runs this tile (bias_supported)
+        prepare_logits<Tr>(s, p, Tr::kFp8 ? p.k_scale + g.kv_head * p.k_scale_stride : nullptr);
       }
       if (tile_needs_mask(p, g, ts, Tr::kCtaKV)) apply_mask<Tr>(s, p, g, warp_row0, ts + key_off, lane);
       online_softmax<Tr>(s, st, scale);
-      compute_pv<Tr>(s, st, sv + vs * Tr::kKVTileElems, key_off, lane);
+      compute_pv<Tr>(s, st, sv_t, key_off, lane);
       ks = ks == 2 ? 0 : ks + 1;
     }
     ptx::cp_async_wait<0>();
@@ -130,11 +158,12 @@ __device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w
 
     finish_state(st, scale);
     reduce_row_sums(st);
+    const float vq = Tr::kFp8 ? __ldg(p.v_scale + g.kv_head * p.v_scale_stride) : 1.f;
     if constexpr (Tr::kWarpsKV > 1) {
       merge_kv_warps<Tr>(st, reinterpret_cast<float*>(sk), warp_q, warp_kv, lane);
-      if (warp_kv == 0) write_item<Tr>(st, p, g, warp_row0, lane);
+      if (warp_kv == 0) write_item<Tr>(st, p, g, warp_row0, lane, vq);
     } else {
-      write_item<Tr>(st, p, g, warp_row0, lane);
+      write_item<Tr>(st, p, g, warp_row0, lane, vq);
     }
     __syncthreads();  // shared memory (Q, K/V, merge scratch) is reused by the next item
   }

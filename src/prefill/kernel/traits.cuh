@@ -8,9 +8,17 @@
 
 namespace weft::prefill {
 
-template <int HEAD_DIM, int CTA_Q, int CTA_KV, class T>
+// KV: the K/V pools' element type: T, or (bf16 Q / O, head_dim 128) an fp8 type, __nv_fp8_e4m3 /
+// __nv_fp8_e5m2 (kFp8: tiles land as fp8 bytes and are widened to T once per CTA in shared
+// memory; see kOffK8 below and prefill_kernel.cuh).
+template <int HEAD_DIM, int CTA_Q, int CTA_KV, class T, class KV = T>
 struct PrefillTraits {
   using Elem = T;
+  using KVElem = KV;
+  static constexpr bool kFp8 = sizeof(KV) == 1;
+  // 16-byte chunks per K/V row as stored in the pool and landed by cp.async (= kChunks for 16-bit
+  // pools; half of it for fp8).
+  static constexpr int kKVChunks = HEAD_DIM * static_cast<int>(sizeof(KV)) / 16;
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kCtaQ = CTA_Q;
   static constexpr int kCtaKV = CTA_KV;
@@ -45,6 +53,16 @@ struct PrefillTraits {
   static constexpr int kSmemBytes = (kOffV + kVStages * kKVTileElems) * 2;
 
   static_assert(kSmemBytes == static_cast<int>(smem_bytes_of(HEAD_DIM, CTA_Q, CTA_KV)), "smem");
+  // fp8 pools use the same shared memory (same occupancy and plans as the 16-bit kernel):
+  // 16-bit K stage 0 and V stage 0 hold the widened tiles the mainloop reads; the fp8 landing
+  // stages (3 K, 2 V, kKVTileBytes8 each, unswizzled [CTA_KV][D] bytes) sit in the otherwise
+  // unused 16-bit K stages 1-2 (room for 4) and V stage 1 (room for 2). Byte offsets.
+  static constexpr int kKVTileBytes8 = CTA_KV * HEAD_DIM;
+  static constexpr int kOffK8 = (kOffK + kKVTileElems) * 2;
+  static constexpr int kOffV8 = (kOffV + kKVTileElems) * 2;
+  static_assert(!kFp8 || (HEAD_DIM == 128 && sizeof(T) == 2),
+                "fp8 K/V: head_dim 128 (128-byte fp8 rows: 8 chunks, whole-row copies) and 16-bit Q / O");
+  static_assert(kFp8 || sizeof(KV) == sizeof(T), "16-bit K/V have Q's type");
   static_assert(kKVPerWarp % 16 == 0, "each warp needs whole k16 steps of P.V");
   static_assert(kThreads % kChunks == 0, "loaders assume a fixed chunk column per thread");
   static_assert(kWarpsKV == 1 || kMB == 1, "cross-warp merge handles one row block per warp");

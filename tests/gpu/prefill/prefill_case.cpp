@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "reference/attention.h"
+#include "weft/fp8.h"
 
 namespace weft::test::prefill {
 
@@ -46,20 +47,26 @@ std::string Case::describe() const {
      << " softcap=" << variant.logits_soft_cap << " cta_q=" << opt.cta_q
      << " split=" << opt.allow_split_kv;
   if (!alibi_slopes.empty()) os << " alibi(" << alibi_slopes.size() << " slopes, h0 " << alibi_slopes[0] << ")";
+  if (kv_fp8) os << " kv=" << dtype_name(*kv_fp8) << (fp8_per_head ? " per-head" : " per-tensor") << " scales";
   return os.str();
 }
 
 PagedKVCache Prepared::cache() const {
   PagedKVCache kc;
   const int64_t ps = c.page_size, H = c.num_kv_heads, D = c.head_dim;
+  const DType kv = c.kv_fp8.value_or(c.dtype);
   if (c.layout == KVLayout::kNHD) {
-    kc.k_pages = TensorView(d_pages_k.get(), c.dtype, {num_pages, ps, H, D});
-    kc.v_pages = TensorView(d_pages_v.get(), c.dtype, {num_pages, ps, H, D});
+    kc.k_pages = TensorView(d_pages_k.get(), kv, {num_pages, ps, H, D});
+    kc.v_pages = TensorView(d_pages_v.get(), kv, {num_pages, ps, H, D});
   } else {
-    kc.k_pages = TensorView(d_pages_k.get(), c.dtype, {num_pages, H, ps, D});
-    kc.v_pages = TensorView(d_pages_v.get(), c.dtype, {num_pages, H, ps, D});
+    kc.k_pages = TensorView(d_pages_k.get(), kv, {num_pages, H, ps, D});
+    kc.v_pages = TensorView(d_pages_v.get(), kv, {num_pages, H, ps, D});
   }
   kc.layout = c.layout;
+  if (c.kv_fp8) {
+    kc.k_scale = KVScale{d_k_scale.as<float>(), k_scale.data(), int64_t(k_scale.size())};
+    kc.v_scale = KVScale{d_v_scale.as<float>(), v_scale.data(), int64_t(v_scale.size())};
+  }
   return kc;
 }
 
@@ -105,6 +112,39 @@ void prepare(Prepared& p, const Case& c, uint64_t salt) {
   round_inplace(c.dtype, p.q);
   round_inplace(c.dtype, p.k);
   round_inplace(c.dtype, p.v);
+  // fp8: codes in p.k's layout ([token][head][d]); p.k / p.v become the dequantized values.
+  std::vector<uint8_t> k8, v8;
+  if (c.kv_fp8) {
+    const DType f = *c.kv_fp8;
+    p.c.opt.kv_dtype = f;
+    auto head_of = [&](size_t i) { return int64_t(i / D) % Hk; };
+    for (std::vector<float>* x : {&p.k, &p.v})
+      for (size_t i = 0; i < x->size(); ++i) (*x)[i] = round_to(c.dtype, (*x)[i] * float(1 + 3 * (head_of(i) % 4)));
+    p.k16 = p.k;
+    p.v16 = p.v;
+    auto scales = [&](const std::vector<float>& x) {
+      std::vector<float> amax(Hk, 0.f);
+      for (size_t i = 0; i < x.size(); ++i) amax[head_of(i)] = std::max(amax[head_of(i)], std::fabs(x[i]));
+      if (!c.fp8_per_head) amax.assign(1, *std::max_element(amax.begin(), amax.end()));
+      for (float& a : amax) a = a > 0 ? a / fp8_max(f) : 1.f;
+      return amax;
+    };
+    p.k_scale = scales(p.k);
+    p.v_scale = scales(p.v);
+    auto quantize = [&](std::vector<float>& x, const std::vector<float>& sc) {
+      std::vector<uint8_t> q(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float scl = sc[c.fp8_per_head ? head_of(i) : 0];
+        q[i] = fp8_from_float(x[i] / scl, f);
+        x[i] = scl * fp8_to_float(q[i], f);
+      }
+      return q;
+    };
+    k8 = quantize(p.k, p.k_scale);
+    v8 = quantize(p.v, p.v_scale);
+    p.d_k_scale = DeviceBuffer::from(p.k_scale);
+    p.d_v_scale = DeviceBuffer::from(p.v_scale);
+  }
   p.d_q = DeviceBuffer::from(to_half_bits(c.dtype, p.q));
   if (!c.alibi_slopes.empty()) {
     p.d_alibi = DeviceBuffer::from(c.alibi_slopes);
@@ -147,24 +187,33 @@ void prepare(Prepared& p, const Case& c, uint64_t salt) {
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng.engine());
     p.page_indices.assign(perm.begin(), perm.begin() + used);
-    // Pools start as NaN: any slot the kernel reads but should not shows up in the output.
+    // Pools start as NaN: any slot the kernel reads but should not shows up in the output
+    // (fp8: 0xFF, NaN in both formats).
     const int64_t pool = p.num_pages * ps * Hk * D;
-    std::vector<uint16_t> kb(pool, kNaNBits), vb(pool, kNaNBits);
-    const std::vector<uint16_t> ks = to_half_bits(c.dtype, p.k), vs = to_half_bits(c.dtype, p.v);
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t t = 0; t < c.kv_lens[b]; ++t) {
-        const int64_t page = p.page_indices[p.page_indptr[b] + t / ps], slot = t % ps;
-        for (int64_t h = 0; h < Hk; ++h) {
-          const int64_t dst = c.layout == KVLayout::kNHD ? ((page * ps + slot) * Hk + h) * D
-                                                        : ((page * Hk + h) * ps + slot) * D;
-          const int64_t src = ((p.kv_indptr[b] + t) * Hk + h) * D;
-          std::memcpy(&kb[dst], &ks[src], D * 2);
-          std::memcpy(&vb[dst], &vs[src], D * 2);
+    auto scatter = [&](auto& kb, auto& vb, const auto& ks, const auto& vs) {
+      const size_t bytes = D * sizeof(ks[0]);
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t t = 0; t < c.kv_lens[b]; ++t) {
+          const int64_t page = p.page_indices[p.page_indptr[b] + t / ps], slot = t % ps;
+          for (int64_t h = 0; h < Hk; ++h) {
+            const int64_t dst = c.layout == KVLayout::kNHD ? ((page * ps + slot) * Hk + h) * D
+                                                          : ((page * Hk + h) * ps + slot) * D;
+            const int64_t src = ((p.kv_indptr[b] + t) * Hk + h) * D;
+            std::memcpy(&kb[dst], &ks[src], bytes);
+            std::memcpy(&vb[dst], &vs[src], bytes);
+          }
         }
       }
+      p.d_pages_k = DeviceBuffer::from(kb);
+      p.d_pages_v = DeviceBuffer::from(vb);
+    };
+    if (c.kv_fp8) {
+      std::vector<uint8_t> kb(pool, 0xFF), vb(pool, 0xFF);
+      scatter(kb, vb, k8, v8);
+    } else {
+      std::vector<uint16_t> kb(pool, kNaNBits), vb(pool, kNaNBits);
+      scatter(kb, vb, to_half_bits(c.dtype, p.k), to_half_bits(c.dtype, p.v));
     }
-    p.d_pages_k = DeviceBuffer::from(kb);
-    p.d_pages_v = DeviceBuffer::from(vb);
     std::vector<int32_t> idx = p.page_indices;
     if (idx.empty()) idx.push_back(0);
     p.d_page_indptr = DeviceBuffer::from(p.page_indptr);

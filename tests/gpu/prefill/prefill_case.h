@@ -3,6 +3,7 @@
 // float64 reference under a tolerance derived from the low-precision emulation.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,12 @@ struct Case {
   // ALiBi: one slope per query head (host copy; empty = off). prepare() uploads it and points
   // variant.alibi_slopes at the device copy; the reference gets the same slopes.
   std::vector<float> alibi_slopes;
+  // fp8 K/V pools (paged, bf16 q; weft/fp8.h): head h's K and V are first multiplied by
+  // 1 + 3 (h % 4) (heads that need different scales), then quantized with calibrated scales
+  // (amax / fp8_max, per KV head or one per pool); Prepared::k / v become the DEQUANTIZED values
+  // (the reference's input), k16 / v16 keep the bf16 values they were quantized from.
+  std::optional<DType> kv_fp8;
+  bool fp8_per_head = true;
   std::string describe() const;
 };
 
@@ -46,6 +53,8 @@ struct Prepared {
   int64_t num_pages = 0;
   DeviceBuffer d_out, d_lse, d_ws;
   DeviceBuffer d_alibi;  // device slopes (Case::alibi_slopes)
+  std::vector<float> k16, v16, k_scale, v_scale;  // fp8 cases (Case::kv_fp8)
+  DeviceBuffer d_k_scale, d_v_scale;
   std::size_t ws_bytes = 0;
   PrefillBounds bounds{};
 
