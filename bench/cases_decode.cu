@@ -667,6 +667,15 @@ WEFT_BENCH_GROUP(decode) {
         o8.bf16_ms = ms16;
         run_decode_case(ctx, std::string("decode/fp8/") + tag + "/" + tail, m, lens, o8);
       }
+      // e4m3 with each path forced ("decode/fp8/e4m3-tc/...", "e4m3-cc"): what kAuto's choice for
+      // fp8 pools is measured against (heuristics.cpp decode_path).
+      for (auto [tag, path] : {std::pair{"e4m3-tc", weft::DecodePath::kTensorCore}, std::pair{"e4m3-cc", weft::DecodePath::kCudaCore}}) {
+        CaseOptions o8;
+        o8.kv_dtype = weft::DType::kFloat8E4M3;
+        o8.path = path;
+        o8.bf16_ms = ms16;
+        run_decode_case(ctx, std::string("decode/fp8/") + tag + "/" + tail, m, lens, o8);
+      }
     };
     for (const Model& m : models)
       for (auto [b, kv] : fp8_shapes)

@@ -5,7 +5,8 @@
 # regression check), weft-bench's "decode/fp8/" rows from both trees (before / after in the same
 # call) and "prefill/fp8/" rows, and compute-sanitizer memcheck + racecheck on fp8 Small tests
 # with the time left. Each step is skipped when the remaining budget cannot hold it.
-#   OUT=<dir> WEFT_COMMIT=<sha> [BEFORE=<tree>] [BUDGET=<s>] scripts/diag/fp8_check.sh
+#   OUT=<dir> WEFT_COMMIT=<sha> [BEFORE=<tree>] [BUDGET=<s>] [STAGES="tests bench san"]
+#   [TARGETS="<ninja targets>"] scripts/diag/fp8_check.sh
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -21,9 +22,14 @@ left() { echo $((BUDGET - (SECONDS - T0))); }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
 echo "commit ${WEFT_COMMIT:-?}" | tee -a "$OUT/env.txt"
 
+STAGES="${STAGES:-tests bench san}"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+TARGETS="${TARGETS:-weft_host_core weft_host_prefill weft_gpu_prefill weft_gpu_decode weft-bench}"
 say build
 cfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_WITH_COMM=OFF)
 if [ -n "${BEFORE:-}" ]; then
+  # The before tree's weft-bench with decode only: its other cases files (jit's needs prefill) go.
+  find "$BEFORE/bench" -maxdepth 1 -name 'cases_*.cu' ! -name 'cases_decode*.cu' -delete
   ( cmake -S "$BEFORE" -B "$BEFORE/build-before" "${cfg[@]}" -DWEFT_BUILD_BENCH=ON -DWEFT_DISABLE="comm;prefill;tp" \
       > "$OUT/build_before.log" 2>&1 && timeout 260 ninja -C "$BEFORE/build-before" -j6 weft-bench >> "$OUT/build_before.log" 2>&1
     echo "rc=$?" >> "$OUT/build_before.log" ) &
@@ -31,13 +37,14 @@ if [ -n "${BEFORE:-}" ]; then
 fi
 cmake -S . -B "$B" "${cfg[@]}" -DWEFT_BUILD_TESTS=ON -DWEFT_BUILD_BENCH=ON -DWEFT_DISABLE="comm;tp" > "$OUT/build.log" 2>&1 \
   || { say "configure failed"; tail -30 "$OUT/build.log"; }
-timeout 280 ninja -C "$B" -j12 weft_host_core weft_host_prefill weft_gpu_prefill weft_gpu_decode weft-bench >> "$OUT/build.log" 2>&1
+timeout 280 ninja -C "$B" -j12 $TARGETS >> "$OUT/build.log" 2>&1
 rc=$?
 say "build rc=$rc"
 [ $rc -ne 0 ] && grep -E "error|FAILED" "$OUT/build.log" | head -30
 grep -E "spill" "$OUT/build.log" | grep -E "fp8|prefill" | sed 's/^.*function //' | head -12
 if [ -n "${BEFORE:-}" ]; then wait "$BPID"; say "before build $(tail -1 "$OUT/build_before.log")"; fi
 
+if has tests; then
 say tests
 {
   "$B/tests/weft_host_core" --gtest_brief=1 --gtest_filter='Fp8*'
@@ -47,23 +54,26 @@ say tests
 } > "$OUT/tests.log" 2>&1
 grep -E "PASSED|FAILED|\[fp8\]|Failure|tests ran" "$OUT/tests.log" | head -60
 say "tests done"
+fi
 
 say bench
-if [ "$(left)" -gt 90 ]; then
-  timeout $(( $(left) * 2 / 5 )) "$B/bench/weft-bench" --group decode --filter decode/fp8/ --json "$OUT/bench_decode_fp8.json" > "$OUT/bench_decode.log" 2>&1
+cap() { local t=$(( $(left) - $2 )); [ $t -gt $1 ] && t=$1; echo $t; }  # min(cap, left - reserve)
+if [ "$(left)" -gt 40 ]; then
+  timeout "$(cap 90 20)" "$B/bench/weft-bench" --group decode --filter decode/fp8/ --json "$OUT/bench_decode_fp8.json" > "$OUT/bench_decode.log" 2>&1
   say "decode after rc=$?"
 fi
-if [ -n "${BEFORE:-}" ] && [ -x "$BEFORE/build-before/bench/weft-bench" ] && [ "$(left)" -gt 80 ]; then
-  timeout $(( $(left) / 3 )) "$BEFORE/build-before/bench/weft-bench" --group decode --filter decode/fp8/bf16/ --filter decode/fp8/e4m3/ \
+if [ -n "${BEFORE:-}" ] && [ -x "$BEFORE/build-before/bench/weft-bench" ] && [ "$(left)" -gt 20 ]; then
+  timeout "$(cap 60 5)" "$BEFORE/build-before/bench/weft-bench" --group decode --filter decode/fp8/bf16/ --filter decode/fp8/e4m3/ \
     --json "$OUT/bench_decode_fp8_before.json" > "$OUT/bench_decode_before.log" 2>&1
   say "decode before rc=$?"
 fi
-if [ "$(left)" -gt 50 ]; then
-  timeout $(( $(left) - 30 )) "$B/bench/weft-bench" --group prefill --filter prefill/fp8/ --json "$OUT/bench_prefill_fp8.json" > "$OUT/bench_prefill.log" 2>&1
+if [ "${PREFILL_BENCH:-1}" = 1 ] && [ "$(left)" -gt 60 ]; then
+  timeout "$(cap 120 30)" "$B/bench/weft-bench" --group prefill --filter prefill/fp8/ --json "$OUT/bench_prefill_fp8.json" > "$OUT/bench_prefill.log" 2>&1
   say "prefill rc=$?"
 fi
 grep -hE "fp8/" "$OUT"/bench_*.log | head -120
 
+if has san; then
 say sanitizer
 {
   if [ "$(left)" -gt 40 ]; then
@@ -80,4 +90,5 @@ say sanitizer
   fi
 } > "$OUT/sanitizer.log" 2>&1
 grep -E "rc=|ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
+fi
 say "all done"
