@@ -12,7 +12,10 @@
 //   two_stream  prefill and decode forked on two streams (events)
 //   batched     every request through the prefill kernel (decodes as 1-token chunks)
 //   pod         BatchPODAttention, PodMode::kAuto (the product: fused or the serial fallback)
-//   fused       PodMode::kFused with the proportional / 50:50 / static (no SM binding) bindings
+//   fused       PodMode::kFused with the proportional / 50:50 / static (no SM binding) bindings,
+//               and without prefill splits (PodOptions::prefill_split = false: the ablation)
+//   halves      the fused kernel (proportional) on the prefill side alone and on the decode side
+//               alone (the other side empty): each side's speed inside the fused kernel
 // Case "pod/<model>/ctx<C>/chunk<c>/b<B>": ms = pod; extra.speedup_vs_serial = serial / pod,
 // extra.ideal_bound_ratio = pod / max(prefill, decode) (1 = perfect overlap), the other times.
 // Case "pod/summary": the means over kept batches (issue 28's Results format).
@@ -72,7 +75,7 @@ struct Table {
 struct Summary {
   int kept = 0, skipped = 0, fused = 0;
   double sum_speedup = 0, min_speedup = 1e30, within10 = 0, sum_ideal_speedup = 0;
-  double sum_fused = 0, sum_5050 = 0, sum_static = 0, sum_two = 0, sum_batched = 0;
+  double sum_fused = 0, sum_5050 = 0, sum_static = 0, sum_nosplit = 0, sum_two = 0, sum_batched = 0;
 };
 
 void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
@@ -119,16 +122,18 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
   podb.num_kv_heads = m.hkv;
   podb.head_dim = kD;
   DeviceArray ws_pod(weft::BatchPODAttention::workspace_size(podb));
-  auto pod_with = [&](weft::PodMode mode, weft::PodBinding b) {
+  auto pod_with = [&](weft::PodMode mode, weft::PodBinding b, bool split = true) {
     weft::PodOptions o;
     o.mode = mode;
     o.binding = b;
+    o.prefill_split = split;
     return std::make_unique<weft::BatchPODAttention>(podb, o);
   };
   auto pod_auto = pod_with(weft::PodMode::kAuto, weft::PodBinding::kProportional);
   auto pod_prop = pod_with(weft::PodMode::kFused, weft::PodBinding::kProportional);
   auto pod_5050 = pod_with(weft::PodMode::kFused, weft::PodBinding::kFiftyFifty);
   auto pod_static = pod_with(weft::PodMode::kFused, weft::PodBinding::kStatic);
+  auto pod_nosplit = pod_with(weft::PodMode::kFused, weft::PodBinding::kProportional, false);
   cudaStream_t s2;
   cudaEvent_t fork, join;
   WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
@@ -155,7 +160,8 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
         r.params = {{"model", m.name}, {"context", std::to_string(context)}, {"chunk", std::to_string(chunk)},
                     {"decode_batch", std::to_string(nb)}, {"heads", std::to_string(m.hq) + "/" + std::to_string(m.hkv)}};
         try {
-          Table tp, td, tb;
+          Table tp, td, tb, te;
+          te.build({}, pool_pages, rng);  // an empty side (the fused kernel's halves)
           tp.build({context}, pool_pages, rng);
           td.build(std::vector<int32_t>(nb, context), pool_pages, rng);
           // Batched: the chunk and the decodes as one ragged prefill batch over both page lists.
@@ -199,10 +205,16 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
           });
           batched.plan_paged(qo_b.data(), tb.t, kPage, m.hq, m.hkv, kD, kBF16, var, ws_b.get(), ws_b.bytes(), bb, s);
           const double t_batched = ctx.time_ms([&](cudaStream_t st) { batched.run_paged(bq, cache, tb.t, bo, nullptr, st); });
-          auto time_pod = [&](weft::BatchPODAttention& pod) {
-            pod.plan(qo_p.data(), tp.t, td.t, kPage, kBF16, var, ws_pod.get(), ws_pod.bytes(), s);
+          const std::vector<int32_t> qo_none{0};
+          const weft::TensorView nq(qp, kBF16, {0, m.hq, kD}), no(op, kBF16, {0, m.hq, kD});
+          auto time_pod = [&](weft::BatchPODAttention& pod, int sides = 3) {
+            const bool pre_on = sides & 1, dec_on = sides & 2;
+            const Table& a = pre_on ? tp : te;
+            const Table& d = dec_on ? td : te;
+            pod.plan(pre_on ? qo_p.data() : qo_none.data(), a.t, d.t, kPage, kBF16, var, ws_pod.get(), ws_pod.bytes(), s);
             return ctx.time_ms([&](cudaStream_t st) {
-              pod.run(pq, dq, cache, tp.t, td.t, po, dout, nullptr, nullptr, st);
+              pod.run(pre_on ? pq : nq, dec_on ? dq : nq, cache, a.t, d.t, pre_on ? po : no, dec_on ? dout : no, nullptr,
+                      nullptr, st);
             });
           };
           const double t_pod = time_pod(*pod_auto);
@@ -211,6 +223,9 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
           const weft::PodPlanInfo finfo = pod_prop->plan_info();
           const double t_5050 = time_pod(*pod_5050);
           const double t_static = time_pod(*pod_static);
+          const double t_nosplit = time_pod(*pod_nosplit);
+          const weft::PodPlanInfo ninfo = pod_nosplit->plan_info();
+          const double t_fpre = time_pod(*pod_prop, 1), t_fdec = time_pod(*pod_prop, 2);
           const double ideal = std::max(t_p, t_d);
           r.ms = t_pod;
           double pairs = double(chunk) * (context - chunk) + double(chunk) * (chunk + 1) / 2;
@@ -229,6 +244,12 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
                      {"fused_ms", t_prop},
                      {"fused_5050_ms", t_5050},
                      {"fused_static_ms", t_static},
+                     {"fused_nosplit_ms", t_nosplit},
+                     {"fused_prefill_only_ms", t_fpre},
+                     {"fused_decode_only_ms", t_fdec},
+                     {"fused_prefill_items", double(finfo.prefill_items)},
+                     {"fused_prefill_merges", double(finfo.prefill_merges)},
+                     {"nosplit_prefill_items", double(ninfo.prefill_items)},
                      {"fused_speedup_vs_serial", t_serial / t_prop},
                      {"pod_fused", info.fused ? 1.0 : 0.0},
                      {"fused_prefill_ctas", double(finfo.prefill_ctas)},
@@ -247,6 +268,7 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
           sum.sum_fused += t_serial / t_prop;
           sum.sum_5050 += t_serial / t_5050;
           sum.sum_static += t_serial / t_static;
+          sum.sum_nosplit += t_serial / t_nosplit;
           sum.sum_two += t_serial / t_two;
           sum.sum_batched += t_serial / t_batched;
         } catch (const weft::Error& e) {
@@ -279,6 +301,7 @@ WEFT_BENCH_GROUP(pod) {
              {"mean_fused_speedup_vs_serial", sum.sum_fused / n},
              {"mean_fused_5050_speedup_vs_serial", sum.sum_5050 / n},
              {"mean_fused_static_speedup_vs_serial", sum.sum_static / n},
+             {"mean_fused_nosplit_speedup_vs_serial", sum.sum_nosplit / n},
              {"mean_two_stream_speedup_vs_serial", sum.sum_two / n},
              {"mean_batched_speedup_vs_serial", sum.sum_batched / n},
              {"batches_kept", double(sum.kept)},

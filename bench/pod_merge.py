@@ -4,7 +4,11 @@ per weft-bench process) into one file whose "pod/summary" case is recomputed ove
 of every model (the per-process summaries are dropped), and optionally plot the speedup
 distribution (matplotlib).
 
-  bench/pod_merge.py out.json in1.json [in2.json ...] [--plot docs/pod_speedup.png]
+  bench/pod_merge.py out.json in1.json [in2.json ...] [--plot docs/pod_speedup.png] [--fi fi_pod.json]
+
+--fi: FlashInfer's rows of the same batches (bench/fi_pod_bench.py, same device call): each weft
+case gains extra.fi_{pod,serial_fa2,serial_fa3,prefill_fa2,prefill_fa3,decode}_ms and
+extra.speedup_vs_flashinfer_pod (FlashInfer POD ms / weft POD ms); the summary gains their means.
 """
 import json
 import os
@@ -12,11 +16,15 @@ import sys
 
 
 def main(argv):
-    plot = None
-    if "--plot" in argv:
-        i = argv.index("--plot")
-        plot = argv[i + 1]
+    def opt(flag):
+        nonlocal argv
+        if flag not in argv:
+            return None
+        i = argv.index(flag)
+        v = argv[i + 1]
         argv = argv[:i] + argv[i + 2:]
+        return v
+    plot, fi_path = opt("--plot"), opt("--fi")
     out, inputs = argv[0], argv[1:]
     merged, cases = None, []
     for path in inputs:
@@ -25,6 +33,18 @@ def main(argv):
             merged = d
         cases += [c for c in d["cases"] if c["name"].startswith("pod/") and c["name"] != "pod/summary"]
     kept = [c for c in cases if not c.get("error")]
+    fi = {}
+    if fi_path:
+        fdoc = json.load(open(fi_path))
+        for r in fdoc["cases"]:
+            if not r.get("error"):
+                fi.setdefault(r["name"], {})[r["variant"]] = r["ms"]
+        for c in kept:
+            f = fi.get(c["name"], {})
+            for v, ms in f.items():
+                c["extra"][v.replace("-", "_") + "_ms"] = ms
+            if "fi-pod" in f:
+                c["extra"]["speedup_vs_flashinfer_pod"] = f["fi-pod"] / c["ms"]
     skipped = 0
     for path in inputs:
         for c in json.load(open(path))["cases"]:
@@ -52,6 +72,29 @@ def main(argv):
             "batches_kept": float(len(kept)), "batches_skipped": float(skipped),
         },
     }
+    ex = summary["extra"]
+    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0
+    has = lambda k: [c for c in kept if k in c["extra"]]
+    if kept and "fused_nosplit_ms" in kept[0]["extra"]:
+        ex["mean_fused_nosplit_speedup_vs_serial"] = mean([c["extra"]["serial_ms"] / c["extra"]["fused_nosplit_ms"] for c in kept])
+        ex["mean_fused_prefill_only_vs_prefill_alone"] = mean([c["extra"]["fused_prefill_only_ms"] / c["extra"]["prefill_ms"] for c in kept])
+        ex["mean_fused_decode_only_vs_decode_alone"] = mean([c["extra"]["fused_decode_only_ms"] / c["extra"]["decode_ms"] for c in kept])
+    # The product's floor: kAuto never slower than serial, within timing noise (share of batches
+    # where POD auto is > 3% slower than serial).
+    ex["share_auto_slower_than_serial_3pct"] = sum(1 for x in sp if x < 0.97) / n
+    w = has("speedup_vs_flashinfer_pod")
+    if w:
+        ex["mean_speedup_vs_flashinfer_pod"] = mean([c["extra"]["speedup_vs_flashinfer_pod"] for c in w])
+        ex["min_speedup_vs_flashinfer_pod"] = min(c["extra"]["speedup_vs_flashinfer_pod"] for c in w)
+        ex["batches_with_flashinfer"] = float(len(w))
+        ex["mean_fused_speedup_vs_flashinfer_pod"] = mean([c["extra"]["fi_pod_ms"] / c["extra"]["fused_ms"] for c in w])
+        for v in ("fa2", "fa3"):
+            k = f"fi_serial_{v}_ms"
+            ww = [c for c in w if k in c["extra"]]
+            if ww:
+                # FlashInfer's own POD against its own serial (the issue's anchor: 1.22x with FA2)
+                ex[f"flashinfer_pod_speedup_vs_its_serial_{v}"] = mean([c["extra"][k] / c["extra"]["fi_pod_ms"] for c in ww])
+                ex[f"mean_speedup_vs_flashinfer_serial_{v}"] = mean([c["extra"][k] / c["ms"] for c in ww])
     merged["cases"] = cases + [summary]
     merged["command"] = "bench/pod_merge.py " + " ".join(os.path.basename(i) for i in inputs) + " (per model: " + merged.get("command", "") + ")"
     json.dump(merged, open(out, "w"), indent=1)
@@ -63,9 +106,12 @@ def main(argv):
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(1, 2, figsize=(11, 4))
         s5050 = [c["extra"]["serial_ms"] / c["extra"]["fused_5050_ms"] for c in kept]
-        ax[0].hist([sp, s5050, e("fused_speedup_vs_serial"), e("ideal_speedup")], bins=20,
-                   label=["POD wrapper (auto)", "fused kernel, 50:50", "fused kernel, proportional",
-                          "ideal overlap bound"])
+        series = [sp, e("fused_speedup_vs_serial"), e("ideal_speedup")]
+        labels = ["POD wrapper (auto)", "fused kernel, proportional", "ideal overlap bound"]
+        if w:
+            series.append([c["extra"]["serial_ms"] / c["extra"]["fi_pod_ms"] for c in w])
+            labels.append("FlashInfer POD wrapper")
+        ax[0].hist(series, bins=20, label=labels)
         ax[0].axvline(1.0, color="k", lw=0.8)
         ax[0].set_xlabel("speedup over weft serial (fastest prefill, then decode)")
         ax[0].set_ylabel("batches")

@@ -26,9 +26,10 @@
 // standard prefill and decode kernels back to back on the stream (never slower than serial, up to
 // the prediction). PodOptions::mode pins either.
 //
-// CUDA graphs: run() in fused mode is one launch with a FIXED grid (resident CTA slots of the
-// device) whose plan, binding and counters live at fixed workspace offsets; the counters are reset
-// by the kernel's last CTA, so a graph captured around run() replays correctly after any re-plan
+// CUDA graphs: run() in fused mode is one launch of the fused kernel with a FIXED grid (resident
+// CTA slots of the device; with PodOptions::prefill_split, then the small merge of split prefill
+// tiles), whose plan, binding and counters live at fixed workspace offsets; the counters are
+// reset by the kernel's last CTA, so a graph captured around run() replays correctly after any re-plan
 // that stays in fused mode (same buffers, batch sizes within the bounds). A re-plan that switches
 // mode changes the launches: pin PodOptions::mode for graph use (kFused replays across any mix).
 // Serial mode follows the prefill wrapper's rule (weft/prefill.h).
@@ -77,6 +78,13 @@ enum class PodBinding : int32_t {
 struct PodOptions {
   PodMode mode = PodMode::kAuto;
   PodBinding binding = PodBinding::kProportional;
+  // Limited prefill splits (fused mode): the prefill side's KV is split so its work items fill at
+  // most about two waves of the prefill share of the grid (the balanced planner with the grid as
+  // its CTA count); split items are merged by the plan merge kernel launched right after the
+  // fused kernel (always launched in fused mode, a no-op without splits: fixed graph topology).
+  // false: every query tile is one item (the ablation; a short chunk then has fewer items than
+  // slots and the prefill side lasts one whole item).
+  bool prefill_split = true;
 };
 
 struct PodPlanInfo {
@@ -87,6 +95,7 @@ struct PodPlanInfo {
   int32_t decode_ctas = 0;     // decode item lists (fused)
   int32_t ratio_prefill = 0, ratio_decode = 0;  // per-SM ticket ratio of the first binding
   int32_t prefill_items = 0, decode_items = 0;
+  int32_t prefill_merges = 0;  // fused: split query tiles merged after the fused kernel
   double predicted_serial_us = 0, predicted_fused_us = 0;
 };
 

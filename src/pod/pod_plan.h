@@ -62,6 +62,15 @@ double fused_time_us(const PlanInput& in);
 // and ("mode") for Mode::kFused when !fused_supported.
 Decision decide(const PlanInput& in);
 
+// CTA count the fused prefill side is planned for (prefill::PlanRequest::num_ctas). With splits:
+// the grid G, so the balanced planner cuts KV where a query tile costs more than ~1/G of the
+// prefill work (items <= tiles + G: at 50:50 binding about two waves of the G/2 prefill-first
+// slots, or one wave of all slots after switch-over) -- a chunk of 512 tokens has only 128 d128
+// tiles (Llama-3-8B: 512 x 4 rows / 128 x 8 KV heads), fewer than the 264 slots, and without
+// splits its prefill lasts one whole tile's KV loop on one CTA. Without splits: one list (the
+// whole-tile items longest first, claimed in that order).
+inline int32_t prefill_plan_ctas(int32_t grid, bool split) { return split ? grid : 1; }
+
 // Decode item lists of the fused kernel: one per grid slot (G), so the decode side is claimed in
 // units of ~1/G of its work.
 inline int32_t decode_lists(int32_t grid) { return grid; }

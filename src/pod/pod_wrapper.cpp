@@ -6,8 +6,9 @@
 // Workspace (fixed offsets from the bounds; a captured graph's pointers never move):
 //   [0]          attn::sched::BindPlan of the current plan (32 bytes)
 //   [256]        attn::sched::Counters (zero between launches: the kernel's last CTA resets them)
-//   [off_pre]    fused prefill plan: prefill::PrefillWorkspaceLayout of ONE list (every item in
-//                longest-first order: the scheduler hands out item v as prefill virtual CTA v)
+//   [off_pre]    fused prefill plan: prefill::PrefillWorkspaceLayout of pod::prefill_plan_ctas
+//                lists (the scheduler hands out item v as prefill virtual CTA v, in plan order;
+//                with prefill_split the lists' partial slots and merges hold the split tiles)
 //   [off_dec]    fused decode plan: plan::WorkspaceLayout of pod::decode_lists(grid) item lists
 //                (16-row items)
 //   [off_spre]   serial prefill wrapper's workspace (BatchPrefillWrapper::workspace_size)
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/merge.cuh"
 #include "attention/plan/balance.h"
 #include "attention/variant_host.h"
 #include "common/cuda_check.h"
@@ -107,12 +109,12 @@ struct Layout {
   std::size_t off_pre = 0, off_dec = 0, off_spre = 0, off_sdec = 0, spre_bytes = 0, sdec_bytes = 0, total = 0;
 };
 
-Layout make_layout(const PodBounds& b, const Geometry& g) {
+Layout make_layout(const PodBounds& b, const Geometry& g, bool prefill_split) {
   Layout l;
   const int32_t group = b.num_qo_heads / b.num_kv_heads;
   const prefill::TileConfig t = pod::prefill_tile(b.head_dim);
   l.pre = prefill::make_layout(b.max_prefill_batch, b.max_prefill_tokens, b.num_kv_heads, group, t.cta_q,
-                               b.head_dim, 1);
+                               b.head_dim, pod::prefill_plan_ctas(g.grid, prefill_split));
   l.dec = plan::WorkspaceLayout(decode::plan_bounds(b.max_decode_batch, b.num_qo_heads, b.num_kv_heads, b.head_dim,
                                                     pod::decode_lists(g.grid), decode::kPlanTileQ));
   l.spre_bytes = BatchPrefillWrapper::workspace_size(serial_prefill_bounds(b));
@@ -160,7 +162,8 @@ struct BatchPODAttention::Impl {
 
 std::size_t BatchPODAttention::workspace_size(const PodBounds& bounds) {
   check_bounds(bounds);
-  return make_layout(bounds, geometry(bounds.head_dim)).total;
+  // The larger of the two layouts (split plans need partial slots), whatever the options.
+  return make_layout(bounds, geometry(bounds.head_dim), true).total;
 }
 
 BatchPODAttention::BatchPODAttention(const PodBounds& bounds, const PodOptions& options) : impl_(new Impl()) {
@@ -174,7 +177,7 @@ BatchPODAttention::BatchPODAttention(const PodBounds& bounds, const PodOptions& 
   im.bounds = bounds;
   im.options = options;
   im.geo = geometry(bounds.head_dim);
-  im.layout = make_layout(bounds, im.geo);
+  im.layout = make_layout(bounds, im.geo, options.prefill_split);
   im.serial_decode = std::make_unique<BatchDecodeWrapper>(bounds.max_decode_batch, bounds.num_qo_heads,
                                                           bounds.num_kv_heads, bounds.head_dim);
 }
@@ -222,11 +225,14 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
   req.window_left = variant.window_left;
   req.cta_q = tile.cta_q;
   req.cta_kv = tile.cta_kv;
-  req.num_ctas = 1;
-  // No KV split in the fused prefill: its merge would be a second launch. Every item is final;
-  // the scheduler's dynamic claims balance the items over the grid instead of the deal.
-  req.allow_split = false;
-  req.min_chunk = 0;
+  // Limited splits (pod::prefill_plan_ctas): the balanced planner over the grid's slots splits
+  // long query tiles' keys (chunks >= the prefill wrapper's min_chunk) so the items fill at most
+  // ~two waves of the prefill share; without split, one list of whole tiles, longest first. The
+  // scheduler's dynamic claims balance the items over the slots either way.
+  const bool split = im.options.prefill_split;
+  req.num_ctas = pod::prefill_plan_ctas(im.geo.grid, split);
+  req.allow_split = split;
+  req.min_chunk = split ? PrefillPlanOptions{}.min_chunk : 0;
   im.pplanner.make_plan(req, im.sp);
   const int32_t tiles = im.sp.plan.num_items();
 
@@ -286,6 +292,7 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
     WEFT_CUDA_CHECK(cudaMemcpyAsync(ws + im.layout.off_dec, im.meta_dec.data(), im.meta_dec.size(),
                                     cudaMemcpyHostToDevice, stream));
     info_.prefill_items = im.sp.plan.num_items();
+    info_.prefill_merges = im.sp.plan.num_merges();
     info_.decode_items = im.dplan.num_items();
   } else {
     im.serial_prefill.plan_paged(qo_indptr, ptable, page_size, b.num_qo_heads, b.num_kv_heads, b.head_dim, dtype,
@@ -294,6 +301,7 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
     im.serial_decode->plan(dtable, b.num_qo_heads, b.num_kv_heads, b.head_dim, page_size, dtype, b.kv_layout,
                            variant, ws + im.layout.off_sdec, im.layout.sdec_bytes, stream);
     info_.prefill_items = im.serial_prefill.plan_info().num_items;
+    info_.prefill_merges = im.serial_prefill.plan_info().num_merges;
     info_.decode_items = im.serial_decode->plan_info().num_items;
   }
   im.planned = true;
@@ -418,6 +426,20 @@ void BatchPODAttention::run(const TensorView& pq, const TensorView& dq, const Pa
   w.bind = reinterpret_cast<const attn::sched::BindPlan*>(ws);
   w.counters = reinterpret_cast<attn::sched::Counters*>(ws + kOffCounters);
   pod::launch(p, a, w, im.geo.grid, stream);
+  if (im.options.prefill_split) {
+    // Split prefill tiles: the plan merge (the prefill wrapper's), launched in every fused run
+    // so a captured graph has a fixed topology (it reads the merge count: zero is a no-op).
+    attn::MergeOutput mo;
+    mo.o = pout.data;
+    mo.dtype = im.dtype;
+    mo.o_stride_token = pout.strides[0];
+    mo.o_stride_head = pout.strides[1];
+    mo.lse = p.lse;
+    mo.lse_stride_token = p.lse_stride_token;
+    mo.head_dim = b.head_dim;
+    mo.group_size = p.group_size;
+    attn::launch_plan_merge(p.plan, mo, im.geo.grid, stream);
+  }
 }
 
 }  // namespace weft

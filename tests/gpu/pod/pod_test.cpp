@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <sstream>
@@ -296,12 +297,15 @@ TEST_P(PodRandom, MatchesReferenceInEveryMode) {
     PodMode mode;
     PodBinding binding;
     const char* name;
+    bool split = true;
   };
   const M modes[] = {{PodMode::kFused, PodBinding::kProportional, "fused/proportional"},
                      {PodMode::kFused, PodBinding::kFiftyFifty, "fused/50:50"},
                      {PodMode::kFused, PodBinding::kStatic, "fused/static"},
+                     {PodMode::kFused, PodBinding::kProportional, "fused/no-split", false},
                      {PodMode::kSerial, PodBinding::kProportional, "serial"},
                      {PodMode::kAuto, PodBinding::kProportional, "auto"}};
+  int32_t split_merges = 0;  // merges of the split fused plans: the split + merge path ran
   for (int iter = 0; iter < 2; ++iter) {
     const Mix mix = random_mix(rng, c.max_chunk, c.max_hist, max_dec, c.max_dkv);
     h.load(mix, rng);
@@ -310,15 +314,23 @@ TEST_P(PodRandom, MatchesReferenceInEveryMode) {
       PodOptions o;
       o.mode = md.mode;
       o.binding = md.binding;
+      o.prefill_split = md.split;
       BatchPODAttention pod(b, o);
       h.poison();
       h.plan(pod, var, ws, ws.bytes());
       if (md.mode != PodMode::kAuto) EXPECT_EQ(pod.plan_info().fused, md.mode == PodMode::kFused);
+      if (md.mode == PodMode::kFused) {
+        if (md.split) split_merges += pod.plan_info().prefill_merges;
+        else EXPECT_EQ(pod.plan_info().prefill_merges, 0);
+      }
       h.run(pod);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       h.check(expected, c.shape.describe() + " " + md.name + " " + describe(mix));
     }
   }
+  // Informational (the mixes are random); PodEdges pins a split plan.
+  std::printf("[ info ] %s: %d split prefill tiles merged over the fused plans\n", c.shape.describe().c_str(),
+              split_merges);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PodRandom, ::testing::Range(0, int(sizeof(kConfigs) / sizeof(kConfigs[0]))));
@@ -343,12 +355,16 @@ TEST(PodEdges, FusedEdgeCases) {
       {Mix{{77}, {300}, {31, 65}}, nc},
       {Mix{{}, {}, {100, 2000, 0}}, causal_lse()},
       {Mix{{200, 31}, {1000, 0}, {}}, causal_lse()},
+      // A 128-token chunk after 4000 keys: 32 tiles of ~4100 keys on the 2-CTA/SM grid are split
+      // (PodOptions::prefill_split) and merged after the fused kernel.
+      {Mix{{128}, {4000}, {64, 3000}}, causal_lse()},
   };
   for (const auto& [mix, var] : cases) {
     h.load(mix, rng);
     h.poison();
     h.plan(pod, var, ws, ws.bytes());
     ASSERT_TRUE(pod.plan_info().fused);
+    if (mix.chunk.size() == 1 && mix.history[0] == 4000) EXPECT_GT(pod.plan_info().prefill_merges, 0);
     h.run(pod);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     h.check(var, "edge " + describe(mix));
