@@ -13,7 +13,10 @@
 //   batched     every request through the prefill kernel (decodes as 1-token chunks)
 //   pod         BatchPODAttention, PodMode::kAuto (the product: fused or the serial fallback)
 //   fused       PodMode::kFused with the proportional / 50:50 / static (no SM binding) bindings,
-//               and without prefill splits (PodOptions::prefill_split = false: the ablation)
+//               and with limited prefill splits (PodOptions::prefill_split = true: the ablation)
+// serial, pod and fused (proportional) are timed INTERLEAVED (4 rounds of 5 runs each, medians
+// over the 20): a comparison of the same kernels timed one after the other drifted by up to 10%
+// at the heavy rows (GPU clocks under sustained tensor-core load), more than the gains compared.
 //   halves      the fused kernel (proportional) on the prefill side alone and on the decode side
 //               alone (the other side empty): each side's speed inside the fused kernel
 // Case "pod/<model>/ctx<C>/chunk<c>/b<B>": ms = pod; extra.speedup_vs_serial = serial / pod,
@@ -22,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -75,7 +79,7 @@ struct Table {
 struct Summary {
   int kept = 0, skipped = 0, fused = 0;
   double sum_speedup = 0, min_speedup = 1e30, within10 = 0, sum_ideal_speedup = 0;
-  double sum_fused = 0, sum_5050 = 0, sum_static = 0, sum_nosplit = 0, sum_two = 0, sum_batched = 0;
+  double sum_fused = 0, sum_5050 = 0, sum_static = 0, sum_split = 0, sum_two = 0, sum_batched = 0;
 };
 
 void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
@@ -121,8 +125,10 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
   podb.num_qo_heads = m.hq;
   podb.num_kv_heads = m.hkv;
   podb.head_dim = kD;
-  DeviceArray ws_pod(weft::BatchPODAttention::workspace_size(podb));
-  auto pod_with = [&](weft::PodMode mode, weft::PodBinding b, bool split = true) {
+  // Two POD workspaces: pod (auto) and fused (proportional) keep their plans for the interleaved
+  // timing; the other variants re-plan into the second one.
+  DeviceArray ws_pod(weft::BatchPODAttention::workspace_size(podb)), ws_pod2(weft::BatchPODAttention::workspace_size(podb));
+  auto pod_with = [&](weft::PodMode mode, weft::PodBinding b, bool split = false) {
     weft::PodOptions o;
     o.mode = mode;
     o.binding = b;
@@ -133,7 +139,7 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
   auto pod_prop = pod_with(weft::PodMode::kFused, weft::PodBinding::kProportional);
   auto pod_5050 = pod_with(weft::PodMode::kFused, weft::PodBinding::kFiftyFifty);
   auto pod_static = pod_with(weft::PodMode::kFused, weft::PodBinding::kStatic);
-  auto pod_nosplit = pod_with(weft::PodMode::kFused, weft::PodBinding::kProportional, false);
+  auto pod_split = pod_with(weft::PodMode::kFused, weft::PodBinding::kProportional, true);
   cudaStream_t s2;
   cudaEvent_t fork, join;
   WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
@@ -194,7 +200,6 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
             continue;
           }
           auto run_fast_pre = [&](cudaStream_t st) { use_fa2 ? run_fa2(st) : run_pre(st); };
-          const double t_serial = ctx.time_ms([&](cudaStream_t st) { run_fast_pre(st); run_dec(st); });
           const double t_two = ctx.time_ms([&](cudaStream_t st) {
             WEFT_BENCH_CUDA(cudaEventRecord(fork, st));
             WEFT_BENCH_CUDA(cudaStreamWaitEvent(s2, fork, 0));
@@ -207,25 +212,45 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
           const double t_batched = ctx.time_ms([&](cudaStream_t st) { batched.run_paged(bq, cache, tb.t, bo, nullptr, st); });
           const std::vector<int32_t> qo_none{0};
           const weft::TensorView nq(qp, kBF16, {0, m.hq, kD}), no(op, kBF16, {0, m.hq, kD});
-          auto time_pod = [&](weft::BatchPODAttention& pod, int sides = 3) {
+          auto plan_pod = [&](weft::BatchPODAttention& pod, DeviceArray& ws, int sides = 3) {
             const bool pre_on = sides & 1, dec_on = sides & 2;
-            const Table& a = pre_on ? tp : te;
-            const Table& d = dec_on ? td : te;
-            pod.plan(pre_on ? qo_p.data() : qo_none.data(), a.t, d.t, kPage, kBF16, var, ws_pod.get(), ws_pod.bytes(), s);
-            return ctx.time_ms([&](cudaStream_t st) {
-              pod.run(pre_on ? pq : nq, dec_on ? dq : nq, cache, a.t, d.t, pre_on ? po : no, dec_on ? dout : no, nullptr,
-                      nullptr, st);
+            const weft::PageTable* a = pre_on ? &tp.t : &te.t;  // pointers: the closure outlives this call
+            const weft::PageTable* d = dec_on ? &td.t : &te.t;
+            weft::BatchPODAttention* pp = &pod;
+            pod.plan(pre_on ? qo_p.data() : qo_none.data(), *a, *d, kPage, kBF16, var, ws.get(), ws.bytes(), s);
+            const weft::TensorView q1 = pre_on ? pq : nq, q2 = dec_on ? dq : nq, o1 = pre_on ? po : no,
+                                   o2 = dec_on ? dout : no;
+            const weft::PagedKVCache* c = &cache;
+            return std::function<void(cudaStream_t)>([=](cudaStream_t st) {
+              pp->run(q1, q2, *c, *a, *d, o1, o2, nullptr, nullptr, st);
             });
           };
-          const double t_pod = time_pod(*pod_auto);
-          const weft::PodPlanInfo info = pod_auto->plan_info();
-          const double t_prop = time_pod(*pod_prop);
-          const weft::PodPlanInfo finfo = pod_prop->plan_info();
+          auto time_pod = [&](weft::BatchPODAttention& pod, int sides = 3) {
+            return ctx.time_ms(plan_pod(pod, ws_pod2, sides));
+          };
           const double t_5050 = time_pod(*pod_5050);
           const double t_static = time_pod(*pod_static);
-          const double t_nosplit = time_pod(*pod_nosplit);
-          const weft::PodPlanInfo ninfo = pod_nosplit->plan_info();
+          const double t_split = time_pod(*pod_split);
+          const weft::PodPlanInfo sinfo = pod_split->plan_info();
           const double t_fpre = time_pod(*pod_prop, 1), t_fdec = time_pod(*pod_prop, 2);
+          // Interleaved: serial, pod (auto), fused (proportional), round by round.
+          const std::function<void(cudaStream_t)> fns[3] = {
+              [&](cudaStream_t st) { run_fast_pre(st); run_dec(st); }, plan_pod(*pod_auto, ws_pod),
+              plan_pod(*pod_prop, ws_pod2)};
+          const weft::PodPlanInfo info = pod_auto->plan_info();
+          const weft::PodPlanInfo finfo = pod_prop->plan_info();
+          std::vector<double> samples[3];
+          for (int round = 0; round < 4; ++round)
+            for (int f = 0; f < 3; ++f) {
+              const std::vector<double> v = ctx.time_samples_ms(fns[f], round == 0 ? 3 : 1, 5);
+              samples[f].insert(samples[f].end(), v.begin(), v.end());
+            }
+          auto median = [](std::vector<double> v) {
+            std::sort(v.begin(), v.end());
+            const std::size_t n = v.size();
+            return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+          };
+          const double t_serial = median(samples[0]), t_pod = median(samples[1]), t_prop = median(samples[2]);
           const double ideal = std::max(t_p, t_d);
           r.ms = t_pod;
           double pairs = double(chunk) * (context - chunk) + double(chunk) * (chunk + 1) / 2;
@@ -244,12 +269,12 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
                      {"fused_ms", t_prop},
                      {"fused_5050_ms", t_5050},
                      {"fused_static_ms", t_static},
-                     {"fused_nosplit_ms", t_nosplit},
+                     {"fused_split_ms", t_split},
                      {"fused_prefill_only_ms", t_fpre},
                      {"fused_decode_only_ms", t_fdec},
                      {"fused_prefill_items", double(finfo.prefill_items)},
-                     {"fused_prefill_merges", double(finfo.prefill_merges)},
-                     {"nosplit_prefill_items", double(ninfo.prefill_items)},
+                     {"split_prefill_items", double(sinfo.prefill_items)},
+                     {"split_prefill_merges", double(sinfo.prefill_merges)},
                      {"fused_speedup_vs_serial", t_serial / t_prop},
                      {"pod_fused", info.fused ? 1.0 : 0.0},
                      {"fused_prefill_ctas", double(finfo.prefill_ctas)},
@@ -268,7 +293,7 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
           sum.sum_fused += t_serial / t_prop;
           sum.sum_5050 += t_serial / t_5050;
           sum.sum_static += t_serial / t_static;
-          sum.sum_nosplit += t_serial / t_nosplit;
+          sum.sum_split += t_serial / t_split;
           sum.sum_two += t_serial / t_two;
           sum.sum_batched += t_serial / t_batched;
         } catch (const weft::Error& e) {
@@ -301,7 +326,7 @@ WEFT_BENCH_GROUP(pod) {
              {"mean_fused_speedup_vs_serial", sum.sum_fused / n},
              {"mean_fused_5050_speedup_vs_serial", sum.sum_5050 / n},
              {"mean_fused_static_speedup_vs_serial", sum.sum_static / n},
-             {"mean_fused_nosplit_speedup_vs_serial", sum.sum_nosplit / n},
+             {"mean_fused_split_speedup_vs_serial", sum.sum_split / n},
              {"mean_two_stream_speedup_vs_serial", sum.sum_two / n},
              {"mean_batched_speedup_vs_serial", sum.sum_batched / n},
              {"batches_kept", double(sum.kept)},

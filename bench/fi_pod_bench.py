@@ -121,7 +121,7 @@ def main():
                     w.plan(qo_p, ip_p, ix_p, la_p, hq, hkv, D, PAGE, causal=True, q_data_type=bf, kv_data_type=bf)
                     pres[be] = w
                 dec = b.make_decode_wrapper("fi-tc", nb, nb * pages)
-                dec.plan(ip_d, ix_d, la_d, hq, hkv, D, PAGE, data_type=bf)
+                dec.plan(ip_d, ix_d, la_d, hq, hkv, D, PAGE, pos_encoding_mode="NONE", q_data_type=bf, kv_data_type=bf)
                 alone = {
                     "fi-prefill-fa2": lambda: pres["fa2"].run(q_p, (k, v), out=o_p),
                     "fi-prefill-fa3": lambda: pres["fa3"].run(q_p, (k, v), out=o_p),

@@ -75,8 +75,10 @@ def main(argv):
     ex = summary["extra"]
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0
     has = lambda k: [c for c in kept if k in c["extra"]]
-    if kept and "fused_nosplit_ms" in kept[0]["extra"]:
-        ex["mean_fused_nosplit_speedup_vs_serial"] = mean([c["extra"]["serial_ms"] / c["extra"]["fused_nosplit_ms"] for c in kept])
+    for k in ("fused_nosplit_ms", "fused_split_ms"):
+        if kept and k in kept[0]["extra"]:
+            ex["mean_" + k[:-3] + "_speedup_vs_serial"] = mean([c["extra"]["serial_ms"] / c["extra"][k] for c in kept])
+    if kept and "fused_prefill_only_ms" in kept[0]["extra"]:
         ex["mean_fused_prefill_only_vs_prefill_alone"] = mean([c["extra"]["fused_prefill_only_ms"] / c["extra"]["prefill_ms"] for c in kept])
         ex["mean_fused_decode_only_vs_decode_alone"] = mean([c["extra"]["fused_decode_only_ms"] / c["extra"]["decode_ms"] for c in kept])
     # The product's floor: kAuto never slower than serial, within timing noise (share of batches

@@ -79,12 +79,13 @@ struct PodOptions {
   PodMode mode = PodMode::kAuto;
   PodBinding binding = PodBinding::kProportional;
   // Limited prefill splits (fused mode): the prefill side's KV is split so its work items fill at
-  // most about two waves of the prefill share of the grid (the balanced planner with the grid as
-  // its CTA count); split items are merged by the plan merge kernel launched right after the
-  // fused kernel (always launched in fused mode, a no-op without splits: fixed graph topology).
-  // false: every query tile is one item (the ablation; a short chunk then has fewer items than
-  // slots and the prefill side lasts one whole item).
-  bool prefill_split = true;
+  // most about two waves of the grid (the balanced planner with the grid as its CTA count); split
+  // items are merged by the plan merge kernel launched right after the fused kernel (launched in
+  // every fused run when set, a no-op without splits: fixed graph topology). Off by default:
+  // measured slower (H100, bench pod at 6d33c1b: mean 0.83x serial against 0.87x without, and
+  // 5-20% slower on the chunk-512 batches it splits -- more prefill CTAs share SMs instead of one
+  // prefill item per SM beside decode). false: every query tile is one item.
+  bool prefill_split = false;
 };
 
 struct PodPlanInfo {

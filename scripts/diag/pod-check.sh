@@ -9,6 +9,10 @@
 # limited number).
 #   OUT=... WEFT_COMMIT=... scripts/diag/pod-check.sh [budget_s] [bench_models]
 # KIT=<FlashInfer kit dir> (default ../.baselines; absent: no FlashInfer rows).
+# FI_WEFT_JSON=<weft pod JSON of an earlier run>: FlashInfer times that run's kept batches WHILE
+#   weft builds (FI_BUDGET s, default 110), instead of after weft's bench (a shorter call).
+# TESTS_FILTER: gtest filter of the POD GPU tests before the bench (default all); the rest
+#   (PodRandom) then runs after the bench when time is left. NO_SANITIZER=1 skips the sanitizers.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -23,6 +27,12 @@ if [ -d "$KIT/whl" ]; then  # FlashInfer into /tmp/site while weft builds
   ( python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
       "$KIT"/whl/*.whl >"$TMP/pip.log" 2>&1; echo "rc=$?" >>"$TMP/pip.log" ) &
   PIP_PID=$!
+  if [ -n "${FI_WEFT_JSON:-}" ]; then
+    ( wait "$PIP_PID"; PYTHONPATH=/tmp/site timeout $(( ${FI_BUDGET:-110} + 20 )) python3 bench/fi_pod_bench.py \
+        --kit "$KIT" --weft "$FI_WEFT_JSON" --aot fi_aot --budget "${FI_BUDGET:-110}" --out "$OUT/fi_pod.json" \
+        >"$TMP/fi.log" 2>&1; echo "rc=$?" >>"$TMP/fi.log" ) &
+    FI_PID=$!
+  fi
 fi
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/log.txt"; }
@@ -37,7 +47,7 @@ timeout 300 ninja -C build-pod -j16 $targets >>"$TMP/build.log" 2>&1 \
   || { log "build failed"; grep -n "error" "$TMP/build.log" | head -30 | tee -a "$OUT/log.txt"; exit 1; }
 grep "spill" "$TMP/build.log" | grep -i pod | cut -c1-220 | tee -a "$OUT/log.txt"
 log "host pod"; build-pod/tests/weft_host_pod --gtest_brief=1 2>&1 | tail -3 | tee -a "$OUT/log.txt"
-log "gpu pod"; timeout 150 build-pod/tests/weft_gpu_pod --gtest_brief=1 >"$TMP/t.txt" 2>&1; echo "rc=$?" >>"$TMP/t.txt"
+log "gpu pod ${TESTS_FILTER:-}"; timeout 150 build-pod/tests/weft_gpu_pod --gtest_brief=1 --gtest_filter="${TESTS_FILTER:-*}" >"$TMP/t.txt" 2>&1; echo "rc=$?" >>"$TMP/t.txt"
 tail -25 "$TMP/t.txt" | tee -a "$OUT/log.txt"
 if [ "${SUITES:-0}" = 1 ]; then
   log "gpu decode (refactor regression)"
@@ -47,6 +57,7 @@ if [ "${SUITES:-0}" = 1 ]; then
   timeout 60 build-pod/tests/weft_gpu_prefill --gtest_brief=1 --gtest_filter=-*Large*:*large* >"$TMP/t.txt" 2>&1; echo "rc=$?" >>"$TMP/t.txt"
   tail -4 "$TMP/t.txt" | tee -a "$OUT/log.txt"
 fi
+if [ "${NO_SANITIZER:-0}" != 1 ]; then
 log "memcheck"
 timeout 90 compute-sanitizer --tool memcheck --print-limit 20 build-pod/tests/weft_gpu_pod --gtest_brief=1 \
   --gtest_filter='PodEdges.*:PodNegative.*' >"$TMP/t.txt" 2>&1; echo "rc=$?" >>"$TMP/t.txt"
@@ -61,6 +72,9 @@ if [ "${MEMCHECK_RANDOM:-0}" = 1 ]; then
     --gtest_filter='*PodRandom*/0' >"$TMP/t.txt" 2>&1; echo "rc=$?" >>"$TMP/t.txt"
   tail -5 "$TMP/t.txt" | tee -a "$OUT/log.txt"
 fi
+fi  # NO_SANITIZER
+# FlashInfer (parallel mode) must be done before weft's bench shares the GPU with it.
+if [ -n "${FI_PID:-}" ]; then log "waiting for flashinfer"; wait "$FI_PID"; log "flashinfer done"; fi
 jsons=""
 for m in $MODELS; do
   # Each model at most 70 s, and FI_RESERVE s (default 100) kept for FlashInfer.
@@ -73,7 +87,10 @@ for m in $MODELS; do
   [ -f "$TMP/bench_$m.json" ] && jsons="$jsons $TMP/bench_$m.json"
 done
 fiarg=""
-if [ -n "$jsons" ] && [ -n "${PIP_PID:-}" ]; then
+if [ -n "${FI_PID:-}" ]; then
+  tail -4 "$TMP/fi.log" | tee -a "$OUT/log.txt"; grep -m3 "Error" "$TMP/fi.log" | tee -a "$OUT/log.txt"
+  [ -f "$OUT/fi_pod.json" ] && fiarg="--fi $OUT/fi_pod.json"
+elif [ -n "$jsons" ] && [ -n "${PIP_PID:-}" ]; then
   wait "$PIP_PID"; tail -2 "$TMP/pip.log" | tee -a "$OUT/log.txt"
   python3 bench/pod_merge.py "$TMP/weft_pod.json" $jsons >/dev/null 2>&1
   l=$(left)
@@ -86,6 +103,11 @@ if [ -n "$jsons" ] && [ -n "${PIP_PID:-}" ]; then
   else
     log "no time left for flashinfer"
   fi
+fi
+if [ -n "${TESTS_FILTER:-}" ] && [ "$(left)" -gt 30 ]; then
+  log "gpu pod, the rest"; timeout $(( $(left) - 8 )) build-pod/tests/weft_gpu_pod --gtest_brief=1 \
+    --gtest_filter="-${TESTS_FILTER}" >"$TMP/t.txt" 2>&1; echo "rc=$?" >>"$TMP/t.txt"
+  grep -v "^\[ info" "$TMP/t.txt" | tail -6 | tee -a "$OUT/log.txt"
 fi
 if [ -n "$jsons" ]; then
   log "merge + plot"

@@ -89,22 +89,24 @@ int32_t persistent_grid(int32_t sm_count, int32_t ctas_per_sm) {
 }
 
 const PodCost& pod_cost() {
-  // Fitted to bench/results/h100_pod_llama3-8b_be5f2f6.json (H100, d128 bf16, 32/8 heads, page 16),
-  // two points per kernel (small: ctx 4K chunk 512 / b8; large: ctx 16K chunk 1K / b32):
-  //   FA2 prefill   0.212 ms at 3.22e10 FLOP, 0.820 ms at 2.66e11 -> 385 TFLOP/s + 128 us (the fixed
-  //                 part is the wave tail of a short chunk: 128 items on 264 CTAs, one item long);
-  //   sm90 prefill  0.084 ms and 0.508 ms                           -> 552 TFLOP/s + 26 us;
-  //   decode        0.054 ms at 1.34e8 B, 0.714 ms at 2.15e9 B     -> 3050 GB/s + 10 us.
-  // Other rows of that run and of the yi-6b / llama2-7b files stay within ~5% of these lines.
-  // Co-run terms (a_p, a_d, fused_us) and min_gain: least-squares fit (mean |pred/meas - 1| = 0.10)
-  // of the switch-over formula to the fused kernel's 50:50 rows of all three files, measured with
-  // the first binding scheme (be5f2f6: one unit per CTA for the whole launch, NO switch-over). So
-  // a_p = 0.34 is not a co-run fraction of today's kernel but that kernel's prefill-bound penalty;
-  // with it, kAuto's choice on those 145 rows is fused on 39 of the 47 rows where fusing won and
-  // on none where it lost (min speedup 1.00, mean 1.04 over serial, replayed from the measured
-  // times). The switch-over kernel can only gain where prefill is the bottleneck, so these values
-  // are conservative for it; re-fit them from a "pod" run of the current kernel.
-  static const PodCost c{385.0, 128.0, 552.0, 26.0, 3050.0, 10.0, 0.34, 0.95, 80.0, 0.03};
+  // Fitted to bench/results/h100_pod_merged_6d33c1b.json (H100, d128 bf16, page 16; Llama-3-8B,
+  // Yi-6B, Llama-2-7B heads; the 145 batches kept of the paper's sweep), the fused kernel without
+  // prefill splits (fused_nosplit_ms; PodOptions::prefill_split's default):
+  //   alone, least squares over the 145 rows: FA2 prefill 351 TFLOP/s + 96 us, sm90 prefill
+  //   554 TFLOP/s + 31 us, decode 3064 GB/s + 14 us.
+  //   fused: the kernel's prefill half runs 1.11x slower than the FA2 kernel alone (1.93x the sm90
+  //   kernel: fused_prefill_only_ms), its decode half 1.05x the decode kernel; it hides only part
+  //   of the smaller side: max(P, D) + 0.46 min(P, D) (fit over the 40 rows with <= 1 prefill item
+  //   per SM, mean |pred/meas - 1| = 0.07).
+  //   Where it won (serial / fused_nosplit, per chunk and r = decode / FA2 prefill alone):
+  //     chunk 512 (128 items: one per SM beside a decode CTA): r >= 0.86 -> 1.02..1.11 (15 rows),
+  //       r <= 0.71 -> 0.57..0.95;
+  //     chunk 1K (256 items = the grid): r ~1.7 -> 0.96..1.09, r <= 0.89 -> <= 0.88;
+  //     chunk 2K (512 items): <= 1.04 everywhere, 0.62..0.96 for r < 1.
+  //   So kAuto fuses at <= 1 item per SM and r >= 0.8: replayed on the 145 rows it picks the 15
+  //   winners and no row where fused lost (mean 1.007, min 1.00 over serial). The chunk-1K class
+  //   is left serial: its gains (mean ~1.04) are within the timing spread of its losers.
+  static const PodCost c{351.0, 96.0, 554.0, 31.0, 3064.0, 14.0, 0.46, 0.0, 1, 0.8, 0.0};
   return c;
 }
 

@@ -69,17 +69,21 @@ int32_t persistent_grid(int32_t sm_count, int32_t ctas_per_sm);
 // ---- POD (hybrid prefill + decode, src/pod/pod_plan.h) ----
 
 // The cost model of the POD planner (its formulas: pod_plan.h): each kernel alone as an affine
-// time (work / rate + fixed cost), and the rates each side keeps while the two co-run in the
-// fused kernel (fractions of running alone). Fitted to bench "pod" on H100 (pod_cost() in
-// heuristics.cpp says which rows).
+// time (work / rate + fixed cost), the fused kernel's time from the two sides alone, and the
+// measured region where kAuto fuses. Fitted to bench "pod" on H100 (pod_cost() in heuristics.cpp
+// says which rows).
 struct PodCost {
-  double fa2_tflops = 0, fa2_us = 0;    // FA2 prefill kernel alone
-  double sm90_tflops = 0, sm90_us = 0;  // Hopper sm90 prefill alone
+  double fa2_tflops = 0, fa2_us = 0;    // FA2 prefill kernel alone (the fused kernel's prefill body)
+  double sm90_tflops = 0, sm90_us = 0;  // Hopper sm90 prefill alone (serial's prefill)
   double decode_gbps = 0, decode_us = 0;  // decode kernel alone (KV bytes)
-  double prefill_corun = 0;  // a_p: FA2 rate kept by the prefill side while decode runs beside it
-  double decode_corun = 0;   // a_d: decode rate kept while prefill runs beside it
+  double overlap = 0;        // fused = max(P, D) + overlap * min(P, D) + fused_us (P: FA2 alone)
   double fused_us = 0;       // fixed cost of the fused launch
-  double min_gain = 0;       // kAuto: fused only when predicted at least this much faster
+  // kAuto fuses only where the fused kernel measurably won: at most max_items_per_sm prefill
+  // work items per SM (each SM then runs its prefill item beside a decode CTA) and decode alone
+  // at least min_decode_over_prefill x the FA2 prefill alone (decode hides the slower prefill).
+  int32_t max_items_per_sm = 0;
+  double min_decode_over_prefill = 0;
+  double min_gain = 0;       // and the predicted fused time at least this much below serial
 };
 const PodCost& pod_cost();
 

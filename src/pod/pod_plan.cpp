@@ -44,19 +44,22 @@ double decode_bytes(const PlanInput& in) {
   return 2.0 * in.head_dim * in.num_kv_heads * 2.0 * keys;
 }
 
+namespace {
+// Each side alone (us): the FA2 prefill (the fused kernel's prefill body) and the decode kernel.
+double fa2_alone_us(const PlanInput& in, const heuristics::PodCost& c) {
+  const double wp = prefill_flops(in);
+  return wp > 0 ? us(wp, c.fa2_tflops * 1e6) + c.fa2_us : 0.0;
+}
+double decode_alone_us(const PlanInput& in, const heuristics::PodCost& c) {
+  const double wd = decode_bytes(in);
+  return wd > 0 ? us(wd, c.decode_gbps * 1e3) + c.decode_us : 0.0;
+}
+}  // namespace
+
 double fused_time_us(const PlanInput& in) {
   const heuristics::PodCost& c = heuristics::pod_cost();
-  const double wp = prefill_flops(in), wd = decode_bytes(in);
-  const double p_full = us(wp, c.fa2_tflops * 1e6), d_full = us(wd, c.decode_gbps * 1e3);
-  const double p1 = p_full / c.prefill_corun, d1 = d_full / c.decode_corun;
-  double t;
-  if (p1 <= 0 || d1 <= 0)
-    t = p_full + d_full;  // one side only: it runs alone on every slot
-  else if (p1 <= d1)
-    t = p1 + (1.0 - p1 / d1) * d_full;
-  else
-    t = d1 + (1.0 - d1 / p1) * p_full;
-  return t + c.fused_us;
+  const double p = fa2_alone_us(in, c), d = decode_alone_us(in, c);
+  return std::max(p, d) + c.overlap * std::min(p, d) + c.fused_us;
 }
 
 Decision decide(const PlanInput& in) {
@@ -69,16 +72,16 @@ Decision decide(const PlanInput& in) {
   d.t_prefill_us = wp > 0 ? (in.sm90_prefill ? us(wp, c.sm90_tflops * 1e6) + c.sm90_us
                                              : us(wp, c.fa2_tflops * 1e6) + c.fa2_us)
                           : 0.0;
-  d.t_decode_us = wd > 0 ? us(wd, c.decode_gbps * 1e3) + c.decode_us : 0.0;
+  d.t_decode_us = decode_alone_us(in, c);
   d.t_serial_us = d.t_prefill_us + d.t_decode_us;
   d.t_fused_us = fused_time_us(in);
   d.n_prefill = std::max(0, in.prefill_items);
   d.n_decode = decode_lists(G);
   const int32_t S = in.ctas_per_sm;
   d.ratio_prefill = d.ratio_decode = 1;
+  const double p_fa2 = fa2_alone_us(in, c);
   if (in.binding == Binding::kProportional && S >= 2 && wp > 0 && wd > 0) {
-    const double p1 = us(wp, c.fa2_tflops * 1e6) / c.prefill_corun;
-    const double d1 = us(wd, c.decode_gbps * 1e3) / c.decode_corun;
+    const double p1 = p_fa2, d1 = d.t_decode_us;
     const int32_t k = static_cast<int32_t>(std::lround(S * p1 / (p1 + d1)));
     d.ratio_prefill = std::max(1, std::min(S - 1, k));
     d.ratio_decode = S - d.ratio_prefill;
@@ -93,7 +96,12 @@ Decision decide(const PlanInput& in) {
       d.fused = true;
       break;
     case Mode::kAuto:
-      d.fused = in.fused_supported && wp > 0 && wd > 0 && d.t_fused_us < d.t_serial_us * (1.0 - c.min_gain);
+      // The measured region (heuristics::pod_cost): few prefill items (one per SM next to a
+      // decode CTA) and a decode side that hides the fused kernel's slower prefill.
+      d.fused = in.fused_supported && wp > 0 && wd > 0 &&
+                int64_t(in.prefill_items) <= int64_t(c.max_items_per_sm) * in.num_sms &&
+                d.t_decode_us >= c.min_decode_over_prefill * p_fa2 &&
+                d.t_fused_us < d.t_serial_us * (1.0 - c.min_gain);
       break;
   }
   return d;

@@ -5,23 +5,21 @@
 // ratio r0 : r1 and switches over when its side runs out. The decision comes from a cost model of
 // both sides (heuristics::PodCost: rates, fixed costs and co-run fractions, with their fit).
 //
-// Model (times in microseconds):
+// Model (times in microseconds; constants and their measurements: heuristics::pod_cost):
 //   prefill work  W_p = 4 * D * Hq * sum_b pairs(b) FLOPs; pairs(b) = q * kv, causal: the visible
 //                 (query, key) pairs of a bottom-right aligned chunk, q * (kv - q) + q * (q + 1) / 2
 //   decode work   W_d = 2 * D * Hkv * 2 bytes * sum kv   (K and V read once per KV head)
 //   alone         t_x = W_x / rate_x + fixed_x  (prefill: the sm90 line when the Hopper prefill is
 //                 eligible, else FA2)
 //   serial        t_s = t_prefill + t_decode
-//   fused         both sides co-run at fractions a_p, a_d of their rates alone (prefill on the FA2
-//                 mainloop); when one finishes, the other gets every slot (switch-over):
-//                   p1 = W_p / (a_p R_fa2), d1 = W_d / (a_d B)
-//                   p1 <= d1:  t_f = p1 + (1 - p1 / d1) W_d / B      else  t_f = d1 + (1 - d1 / p1) W_p / R_fa2
-//                 plus the fused launch's fixed cost.
-//   kAuto fuses when t_f < t_s * (1 - min_gain) (and both sides have work and a fused kernel
-//   exists: head_dim 64/128, GQA group <= 8).
-// Per-SM ratio: r0 : r1 = 1 : 1 for kFiftyFifty and kStatic; kProportional rounds the co-run time
-// share of prefill, p1 / (p1 + d1), to ctas_per_sm slots, keeping one slot per side (so 1 : 1 at
-// 2 CTAs per SM). kStatic starts CTAs below first0 = G * r0 / (r0 + r1) on prefill.
+//   fused         P = FA2 prefill alone, D = decode alone: t_f = max(P, D) + overlap * min(P, D)
+//                 + fused_us (the fused kernel hides about half of the smaller side)
+//   kAuto fuses when a fused kernel exists (head_dim 64/128, GQA group <= 8), both sides have
+//   work, prefill_items <= max_items_per_sm * num_sms, D >= min_decode_over_prefill * P and
+//   t_f < t_s * (1 - min_gain): the region where the fused kernel measurably beat serial.
+// Per-SM ratio: r0 : r1 = 1 : 1 for kFiftyFifty and kStatic; kProportional rounds the prefill
+// share P / (P + D) to ctas_per_sm slots, keeping one slot per side (so 1 : 1 at 2 CTAs per SM).
+// kStatic starts CTAs below first0 = G * r0 / (r0 + r1) on prefill.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -344,9 +344,6 @@ TEST(PodEdges, FusedEdgeCases) {
   Hybrid h(s, 512, 600, 3, 8);
   const PodBounds b = bounds_of(s, 512, 3, 8);
   DeviceBuffer ws(BatchPODAttention::workspace_size(b));
-  PodOptions o;
-  o.mode = PodMode::kFused;
-  BatchPODAttention pod(b, o);
   AttentionVariant nc;
   nc.return_lse = true;
   const std::pair<Mix, AttentionVariant> cases[] = {
@@ -355,19 +352,28 @@ TEST(PodEdges, FusedEdgeCases) {
       {Mix{{77}, {300}, {31, 65}}, nc},
       {Mix{{}, {}, {100, 2000, 0}}, causal_lse()},
       {Mix{{200, 31}, {1000, 0}, {}}, causal_lse()},
-      // A 128-token chunk after 4000 keys: 32 tiles of ~4100 keys on the 2-CTA/SM grid are split
-      // (PodOptions::prefill_split) and merged after the fused kernel.
+      // A 128-token chunk after 4000 keys: with PodOptions::prefill_split its 32 tiles of ~4100
+      // keys on the 2-CTA/SM grid are split and merged after the fused kernel.
       {Mix{{128}, {4000}, {64, 3000}}, causal_lse()},
   };
-  for (const auto& [mix, var] : cases) {
-    h.load(mix, rng);
-    h.poison();
-    h.plan(pod, var, ws, ws.bytes());
-    ASSERT_TRUE(pod.plan_info().fused);
-    if (mix.chunk.size() == 1 && mix.history[0] == 4000) EXPECT_GT(pod.plan_info().prefill_merges, 0);
-    h.run(pod);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    h.check(var, "edge " + describe(mix));
+  for (const bool split : {false, true}) {  // the default (whole tiles) and limited splits
+    PodOptions o;
+    o.mode = PodMode::kFused;
+    o.prefill_split = split;
+    BatchPODAttention pod(b, o);
+    for (const auto& [mix, var] : cases) {
+      h.load(mix, rng);
+      h.poison();
+      h.plan(pod, var, ws, ws.bytes());
+      ASSERT_TRUE(pod.plan_info().fused);
+      if (mix.chunk.size() == 1 && mix.history[0] == 4000) {
+        if (split) EXPECT_GT(pod.plan_info().prefill_merges, 0);
+        else EXPECT_EQ(pod.plan_info().prefill_merges, 0);
+      }
+      h.run(pod);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      h.check(var, std::string(split ? "split " : "") + "edge " + describe(mix));
+    }
   }
 }
 
