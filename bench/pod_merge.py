@@ -126,8 +126,9 @@ def main(argv):
         ax[1].set_xlabel("prefill share of serial time")
         ax[1].set_ylabel("speedup over serial")
         ax[1].legend(fontsize=8)
+        models = sorted({c["params"]["model"] for c in kept})
         fig.suptitle(f"bench pod, {merged.get('gpu', '')}, commit {merged.get('commit', '')}: {len(kept)} hybrid "
-                     "batches (Llama-3-8B, Llama-2-7B, Yi-6B heads, d128 bf16)", fontsize=9)
+                     f"batches ({', '.join(models)} heads, d128 bf16)", fontsize=9)
         fig.tight_layout()
         fig.savefig(plot, dpi=110)
 

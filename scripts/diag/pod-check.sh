@@ -28,7 +28,9 @@ if [ -d "$KIT/whl" ]; then  # FlashInfer into /tmp/site while weft builds
       "$KIT"/whl/*.whl >"$TMP/pip.log" 2>&1; echo "rc=$?" >>"$TMP/pip.log" ) &
   PIP_PID=$!
   if [ -n "${FI_WEFT_JSON:-}" ]; then
-    ( wait "$PIP_PID"; PYTHONPATH=/tmp/site timeout $(( ${FI_BUDGET:-110} + 20 )) python3 bench/fi_pod_bench.py \
+    # (a subshell cannot wait for its parent's child: poll the install's rc line instead; the
+    # FlashInfer kit's modules must be installed before flashinfer imports, or it JIT-builds them)
+    ( until grep -q '^rc=' "$TMP/pip.log" 2>/dev/null; do sleep 1; done; PYTHONPATH=/tmp/site timeout $(( ${FI_BUDGET:-110} + 20 )) python3 bench/fi_pod_bench.py \
         --kit "$KIT" --weft "$FI_WEFT_JSON" --aot fi_aot --budget "${FI_BUDGET:-110}" --out "$OUT/fi_pod.json" \
         >"$TMP/fi.log" 2>&1; echo "rc=$?" >>"$TMP/fi.log" ) &
     FI_PID=$!

@@ -147,6 +147,33 @@ TEST(PodPlan, BalancedBatchFusesLopsidedBatchFallsBack) {
   EXPECT_FALSE(decide(in).fused);
 }
 
+// kAuto over the paper's sweep (bench pod's batches: one chunk with its history + nb decodes of
+// the same context, d128): it fuses exactly where the fused kernel measured faster than serial on
+// H100 (bench/results/h100_pod_merged_6d33c1b.json, fused_nosplit_ms): chunk 512 (128 prefill
+// items, one per SM) with enough decodes -- Llama-3-8B (32/8) from 32, Yi-6B (32/4) from 64,
+// Llama-2-7B (32/32) from 8 (all 15 such measured batches won: 1.02..1.11x); never at chunk 1K/2K.
+TEST(PodPlan, AutoFusesInTheMeasuredRegion) {
+  struct Model {
+    int32_t hq, hkv, first_fused_batch;
+  };
+  for (const Model m : {Model{32, 8, 32}, Model{32, 4, 64}, Model{32, 32, 8}})
+    for (int32_t ctx : {4096, 8192, 12288, 16384, 20480})
+      for (int32_t chunk : {512, 1024, 2048})
+        for (int32_t nb : {8, 16, 32, 64, 128, 256}) {
+          PlanInput in = base_input();
+          in.num_qo_heads = m.hq;
+          in.num_kv_heads = m.hkv;
+          in.pre_qo_len = {chunk};
+          in.pre_kv_len = {ctx};
+          in.dec_kv_len.assign(nb, ctx);
+          in.prefill_items = (chunk * (m.hq / m.hkv) + 127) / 128 * m.hkv;
+          in.sm90_prefill = true;
+          const bool expect = chunk == 512 && nb >= m.first_fused_batch;
+          EXPECT_EQ(decide(in).fused, expect) << m.hq << "/" << m.hkv << " ctx " << ctx << " chunk " << chunk
+                                              << " b" << nb;
+        }
+}
+
 TEST(PodPlan, SerialUsesTheFasterPrefillWhenEligible) {
   PlanInput in = hybrid(2048, 8192, 32, 4096);
   const double fa2 = decide(in).t_prefill_us;
