@@ -21,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include "attention/merge.cuh"
 #include "attention/plan/balance.h"
 #include "attention/variant_host.h"
 #include "common/cuda_check.h"
@@ -426,20 +425,9 @@ void BatchPODAttention::run(const TensorView& pq, const TensorView& dq, const Pa
   w.bind = reinterpret_cast<const attn::sched::BindPlan*>(ws);
   w.counters = reinterpret_cast<attn::sched::Counters*>(ws + kOffCounters);
   pod::launch(p, a, w, im.geo.grid, stream);
-  if (im.options.prefill_split) {
-    // Split prefill tiles: the plan merge (the prefill wrapper's), launched in every fused run
-    // so a captured graph has a fixed topology (it reads the merge count: zero is a no-op).
-    attn::MergeOutput mo;
-    mo.o = pout.data;
-    mo.dtype = im.dtype;
-    mo.o_stride_token = pout.strides[0];
-    mo.o_stride_head = pout.strides[1];
-    mo.lse = p.lse;
-    mo.lse_stride_token = p.lse_stride_token;
-    mo.head_dim = b.head_dim;
-    mo.group_size = p.group_size;
-    attn::launch_plan_merge(p.plan, mo, im.geo.grid, stream);
-  }
+  // Split prefill tiles: the plan merge (the prefill wrapper's), launched in every fused run so a
+  // captured graph has a fixed topology (it reads the merge count: zero is a no-op).
+  if (im.options.prefill_split) prefill::launch_merge(p, pout, im.dtype, b.head_dim, im.geo.grid, stream);
 }
 
 }  // namespace weft

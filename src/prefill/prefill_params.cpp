@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "attention/merge.cuh"
 #include "attention/variant_host.h"
 
 namespace weft::prefill {
@@ -64,6 +65,20 @@ void segment_image(const PrefillWorkspaceLayout& layout, const SegmentedPlan& sp
   put(layout.off_seg_token0, sp.seg_token0);
   put(layout.off_seg_pos0, sp.seg_pos0);
   put(layout.off_real_kv_len, kv_len);
+}
+
+void launch_merge(const PrefillParams& p, const TensorView& out, DType dtype, int32_t head_dim, int num_blocks,
+                  cudaStream_t stream) {
+  attn::MergeOutput mo;
+  mo.o = out.data;
+  mo.dtype = dtype;
+  mo.o_stride_token = out.strides[0];
+  mo.o_stride_head = out.strides[1];
+  mo.lse = p.lse;
+  mo.lse_stride_token = p.lse_stride_token;
+  mo.head_dim = head_dim;
+  mo.group_size = p.group_size;
+  attn::launch_plan_merge(p.plan, mo, num_blocks, stream);
 }
 
 }  // namespace weft::prefill

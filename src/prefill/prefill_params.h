@@ -2,13 +2,17 @@
 // wrapper and the POD wrapper (which runs the same FA2 mainloop inside its fused kernel).
 // Host only.
 #pragma once
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <vector>
 
 #include "prefill/kernel/params.h"
 #include "prefill/prefill_plan.h"
 #include "weft/attention.h"
+#include "weft/dtype.h"
 #include "weft/paged_kv.h"
+#include "weft/tensor.h"
 
 namespace weft::prefill {
 
@@ -22,5 +26,10 @@ void set_variant(PrefillParams& p, const AttentionVariant& variant, int32_t head
 // the plan's segment arrays and the real requests' kv lengths.
 void segment_image(const PrefillWorkspaceLayout& layout, const SegmentedPlan& sp, const std::vector<int32_t>& kv_len,
                    std::vector<unsigned char>& out);
+// The plan merge of split query tiles (attn::launch_plan_merge) into `out` [tokens, Hq, D] (and
+// p.lse), on a fixed grid of `num_blocks` CTAs: reads the merge count on the device, so it is
+// launched whenever the plan MAY split (fixed graph topology).
+void launch_merge(const PrefillParams& p, const TensorView& out, DType dtype, int32_t head_dim, int num_blocks,
+                  cudaStream_t stream);
 
 }  // namespace weft::prefill

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "attention/heuristics.h"
-#include "attention/merge.cuh"
 #include "attention/variant_host.h"
 #include "common/cuda_check.h"
 #include "jit/jit_impl.h"
@@ -422,18 +421,7 @@ void BatchPrefillWrapper::launch(const void* params_ptr, const TensorView& out,
   } else {
     s.kernel.launch(p, s.num_ctas, stream);
   }
-  if (s.launch_merge) {
-    attn::MergeOutput mo;
-    mo.o = out.data;
-    mo.dtype = s.dtype;
-    mo.o_stride_token = out.strides[0];
-    mo.o_stride_head = out.strides[1];
-    mo.lse = p.lse;
-    mo.lse_stride_token = p.lse_stride_token;
-    mo.head_dim = s.head_dim;
-    mo.group_size = p.group_size;
-    attn::launch_plan_merge(p.plan, mo, s.num_ctas, stream);
-  }
+  if (s.launch_merge) prefill::launch_merge(p, out, s.dtype, s.head_dim, s.num_ctas, stream);
   if (s.jit.kernel != nullptr && !s.jit.kernel->softmax)  // O *= exp(LSE): unnormalized output
     jit_detail::launch_scale_by_lse(*s.jit.kernel, out.data, out.strides[0], out.strides[1], p.lse,
                                     p.lse_stride_token, static_cast<int32_t>(s.total_q), s.num_qo_heads,
