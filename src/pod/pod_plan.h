@@ -3,7 +3,7 @@
 // prefill side's virtual CTAs are its work items (one each, longest first), the decode side's are
 // `decode_lists` dealt item lists; every CTA of the fixed grid picks its first side per SM by the
 // ratio r0 : r1 and switches over when its side runs out. The decision comes from a cost model of
-// both sides (heuristics::PodCost: rates, fixed costs and co-run fractions, with their fit).
+// both sides (heuristics::PodCost: rates, fixed costs, the fused time and kAuto's measured region).
 //
 // Model (times in microseconds; constants and their measurements: heuristics::pod_cost):
 //   prefill work  W_p = 4 * D * Hq * sum_b pairs(b) FLOPs; pairs(b) = q * kv, causal: the visible
@@ -65,8 +65,9 @@ Decision decide(const PlanInput& in);
 // prefill work (items <= tiles + G: at 50:50 binding about two waves of the G/2 prefill-first
 // slots, or one wave of all slots after switch-over) -- a chunk of 512 tokens has only 128 d128
 // tiles (Llama-3-8B: 512 x 4 rows / 128 x 8 KV heads), fewer than the 264 slots, and without
-// splits its prefill lasts one whole tile's KV loop on one CTA. Without splits: one list (the
-// whole-tile items longest first, claimed in that order).
+// splits its prefill lasts one whole tile's KV loop on one CTA (yet measured faster: one prefill
+// item per SM beside decode; PodOptions::prefill_split). Without splits: one list (the whole-tile
+// items longest first, claimed in that order).
 inline int32_t prefill_plan_ctas(int32_t grid, bool split) { return split ? grid : 1; }
 
 // Decode item lists of the fused kernel: one per grid slot (G), so the decode side is claimed in
