@@ -37,6 +37,22 @@ bool decode_prefers_cuda_cores(int32_t group_size, int32_t head_dim) {
   return head_dim == 128 && group_size < kTensorCoreMinGroup;
 }
 
+// fp8 pools (bf16 q, D128, the only compiled fp8 head dim): the tensor-core path reads fp8
+// fragments straight from the landed tile, the CUDA-core path widens each tile to 16 bits in
+// shared memory before its mainloop. Measured on H100 at fce28be (bench "decode/fp8/e4m3-{tc,cc}/
+// ...", both paths forced, median of 3 allocations, fraction of the read ceiling 3172 GB/s on
+// fp8 bytes, tc / cc; bench/results/h100_decode_fp8_fce28be.json, docs/perf-notes-fp8.md):
+//   group 1 (llama2-7b 32/32): b1/kv32K 0.81/0.61  b32/kv4K 0.86/0.63  b32/kv16K 0.89/0.67
+//                              b128/kv16K 0.88/0.66  b256/kv1K 0.85/0.63  b1/kv4K 0.47/0.39
+//   group 4 (llama3-8b 32/8):  b1/kv32K 0.59/0.32  b32/kv4K 0.82/0.36  b32/kv16K 0.87/0.37
+// so kAuto takes tensor cores at every group on fp8 pools (group 2 not measured: it sits
+// between, and the tensor-core cost does not depend on the group up to 8).
+bool decode_fp8_prefers_tensor_cores(int32_t group_size, int32_t head_dim) {
+  (void)group_size;
+  (void)head_dim;
+  return true;
+}
+
 int32_t decode_default_stages(int32_t head_dim) {
   (void)head_dim;
   // Per-warp stages: S = 2 at every head dim (one 16-key tile in flight while the warp computes

@@ -27,6 +27,9 @@ namespace weft::heuristics {
 // cores at every group at head dims 64 and 256 (measurements in heuristics.cpp).
 inline constexpr int32_t kTensorCoreMinGroup = 3;
 bool decode_prefers_cuda_cores(int32_t group_size, int32_t head_dim);
+// kAuto on fp8 KV pools: the tensor-core path at every group (it reads the fp8 tiles directly;
+// the CUDA-core path widens them in shared memory first). Measurements in heuristics.cpp.
+bool decode_fp8_prefers_tensor_cores(int32_t group_size, int32_t head_dim);
 
 // The tuned defaults of the decode CTA shape (DecodeOptions value 0).
 int32_t decode_default_stages(int32_t head_dim);  // per-warp cp.async stages: 2

@@ -123,6 +123,13 @@ struct BatchDecodeWrapper::Impl {
   AttentionVariant variant;
   void* workspace = nullptr;
   DecodePath path = DecodePath::kTensorCore;
+  // The path a run on pools of kv_dtype takes: the planned one, except under kAuto on fp8 pools
+  // (heuristics::decode_fp8_prefers_tensor_cores; the plan does not depend on the path).
+  DecodePath path_for(DType kv_dtype) const {
+    if (forced != DecodePath::kAuto || !is_fp8(kv_dtype)) return path;
+    return heuristics::decode_fp8_prefers_tensor_cores(num_qo_heads / num_kv_heads, head_dim) ? DecodePath::kTensorCore
+                                                                                               : DecodePath::kCudaCore;
+  }
   // A run-time compiled variant's kernel and parameters (variant.jit; weft/jit.h).
   jit_detail::PlanState jit;
   std::size_t jit_smem = 0;
@@ -498,9 +505,10 @@ void BatchDecodeWrapper::Impl::check_run_fp8(const PagedKVCache& cache) const {
   if (!is_fp8(kv_dtype)) return;
   // fp8 pools: Q and O keep the planned f16/bf16; the kernels of (q dtype, pool dtype,
   // head_dim, path) must be in the instance table (src/instances.txt).
-  WEFT_CHECK_ARG(decode::kv_dtype_compiled(dtype, kv_dtype, head_dim, path), "cache.k_pages",
+  WEFT_CHECK_ARG(decode::kv_dtype_compiled(dtype, kv_dtype, head_dim, path_for(kv_dtype)), "cache.k_pages",
                  "no decode kernel for " << dtype_name(kv_dtype) << " pools with " << dtype_name(dtype)
-                                         << " q, head_dim " << head_dim << " and path " << decode_path_name(path)
+                                         << " q, head_dim " << head_dim << " and path "
+                                         << decode_path_name(path_for(kv_dtype))
                                          << " in this build");
   WEFT_CHECK_ARG(variant.alibi_slopes == nullptr, "variant.alibi_slopes",
                  "ALiBi is not supported with an fp8 KV cache yet");
@@ -564,7 +572,7 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
   a.dtype = dtype;
   a.kv_dtype = cache.k_pages.dtype;
   a.head_dim = head_dim;
-  a.path = path;
+  a.path = path_for(cache.k_pages.dtype);
   a.grid = grid;
   a.stages = stages;
   a.warps = warps;
