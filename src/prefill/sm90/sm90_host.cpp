@@ -73,14 +73,27 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_d
     const cuuint32_t box[3] = {64, cuuint32_t(g), cuuint32_t(kBlockM / g)};
     encode(&kp.tm_q, dtype, 3, p.q, dims, strides, box, "q");
   }
+  const int64_t halves = D / 64;
+  // whole_page (paged V): one box per page piece covering every 64-column half, the half as a
+  // dimension of its own (stride 128 B) between the slot and the head, so the box lands as
+  // [half][slot][64] (KernelParams: the V stage layout).
   auto kv_map = [&](CUtensorMap* map, const void* base, int64_t rows, int64_t page_stride,
-                    int64_t slot_stride, int64_t head_stride, const char* what) {
+                    int64_t slot_stride, int64_t head_stride, const char* what, bool whole_page) {
     if (!p.paged) {
       const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(s.num_kv_heads), cuuint64_t(std::max<int64_t>(rows, 1))};
       const cuuint64_t strides[2] = {stride_bytes(head_stride, s.num_kv_heads, D * 2),
                                      stride_bytes(page_stride, rows, D * 2 * s.num_kv_heads)};
       const cuuint32_t box[3] = {64, 1, cuuint32_t(bn)};
       encode(map, dtype, 3, base, dims, strides, box, what);
+    } else if (whole_page) {
+      const int64_t ps = p.page_size;
+      const cuuint64_t dims[5] = {64, cuuint64_t(ps), cuuint64_t(halves), cuuint64_t(s.num_kv_heads),
+                                  cuuint64_t(std::max<int64_t>(rows, 1))};
+      const cuuint64_t strides[4] = {stride_bytes(slot_stride, ps, D * 2), 128,
+                                     stride_bytes(head_stride, s.num_kv_heads, D * 2 * ps),
+                                     stride_bytes(page_stride, rows, D * 2 * ps * s.num_kv_heads)};
+      const cuuint32_t box[5] = {64, cuuint32_t(std::min<int64_t>(ps, bn)), cuuint32_t(halves), 1, 1};
+      encode(map, dtype, 5, base, dims, strides, box, what);
     } else {
       const int64_t ps = p.page_size;
       const cuuint64_t dims[4] = {cuuint64_t(D), cuuint64_t(ps), cuuint64_t(s.num_kv_heads),
@@ -92,10 +105,17 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_d
       encode(map, dtype, 4, base, dims, strides, box, what);
     }
   };
-  kv_map(&kp.tm_k, p.k, s.k_rows, p.k_page_stride, p.k_slot_stride, p.k_head_stride, "k");
-  kv_map(&kp.tm_v, p.v, s.v_rows, p.v_page_stride, p.v_slot_stride, p.v_head_stride, "v");
+  kv_map(&kp.tm_k, p.k, s.k_rows, p.k_page_stride, p.k_slot_stride, p.k_head_stride, "k", false);
+  kv_map(&kp.tm_v, p.v, s.v_rows, p.v_page_stride, p.v_slot_stride, p.v_head_stride, "v", true);
   kp.map_scratch = static_cast<CUtensorMap*>(s.map_scratch);
-  kp.rows_per_copy = static_cast<int32_t>(p.paged ? std::min<int64_t>(p.page_size, bn) : bn);
+  const int32_t rpc = static_cast<int32_t>(p.paged ? std::min<int64_t>(p.page_size, bn) : bn);
+  kp.rows_per_copy = rpc;  // a power of two (eligible(): page sizes dividing kBlockN or multiples of it)
+  int32_t shift = 0;
+  while ((1 << shift) < rpc) ++shift;
+  kp.v_piece_shift = shift;
+  kp.v_half_bytes = static_cast<uint32_t>(rpc) * 128;
+  kp.v_piece_bytes = kp.v_half_bytes * static_cast<uint32_t>(halves);
+  kp.v_sbo_bytes = rpc >= 16 ? 1024 : kp.v_piece_bytes;
 }
 
 namespace {

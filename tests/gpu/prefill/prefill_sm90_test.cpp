@@ -87,7 +87,7 @@ TEST(PrefillSm90, LengthsOffTilesRagged) {
 }
 
 // Append / chunked shapes: queries shorter than the keys (bottom-right causal), several
-// requests of mixed lengths in one batch, paged page 16 (NHD and HND) and ragged.
+// requests of mixed lengths in one batch, paged page 16 / 8 (NHD and HND) and ragged.
 TEST(PrefillSm90, BatchesPagedAndRagged) {
   WEFT_REQUIRE_SM90();
   int i = 0;
@@ -100,7 +100,7 @@ TEST(PrefillSm90, BatchesPagedAndRagged) {
         c.num_kv_heads = 2;
         c.num_qo_heads = 2 * group;
         c.paged = paged;
-        c.page_size = 16;
+        c.page_size = i % 3 == 2 ? 8 : 16;  // page 8: two pieces per 16-key k-step of P V
         c.layout = i % 4 < 2 ? KVLayout::kNHD : KVLayout::kHND;
         c.variant = mask_of(causal);
         c.dtype = i % 3 == 1 ? DType::kFloat16 : DType::kBFloat16;
