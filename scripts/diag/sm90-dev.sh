@@ -9,7 +9,7 @@
 #   steps: a comma list of suite, test (PrefillSm90* only), bench, sdpa, fi, memcheck, racecheck,
 #   variants (default: suite,bench,sdpa,memcheck,fi,racecheck), run in that order.
 # Env: OUT, WEFT_COMMIT, DEADLINE (seconds from the start after which no new step starts; 400),
-#      SM90_VARIANTS (variants step), BENCH_ARGS, FI_ARGS.
+#      SM90_VARIANTS (variants step), BENCH_ARGS, FI_ARGS, MEMCHECK_FILTER, RACECHECK_FILTER (gtest filters).
 set -uo pipefail
 OUT=${OUT:-/tmp/sm90-out}
 mkdir -p "$OUT"
@@ -75,7 +75,7 @@ if has sdpa && room sdpa; then
 fi
 if has memcheck && room memcheck; then
   timeout "$(cap 60)" compute-sanitizer --tool memcheck --error-exitcode 9 $T \
-    --gtest_filter='PrefillSm90.ChunkedSplitAndEmpty:PrefillSm90.HeadDim256Forced128OnFa2Rejected:PrefillSm90.HeadDim256DefaultTile' \
+    --gtest_filter="${MEMCHECK_FILTER:-PrefillSm90.ChunkedSplitAndEmpty:PrefillSm90.HeadDim256Forced128OnFa2Rejected:PrefillSm90.HeadDim256DefaultTile}" \
     > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.log" | head -5
 fi
@@ -87,7 +87,7 @@ if has fi && [ -n "${FI_PID:-}" ] && room fi; then
 fi
 if has racecheck && room racecheck; then
   timeout "$(cap 60)" compute-sanitizer --tool racecheck --error-exitcode 9 $T \
-    --gtest_filter='PrefillSm90.HeadDim256DefaultTile' > "$OUT/racecheck.log" 2>&1
+    --gtest_filter="${RACECHECK_FILTER:-PrefillSm90.HeadDim256DefaultTile}" > "$OUT/racecheck.log" 2>&1
   echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|PASSED|FAILED" "$OUT/racecheck.log" | head -5
 fi
 # Same-call A/B of the sm90 pipeline variants (bit 0 overlap, bit 1 ping-pong, 15 = shipped): the
