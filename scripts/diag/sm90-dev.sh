@@ -7,7 +7,10 @@
 # the same-call ratios (bench/sm90_compare.py -> $OUT/bench_cmp.json, extra.speedup_vs_*).
 # Usage (device machine, repo root): scripts/diag/sm90-dev.sh [steps]
 #   steps: a comma list of suite, test (PrefillSm90* only), bench, sdpa, fi, memcheck, racecheck,
-#   variants (default: suite,bench,sdpa,memcheck,fi,racecheck), run in that order.
+#   variants, pagedv (default: suite,bench,sdpa,memcheck,fi,racecheck), run in that order.
+#   pagedv: a second tree built with -DWEFT_SM90_PAGED_V_WHOLE=ON (the experimental whole-page V
+#   boxes, sm90_launch.h): its PrefillSm90* tests, a memcheck of its paged cases, then its paged
+#   and ragged rows alternated with the shipped build's (two passes each).
 # Env: OUT, WEFT_COMMIT, DEADLINE (seconds from the start after which no new step starts; 400),
 #      SM90_VARIANTS (variants step), BENCH_ARGS, FI_ARGS, MEMCHECK_FILTER, RACECHECK_FILTER (gtest filters).
 set -uo pipefail
@@ -41,6 +44,13 @@ if has variants; then
         -DWEFT_BUILD_TESTS=OFF -DWEFT_SM90_PIPELINE=$v && cmake --build $BUILD-v$v -j8 --target weft-bench ) \
       > "$OUT/build_v$v.log" 2>&1 &
   done
+fi
+if has pagedv; then
+  ( cmake -S . -B $BUILD-pv -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE=comm -DWEFT_BUILD_TESTS=ON \
+      -DWEFT_SM90_PAGED_V_WHOLE=ON && cmake --build $BUILD-pv -j8 --target weft_gpu_prefill weft-bench ) \
+    > "$OUT/build_pv.log" 2>&1 &
+  PV_PID=$!
+  targets="weft_gpu_prefill weft-bench"
 fi
 if ! cmake --build $BUILD -j16 --target $targets >> "$OUT/build.log" 2>&1; then
   tail -n 40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
@@ -103,6 +113,27 @@ if has variants; then
       --json "/tmp/variant$v.json" > "/tmp/variant$v.log" 2>&1
     python3 -c "import json,sys; d=json.load(open('/tmp/variant$v.json')); print('variant $v', ' '.join('%s=%.1f' % (c['name'].split('sm90/')[-1], c['flops']/c['ms']/1e9) for c in d['cases'] if c.get('ms')))"
   done
+fi
+if has pagedv && room pagedv; then
+  if wait $PV_PID; then
+    timeout "$(cap 90)" $BUILD-pv/tests/weft_gpu_prefill --gtest_filter='PrefillSm90*' > "$OUT/pv_tests.log" 2>&1
+    echo "pagedv tests rc=$?"; grep -E "^\[  (FAILED|PASSED) |Failure" "$OUT/pv_tests.log" | head -20
+    timeout "$(cap 60)" compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD-pv/tests/weft_gpu_prefill \
+      --gtest_filter='PrefillSm90.BatchesPagedAndRagged:PrefillSm90.HeadDim256DefaultTile' > "$OUT/pv_memcheck.log" 2>&1
+    echo "pagedv memcheck rc=$?"; grep -E "ERROR SUMMARY" "$OUT/pv_memcheck.log" | head -3
+    PF="--filter prefill/sm90/causal/ragged/L8192 --filter prefill/sm90/causal/paged/L8192 --filter prefill/sm90/causal/ragged/L16384"
+    PF="$PF --filter prefill/sm90/causal/paged/L16384 --filter prefill/sm90/d256/causal/ --filter prefill/sm90/chunked/c512/h16384"
+    for pass in 1 2; do
+      for b in shipped pv; do
+        bin=$BUILD/bench/weft-bench; [ $b = pv ] && bin=$BUILD-pv/bench/weft-bench
+        room "pagedv bench $b $pass" && timeout "$(cap 60)" $bin --group prefill --no-ceilings $PF \
+          --commit "${WEFT_COMMIT:-}" --json "$OUT/pv_${b}_$pass.json" > "$OUT/pv_${b}_$pass.log" 2>&1
+        grep -E "^prefill/" "$OUT/pv_${b}_$pass.log" | sed "s/^/$b$pass /"
+      done
+    done
+  else
+    echo "pagedv build failed"; tail -n 20 "$OUT/build_pv.log"
+  fi
 fi
 W="$OUT/bench.json"
 [ -f "$OUT/bench_dims.json" ] && W="$W,$OUT/bench_dims.json"

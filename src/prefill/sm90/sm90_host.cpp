@@ -106,16 +106,17 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_d
     }
   };
   kv_map(&kp.tm_k, p.k, s.k_rows, p.k_page_stride, p.k_slot_stride, p.k_head_stride, "k", false);
-  kv_map(&kp.tm_v, p.v, s.v_rows, p.v_page_stride, p.v_slot_stride, p.v_head_stride, "v", true);
+  kv_map(&kp.tm_v, p.v, s.v_rows, p.v_page_stride, p.v_slot_stride, p.v_head_stride, "v", kWholePageV);
   kp.map_scratch = static_cast<CUtensorMap*>(s.map_scratch);
   const int32_t rpc = static_cast<int32_t>(p.paged ? std::min<int64_t>(p.page_size, bn) : bn);
   kp.rows_per_copy = rpc;  // a power of two (eligible(): page sizes dividing kBlockN or multiples of it)
+  const int32_t piece = kWholePageV ? rpc : static_cast<int32_t>(bn);  // keys per V piece
   int32_t shift = 0;
-  while ((1 << shift) < rpc) ++shift;
+  while ((1 << shift) < piece) ++shift;
   kp.v_piece_shift = shift;
-  kp.v_half_bytes = static_cast<uint32_t>(rpc) * 128;
+  kp.v_half_bytes = static_cast<uint32_t>(piece) * 128;
   kp.v_piece_bytes = kp.v_half_bytes * static_cast<uint32_t>(halves);
-  kp.v_sbo_bytes = rpc >= 16 ? 1024 : kp.v_piece_bytes;
+  kp.v_sbo_bytes = piece >= 16 ? 1024 : kp.v_piece_bytes;
 }
 
 namespace {

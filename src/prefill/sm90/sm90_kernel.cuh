@@ -217,8 +217,15 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
         ptx90::mbar_wait(b.v_empty(s), ph ^ 1);
         if (lane == 0) ptx90::mbar_arrive_expect_tx(v_bar, bytes);
         __syncwarp();
-        // V: one box per piece, every half at once (KernelParams: the V stage layout).
-        if (active) ptx90::tma_load_5d(sv + lane * P.v_piece_bytes, tm_v, v_bar, 0, slot, 0, g.kv_head, page);
+        if constexpr (kWholePageV) {
+          // V: one box per piece, every half at once (KernelParams: the V stage layout).
+          if (active) ptx90::tma_load_5d(sv + lane * P.v_piece_bytes, tm_v, v_bar, 0, slot, 0, g.kv_head, page);
+        } else if (active) {
+#pragma unroll
+          for (int h = 0; h < C::kHalves; ++h)
+            ptx90::tma_load_4d(sv + h * C::kKVHalfBytes + lane * rows_per_copy * 128, tm_v, v_bar,
+                               h * 64, slot, g.kv_head, page);
+        }
       }
       if (partial) {
         ptx90::mbar_wait(b.v_tma(s), (vtma_phase >> s) & 1);
@@ -227,8 +234,10 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
         const int n = (kBlockN - r0) * 8;  // 16-byte chunks per half
         for (int idx = lane; idx < n * C::kHalves; idx += 32) {
           const int h = idx / n, rem = idx - h * n, r = r0 + rem / 8;
-          *reinterpret_cast<uint4*>(sv + (r >> P.v_piece_shift) * P.v_piece_bytes + h * P.v_half_bytes +
-                                    (r & (rows_per_copy - 1)) * 128 + (rem % 8) * 16) = make_uint4(0, 0, 0, 0);
+          const int off = kWholePageV ? (r >> P.v_piece_shift) * P.v_piece_bytes + h * P.v_half_bytes +
+                                            (r & (rows_per_copy - 1)) * 128
+                                      : h * C::kKVHalfBytes + r * 128;
+          *reinterpret_cast<uint4*>(sv + off + (rem % 8) * 16) = make_uint4(0, 0, 0, 0);
         }
         ptx90::fence_proxy_async_shared();
         __syncwarp();
@@ -314,30 +323,46 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
     }
     ptx90::wgmma_commit();
   };
-  // V half h (64 columns of head_dim), keys 16 kk .. 16 kk + 15: MN-major, in the V stage layout
-  // of KernelParams (pieces of rows_per_copy keys, [half][key][64] each): start at the piece of
-  // key 16 kk, LBO = v_half_bytes (between halves), SBO = v_sbo_bytes (between 8-key groups).
-  // Ragged: one piece, i.e. half h at h * kKVHalfBytes, keys at 2048 per k-step. A k-step offset
-  // is added to the descriptor's address field (addresses < 256 KB: no carry out of it).
+  // V half h (64 columns of head_dim), keys 16 kk .. 16 kk + 15: MN-major, SBO = 1024 (next 8
+  // keys); N = 64 is one MN block, so LBO (set to the same 1024) is not used as a stride.
   // kPvWide: one m64n128k16 per k-step instead, the two 64-column halves of V one LBO apart.
+  // kWholePageV (experiments): the V stage layout of KernelParams (pieces of [half][key][64]):
+  // start at the piece of key 16 kk, LBO = v_half_bytes, SBO = v_sbo_bytes; the k-step offset is
+  // added to the descriptor's address field (addresses < 256 KB: no carry out of it).
   auto issue_pv = [&](SoftmaxState<Tr>& st, const uint32_t (&pa)[Tr::kKStepsPV][4], int s) {
     const uint32_t sv = sbase + C::kOffV + s * C::kKVBytes;
-    const uint64_t d0 = ptx90::desc_sw128(sv, P.v_half_bytes, P.v_sbo_bytes);
-    auto kstep = [&](int kk) {  // byte offset of key 16 kk
-      return (static_cast<uint32_t>(16 * kk) >> P.v_piece_shift) * P.v_piece_bytes +
-             (static_cast<uint32_t>(16 * kk) & static_cast<uint32_t>(P.rows_per_copy - 1)) * 128;
-    };
-    if constexpr (kPvWide && D == 128) {
+    if constexpr (!kWholePageV) {
+      if constexpr (kPvWide && D == 128) {
 #pragma unroll
-      for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
-        ptx90::Wgmma<128, T>::template rs<1>(&st.o[0][0][0], pa[kk], d0 + (kstep(kk) >> 4), 1);
+        for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
+          ptx90::Wgmma<128, T>::template rs<1>(&st.o[0][0][0], pa[kk],
+                                               ptx90::desc_sw128(sv + kk * 2048, C::kKVHalfBytes, 1024), 1);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
+#pragma unroll
+          for (int h = 0; h < C::kHalves; ++h)
+            ptx90::Wgmma<64, T>::template rs<1>(&st.o[0][8 * h][0], pa[kk],
+                                                ptx90::desc_sw128(sv + h * C::kKVHalfBytes + kk * 2048, 1024, 1024), 1);
+      }
     } else {
+      const uint64_t d0 = ptx90::desc_sw128(sv, P.v_half_bytes, P.v_sbo_bytes);
+      auto kstep = [&](int kk) {  // byte offset of key 16 kk
+        return (static_cast<uint32_t>(16 * kk) >> P.v_piece_shift) * P.v_piece_bytes +
+               (static_cast<uint32_t>(16 * kk) & static_cast<uint32_t>(P.rows_per_copy - 1)) * 128;
+      };
+      if constexpr (kPvWide && D == 128) {
 #pragma unroll
-      for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
+        for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
+          ptx90::Wgmma<128, T>::template rs<1>(&st.o[0][0][0], pa[kk], d0 + (kstep(kk) >> 4), 1);
+      } else {
 #pragma unroll
-        for (int h = 0; h < C::kHalves; ++h)
-          ptx90::Wgmma<64, T>::template rs<1>(&st.o[0][8 * h][0], pa[kk],
-                                              d0 + ((kstep(kk) + h * P.v_half_bytes) >> 4), 1);
+        for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
+#pragma unroll
+          for (int h = 0; h < C::kHalves; ++h)
+            ptx90::Wgmma<64, T>::template rs<1>(&st.o[0][8 * h][0], pa[kk],
+                                                d0 + ((kstep(kk) + h * P.v_half_bytes) >> 4), 1);
+      }
     }
     ptx90::wgmma_commit();
   };

@@ -20,6 +20,17 @@ inline constexpr int kBlockM = 128;  // query rows of a CTA tile (two consumer w
 // stage would be 64 KB (Q 64 KB + two such stages of K and V exceed 227 KB) and S (32 fp32) next
 // to the 128 fp32 of O keeps a consumer thread under its 240 registers.
 constexpr int block_n(int head_dim) { return head_dim == 256 ? 64 : 128; }
+// Paged V copy: one TMA box per page piece and 64-column half (shipped), or, in an experiments
+// build (-DWEFT_SM90_PAGED_V_WHOLE=ON), one box per piece for all halves (sm90_params.h: the V
+// stage layout). Why try it: the shipped paged rows ran at ~2M TMA boxes per ms over the GPU
+// whatever the head dim, page-128 pools (4 boxes per stage) as fast as ragged (H100 run of
+// 5b2fcc8, docs/perf-notes-prefill.md); whole-page V boxes cut a page-16 d128 stage from 32 to
+// 24 boxes. It passed no device test yet, hence not shipped.
+#ifdef WEFT_SM90_PAGED_V_WHOLE
+inline constexpr bool kWholePageV = true;
+#else
+inline constexpr bool kWholePageV = false;
+#endif
 
 // What the tensor maps need beyond PrefillParams (extents of the tensors).
 struct Shapes {
