@@ -436,6 +436,7 @@ class Prefill {
     d["num_items"] = i.num_items;
     d["num_merges"] = i.num_merges;
     d["split"] = i.split;
+    d["sm90"] = i.sm90;
     return d;
   }
   size_t workspace_bytes() const { return ws_.bytes; }

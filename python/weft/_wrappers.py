@@ -216,7 +216,7 @@ class _PrefillBase:
                                    int(cta_q), float_workspace_buffer)
 
     def plan_info(self) -> dict:
-        """What the last plan decided (tile sizes, grid, items, splits)."""
+        """What the last plan decided (tile sizes, grid, items, splits, "sm90": the Hopper mainloop ran)."""
         return self._impl.plan_info()
 
     @property
