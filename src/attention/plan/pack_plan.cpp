@@ -14,10 +14,6 @@ int32_t WorkPlan::num_slots() const {
   return n;
 }
 
-namespace {
-
-}  // namespace
-
 int64_t chunk_keys(int64_t len, int32_t max_chunk, int32_t gran) {
   if (max_chunk <= 0 || len <= max_chunk) return len;
   const int64_t n = (len + max_chunk - 1) / max_chunk;
@@ -56,13 +52,16 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   p.tile_rows = TR;
   p.batch = B;
   p.kv_len.assign(kv_len, kv_len + B);
-  p.req_list.assign(forest.order.begin(), forest.order.end());
+  // Which nodes get packs, over which pages, for which of their sharers (the profit model).
+  schedule_packs(forest, cfg, sc.sched);
+  const PackSchedule& sd = sc.sched;
+  p.req_list.assign(sd.order.begin(), sd.order.end());
   sc.items.clear();
   for (auto* v : {&p.merge_request,
                   &p.merge_kv_head, &p.merge_row_begin, &p.merge_row_end, &p.merge_src_indptr})
     v->clear();
   sc.pos_of.resize(B);
-  for (int32_t i = 0; i < B; ++i) sc.pos_of[forest.order[i]] = i;
+  for (int32_t i = 0; i < B; ++i) sc.pos_of[sd.order[i]] = i;
 
   // Packs need >= 2 requests' groups in one item.
   const int32_t per_pack = TR / g;
@@ -103,23 +102,24 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
     return len == 0 ? 1 : static_cast<int32_t>((len + clen - 1) / clen);
   };
 
-  // Packs: forest nodes in preorder (an ancestor's keys before its descendants').
+  // Packs: forest nodes in preorder (an ancestor's keys before its descendants'), each over its
+  // scheduled pages for its scheduled members (sd.order[req_begin .. + pack_reqs)).
   sc.priv_start.assign(B, 0);
   if (packs) {
-    for (const PrefixNode& n : forest.nodes) {
-      if (n.req_end - n.req_begin < cfg.min_sharers) continue;
-      const int32_t k0 = n.page_begin * cfg.page_size, k1 = n.page_end * cfg.page_size;
-      for (int32_t i = n.req_begin; i < n.req_end; ++i)
-        sc.priv_start[forest.order[i]] = std::max(sc.priv_start[forest.order[i]], k1);
+    for (size_t u = 0; u < forest.nodes.size(); ++u) {
+      const int32_t q_begin = sd.req_begin[u], q_end = q_begin + sd.pack_reqs[u];
+      if (q_end == q_begin) continue;
+      const int32_t k0 = sd.pack_page_begin[u] * cfg.page_size, k1 = forest.nodes[u].page_end * cfg.page_size;
+      for (int32_t i = q_begin; i < q_end; ++i) sc.priv_start[sd.order[i]] = std::max(sc.priv_start[sd.order[i]], k1);
       for (int32_t h = 0; h < H; ++h)
-        for (int32_t q0 = n.req_begin; q0 < n.req_end; q0 += per_pack) {
-          const int32_t nr = std::min(per_pack, n.req_end - q0);
-          const int32_t base = indptr[forest.order[q0]];
+        for (int32_t q0 = q_begin; q0 < q_end; q0 += per_pack) {
+          const int32_t nr = std::min(per_pack, q_end - q0);
+          const int32_t base = indptr[sd.order[q0]];
           for_chunks(k0, k1, [&](int32_t c0, int32_t c1) {
             const int32_t slot = next_slot++;
             add_item(q0, nr, h, 0, nr * g, base, c0, c1, slot);
             for (int32_t j = 0; j < nr; ++j)
-              add_source((static_cast<size_t>(forest.order[q0 + j]) * H + h) * row_tiles, slot, j * g);
+              add_source((static_cast<size_t>(sd.order[q0 + j]) * H + h) * row_tiles, slot, j * g);
           });
         }
     }

@@ -60,7 +60,39 @@ struct PackPlanConfig {
   int32_t max_chunk = 0;    // keys per item at most (0: no limit); a multiple of kv_granularity
   int32_t kv_granularity = 16;
   int32_t min_sharers = 2;  // a forest node with fewer sharers is read by each request alone
+  // Memory-centric profit model (pack_schedule.cpp): the bytes one key costs per KV head (K + V:
+  // 2 * head_dim * element size) and one partial-state row costs (its fp32 O + LSE written by the
+  // item and read by the merge: 2 * (head_dim + 1) * 4). 0: no model, every forest node with
+  // >= min_sharers sharers is packed over its own pages (the first planner).
+  int32_t kv_bytes_per_key = 0;
+  int32_t partial_bytes_per_row = 0;
 };
+
+// Where the keys of each forest node are read (schedule_packs, the memory-centric profit model):
+// node u's pack holds its first pack_reqs[u] requests in `order` (from req_begin[u]), over the
+// pages [pack_page_begin[u], nodes[u].page_end); its other sharers read u's pages in the pack of
+// the child subtree they belong to, or, for a request whose path ends at u, in its private item
+// (which then starts at pack_page_begin[u]). pack_reqs[u] == 0: no pack for u.
+struct PackSchedule {
+  std::vector<int32_t> order;            // requests; each node's range reordered: pack members first
+  std::vector<int32_t> req_begin;        // per node: its range's first position in `order`
+  std::vector<int32_t> pack_reqs;        // per node
+  std::vector<int32_t> pack_page_begin;  // per node
+  // Scratch.
+  std::vector<int32_t> child_ptr, child_list, members, merged;
+};
+// The profit model's byte counts for a head dimension and a KV element size (bytes).
+inline void set_pack_traffic(PackPlanConfig& c, int32_t head_dim, int32_t kv_elem_bytes) {
+  c.kv_bytes_per_key = 2 * head_dim * kv_elem_bytes;
+  c.partial_bytes_per_row = 2 * (head_dim + 1) * 4;
+}
+
+// Decides the packs of a forest (PAT's TreeHeuristic, Alg. 1, with the profit measured in bytes
+// for weft's items): for each node u top-down and each member c of it (a child node with s_c
+// sharers, or a request whose path ends at u, s_c = 1), merging c into its own pack (c reads
+// u's pages itself) is chosen when the partial-state traffic it saves exceeds the KV traffic it
+// adds. Deterministic; depends on the forest and cfg only (not on kv_len: lazy updates keep it).
+void schedule_packs(const PrefixForest& forest, const PackPlanConfig& cfg, PackSchedule& s);
 
 // Decode plan of a paged batch with prefix sharing: one pack per (forest node, kv head, group of
 // at most tile_rows / group_size sharers) over the node's keys, one item per (request, kv head,
@@ -84,6 +116,7 @@ struct PackPlanScratch {
   std::vector<int32_t> priv_items, dest;
   std::vector<uint32_t> cost;
   std::vector<uint64_t> heap, ring;
+  PackSchedule sched;
 };
 void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                     const PackPlanConfig& cfg, WorkPlan& out, PackPlanScratch& scratch);

@@ -93,6 +93,10 @@ TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
     cfg.group_size = static_cast<int32_t>(rng.randint(0, 1) ? 1 : 4 * rng.randint(1, 2));
     cfg.page_size = ps;
     cfg.max_chunk = rng.randint(0, 1) ? 0 : static_cast<int32_t>(16 * rng.randint(4, 64));
+    if (iter % 2) {  // the profit model (pack_schedule.cpp) and 32-row tiles on every other case
+      set_pack_traffic(cfg, 128, 2);
+      cfg.tile_rows = 32;
+    }
     const WorkPlanLayout layout = layout_for(cfg, bt.batch());
     std::vector<unsigned char> image(layout.metadata_bytes()), fresh_image(layout.metadata_bytes());
     PackPlanner planner;
