@@ -15,6 +15,7 @@
 
 #include "attention/plan/pack_planner.h"
 #include "attention/plan/work_plan.h"
+#include "decode/decode_plan.h"
 
 namespace weft::bench {
 
@@ -65,13 +66,14 @@ inline PrefixTreeBatch make_prefix_tree_batch(const std::vector<int32_t>& fan, c
 // share_bounds and pack_max_chunk with decode's 256-key minimum chunk and 16-key tile), for
 // the host-side plan timings.
 inline weft::plan::PackPlanConfig pack_bench_config(const PrefixTreeBatch& t, int32_t page_size, int32_t num_ctas,
-                                                    int32_t num_kv_heads, int32_t group_size) {
+                                                    int32_t num_kv_heads, int32_t group_size, int32_t head_dim) {
   weft::plan::PackPlanConfig pc;
   pc.num_ctas = num_ctas;
   pc.num_kv_heads = num_kv_heads;
   pc.group_size = group_size;
-  pc.tile_rows = 16;
+  pc.tile_rows = weft::decode::pack_tile_rows(head_dim);
   pc.page_size = page_size;
+  weft::plan::set_pack_traffic(pc, head_dim, 2);
   int64_t keys = 0;
   for (int32_t l : t.kv_len) keys += l;
   pc.max_chunk = weft::plan::pack_max_chunk(keys, num_kv_heads, num_ctas, 256, 16);
@@ -85,7 +87,7 @@ inline weft::plan::WorkPlanBounds pack_bench_bounds(int32_t batch, int32_t num_c
   wb.max_merges = batch * num_kv_heads;
   wb.max_sources = wb.max_slots = wb.max_items;
   wb.num_ctas = num_ctas;
-  wb.tile_rows = 16;
+  wb.tile_rows = weft::decode::pack_tile_rows(head_dim);
   wb.head_dim = head_dim;
   return wb;
 }

@@ -64,7 +64,22 @@ __device__ __forceinline__ int32_t start_item(const P& p, const Item& it, const 
 // P: DecodeParams<T, KV>. fp8 pools (P::kQuantizedKV): a mainloop with kReadsFp8 (tensor cores)
 // reads the fp8 tiles itself; otherwise (CUDA cores) each warp tile is widened to 16 bits in
 // shared memory (dequant_tile) between its arrival and the mainloop.
-template <class T, int D, int QR, class Mainloop, bool kPacked = false, class P>
+// Small: the mainloop of items of <= 16 rows when it differs from Mainloop (the multi-tile
+// generic kernel: 32-row packs and 16-row items in one persistent launch, each item running the
+// narrower tile it fits -- PAT's round-up rule for m, decided per item at run time).
+template <class M>
+struct MainloopTag {
+  using type = M;
+};
+template <class A, class B>
+struct SameMainloop {
+  static constexpr bool value = false;
+};
+template <class A>
+struct SameMainloop<A, A> {
+  static constexpr bool value = true;
+};
+template <class T, int D, int QR, class Mainloop, bool kPacked = false, class P, class Small = Mainloop>
 __device__ __forceinline__ void decode_items(const P& p, int cta) {
   using L = SmemLayout<T, D, QR>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -140,53 +155,63 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
     auto tile_k0 = [&](int t) { return it.kv_begin + (warp + t * W) * kWarpKeys; };
     auto stage = [&](int st) { return sPipe + (st * W + warp) * 2 * L::kTileElems; };
 
-    Mainloop ml(sQ, lane, row_span<typename Mainloop::Variant>(p, it));
-    int rd = 0, wr = S - 1;  // stage buffers read (tile t) and written (tile t + S - 1)
-    for (int t = 0; t < nt; ++t) {
-      // Refill the buffer tile t - 1 used (every lane is past its reads of it).
-      __syncwarp();
-      {
-        const int tn = t + S - 1;
-        if (tn < nt) {
-          const int32_t pg = pg_next;
-          pg_next = tn + 1 < nt ? kv_lookup_page(p, pages, tile_k0(tn + 1), it.kv_end, lane) : -1;
-          T* st = stage(wr);
-          kv_issue<T, D>(p, kv_row_offset(p, pg, tile_k0(tn), it.kv_head, lane), lane, st, st + L::kTileElems);
+    // The item's KV loop and epilogue with mainloop ML (one of two for the multi-tile kernel).
+    auto run_item = [&](auto tag) {
+      using ML = typename decltype(tag)::type;
+      ML ml(sQ, lane, row_span<typename ML::Variant>(p, it));
+      int rd = 0, wr = S - 1;  // stage buffers read (tile t) and written (tile t + S - 1)
+      for (int t = 0; t < nt; ++t) {
+        // Refill the buffer tile t - 1 used (every lane is past its reads of it).
+        __syncwarp();
+        {
+          const int tn = t + S - 1;
+          if (tn < nt) {
+            const int32_t pg = pg_next;
+            pg_next = tn + 1 < nt ? kv_lookup_page(p, pages, tile_k0(tn + 1), it.kv_end, lane) : -1;
+            T* st = stage(wr);
+            kv_issue<T, D>(p, kv_row_offset(p, pg, tile_k0(tn), it.kv_head, lane), lane, st, st + L::kTileElems);
+          }
+          ptx::cp_async_commit();
+          wr = wr + 1 == S ? 0 : wr + 1;
         }
-        ptx::cp_async_commit();
-        wr = wr + 1 == S ? 0 : wr + 1;
+        cp_async_wait_dyn(S - 1);  // tile t has landed (this lane's copies) ...
+        __syncwarp();              // ... and every lane's
+        WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0 && t == 0, kTraceFirstTile);
+        T* sK = stage(rd);
+        rd = rd + 1 == S ? 0 : rd + 1;
+        if constexpr (P::kQuantizedKV && !ML::kReadsFp8) {
+          dequant_tile<T, typename P::KVElem, D>(sK, sK + L::kTileElems, lane);
+          __syncwarp();  // every lane's 16-bit rows are written
+        }
+        ml.tile(p, sQ, sK, sK + L::kTileElems, tile_k0(t), it.kv_end, it.nrows, lane);
       }
-      cp_async_wait_dyn(S - 1);  // tile t has landed (this lane's copies) ...
-      __syncwarp();              // ... and every lane's
-      WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0 && t == 0, kTraceFirstTile);
-      T* sK = stage(rd);
-      rd = rd + 1 == S ? 0 : rd + 1;
-      if constexpr (P::kQuantizedKV && !Mainloop::kReadsFp8) {
-        dequant_tile<T, typename P::KVElem, D>(sK, sK + L::kTileElems, lane);
-        __syncwarp();  // every lane's 16-bit rows are written
-      }
-      ml.tile(p, sQ, sK, sK + L::kTileElems, tile_k0(t), it.kv_end, it.nrows, lane);
-    }
-    // This warp is done with the item's tiles (none pending: tiles past nt were never issued).
-    // Start the next item now, so its Q and first S-1 tiles (stages 0 .. S-2, this warp's own)
-    // load during the epilogue; the epilogue only touches stage S-1 (red_o), red_m/l and sQ.
-    __syncwarp();
-    WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceLoopEnd);
-    const MergeRange mr = kPacked ? MergeRange{} : load_merge_range(p.plan, it);  // used after the epilogue
-    if (has_next)
-      pg_next = start_item<T, D, QR, kPacked>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
-                                 S, W, warp, lane);
-    // Epilogue in rounds of 16 rows (one for QR = 16): the states of rows round * 16 .. + 15
-    // go through red_o / red_m / red_l, which hold 16 rows.
+      // This warp is done with the item's tiles (none pending: tiles past nt were never issued).
+      // Start the next item now, so its Q and first S-1 tiles (stages 0 .. S-2, this warp's own)
+      // load during the epilogue; the epilogue only touches stage S-1 (red_o), red_m/l and sQ.
+      __syncwarp();
+      WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceLoopEnd);
+      const MergeRange mr = kPacked ? MergeRange{} : load_merge_range(p.plan, it);  // used after the epilogue
+      if (has_next)
+        pg_next = start_item<T, D, QR, kPacked>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
+                                   S, W, warp, lane);
+      // Epilogue in rounds of 16 rows (one for QR = 16): the states of rows round * 16 .. + 15
+      // go through red_o / red_m / red_l, which hold 16 rows.
 #pragma unroll
-    for (int round = 0; round < QR / kTileQ; ++round) {
-      if (round * kTileQ >= it.nrows) break;  // uniform across the CTA
-      __syncthreads();  // every warp is done with stage S-1 (reused as red_o) / the last round
-      ml.store(red_o, red_m, red_l, warp, lane, it.nrows, round);
-      __syncthreads();
-      WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0 && round == 0, kTraceStatesStored);
-      combine_and_store<T, D, QR, kPacked>(p, it, red_o, red_m, red_l, round);
-    }
+      for (int round = 0; round < QR / kTileQ; ++round) {
+        if (round * kTileQ >= it.nrows) break;  // uniform across the CTA
+        __syncthreads();  // every warp is done with stage S-1 (reused as red_o) / the last round
+        ml.store(red_o, red_m, red_l, warp, lane, it.nrows, round);
+        __syncthreads();
+        WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0 && round == 0, kTraceStatesStored);
+        combine_and_store<T, D, QR, kPacked>(p, it, red_o, red_m, red_l, round);
+      }
+      return mr;
+    };
+    MergeRange mr;
+    if constexpr (SameMainloop<Small, Mainloop>::value)
+      mr = run_item(MainloopTag<Mainloop>{});
+    else
+      mr = it.nrows <= kTileQ ? run_item(MainloopTag<Small>{}) : run_item(MainloopTag<Mainloop>{});
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceItemStored);
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceMergeDecided);  // a split item records it again
     if constexpr (!kPacked)
@@ -199,9 +224,9 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
 }
 
 // The decode kernels' form: CTA blockIdx.x's items.
-template <class T, int D, int QR, class Mainloop, bool kPacked = false, class P>
+template <class T, int D, int QR, class Mainloop, bool kPacked = false, class P, class Small = Mainloop>
 __device__ __forceinline__ void decode_items(const P& p) {
-  decode_items<T, D, QR, Mainloop, kPacked>(p, static_cast<int>(blockIdx.x));
+  decode_items<T, D, QR, Mainloop, kPacked, P, Small>(p, static_cast<int>(blockIdx.x));
 }
 
 }  // namespace weft::decode

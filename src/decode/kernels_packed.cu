@@ -10,14 +10,34 @@ namespace weft::decode {
 
 namespace {
 
-// Two n8 tiles of query columns: a pack fills the 16-row item with several requests' groups
-// whatever the group size (one n8 tile would hold only rows 0..7).
+// The generic item path's kernels, by head dim (pack_tile_rows, decode_plan.h):
+//  - head_dim <= 128: the MULTI-TILE kernel, one persistent launch over items of two tile
+//    shapes: items of 17..32 rows (packs of several requests' groups) run the four-n8-tile
+//    mainloop (m = 32), items of <= 16 rows the two-tile one (m = 16), chosen per item (the
+//    round-up rule); Q buffers and partial slots are 32 rows. Both mainloops are in one kernel,
+//    so its registers are the larger one's (the 32-row mainloop's, at the 255 cap as in the
+//    wide balanced kernel) and the grid is the wrapper's (its residency query includes the wide
+//    kernels' shared memory).
+//  - head_dim 256: 16-row items only (two n8 tiles): four tiles of O^T at D = 256 would need
+//    256 accumulator registers per lane (the register bound of PAT §5.2 (1)).
 template <class T, int D>
-constexpr auto packed_kernel = decode_tc_kernel<T, D, 2, attn::DefaultVariant, true>;
+__global__ void __launch_bounds__(kMaxThreads, 1) decode_multitile_kernel(const DecodeParams<T> p) {
+  using V = attn::DefaultVariant;
+  decode_items<T, D, kPlanTileQWide, TcMainloop<T, D, 4, V>, true, DecodeParams<T>, TcMainloop<T, D, 2, V>>(p);
+}
+template <class T, int D>
+constexpr auto packed_kernel = [] {
+  if constexpr (D <= 128)
+    return decode_multitile_kernel<T, D>;
+  else
+    return decode_tc_kernel<T, D, 2, attn::DefaultVariant, true>;
+}();
+template <int D>
+constexpr int kPackedRows = D <= 128 ? kPlanTileQWide : kPlanTileQ;
 
 template <class T, int D>
 void launch_packed(const DecodeParams<T>& p, int grid, cudaStream_t stream) {
-  packed_kernel<T, D><<<grid, p.warps * 32, SmemLayout<T, D>::bytes(p.stages, p.warps), stream>>>(p);
+  packed_kernel<T, D><<<grid, p.warps * 32, SmemLayout<T, D, kPackedRows<D>>::bytes(p.stages, p.warps), stream>>>(p);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -58,8 +78,10 @@ void launch_decode_work_plan(const LaunchArgs& a, const plan::WorkPlanPointers& 
                              int merge_blocks, int num_merges) {
   WEFT_CHECK_ARG(a.var.alibi_slopes == nullptr, "variant.alibi_slopes",
                  "ALiBi is not supported on the generic (work plan) item path yet");
-  WEFT_CHECK_ARG(a.tile_rows == kPlanTileQ && a.group_size <= kPlanTileQ, "tile_rows",
-                 "the generic item path runs 16-row items (GQA group <= 16)");
+  WEFT_CHECK_ARG(a.tile_rows == pack_tile_rows(a.head_dim) && a.group_size <= kPlanTileQ, "tile_rows",
+                 "the generic item path runs items of pack_tile_rows(head_dim) = " << pack_tile_rows(a.head_dim)
+                                                                                   << " rows (GQA group <= 16), got "
+                                                                                   << a.tile_rows);
   WEFT_DISPATCH_HALF_TYPES(a.dtype, "q", [&] { dispatch_packed<scalar_t>(a, work, stream); });
   attn::MergeOutput mo;
   mo.o = a.out->data;

@@ -173,7 +173,7 @@ plan::WorkPlanBounds share_bounds(int32_t max_batch, int32_t num_kv_heads, int32
   b.max_sources = b.max_items;
   b.max_slots = b.max_items;
   b.num_ctas = grid;
-  b.tile_rows = decode::kPlanTileQ;
+  b.tile_rows = decode::pack_tile_rows(head_dim);
   b.head_dim = head_dim;
   return b;
 }
@@ -226,7 +226,7 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
                    "options.share_prefixes",
                    "needs the tensor-core path and a GQA group <= " << decode::kPlanTileQ);
     impl_->share = true;
-    impl_->tile_rows = decode::kPlanTileQ;
+    impl_->tile_rows = decode::pack_tile_rows(head_dim);
     impl_->wlayout = plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, impl_->grid, options));
     staging_bytes = impl_->wlayout.metadata_bytes();
     decode::prepare_decode_work_plan(head_dim);
@@ -382,10 +382,11 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     pc.num_ctas = im.grid;
     pc.num_kv_heads = num_kv_heads;
     pc.group_size = num_qo_heads / num_kv_heads;
-    pc.tile_rows = decode::kPlanTileQ;
+    pc.tile_rows = im.tile_rows;  // decode::pack_tile_rows
     pc.page_size = page_size;
     pc.kv_granularity = decode::kPlanKVTile;
     pc.max_chunk = plan::pack_max_chunk(keys, num_kv_heads, im.grid, decode::kMinChunk, decode::kPlanKVTile);
+    plan::set_pack_traffic(pc, head_dim, 2);  // the profit model: 16-bit KV (fp8 pools are refused with sharing)
     bool lazy = false;
     if (im.cascade != nullptr) {  // plan_cascade: the stated levels' forest, planned fully
       std::vector<plan::CascadeLevelSpec> specs;
@@ -424,7 +425,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     info_.num_merges = wp.num_merges();
     info_.num_packs = packs;
     info_.max_chunk = pc.max_chunk;
-    info_.tile_rows = decode::kPlanTileQ;
+    info_.tile_rows = im.tile_rows;
     info_.split = wp.num_merges() > 0;
   } else {
     decode::batch_shape(kv_lens, batch, variant.window_left, im.shape);
