@@ -108,7 +108,7 @@ struct PackPlanScratch {
   struct Item {  // a generated item (the plan's arrays are written from these in CTA order)
     int32_t req_begin, num_reqs, kv_head, row_begin, row_end, page_base, kv_begin, kv_end, slot;
   };
-  std::vector<Item> items;
+  std::vector<Item> items;  // the first (plan's item count) are this plan's; the arrays only grow
   std::vector<int32_t> pos_of, src_group, src_slot, src_row, group_sources, priv_start, group_begin, fill;
   std::vector<int32_t> order, tmp, count, cta_of, cta_count;
   // Also an output: request b's private items, in generation order (kv head, row tile, key), are

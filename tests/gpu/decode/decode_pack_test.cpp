@@ -36,10 +36,13 @@ using test_decode::Workspace;
 TEST(DecodeSmall, WorkPlanPacksMatchReference) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();
-  for (int d : {64, 128, 256}) {
+  // Groups 4 and 8: at head_dim <= 128 the multi-tile kernel runs packs of 3-4 requests of group
+  // 8 (24-32 rows) with its 32-row mainloop and the other items with the 16-row one.
+  for (int cfg = 0; cfg < 6; ++cfg) {
+    const int d = cfg < 2 ? 64 : (cfg < 4 ? 128 : 256);
     Case c;
     c.hkv = 2;
-    c.hq = 8;
+    c.hq = cfg % 2 ? 16 : 8;
     c.d = d;
     c.dtype = d == 128 ? DType::kBFloat16 : DType::kFloat16;
     c.page_size = 16;
@@ -61,13 +64,18 @@ TEST(DecodeSmall, WorkPlanPacksMatchReference) {
     pc.num_ctas = w.num_ctas();
     pc.num_kv_heads = c.hkv;
     pc.group_size = c.hq / c.hkv;
-    pc.tile_rows = 16;
+    pc.tile_rows = decode::pack_tile_rows(c.d);
     pc.page_size = c.page_size;
     pc.max_chunk = 128;  // splits the shared and private ranges: merges of several sources
     const plan::WorkPlan wp = plan::make_pack_plan(forest, bt.indptr.data(), c.lens.data(), pc);
     int packs = 0;
-    for (int i = 0; i < wp.num_items(); ++i) packs += wp.item_num_reqs[i] >= 2;
+    int wide = 0;
+    for (int i = 0; i < wp.num_items(); ++i) {
+      packs += wp.item_num_reqs[i] >= 2;
+      wide += wp.item_row_end[i] - wp.item_row_begin[i] > 16;
+    }
     ASSERT_GT(packs, 0);
+    if (c.hq == 16 && c.d <= 128) ASSERT_GT(wide, 0) << "the 32-row mainloop must run";
     plan::WorkPlanBounds wb;
     wb.max_batch = B;
     wb.max_items = wp.num_items();
@@ -75,7 +83,7 @@ TEST(DecodeSmall, WorkPlanPacksMatchReference) {
     wb.max_sources = int32_t(wp.src_slot.size());
     wb.max_slots = wp.num_slots();
     wb.num_ctas = pc.num_ctas;
-    wb.tile_rows = 16;
+    wb.tile_rows = pc.tile_rows;
     wb.head_dim = c.d;
     const plan::WorkPlanLayout layout(wb);
     std::vector<unsigned char> image(layout.metadata_bytes(), 0);
@@ -96,7 +104,7 @@ TEST(DecodeSmall, WorkPlanPacksMatchReference) {
     a.grid = pc.num_ctas;
     a.stages = decode::decode_stages(c.d);
     a.warps = decode::decode_warps(c.d);
-    a.tile_rows = 16;
+    a.tile_rows = pc.tile_rows;
     for (int run = 0; run < 2; ++run) {  // the second run must give the same bits
       const std::vector<float> first = run == 0 ? std::vector<float>{} : bt.out();
       bt.dout.poison();
@@ -120,7 +128,7 @@ TEST(DecodeSmall, SharePrefixesLazyUpdate) {
   Rng rng = Rng::for_current_test();
   Case c;
   c.hkv = 2;
-  c.hq = 8;  // group 4: four requests per 16-row pack
+  c.hq = 8;  // group 4: up to eight requests per 32-row pack
   c.d = 128;
   c.dtype = DType::kBFloat16;
   const int32_t steps = 6, per_step = 8, B = 8;
@@ -299,7 +307,7 @@ TEST(DecodeSmall, SharePrefixesWrapper) {
   for (int d : {64, 128}) {
     Case c;
     c.hkv = 2;
-    c.hq = 16;  // group 8: two requests per 16-row pack
+    c.hq = 16;  // group 8: up to four requests per 32-row pack (head_dim <= 128)
     c.d = d;
     c.dtype = d == 128 ? DType::kBFloat16 : DType::kFloat16;
     c.lens = {40 * 16 + 5, 40 * 16 + 11, 24 * 16 + 3, 700, 0, 10 * 16};
