@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# One device call for PAT (issue 21): build only what it needs (comm, prefill, tp left out:
+# WEFT_DISABLE), the decode GPU suite (the prefix-sharing tests and every other decode test: the
+# item pipeline they share changed), compute-sanitizer memcheck on the prefix-sharing tests and
+# racecheck on the work-plan test, weft-bench's "pat" group, and FlashInfer's decode + multi-level
+# cascade on the same batches (bench/fi_pat.py, the kit in .baselines) in the same call.
+#   OUT=<dir> WEFT_COMMIT=<sha> [BASELINES=<kit folder, default ./.baselines>] [BUDGET=seconds]
+#   [STAGES="build tests san bench fi"] scripts/diag/pat_check.sh
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT" || exit 1
+export PATH="/usr/local/cuda/bin:$PATH"
+OUT="${OUT:-$ROOT/pat-out}"
+mkdir -p "$OUT"
+B="$ROOT/build-pat"
+STAGES="${STAGES:-build tests san bench fi}"
+BASELINES="${BASELINES:-$ROOT/.baselines}"
+BUDGET="${BUDGET:-430}"
+T0=$SECONDS
+say() { echo "=== [$((SECONDS - T0))s] $*" | tee -a "$OUT/steps.log"; }
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+left() { echo $((BUDGET - (SECONDS - T0))); }
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
+echo "commit ${WEFT_COMMIT:-?}" | tee -a "$OUT/env.txt"
+
+if has fi; then  # FlashInfer's wheels install while weft builds
+  (python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$BASELINES"/whl/*.whl \
+     > "$OUT/fi_install.log" 2>&1; echo "rc=$?" >> "$OUT/fi_install.log") &
+fi
+
+if has build; then
+  say build
+  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_BUILD_TESTS=ON \
+    -DWEFT_BUILD_BENCH=ON -DWEFT_WITH_COMM=OFF -DWEFT_DISABLE="comm;prefill;tp" > "$OUT/build.log" 2>&1 || { say "configure failed"; tail -30 "$OUT/build.log"; }
+  timeout 240 ninja -C "$B" -j16 weft_gpu_decode weft-bench >> "$OUT/build.log" 2>&1
+  rc=$?
+  say "build rc=$rc"
+  [ $rc -ne 0 ] && grep -E "error|FAILED" "$OUT/build.log" | head -30
+fi
+
+PACK_TESTS='DecodeSmall.WorkPlanPacksMatchReference:DecodeSmall.SharePrefixes*:DecodeSmall.CascadeLevelsMatchReference'
+if has tests; then
+  say tests
+  # The prefix-sharing tests three times (bitwise repeatability across processes is checked
+  # inside each; repeats catch order-dependent state), then the whole decode suite once.
+  timeout 60 "$B/tests/weft_gpu_decode" --gtest_brief=1 --gtest_filter="$PACK_TESTS" --gtest_repeat=3 > "$OUT/tests_pat.log" 2>&1
+  echo "pat tests rc=$?" | tee -a "$OUT/steps.log"
+  grep -E "PASSED|FAILED|Failure" "$OUT/tests_pat.log" | head -20
+  timeout $(( $(left) > 150 ? 110 : 60 )) "$B/tests/weft_gpu_decode" --gtest_brief=1 > "$OUT/tests_decode.log" 2>&1
+  echo "decode suite rc=$?" | tee -a "$OUT/steps.log"
+  grep -E "PASSED|FAILED|Failure|tests ran" "$OUT/tests_decode.log" | head -20
+  say "tests done"
+fi
+
+if has san; then  # memcheck now; racecheck (slow) with what is left at the end
+  say memcheck
+  timeout 70 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/weft_gpu_decode" --gtest_brief=1 \
+    --gtest_filter="$PACK_TESTS" > "$OUT/memcheck.log" 2>&1
+  echo "memcheck rc=$?" | tee -a "$OUT/steps.log"
+  grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.log" | tail -4
+fi
+
+if has bench; then
+  say bench
+  timeout 150 "$B/bench/weft-bench" --group pat --commit "${WEFT_COMMIT:-?}" --json "$OUT/pat.json" > "$OUT/bench.log" 2>&1
+  echo "bench rc=$?" | tee -a "$OUT/steps.log"
+  grep -E "summary|nosharing|FAIL|error" "$OUT/bench.log" | head -20
+  say "bench done"
+fi
+
+if has fi; then
+  say fi
+  grep rc= "$OUT/fi_install.log"
+  fi_budget=$(( $(left) - 60 ))
+  [ $fi_budget -gt 150 ] && fi_budget=150
+  if [ $fi_budget -gt 20 ]; then
+    PYTHONPATH=/tmp/site timeout $((fi_budget + 40)) python3 bench/fi_pat.py --kit "$BASELINES" --out "$OUT/fi_pat.json" \
+      --budget "$fi_budget" > "$OUT/fi_pat.log" 2>&1
+    echo "fi rc=$?" | tee -a "$OUT/steps.log"
+    tail -n 5 "$OUT/fi_pat.log"
+  else
+    say "fi skipped: budget"
+  fi
+fi
+
+if has san; then
+  t=$(( $(left) - 3 ))
+  if [ $t -gt 15 ]; then
+    say racecheck
+    timeout "$t" compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/weft_gpu_decode" --gtest_brief=1 \
+      --gtest_filter='DecodeSmall.WorkPlanPacksMatchReference' > "$OUT/racecheck.log" 2>&1
+    echo "racecheck rc=$? (124: out of time)" | tee -a "$OUT/steps.log"
+    grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$OUT/racecheck.log" | tail -4
+  else
+    say "racecheck skipped: budget"
+  fi
+fi
+say "all done"
