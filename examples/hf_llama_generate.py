@@ -24,6 +24,7 @@ logit difference, and the decode step time of weft (4 requests, continuous batch
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import platform
@@ -61,6 +62,7 @@ class Request:
     def __init__(self, rid: int, prompt: list, max_new: int, arrival: int):
         self.rid, self.prompt, self.max_new, self.arrival = rid, prompt, max_new, arrival
         self.generated: list = []
+        self.argmax: list = []  # weft's own greedy choice per step (differs from generated when forced)
         self.logits: list = []
         self.pages: list = []
         self.kv_len = 0  # tokens in the cache
@@ -189,8 +191,10 @@ def make_requests(seed=1):
 
 
 @torch.no_grad()
-def generate_weft(model, cfg, dtype):
-    """Continuous batching through weft. Returns the requests and per-step records."""
+def generate_weft(model, cfg, dtype, forced=None):
+    """Continuous batching through weft. Returns the requests and per-step records. ``forced``
+    (rid -> tokens): teacher forcing, each request is fed these tokens instead of its own argmax
+    (which is still recorded in ``argmax``), so its logits are comparable at every step."""
     global CTX
     model.config._attn_implementation = "weft"
     reqs = make_requests()
@@ -219,7 +223,8 @@ def generate_weft(model, cfg, dtype):
         dt = time.perf_counter() - t0
         steps.append(dict(step=step, mode=CTX.mode, batch=len(batch), tokens=len(tokens), seconds=dt))
         for b, r in enumerate(batch):
-            r.generated.append(nxt[b])
+            r.argmax.append(nxt[b])
+            r.generated.append(nxt[b] if forced is None else forced[r.rid][len(r.generated)])
             r.logits.append(logits[b].cpu())
         running = []
         for r in batch:
@@ -233,8 +238,9 @@ def generate_weft(model, cfg, dtype):
 
 
 @torch.no_grad()
-def generate_sdpa_reference(model, reqs):
-    """The model's own SDPA path, one request at a time with a DynamicCache."""
+def generate_sdpa_reference(model, reqs, forced=None):
+    """The model's own SDPA path, one request at a time with a DynamicCache (``forced``: teacher
+    forcing as in generate_weft)."""
     model.config._attn_implementation = "sdpa"
     out, times = [], []
     for r in reqs:
@@ -246,7 +252,7 @@ def generate_sdpa_reference(model, reqs):
             t0 = time.perf_counter()
             h = model.model(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state[0, -1]
             lg = logits_f32(model, h)
-            t = int(lg.argmax())
+            t = int(lg.argmax()) if forced is None else forced[r.rid][i]
             if i >= 8:
                 times.append(time.perf_counter() - t0)
             toks.append(t)
@@ -311,6 +317,30 @@ def compare(dtype_name):
         res["requests"].append(item)
         all_equal &= first is None
         max_diff = max(max_diff, item["max_logit_diff"])
+    # Teacher forcing on the SDPA path's tokens: weft and SDPA see the same inputs at every step, so
+    # their logits compare at every step (free-running paths diverge after the first near-tie), and
+    # both are compared with the same model in float32 (SDPA, the same tokens): the rounding error
+    # of each low-precision path against a common more precise one.
+    forced = {r.rid: rt for r, (rt, _) in zip(reqs, ref)}
+    tf_reqs, _ = generate_weft(model, cfg, dtype, forced=forced)
+    tf_flips, tf_steps, tf_diff, err_weft, err_sdpa = [], 0, 0.0, 0.0, 0.0
+    model32 = copy.deepcopy(model).float()  # the same (rounded) weights, float32 arithmetic
+    ref32, _ = generate_sdpa_reference(model32, reqs, forced=forced)
+    del model32
+    for r, (rt, rl), (_, rl32) in zip(tf_reqs, ref, ref32):
+        for i in range(len(rt)):
+            tf_steps += 1
+            tf_diff = max(tf_diff, float((r.logits[i] - rl[i]).abs().max()))
+            err_weft = max(err_weft, float((r.logits[i] - rl32[i]).abs().max()))
+            err_sdpa = max(err_sdpa, float((rl[i] - rl32[i]).abs().max()))
+            if r.argmax[i] != rt[i]:
+                top2 = torch.topk(rl[i], 2).values
+                tf_flips.append(dict(rid=r.rid, step=i, sdpa_top2_margin=float(top2[0] - top2[1]),
+                                     logit_diff_at_step=float((r.logits[i] - rl[i]).abs().max())))
+    res.update(teacher_forced=dict(
+        steps=tf_steps, argmax_equal_steps=tf_steps - len(tf_flips), flips=tf_flips,
+        max_logit_diff_weft_vs_sdpa=tf_diff, max_logit_err_weft_vs_fp32=err_weft,
+        max_logit_err_sdpa_vs_fp32=err_sdpa))
     times_sdpa, toks_sdpa = sdpa_batched_decode_time(model, reqs)
     full_decode = [s["seconds"] for s in steps if s["mode"] == "decode" and s["batch"] == len(reqs)]
     res.update(tokens_equal=all_equal, max_logit_diff=max_diff,
@@ -353,6 +383,11 @@ def main():
               f"{r['sdpa_batch1_decode_step_ms_median']:.3f} ms)", flush=True)
         for q in r["requests"]:
             print("   ", q, flush=True)
+        tf = r["teacher_forced"]
+        print(f"    teacher-forced on SDPA's tokens: argmax equal {tf['argmax_equal_steps']}/{tf['steps']} steps, "
+              f"max logit diff weft-SDPA {tf['max_logit_diff_weft_vs_sdpa']:.4g}; vs float32: weft "
+              f"{tf['max_logit_err_weft_vs_fp32']:.4g}, SDPA {tf['max_logit_err_sdpa_vs_fp32']:.4g}; flips {tf['flips']}",
+              flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

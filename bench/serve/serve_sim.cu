@@ -1,7 +1,8 @@
 // weft-serve-sim: continuous decode steps of serving traces (serve/trace.h) through every decode
 // route that exists (decode/router.h) and through the router itself; per step the synchronized
 // wall time (metadata upload + plan + kernels, host clock around a stream sync) and the GPU time
-// (CUDA events around run()), medians of --reps repeats; correctness of every route against the
+// (CUDA events around run()), medians of --reps repeats interleaved over the options; the router
+// is a BatchDecodeWrapper with DecodeRoute::kAuto over the table; correctness of every route against the
 // float64 reference on the first and last step of every family (the longest and the shortest
 // row, every head). Writes one JSON file.
 //
@@ -94,9 +95,9 @@ double mean(const std::vector<double>& v) {
 }
 
 struct Args {
-  std::string calibrate, router, out = "serve.json", families = "all", commit, command;
+  std::string calibrate, router, out = "serve.json", families = "all", commit, command, dump;
   uint64_t seed = 20260623;
-  int32_t steps = 40, reps = 5;
+  int32_t steps = 40, reps = 7;
   bool check = true;
 };
 
@@ -127,7 +128,21 @@ struct Engine {
   size_t ws_bal_bytes = 0, ws_share_bytes = 0, ws_wq_bytes = 0;
   void *q = nullptr, *out = nullptr;
   float* lse = nullptr;
+  // The router as a serving engine uses it: a BatchDecodeWrapper with DecodeRoute::kAuto and the
+  // table's text (held-out runs only).
+  std::unique_ptr<weft::BatchDecodeWrapper> routed;
+  void* ws_routed = nullptr;
+  size_t ws_routed_bytes = 0;
   cudaEvent_t e0, e1;
+  void make_routed(const std::string& table_text) {
+    weft::DecodeOptions o;
+    o.route = weft::DecodeRoute::kAuto;
+    o.router_table = table_text;
+    o.max_tasks = kMaxTasks;  // the same task capacity as the fixed work-queue options
+    ws_routed_bytes = weft::BatchDecodeWrapper::workspace_size(kMaxBatch, kHq, kHkv, kD, o);
+    routed = std::make_unique<weft::BatchDecodeWrapper>(kMaxBatch, kHq, kHkv, kD, o);
+    CK(cudaMalloc(&ws_routed, ws_routed_bytes));
+  }
   Engine() {
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     ws_bal_bytes = weft::BatchDecodeWrapper::workspace_size(kMaxBatch, kHq, kHkv, kD);
@@ -150,6 +165,7 @@ struct Engine {
     cudaFree(ws_bal);
     cudaFree(ws_share);
     cudaFree(ws_wq);
+    cudaFree(ws_routed);
     cudaFree(q);
     cudaFree(out);
     cudaFree(lse);
@@ -220,8 +236,9 @@ struct Sample {
   double wall_us = 0, gpu_us = 0, plan_us = 0;
 };
 
-// One execution of `o` on the step: upload the block table, plan, run (events around run), sync.
-Sample exec_route(Engine& e, Family& f, const weft::BlockTable& t, const RouteOption& o) {
+// One execution of `o` (or, with `routed`, of the kAuto wrapper) on the step: upload the block
+// table, plan, run (events around run), sync.
+Sample exec_route(Engine& e, Family& f, const weft::BlockTable& t, const RouteOption& o, bool routed = false) {
   const int32_t B = t.batch_size;
   Sample s;
   const auto t0 = Clock::now();
@@ -232,7 +249,13 @@ Sample exec_route(Engine& e, Family& f, const weft::BlockTable& t, const RouteOp
   weft::TensorView lse(e.lse, weft::DType::kFloat32, {B, kHq});
   const weft::AttentionVariant var;
   const auto tp = Clock::now();
-  switch (o.route) {
+  if (routed) {
+    e.routed->plan(t, kHq, kHkv, kD, kPage, weft::DType::kBFloat16, weft::KVLayout::kNHD, var, e.ws_routed,
+                   e.ws_routed_bytes, e.stream);
+    s.plan_us = us_since(tp);
+    CK(cudaEventRecord(e.e0, e.stream));
+    e.routed->run(q, f.cache, t, out, &lse, e.stream);
+  } else switch (o.route) {
     case Route::kBalanced:
       e.bal.plan(t, kHq, kHkv, kD, kPage, weft::DType::kBFloat16, weft::KVLayout::kNHD, var, e.ws_bal,
                  e.ws_bal_bytes, e.stream);
@@ -389,46 +412,56 @@ FamilyResult run_family(Engine& e, const std::string& name, const Args& a, const
       if (rows[0] == rows[1]) rows.pop_back();
       ref = reference_rows(e, f, st, rows);
     }
-    // Fixed options in a rotated order per step (no option always runs first), then the router.
+    // Repeats interleaved over the options (rep-major, the order rotated per step and repeat):
+    // a host or GPU disturbance of a few hundred us lands on one repeat of several options,
+    // not on every repeat of one option, so each option's median is robust to it (f0a6d7b ran
+    // the repeats of one option back to back and charged such bursts to single options).
     const size_t n = opts.size() + (model ? 1 : 0);
-    for (size_t k = 0; k < n; ++k) {
-      const size_t idx = (k + si) % n;
-      const bool is_router = model != nullptr && idx == opts.size();
-      std::vector<Sample> reps;
-      std::string picked;
-      if (si == 0) {  // warm-up of this option (first-use allocations, instruction cache)
-        if (!is_router) exec_route(e, f, t, opts[idx]);
+    auto is_router = [&](size_t idx) { return model != nullptr && idx == opts.size(); };
+    auto run_idx = [&](size_t idx) {
+      return is_router(idx) ? exec_route(e, f, t, opts[0], /*routed=*/true) : exec_route(e, f, t, opts[idx]);
+    };
+    if (si == 0)  // warm-up of every option (first-use allocations, instruction cache)
+      for (size_t idx = 0; idx < n; ++idx) run_idx(idx);
+    std::vector<std::vector<Sample>> reps(n);
+    for (int r = 0; r < a.reps; ++r)
+      for (size_t k = 0; k < n; ++k) {
+        const size_t idx = (k + si + size_t(r)) % n;
+        reps[idx].push_back(run_idx(idx));
       }
-      for (int r = 0; r < a.reps; ++r) {
-        if (is_router) {
-          const auto t0 = Clock::now();
-          const int32_t pick = weft::decode::choose_route(*model, sum);
-          const double decide = us_since(t0);
-          Sample s = exec_route(e, f, t, model->options[pick]);
-          s.wall_us += decide;
-          fr.router_decide_us.push_back(decide);
-          picked = model->options[pick].name;
-          reps.push_back(s);
-        } else {
-          reps.push_back(exec_route(e, f, t, opts[idx]));
-        }
+    if (model != nullptr) {  // what the routed wrapper planned, and the decision's own time
+      const weft::DecodePlanInfo& pi = e.routed->plan_info();
+      const auto route = static_cast<weft::DecodeRoute>(pi.route);
+      ++fr.picks[route == weft::DecodeRoute::kWorkQueue ? "work_queue/c" + std::to_string(pi.route_chunk)
+                                                        : std::string(weft::decode_route_name(route))];
+      weft::decode::RouteFilter filter;
+      filter.prefix_share = false;
+      filter.max_tasks = kMaxTasks;
+      for (int r = 0; r < 3; ++r) {
+        const auto t0 = Clock::now();
+        volatile int32_t pick = weft::decode::choose_route(*model, sum, filter);
+        (void)pick;
+        fr.router_decide_us.push_back(us_since(t0));
       }
-      const std::string key = is_router ? "router" : opts[idx].name;
+    }
+    for (size_t idx = 0; idx < n; ++idx) {
+      const bool router = is_router(idx);
+      const std::string key = router ? "router" : opts[idx].name;
       std::vector<double> w, g, p;
-      for (const Sample& s : reps) w.push_back(s.wall_us), g.push_back(s.gpu_us), p.push_back(s.plan_us);
+      for (const Sample& s : reps[idx]) w.push_back(s.wall_us), g.push_back(s.gpu_us), p.push_back(s.plan_us);
       RouteStats& rs = fr.routes[key];
       rs.wall.push_back(percentile(w, 0.5));
       rs.gpu.push_back(percentile(g, 0.5));
       rs.plan.push_back(percentile(p, 0.5));
-      if (is_router) ++fr.picks[picked];
-      if (!is_router) {
+      if (!router) {
         auto& smp = fr.samples[key];
         smp.first.push_back(weft::decode::route_features(opts[idx], sum, kHkv, slots));
         smp.second.push_back(percentile(w, 0.5));
         if (opts[idx].route == Route::kBalanced && t.batch_size == 256)
-          for (const Sample& s : reps) fr.bal_plan_us_b256.push_back(s.plan_us);
+          for (const Sample& s : reps[idx]) fr.bal_plan_us_b256.push_back(s.plan_us);
       }
-      if (check) {
+      if (check) {  // one more execution of the option, its output against the reference
+        run_idx(idx);
         const CheckResult c = check_rows(e, st, ref);
         CheckResult& acc = fr.checks[key];
         acc.max_o_err = std::max(acc.max_o_err, c.max_o_err);
@@ -454,6 +487,39 @@ void write_stats(weft::bench::JsonWriter& j, const RouteStats& s) {
   j.end_object();
 }
 
+// --dump-steps FILE: the traces of --seed (every family, --steps steps) as JSON, for peers driven
+// from Python (bench/serve/fi_serve.py): per family the pool size, every request's page ids and per
+// step the running requests and their KV lengths. No device work.
+bool dump_steps(const Args& a) {
+  std::ofstream os(a.dump);
+  os << "{\"seed\": " << a.seed << ", \"page_size\": " << kPage << ", \"families\": {";
+  bool first_f = true;
+  for (const std::string& fam : weft::serve::family_names()) {
+    const auto tr = weft::serve::make_trace(fam, a.seed, kPage, kHole, a.steps);
+    const auto steps = weft::serve::simulate_steps(tr, a.steps);
+    os << (first_f ? "" : ",") << "\n\"" << fam << "\": {\"num_pages\": " << tr.num_pages << ", \"requests\": [";
+    first_f = false;
+    for (size_t r = 0; r < tr.requests.size(); ++r) {
+      os << (r ? "," : "") << "[";
+      for (size_t i = 0; i < tr.requests[r].pages.size(); ++i) os << (i ? "," : "") << tr.requests[r].pages[i];
+      os << "]";
+    }
+    os << "], \"steps\": [";
+    for (size_t si = 0; si < steps.size(); ++si) {
+      os << (si ? "," : "") << "{\"req\": [";
+      for (size_t i = 0; i < steps[si].req.size(); ++i) os << (i ? "," : "") << steps[si].req[i];
+      os << "], \"kv_len\": [";
+      for (size_t i = 0; i < steps[si].kv_len.size(); ++i) os << (i ? "," : "") << steps[si].kv_len[i];
+      os << "]}";
+    }
+    os << "]}";
+  }
+  os << "}}\n";
+  os.flush();
+  std::fprintf(stderr, "wrote %s\n", a.dump.c_str());
+  return bool(os);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -472,12 +538,14 @@ int main(int argc, char** argv) {
     else if (s == "--reps") a.reps = std::stoi(next());
     else if (s == "--families") a.families = next();
     else if (s == "--no-check") a.check = false;
+    else if (s == "--dump-steps") a.dump = next();
     else {
       std::fprintf(stderr, "unknown argument %s\n", s.c_str());
       return 2;
     }
   }
   if (const char* c = std::getenv("WEFT_COMMIT")) a.commit = c;  // the harness, not libweft
+  if (!a.dump.empty()) return dump_steps(a) ? 0 : 1;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -494,24 +562,22 @@ int main(int argc, char** argv) {
     while (std::getline(ss, x, ',')) fams.push_back(x);
   }
   RouterModel model;
+  std::string table_text;
   const bool routed = !a.router.empty();
   if (routed) {
     std::ifstream in(a.router);
     std::stringstream buf;
     buf << in.rdbuf();
-    model = RouterModel::from_json(buf.str());
+    table_text = buf.str();
+    model = RouterModel::from_json(table_text);
   }
   try {
     Engine e;
+    if (routed) e.make_routed(table_text);
     std::vector<FamilyResult> results;
     for (const std::string& fam : fams) {
-      RouterModel fam_model = model;
-      if (routed && fam != "shared")  // prefix_share is a candidate only where pages are shared
-        fam_model.options.erase(std::remove_if(fam_model.options.begin(), fam_model.options.end(),
-                                               [](const RouteOption& o) { return o.route == Route::kPrefixShare; }),
-                                fam_model.options.end());
-      try {
-        results.push_back(run_family(e, fam, a, routed ? &fam_model : nullptr));
+      try {  // the routed wrapper never picks prefix sharing (DecodeRoute::kAuto), a fixed option here
+        results.push_back(run_family(e, fam, a, routed ? &model : nullptr));
       } catch (const weft::Error& err) {  // report the family, keep the others
         std::fprintf(stderr, "\n[%s] weft::Error: %s\n", fam.c_str(), err.what());
         FamilyResult fr;
@@ -637,7 +703,7 @@ int main(int argc, char** argv) {
       m.slots = grid_slots(e);
       std::ostringstream cal;
       cal << "seed " << a.seed << ", " << fams.size() << " families x " << a.steps << " steps, median of " << a.reps
-          << " reps, wall us, relative least squares";
+          << " interleaved reps, wall us, relative least squares, critical path = 1-D makespan";
       m.calibration = cal.str();
       for (RouteOption o : default_options(true)) {
         std::vector<RouterFeatures> x;

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -67,6 +68,8 @@ struct DecodePlanInfo {
                             // suffixes grew; its key ranges and page bases copied, not the plan)
   bool split = false;
   DecodePath path = DecodePath::kAuto;  // resolved path
+  int32_t route = 0;        // DecodeRoute of this plan (kAuto resolved: kBalanced, kWorkQueue or kNoSplit)
+  int32_t route_chunk = 0;  // work queue: keys per split of this plan
 };
 
 // Kernel settings of a BatchDecodeWrapper, fixed at construction. 0 means the tuned default
@@ -75,6 +78,19 @@ struct DecodePlanInfo {
 // the constructor and workspace_size() reject values out of range with weft::Error naming the
 // field ("options.warps_per_cta", "options.pipeline_stages").
 inline constexpr int32_t kDecodeMaxWarpsPerCta = 8;
+
+// Schedule of a decode step (DecodeOptions::route). Measured on H100 with Llama-3-8B's decode
+// shape over eight serving-trace families: docs/perf-notes-serve.md.
+enum class DecodeRoute : int32_t {
+  kBalanced = 0,   // the balanced split-KV plan: fixed persistent grid, in-kernel merge (default)
+  kWorkQueue = 1,  // compact work queue: one task per non-empty (row, KV head, split) of
+                   // work_queue_chunk keys, a 1-D grid of the tasks, a segmented merge of split rows
+  kNoSplit = 2,    // the work queue with one task per (row, KV head)
+  kAuto = 3,       // per plan(), the route with the lowest predicted wall time (plan + upload +
+                   // kernels) under a calibrated router table (router_table): balanced, work
+                   // queue at the table's chunks, or no split
+};
+const char* decode_route_name(DecodeRoute r);
 inline constexpr int32_t kDecodeMaxPipelineStages = 8;
 struct DecodeOptions {
   DecodePath path = DecodePath::kAuto;  // kAuto: choose_decode_path() at plan time
@@ -92,6 +108,24 @@ struct DecodeOptions {
   // time, only those arrays copied); it gives the same output bits as a full plan.
   bool share_prefixes = false;
   int32_t max_pack_items = 0;
+  // Route (DecodeRoute). The work-queue routes and kAuto plan from a native block table
+  // (plan(BlockTable) / run(BlockTable)); plan(PageTable) and plan_lengths() with kAuto plan the
+  // balanced route, with kWorkQueue / kNoSplit they throw. A work-queue plan's grid follows the
+  // plan (one CTA per task), so a CUDA graph captured around run() replays only that plan: capture
+  // with kBalanced. Not with share_prefixes, the CUDA-core path (forced) or JIT variants; the work
+  // queue supports neither custom masks, windows nor ALiBi (weft::Error naming the argument).
+  DecodeRoute route = DecodeRoute::kBalanced;
+  // kWorkQueue: keys per split, a positive multiple of 16 (0: 2048, the best fixed split on most
+  // H100 trace families, docs/perf-notes-serve.md).
+  int32_t work_queue_chunk = 0;
+  // Work-queue tasks a plan may have (they size the workspace: 16 x head_dim fp32 of partial
+  // output each); 0: 8 * max_batch * num_kv_heads + 1024. A kWorkQueue / kNoSplit plan with more
+  // tasks throws naming "max_tasks"; kAuto never picks such a plan.
+  int32_t max_tasks = 0;
+  // kAuto: the text of a router table written by weft-serve-sim --calibrate (data/router/<gpu>.json,
+  // committed per GPU), calibrated for this wrapper's head counts and head_dim (weft::Error naming
+  // "options.router_table" when malformed or for another shape).
+  std::string router_table;
 };
 
 // One level of an explicit multi-level cascade (BatchDecodeWrapper::plan_cascade): the caller

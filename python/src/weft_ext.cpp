@@ -251,6 +251,95 @@ void check_table(const std::vector<int32_t>& indptr, const std::vector<int32_t>&
 
 // ---- decode ---------------------------------------------------------------------------------
 
+// BatchDecodeWrapper over a native (vLLM-style) block table, with DecodeOptions::route: the
+// block table arrives flattened ([batch * row_stride] int32) with its row stride.
+class DecodeBlocks {
+ public:
+  DecodeBlocks(int32_t max_batch, int32_t route, int32_t chunk, int32_t max_tasks, std::string router_table,
+               OptArray workspace)
+      : max_batch_hint_(max_batch) {
+    WEFT_CHECK_ARG(route >= 0 && route <= 3, "route", "unknown decode route " << route);
+    opt_.route = static_cast<weft::DecodeRoute>(route);
+    opt_.work_queue_chunk = chunk;
+    opt_.max_tasks = max_tasks;
+    opt_.router_table = std::move(router_table);
+    ws_.set_user(workspace);
+  }
+
+  void plan(const Array& block_ids, int32_t row_stride, const Array& seq_lens, int32_t hq, int32_t hkv,
+            int32_t head_dim, int32_t page_size, int32_t dtype, int32_t layout, double sm_scale, int32_t window_left,
+            double soft_cap, bool return_lse, uintptr_t stream_i) {
+    const cudaStream_t stream = as_stream(stream_i);
+    std::vector<int32_t> h_ids = host_i32(block_ids, "block_tables", stream);
+    std::vector<int32_t> h_lens = host_i32(seq_lens, "seq_lens", stream);
+    WEFT_CHECK_ARG(hq > 0 && hkv > 0 && hq % hkv == 0, "num_qo_heads",
+                   "must be a positive multiple of num_kv_heads (" << hkv << "), got " << hq);
+    weft::check::head_dim_supported(head_dim, "head_dim");
+    WEFT_CHECK_ARG(row_stride >= 0, "block_tables", "row stride must be >= 0, got " << row_stride);
+    const weft::DType dt = dtype_from_int(dtype, "q_data_type");
+    const weft::KVLayout lay = layout_from_int(layout);
+    const int32_t batch = static_cast<int32_t>(h_lens.size());
+    if (!w_ || hq != hq_ || hkv != hkv_ || head_dim != d_ || batch > max_batch_) {
+      w_.reset();
+      max_batch_ = std::max({batch, max_batch_hint_, max_batch_, 1});
+      hq_ = hq;
+      hkv_ = hkv;
+      d_ = head_dim;
+      ws_.ensure(weft::BatchDecodeWrapper::workspace_size(max_batch_, hq, hkv, head_dim, opt_));
+      w_ = std::make_unique<weft::BatchDecodeWrapper>(max_batch_, hq, hkv, head_dim, opt_);
+    }
+    ids_.set(std::move(h_ids), 1, "block_tables", stream);
+    lens_.set(std::move(h_lens), std::max(max_batch_, 1), "seq_lens", stream);
+    row_stride_ = row_stride;
+    layout_ = lay;
+    w_->plan(table(), hq, hkv, head_dim, page_size, dt, lay,
+             make_variant(sm_scale, 0, window_left, soft_cap, return_lse), ws_.ptr, ws_.bytes, stream);
+  }
+
+  void run(const Array& q, const Array& k_cache, const OptArray& v_cache, const Array& out, const OptArray& lse,
+           uintptr_t stream) {
+    WEFT_CHECK_ARG(w_ != nullptr, "plan", "run() before plan()");
+    auto [k, v] = kv_views(k_cache, v_cache, "paged_kv_cache");
+    weft::PagedKVCache cache{k, v, layout_};
+    weft::TensorView tl;
+    if (lse) tl = view(*lse, "lse");
+    w_->run(view(q, "q"), cache, table(), view(out, "out"), lse ? &tl : nullptr, as_stream(stream));
+  }
+
+  nb::dict plan_info() const {
+    nb::dict d;
+    if (!w_) return d;
+    const weft::DecodePlanInfo& i = w_->plan_info();
+    d["batch"] = i.batch;
+    d["num_ctas"] = i.num_ctas;
+    d["num_items"] = i.num_items;
+    d["num_merges"] = i.num_merges;
+    d["split"] = i.split;
+    d["route"] = std::string(weft::decode_route_name(static_cast<weft::DecodeRoute>(i.route)));
+    d["route_chunk"] = i.route_chunk;
+    return d;
+  }
+  size_t workspace_bytes() const { return ws_.bytes; }
+
+ private:
+  weft::BlockTable table() const {
+    weft::BlockTable t;
+    t.batch_size = static_cast<int32_t>(lens_.host.size());
+    t.row_stride = row_stride_;
+    t.max_blocks = row_stride_;
+    t.block_ids = ids_.array();
+    t.seq_lens = lens_.array();
+    return t;
+  }
+  int32_t max_batch_hint_;
+  weft::DecodeOptions opt_;
+  std::unique_ptr<weft::BatchDecodeWrapper> w_;
+  Workspace ws_;
+  Mirror ids_, lens_;
+  int32_t max_batch_ = 0, hq_ = 0, hkv_ = 0, d_ = 0, row_stride_ = 0;
+  weft::KVLayout layout_ = weft::KVLayout::kNHD;
+};
+
 class Decode {
  public:
   Decode(int32_t max_batch, int32_t max_num_pages, int32_t path, OptArray workspace)
@@ -619,6 +708,15 @@ NB_MODULE(_weft, m) {
       .def_prop_ro("workspace_bytes", &Decode::workspace_bytes)
       .def_prop_ro("max_batch", &Decode::max_batch);
 
+  nb::class_<DecodeBlocks>(m, "DecodeBlocks")
+      .def(nb::init<int32_t, int32_t, int32_t, int32_t, std::string, OptArray>(), "max_batch"_a, "route"_a,
+           "work_queue_chunk"_a, "max_tasks"_a, "router_table"_a, "workspace"_a.none())
+      .def("plan", &DecodeBlocks::plan, "block_ids"_a, "row_stride"_a, "seq_lens"_a, "num_qo_heads"_a,
+           "num_kv_heads"_a, "head_dim"_a, "page_size"_a, "dtype"_a, "layout"_a, "sm_scale"_a, "window_left"_a,
+           "soft_cap"_a, "return_lse"_a, "stream"_a)
+      .def("run", &DecodeBlocks::run, "q"_a, "k_cache"_a, "v_cache"_a.none(), "out"_a, "lse"_a.none(), "stream"_a)
+      .def("plan_info", &DecodeBlocks::plan_info)
+      .def("workspace_bytes", &DecodeBlocks::workspace_bytes);
   nb::class_<Prefill>(m, "Prefill")
       .def(nb::init<bool, int32_t, int64_t, int32_t, int32_t, OptArray>(), "paged"_a, "max_batch"_a,
            "max_total_q"_a, "max_num_pages"_a, "cta_q"_a, "workspace"_a.none())

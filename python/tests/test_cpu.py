@@ -99,3 +99,13 @@ def test_page_table_from_block_tables():
     assert indptr == [0, 2, 3] and indices == [3, 1, 2] and last == [4, 5]
     _err(lambda: weft.page_table_from_block_tables(bt, i32(20, 5), 16, num_pages=3), "block_tables")
     _err(lambda: weft.page_table_from_block_tables(bt, i32(20), 16, 4), "seq_lens")
+
+
+def test_block_table_wrapper_validation():
+    _err(lambda: weft.BatchDecodeWithBlockTableWrapper(route="fast"), "route")
+    _err(lambda: weft.BatchDecodeWithBlockTableWrapper(route="auto", router_table="/nonexistent/router.json"),
+         "router_table")
+    w = weft.BatchDecodeWithBlockTableWrapper(route="work_queue")
+    _err(lambda: w.plan(i32(0, 1, 2), i32(5), 8, 2, 128, 16), "block_tables")  # not 2-D
+    bt = np.zeros((1, 4), np.int64)
+    _err(lambda: w.plan(bt, i32(5), 8, 2, 128, 16), "block_tables")  # not int32

@@ -3,6 +3,8 @@
 FlashInfer-style wrappers over weft's plan/run C++ API (``include/weft/``):
 
 * :class:`BatchDecodeWithPagedKVCacheWrapper` -- batch decode on a paged KV cache
+* :class:`BatchDecodeWithBlockTableWrapper` -- batch decode over a vLLM-style block table, with a
+  route choice (balanced split-KV, work queue, no split, or "auto": the calibrated router)
 * :class:`BatchPrefillWithPagedKVCacheWrapper` -- ragged queries against a paged KV cache
 * :class:`BatchPrefillWithRaggedKVCacheWrapper` -- ragged queries against contiguous K/V
 * :func:`append_paged_kv` -- write new K/V tokens into their pages
@@ -30,6 +32,7 @@ import sys
 __all__ = [
     "WeftError",
     "BatchDecodeWithPagedKVCacheWrapper",
+    "BatchDecodeWithBlockTableWrapper",
     "BatchPrefillWithPagedKVCacheWrapper",
     "BatchPrefillWithRaggedKVCacheWrapper",
     "append_paged_kv",
@@ -86,6 +89,7 @@ _weft._set_error_class(WeftError)
 __version__ = _weft.version()
 
 from ._wrappers import (  # noqa: E402
+    BatchDecodeWithBlockTableWrapper,
     BatchDecodeWithPagedKVCacheWrapper,
     BatchPrefillWithPagedKVCacheWrapper,
     BatchPrefillWithRaggedKVCacheWrapper,

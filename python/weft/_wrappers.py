@@ -200,6 +200,97 @@ class BatchDecodeWithPagedKVCacheWrapper:
     forward = run
 
 
+_DECODE_ROUTES = {"balanced": 0, "work_queue": 1, "no_split": 2, "auto": 3}
+
+
+def _flat_block_table(block_tables: Any) -> Tuple[Any, int]:
+    """[batch, max_blocks] int32 (torch, CuPy, NumPy) -> (contiguous 1-D view, row stride)."""
+    shape = tuple(block_tables.shape)
+    if len(shape) != 2:
+        raise _error("block_tables", f"must be 2-D [batch, max_blocks], got shape {shape}")
+    if hasattr(block_tables, "contiguous"):
+        block_tables = block_tables.contiguous()
+    return block_tables.reshape(-1), int(shape[1])
+
+
+class BatchDecodeWithBlockTableWrapper:
+    """Batch decode over a native vLLM-style block table, with a choice of schedule (route).
+
+    ::
+
+        w = weft.BatchDecodeWithBlockTableWrapper(route="auto", router_table="data/router/h100.json")
+        w.plan(block_tables, seq_lens, num_qo_heads, num_kv_heads, head_dim, page_size,
+               q_data_type=torch.bfloat16)          # once per step
+        out = w.run(q, (k_cache, v_cache))          # once per layer
+
+    ``block_tables`` [batch, max_blocks] int32: row b lists request b's page ids (entries past
+    ceil(seq_lens[b] / page_size) are never read); ``seq_lens`` [batch] int32 KV lengths. Host or
+    device arrays (device arrays cost one copy to the host in plan()). The cache, q and out are as
+    in :class:`BatchDecodeWithPagedKVCacheWrapper`.
+
+    ``route`` (weft::DecodeRoute): ``"balanced"`` (the balanced split-KV plan, CUDA-graph
+    replayable), ``"work_queue"`` (one task per non-empty (row, KV head, split) of
+    ``work_queue_chunk`` keys on a 1-D grid, a multiple of 16, 0: 2048), ``"no_split"``, or
+    ``"auto"``: per plan() the route with the lowest predicted step time under a calibrated router
+    table (``router_table``: a path to, or the text of, a table written by ``weft-serve-sim
+    --calibrate``, e.g. the repository's ``data/router/h100.json``, for the same head counts and
+    head_dim). Work-queue plans are not graph-replayable (their grid follows the plan).
+    ``max_tasks`` bounds the work queue's tasks (0: 8 per request and KV head + 1024);
+    ``plan_info()["route"]`` says what the last plan() chose.
+    """
+
+    def __init__(self, float_workspace_buffer: Any = None, kv_layout: str = "NHD", *, route: str = "balanced",
+                 work_queue_chunk: int = 0, max_tasks: int = 0, router_table: Optional[str] = None,
+                 max_batch_size: int = 0):
+        self._layout = _layout_code(kv_layout)
+        if route not in _DECODE_ROUTES:
+            raise _error("route", f"must be one of {sorted(_DECODE_ROUTES)}, got {route!r}")
+        text = ""
+        if router_table is not None:
+            text = str(router_table)
+            if not text.lstrip().startswith("{"):
+                try:
+                    with open(text) as f:
+                        text = f.read()
+                except OSError as e:
+                    raise _error("router_table", f"cannot read {router_table!r}: {e}") from None
+        self._impl = _weft.DecodeBlocks(int(max_batch_size), _DECODE_ROUTES[route], int(work_queue_chunk),
+                                        int(max_tasks), text, float_workspace_buffer)
+
+    def plan(self, block_tables: Any, seq_lens: Any, num_qo_heads: int, num_kv_heads: int, head_dim: int,
+             page_size: int, window_left: int = -1, logits_soft_cap: Optional[float] = None,
+             q_data_type: Any = "float16", sm_scale: Optional[float] = None, *, stream: Any = None) -> None:
+        """Plan one generation step from the block table (the wrapper keeps its own copies)."""
+        flat, stride = _flat_block_table(block_tables)
+        dt = _dtype_code(q_data_type, "q_data_type")
+        s = _stream_of(stream, block_tables, seq_lens)
+        self._impl.plan(flat, stride, seq_lens, int(num_qo_heads), int(num_kv_heads), int(head_dim), int(page_size),
+                        dt, self._layout, _sm_scale(sm_scale, head_dim), int(window_left),
+                        _soft_cap(logits_soft_cap), False, s)
+
+    def run(self, q: Any, paged_kv_cache: Any, *, out: Any = None, lse: Any = None, return_lse: bool = False,
+            stream: Any = None) -> Any:
+        """Decode attention for the planned batch (as BatchDecodeWithPagedKVCacheWrapper.run)."""
+        k, v = _kv_pair(paged_kv_cache)
+        if out is None:
+            out = _empty_like(q, q.shape, str(q.dtype).replace("torch.", ""), "out")
+        if return_lse and lse is None:
+            lse = _empty_like(q, (q.shape[0], q.shape[1]), "float32", "lse")
+        self._impl.run(q, k, v, out, lse, _stream_of(stream, q))
+        return (out, lse) if return_lse else out
+
+    def plan_info(self) -> dict:
+        """What the last plan decided: route ("balanced", "work_queue", "no_split"), route_chunk,
+        grid, items, splits."""
+        return self._impl.plan_info()
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self._impl.workspace_bytes()
+
+    forward = run
+
+
 # ---- prefill ---------------------------------------------------------------------------------
 
 class _PrefillBase:

@@ -23,32 +23,73 @@ const char* route_name(Route r) {
 
 namespace {
 
-// Tasks, merges and longest task of splitting every row at `chunk` keys (0: no split), the
-// work queue's counts (plan::work_queue_shape) without its config checks.
+// Task overhead of a 1-D grid in key-equivalents: a task's fixed cost (Q load, pipeline fill,
+// epilogue, its share of the launch) as the keys the same CTA would stream in that time. ~256
+// keys at head_dim 128 on H100 (a 16-key tile streams in ~0.1 us; a task's fixed cost is a few
+// us): the held-out replay of f0a6d7b's measurements (docs/perf-notes-serve.md) is flat between
+// 128 and 512, so the value is not tuned further.
+constexpr int64_t kTaskOverheadKeys = 256;
+
+// One pass over the lengths for a split of every row at `chunk` keys (0: no split): the work
+// queue's counts (plan::work_queue_shape, without its config checks) and its critical path.
 struct Split {
-  double tasks = 0, merges = 0, longest = 0;
+  double tasks = 0, merges = 0, longest = 0, makespan = 0;
 };
-Split split_counts(const StepSummary& s, int64_t chunk, int32_t hkv) {
-  Split r;
+Split split_counts(const StepSummary& s, int64_t chunk, int32_t hkv, int32_t slots) {
   int64_t tasks = 0, merges = 0, longest = 0;
+  int64_t full = 0, rem_sum = 0, rem_max = -1;  // full chunks; the other tasks' keys (row count x 1)
+  int64_t rem_n = 0;
   for (int32_t b = 0; b < s.batch; ++b) {
     const int64_t len = s.kv_len[b];
-    const int64_t n = chunk <= 0 || len <= chunk ? 1 : (len + chunk - 1) / chunk;
+    if (chunk <= 0 || len <= chunk) {
+      tasks += 1;
+      longest = std::max(longest, len);
+      if (chunk > 0 && len == chunk) {
+        ++full;
+      } else {
+        rem_sum += len, ++rem_n;
+        rem_max = std::max(rem_max, len);
+      }
+      continue;
+    }
+    const int64_t n = (len + chunk - 1) / chunk;
     tasks += n;
-    merges += n >= 2;
-    longest = std::max(longest, chunk <= 0 ? len : std::min(len, chunk));
+    merges += 1;
+    longest = chunk;
+    full += len / chunk;
+    if (len % chunk) {
+      rem_sum += len % chunk, ++rem_n;
+      rem_max = std::max(rem_max, len % chunk);
+    }
   }
+  Split r;
   r.tasks = double(tasks * hkv);
   r.merges = double(merges * hkv);
   r.longest = double(longest);
+  // Makespan of the 1-D grid in keys: the hardware hands tasks to free CTA slots in order, full
+  // chunks first (work_queue.h), so the full chunks fill q whole waves plus rr slots of a partial
+  // one; the shorter tasks then go to the least loaded slots: their total spread over the slots
+  // (a fluid bound) or the longest of them on a slot of the last whole wave, whichever is later.
+  const int64_t a = kTaskOverheadKeys;
+  const int64_t nf = full * hkv;
+  const int64_t q = nf / std::max(1, slots), rr = nf % std::max(1, slots);
+  const double base = double(q) * double(chunk + a);
+  const double tot = double(rem_sum + rem_n * a) * hkv + double(rr) * double(chunk + a);
+  double ms = base + (rr ? double(chunk + a) : 0.0);
+  ms = std::max(ms, base + tot / std::max(1, slots));
+  if (rem_max >= 0) ms = std::max(ms, base + double(rem_max + a));
+  r.makespan = ms;
   return r;
 }
 
-}  // namespace
-
-RouterFeatures route_features(const RouteOption& opt, const StepSummary& s, int32_t hkv, int32_t slots) {
+int64_t total_keys(const StepSummary& s) {
   int64_t keys = 0;
   for (int32_t b = 0; b < s.batch; ++b) keys += s.kv_len[b];
+  return keys;
+}
+
+RouterFeatures features_with_keys(const RouteOption& opt, const StepSummary& s, int64_t keys, int32_t hkv,
+                                  int32_t slots, double* tasks_out) {
   const bool share = opt.route == Route::kPrefixShare;
   const int64_t read = std::max<int64_t>(0, keys - (share ? s.shared_keys : 0)) * hkv;
   const int64_t per_slot = (read + slots - 1) / std::max(1, slots);
@@ -62,31 +103,47 @@ RouterFeatures route_features(const RouteOption& opt, const StepSummary& s, int3
       chunk = (std::max<int64_t>(kMinChunk, per_slot) + kPlanKVTile - 1) / kPlanKVTile * kPlanKVTile;
       break;
   }
-  const Split sp = split_counts(s, chunk, hkv);
-  // Critical path: a 1-D grid (work queue, no split) runs its tasks in ceil(tasks / slots) waves
-  // of up to `longest` keys each (B1 at 64K keys x 8 heads: 2048-key splits are 256 tasks, one
-  // wave on 264 slots; 1024-key splits two waves of half the length, plus a second wave's
-  // fixed costs); the balanced planner's persistent CTAs hold about keys-per-slot each, so
-  // there the longest item is the critical path.
+  const Split sp = split_counts(s, chunk, hkv, slots);
+  if (tasks_out) *tasks_out = sp.tasks;
+  // Critical path: a 1-D grid (work queue, no split) the makespan of its tasks over the slots
+  // (split_counts; B1 at 64K keys x 8 heads: 2048-key splits are 256 tasks, one wave on 264
+  // slots; 1024-key splits two waves of half the length plus a second wave's fixed costs); the
+  // balanced planner's persistent CTAs hold about keys-per-slot each, so there the longest item
+  // is the critical path.
   const bool grid_1d = opt.route == Route::kWorkQueue || opt.route == Route::kNoSplit;
-  const double waves = grid_1d ? std::ceil(sp.tasks / std::max(1, slots)) : 1.0;
-  return {1.0, double(per_slot) * 1e-3, waves * sp.longest * 1e-3, sp.tasks * 1e-3, sp.merges * 1e-3};
+  const double crit = grid_1d ? sp.makespan : sp.longest;
+  return {1.0, double(per_slot) * 1e-3, crit * 1e-3, sp.tasks * 1e-3, sp.merges * 1e-3};
 }
 
-double predict_us(const RouteOption& opt, const StepSummary& s, int32_t hkv, int32_t slots) {
-  const RouterFeatures f = route_features(opt, s, hkv, slots);
+double dot(const RouterFeatures& c, const RouterFeatures& f) {
   double t = 0;
-  for (int i = 0; i < kRouterFeatures; ++i) t += opt.coef[i] * f[i];
+  for (int i = 0; i < kRouterFeatures; ++i) t += c[i] * f[i];
   return t;
 }
 
-int32_t choose_route(const RouterModel& m, const StepSummary& s) {
+}  // namespace
+
+RouterFeatures route_features(const RouteOption& opt, const StepSummary& s, int32_t hkv, int32_t slots) {
+  return features_with_keys(opt, s, total_keys(s), hkv, slots, nullptr);
+}
+
+double predict_us(const RouteOption& opt, const StepSummary& s, int32_t hkv, int32_t slots) {
+  return dot(opt.coef, route_features(opt, s, hkv, slots));
+}
+
+int32_t choose_route(const RouterModel& m, const StepSummary& s, const RouteFilter& filter) {
+  const int64_t keys = total_keys(s);  // once for every option
   int32_t best = -1;
   double best_t = 0;
   for (size_t i = 0; i < m.options.size(); ++i) {
     const RouteOption& o = m.options[i];
-    if (o.route == Route::kPrefixShare && s.shared_keys <= 0) continue;
-    const double t = predict_us(o, s, m.num_kv_heads, m.slots);
+    if (o.route == Route::kPrefixShare && (s.shared_keys <= 0 || !filter.prefix_share)) continue;
+    if (o.route == Route::kBalanced && !filter.balanced) continue;
+    double tasks = 0;
+    const RouterFeatures f = features_with_keys(o, s, keys, m.num_kv_heads, m.slots, &tasks);
+    const bool one_d = o.route == Route::kWorkQueue || o.route == Route::kNoSplit;
+    if (one_d && tasks > double(filter.max_tasks)) continue;  // would not fit the workspace
+    const double t = dot(o.coef, f);
     if (best < 0 || t < best_t) {
       best = static_cast<int32_t>(i);
       best_t = t;

@@ -15,14 +15,17 @@
 //   0  1
 //   1  KV keys read per CTA slot of the grid (x1e-3): the bandwidth term; a prefix-sharing
 //      plan reads the shared keys once
-//   2  critical path in keys (x1e-3): 1-D grids (work queue, no split) ceil(tasks / slots)
-//      waves x the longest task; persistent plans (balanced, prefix sharing) the longest item
+//   2  critical path in keys (x1e-3): 1-D grids (work queue, no split) the makespan of their
+//      tasks handed in order to the free slots (full chunks in whole waves, the shorter tasks
+//      spread over the least loaded slots; a fixed cost of kTaskOverheadKeys per task);
+//      persistent plans (balanced, prefix sharing) the longest item
 //   3  tasks (x1e-3): per-task fixed cost (Q load, pipeline fill, epilogue) and plan size
 //   4  merged (row, KV head) pairs (x1e-3): partial-state traffic and the merge launch
 // Coefficients are fitted per option (non-negative least squares) on the calibration seed's
 // steps; the router's own decision time (router_us) is measured and reported with its steps.
 #pragma once
 #include <array>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -67,9 +70,17 @@ struct RouterModel {
 // The features of `opt` for a step (model above). slots >= 1.
 RouterFeatures route_features(const RouteOption& opt, const StepSummary& step, int32_t num_kv_heads, int32_t slots);
 double predict_us(const RouteOption& opt, const StepSummary& step, int32_t num_kv_heads, int32_t slots);
-// Index of the option with the lowest predicted time (ties: the earlier option); prefix_share
-// only when step.shared_keys > 0. -1 when the model has no candidate.
-int32_t choose_route(const RouterModel& model, const StepSummary& step);
+// Which options a caller can run (BatchDecodeWrapper's DecodeRoute::kAuto: no prefix sharing,
+// and no 1-D-grid plan with more tasks than its workspace holds).
+struct RouteFilter {
+  bool balanced = true;
+  bool prefix_share = true;
+  int64_t max_tasks = INT64_MAX;
+};
+// Index of the option with the lowest predicted time (ties: the earlier option) among those the
+// filter admits; prefix_share only when step.shared_keys > 0. -1 when no option is admitted.
+// O(batch) per option; the step's total keys are summed once.
+int32_t choose_route(const RouterModel& model, const StepSummary& step, const RouteFilter& filter = {});
 
 // Non-negative least squares fit of coef to (features, time) samples (projected coordinate
 // descent on the normal equations, columns scaled to unit norm). Deterministic. relative: the

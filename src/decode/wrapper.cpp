@@ -1,5 +1,6 @@
 // BatchDecodeWrapper: plan (host, balanced split-KV) and run (validated launch, graph safe).
 #include <algorithm>
+#include <memory>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -16,7 +17,9 @@
 #include "decode/decode_plan.h"
 #include "decode/jit_launch.h"
 #include "decode/launch.h"
+#include "decode/router.h"
 #include "decode/run_checks.h"
+#include "decode/work_queue_decode.h"
 #include "paged/block_table.h"
 #include "weft/decode.h"
 #include "weft/fp8.h"
@@ -138,6 +141,21 @@ struct BatchDecodeWrapper::Impl {
   std::vector<int32_t> row_offsets;
   PageTable rows_view;
 
+  // DecodeOptions::route other than kBalanced: the work queue (its workspace after the balanced
+  // plan's, at wq_offset), the router table of kAuto, and whether the current plan is the work
+  // queue's (run() then launches its 1-D grid).
+  DecodeRoute route = DecodeRoute::kBalanced;
+  int32_t wq_chunk = 0;
+  int32_t max_tasks = 0;
+  std::size_t wq_offset = 0;
+  std::unique_ptr<decode::WorkQueueDecode> wq;
+  decode::RouterModel router;
+  bool wq_planned = false;
+  void plan_work_queue(DecodePlanInfo& info, const BlockTable& table, int32_t chunk, int32_t num_qo_heads,
+                       int32_t num_kv_heads, int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,
+                       const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
+                       cudaStream_t stream);
+
   // run(): the checks of q / out / lse and of the cache against the plan, and the launch.
   void check_run_views(const TensorView& q, const TensorView& out, const TensorView* lse) const;
   // fp8 pools (run(PageTable) only): a kernel for them, and no feature they do not support yet.
@@ -177,7 +195,36 @@ plan::WorkPlanBounds share_bounds(int32_t max_batch, int32_t num_kv_heads, int32
   b.head_dim = head_dim;
   return b;
 }
+// Bytes of the balanced plans' workspace. Either item height may be planned (a forced CUDA-core
+// path keeps 16 rows): size for both.
+std::size_t balanced_bytes(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
+                           int32_t grid) {
+  std::size_t bytes = 0;
+  for (bool cuda_core : {false, true}) {
+    const int32_t rows = decode::decode_tile_rows(num_qo_heads / std::max(1, num_kv_heads), head_dim, cuda_core);
+    const plan::PlanBounds b = decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, grid, rows);
+    bytes = std::max(bytes, plan::WorkspaceLayout(b).total_bytes());
+  }
+  return bytes;
+}
+std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
+// DecodeOptions::max_tasks (0: 8 tasks per (request, KV head) plus 1024, enough for 8 splits of
+// every row or a few rows of 100K+ keys at 2048-key splits).
+int32_t resolved_max_tasks(int32_t max_batch, int32_t num_kv_heads, const DecodeOptions& o) {
+  WEFT_CHECK_ARG(o.max_tasks >= 0, "options.max_tasks", "must be >= 0, got " << o.max_tasks);
+  return o.max_tasks > 0 ? o.max_tasks : 8 * std::max(1, max_batch) * std::max(1, num_kv_heads) + 1024;
+}
 }  // namespace
+
+const char* decode_route_name(DecodeRoute r) {
+  switch (r) {
+    case DecodeRoute::kBalanced: return "balanced";
+    case DecodeRoute::kWorkQueue: return "work_queue";
+    case DecodeRoute::kNoSplit: return "no_split";
+    case DecodeRoute::kAuto: return "auto";
+  }
+  return "?";
+}
 
 std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
                                                int32_t head_dim, const DecodeOptions& options) {
@@ -186,14 +233,10 @@ std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo
   const int32_t grid = grid_for(head_dim, t.stages, t.warps);
   if (options.share_prefixes)
     return plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, grid, options)).total_bytes();
-  // Either item height may be planned (a forced CUDA-core path keeps 16 rows): size for both.
-  std::size_t bytes = 0;
-  for (bool cuda_core : {false, true}) {
-    const int32_t rows = decode::decode_tile_rows(num_qo_heads / std::max(1, num_kv_heads), head_dim, cuda_core);
-    const plan::PlanBounds b = decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, grid, rows);
-    bytes = std::max(bytes, plan::WorkspaceLayout(b).total_bytes());
-  }
-  return bytes;
+  const std::size_t bytes = balanced_bytes(max_batch, num_qo_heads, num_kv_heads, head_dim, grid);
+  if (options.route == DecodeRoute::kBalanced) return bytes;
+  return align256(bytes) + decode::WorkQueueDecode::workspace_size(
+                               max_batch, num_kv_heads, head_dim, resolved_max_tasks(max_batch, num_kv_heads, options));
 }
 
 BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
@@ -230,6 +273,39 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
     impl_->wlayout = plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, impl_->grid, options));
     staging_bytes = impl_->wlayout.metadata_bytes();
     decode::prepare_decode_work_plan(head_dim);
+  }
+  if (options.route != DecodeRoute::kBalanced) {
+    Impl& im = *impl_;
+    const int32_t r = static_cast<int32_t>(options.route);
+    WEFT_CHECK_ARG(r >= 0 && r <= static_cast<int32_t>(DecodeRoute::kAuto), "options.route", "unknown route " << r);
+    WEFT_CHECK_ARG(!options.share_prefixes, "options.route",
+                   decode_route_name(options.route) << " does not combine with share_prefixes yet");
+    WEFT_CHECK_ARG(path != DecodePath::kCudaCore, "options.route",
+                   decode_route_name(options.route) << " runs the tensor-core path: do not force kCudaCore");
+    WEFT_CHECK_ARG(options.work_queue_chunk >= 0 && options.work_queue_chunk % decode::kPlanKVTile == 0,
+                   "options.work_queue_chunk",
+                   "must be 0 or a positive multiple of " << decode::kPlanKVTile << ", got " << options.work_queue_chunk);
+    im.route = options.route;
+    im.wq_chunk = options.work_queue_chunk > 0 ? options.work_queue_chunk : 2048;
+    im.max_tasks = resolved_max_tasks(max_batch, num_kv_heads, options);
+    if (options.route == DecodeRoute::kAuto) {
+      try {
+        im.router = decode::RouterModel::from_json(options.router_table);
+      } catch (const Error& e) {
+        throw Error("options.router_table", e.what());
+      }
+      WEFT_CHECK_ARG(im.router.num_kv_heads == num_kv_heads && im.router.group_size * num_kv_heads == num_qo_heads &&
+                         im.router.head_dim == head_dim,
+                     "options.router_table",
+                     "calibrated for " << im.router.num_kv_heads << " KV heads, group " << im.router.group_size
+                                       << ", head_dim " << im.router.head_dim << "; this wrapper has " << num_kv_heads
+                                       << ", " << num_qo_heads / num_kv_heads << ", " << head_dim);
+      for (const decode::RouteOption& o : im.router.options)
+        WEFT_CHECK_ARG(o.route != decode::Route::kWorkQueue || (o.chunk > 0 && o.chunk % decode::kPlanKVTile == 0),
+                       "options.router_table", "option " << o.name << ": chunk must be a positive multiple of 16");
+    }
+    im.wq = std::make_unique<decode::WorkQueueDecode>(max_batch, num_qo_heads, num_kv_heads, head_dim, im.max_tasks);
+    im.wq_offset = align256(balanced_bytes(max_batch, num_qo_heads, num_kv_heads, head_dim, im.grid));
   }
   WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, staging_bytes, cudaHostAllocDefault));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->staging_done, cudaEventDisableTiming));
@@ -287,6 +363,27 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
   // Lengths, rows and stride (ids are range-checked by run(), which knows the cache).
   paged::check_block_table_rows(table, page_size, -1);
   Impl& im = *impl_;
+  if (im.route != DecodeRoute::kBalanced) {
+    int32_t chunk = -1;  // -1: the balanced plan
+    if (im.route == DecodeRoute::kWorkQueue) {
+      chunk = im.wq_chunk;
+    } else if (im.route == DecodeRoute::kNoSplit) {
+      chunk = 0;
+    } else {  // kAuto: the table's cheapest option this wrapper can run
+      decode::RouteFilter filter;
+      filter.prefix_share = false;
+      filter.max_tasks = im.max_tasks;
+      const decode::StepSummary step{table.seq_lens.host, table.batch_size, 0};
+      const int32_t pick = decode::choose_route(im.router, step, filter);
+      if (pick >= 0 && im.router.options[pick].route != decode::Route::kBalanced)
+        chunk = im.router.options[pick].route == decode::Route::kNoSplit ? 0 : im.router.options[pick].chunk;
+    }
+    if (chunk >= 0) {
+      im.plan_work_queue(info_, table, chunk, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout, variant,
+                         workspace, workspace_bytes, stream);
+      return;
+    }
+  }
   if (!im.share) {
     plan_lengths(table.seq_lens.host, table.batch_size, num_qo_heads, num_kv_heads, head_dim, page_size, dtype,
                  layout, variant, workspace, workspace_bytes, stream);
@@ -330,6 +427,8 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
                                       KVLayout layout, const AttentionVariant& variant, void* workspace,
                                       std::size_t workspace_bytes, cudaStream_t stream) {
   Impl& im = *impl_;
+  WEFT_CHECK_ARG(im.route == DecodeRoute::kBalanced || im.route == DecodeRoute::kAuto, "options.route",
+                 decode_route_name(im.route) << " plans from a block table: call plan(BlockTable)");
   WEFT_CHECK_ARG(batch >= 0 && batch <= im.max_batch, "batch",
                  "must be in [0, max_batch = " << im.max_batch << "], got " << batch);
   WEFT_CHECK_ARG(num_qo_heads == im.num_qo_heads, "num_qo_heads",
@@ -473,9 +572,43 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   im.jit = std::move(jit);
   im.jit_smem = jit_smem;
   im.planned = true;
+  im.wq_planned = false;
   info_.batch = batch;
   info_.num_ctas = im.grid;
   info_.path = im.path;
+  info_.route = static_cast<int32_t>(DecodeRoute::kBalanced);
+  info_.route_chunk = 0;
+}
+
+void BatchDecodeWrapper::Impl::plan_work_queue(DecodePlanInfo& info, const BlockTable& table, int32_t chunk,
+                                               int32_t hq, int32_t hkv, int32_t d, int32_t page_size, DType dtype,
+                                               KVLayout kv, const AttentionVariant& var, void* ws,
+                                               std::size_t ws_bytes, cudaStream_t stream) {
+  WEFT_CHECK_ARG(hq == num_qo_heads, "num_qo_heads", "wrapper was built for " << num_qo_heads << ", got " << hq);
+  WEFT_CHECK_ARG(hkv == num_kv_heads, "num_kv_heads", "wrapper was built for " << num_kv_heads << ", got " << hkv);
+  WEFT_CHECK_ARG(d == head_dim, "head_dim", "wrapper was built for " << head_dim << ", got " << d);
+  WEFT_CHECK_ARG(var.jit == nullptr, "variant.jit", "the work queue does not run run-time compiled variants yet");
+  WEFT_CHECK_ARG(ws_bytes >= wq_offset, "workspace",
+                 "needs BatchDecodeWrapper::workspace_size(..., options) bytes, got " << ws_bytes);
+  check::not_null(ws, "workspace");
+  // The work queue's own checks (lengths, variant, workspace, max_tasks) come before any copy.
+  wq->plan(table, chunk, page_size, dtype, kv, var, static_cast<unsigned char*>(ws) + wq_offset, ws_bytes - wq_offset,
+           stream);
+  const plan::WorkPlan& wp = wq->work_plan();
+  wq_planned = true;
+  planned = true;
+  info.batch = table.batch_size;
+  info.num_ctas = wp.num_items();  // 1-D grid: one CTA per task
+  info.num_items = wp.num_items();
+  info.num_merges = wp.num_merges();
+  info.max_chunk = chunk;
+  info.tile_rows = decode::kPlanTileQ;
+  info.num_packs = 0;
+  info.lazy_update = false;
+  info.split = wp.num_merges() > 0;
+  info.path = DecodePath::kTensorCore;
+  info.route = static_cast<int32_t>(chunk > 0 ? DecodeRoute::kWorkQueue : DecodeRoute::kNoSplit);
+  info.route_chunk = chunk;
 }
 
 decode::PlannedShape BatchDecodeWrapper::Impl::planned_shape() const {
@@ -520,6 +653,8 @@ void BatchDecodeWrapper::Impl::check_run_fp8(const PagedKVCache& cache) const {
 void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, const PageTable& table,
                              const TensorView& out, const TensorView* lse, cudaStream_t stream) {
   Impl& im = *impl_;
+  WEFT_CHECK_ARG(!im.wq_planned, "table",
+                 "the current plan is a work-queue plan over a block table: run it with run(BlockTable)");
   im.check_run_views(q, out, lse);
   validate_paged_kv(cache, table);
   decode::check_cache(im.planned_shape(), cache, /*fp8_ok=*/true);
@@ -541,6 +676,10 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
 void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, const BlockTable& table,
                              const TensorView& out, const TensorView* lse, cudaStream_t stream) {
   Impl& im = *impl_;
+  if (im.wq_planned) {  // the work queue's checks (views, cache, lengths against its plan) and launch
+    im.wq->run(q, cache, table, out, lse, stream);
+    return;
+  }
   im.check_run_views(q, out, lse);
   validate_paged_kv(cache, table);
   decode::check_cache(im.planned_shape(), cache);

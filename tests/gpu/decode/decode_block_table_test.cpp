@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <sstream>
 #include <vector>
 
 #include "decode/work_queue_decode.h"
@@ -225,6 +226,124 @@ TEST(DecodeBlockTableSmall, RejectsBadTables) {
     nt.lens[0] += 1;  // the plan's lengths no longer match
     EXPECT_EQ(thrown_argument([&] { w.run(bt.tq, bt.cache, nt.t, bt.tout, &bt.tlse, nullptr); }), "table.seq_lens");
   }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(out_bits(bt), poisoned) << "a rejected call wrote the output";
+}
+
+
+// DecodeOptions::route, the public face of the work queue and the router: kWorkQueue / kNoSplit
+// give the bits of WorkQueueDecode at the same chunk; kAuto follows its table (a table that
+// makes one option cheapest plans that option: the work queue's bits, or the balanced route's);
+// misuse is rejected naming the option or argument, before any launch.
+TEST(DecodeRouteSmall, PublicRoutes) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  Case c;  // d128 bf16 GQA 4 (the shape of the router table below)
+  c.d = 128;
+  c.hq = 32;
+  c.hkv = 8;
+  c.dtype = DType::kBFloat16;
+  c.lens = {0, 1, 4100, 17, 1024, 999, 2049};
+  Batch bt(c, rng);
+  Native nt(bt, 2);
+  const int32_t B = int32_t(c.lens.size());
+  auto bits_of = [&](auto&& plan_run) {
+    bt.dout.poison();
+    bt.dlse.poison();
+    plan_run();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return out_bits(bt);
+  };
+  // References: the internal work queue at 256 and 0, the balanced wrapper.
+  const int32_t max_tasks = 2048;
+  const size_t wq_bytes = decode::WorkQueueDecode::workspace_size(B, c.hkv, c.d, max_tasks);
+  DeviceBuffer wws(wq_bytes);
+  decode::WorkQueueDecode wq(B, c.hq, c.hkv, c.d, max_tasks);
+  auto wq_bits = [&](int32_t chunk) {
+    return bits_of([&] {
+      wq.plan(nt.t, chunk, c.page_size, c.dtype, c.layout, c.var, wws.get(), wq_bytes, nullptr);
+      wq.run(bt.tq, bt.cache, nt.t, bt.tout, &bt.tlse, nullptr);
+    });
+  };
+  const std::vector<uint16_t> ref256 = wq_bits(256), ref0 = wq_bits(0);
+  const size_t bal_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d);
+  DeviceBuffer bws(bal_bytes);
+  BatchDecodeWrapper bal(B, c.hq, c.hkv, c.d);
+  const std::vector<uint16_t> ref_bal = bits_of([&] {
+    bal.plan(nt.t, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, bws.get(), bal_bytes, nullptr);
+    bal.run(bt.tq, bt.cache, nt.t, bt.tout, &bt.tlse, nullptr);
+  });
+  check_against_reference(bt);
+
+  auto routed_bits = [&](const DecodeOptions& o, int32_t want_route, int32_t want_chunk) {
+    const size_t bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, o);
+    DeviceBuffer ws(bytes);
+    BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, o);
+    std::vector<uint16_t> bits = bits_of([&] {
+      w.plan(nt.t, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), bytes, nullptr);
+      w.run(bt.tq, bt.cache, nt.t, bt.tout, &bt.tlse, nullptr);
+    });
+    EXPECT_EQ(w.plan_info().route, want_route);
+    EXPECT_EQ(w.plan_info().route_chunk, want_chunk);
+    return bits;
+  };
+  DecodeOptions o;
+  o.route = DecodeRoute::kWorkQueue;
+  o.work_queue_chunk = 256;
+  EXPECT_EQ(routed_bits(o, int32_t(DecodeRoute::kWorkQueue), 256), ref256);
+  o.route = DecodeRoute::kNoSplit;
+  EXPECT_EQ(routed_bits(o, int32_t(DecodeRoute::kNoSplit), 0), ref0);
+  // kAuto: a table whose only cost is the constant term (coef[0]).
+  auto table = [](double bal_c, double wq_c) {
+    std::ostringstream t;
+    t << "{\"gpu\": \"test\", \"num_kv_heads\": 8, \"group_size\": 4, \"head_dim\": 128, \"slots\": 264,"
+      << " \"router_us\": 0.3, \"calibration\": \"test\", \"options\": ["
+      << "{\"name\": \"balanced\", \"route\": \"balanced\", \"chunk\": 0, \"coef\": [" << bal_c << ", 0, 0, 0, 0]},"
+      << "{\"name\": \"work_queue/c256\", \"route\": \"work_queue\", \"chunk\": 256, \"coef\": [" << wq_c
+      << ", 0, 0, 0, 0]}]}";
+    return t.str();
+  };
+  o.route = DecodeRoute::kAuto;
+  o.router_table = table(100, 1);
+  EXPECT_EQ(routed_bits(o, int32_t(DecodeRoute::kWorkQueue), 256), ref256);
+  o.router_table = table(1, 100);
+  EXPECT_EQ(routed_bits(o, int32_t(DecodeRoute::kBalanced), 0), ref_bal);
+  // Too few tasks for the work queue (max_tasks 4): kAuto falls back to the balanced plan.
+  o.router_table = table(100, 1);
+  o.max_tasks = 4;
+  EXPECT_EQ(routed_bits(o, int32_t(DecodeRoute::kBalanced), 0), ref_bal);
+
+  // Misuse.
+  auto build = [&](const DecodeOptions& opt) { BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt); };
+  DecodeOptions bad;
+  bad.route = DecodeRoute::kAuto;
+  bad.router_table = "{}";
+  EXPECT_EQ(thrown_argument([&] { build(bad); }), "options.router_table");
+  bad.router_table = table(1, 1);
+  EXPECT_EQ(thrown_argument([&] { BatchDecodeWrapper w(B, 16, 8, 128, bad); }), "options.router_table");  // group 2
+  bad.share_prefixes = true;
+  EXPECT_EQ(thrown_argument([&] { build(bad); }), "options.route");
+  DecodeOptions chunk_bad;
+  chunk_bad.route = DecodeRoute::kWorkQueue;
+  chunk_bad.work_queue_chunk = 100;
+  EXPECT_EQ(thrown_argument([&] { build(chunk_bad); }), "options.work_queue_chunk");
+  DecodeOptions wqo;
+  wqo.route = DecodeRoute::kWorkQueue;
+  const size_t bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, wqo);
+  DeviceBuffer ws(bytes);
+  BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, wqo);
+  EXPECT_EQ(thrown_argument([&] {
+              w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), bytes, nullptr);
+            }),
+            "options.route");
+  EXPECT_EQ(thrown_argument([&] {
+              w.plan(nt.t, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), bal_bytes, nullptr);
+            }),
+            "workspace");
+  w.plan(nt.t, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), bytes, nullptr);
+  bt.dout.poison();
+  const std::vector<uint16_t> poisoned = out_bits(bt);
+  EXPECT_EQ(thrown_argument([&] { w.run(bt.tq, bt.cache, bt.table, bt.tout, &bt.tlse, nullptr); }), "table");
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(out_bits(bt), poisoned) << "a rejected call wrote the output";
 }

@@ -43,7 +43,23 @@ TEST(Router, WorkQueueFeaturesMatchTheSchedule) {
     EXPECT_DOUBLE_EQ(f[0], 1.0);
     EXPECT_NEAR(f[3] * 1e3, double(sh.tasks), 1e-6);
     EXPECT_NEAR(f[4] * 1e3, double(sh.merges), 1e-6);
-    EXPECT_NEAR(f[2] * 1e3, std::ceil(double(sh.tasks) / 264) * double(sh.longest), 1e-6);
+    // Critical path: between the list-scheduling bounds of the tasks (each chunk or remainder
+    // plus kTaskOverheadKeys = 256) on 264 slots: max(total / slots, longest task) and Graham's
+    // total / slots + longest task; exact when every task is a full chunk.
+    double total = 0, longest = 0;
+    bool all_full = chunk > 0;
+    for (int32_t l : lens) {
+      const int64_t n = chunk <= 0 || l <= chunk ? 1 : (l + chunk - 1) / chunk;
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t keys = chunk <= 0 ? l : std::min<int64_t>(chunk, l - k * int64_t(chunk));
+        total += double(keys + 256) * hkv;
+        longest = std::max(longest, double(keys + 256));
+        all_full = all_full && keys == chunk;
+      }
+    }
+    EXPECT_GE(f[2] * 1e3, std::max(total / 264, longest) - 1e-6);
+    EXPECT_LE(f[2] * 1e3, total / 264 + longest + 1e-6);
+    if (all_full) EXPECT_NEAR(f[2] * 1e3, std::ceil(double(sh.tasks) / 264) * (chunk + 256), 1e-6);
     int64_t keys = 0;
     for (int32_t l : lens) keys += l;
     EXPECT_NEAR(f[1] * 1e3, double((keys * hkv + 263) / 264), 1e-6);
@@ -121,6 +137,18 @@ TEST(Router, ChoosesTheArgminOfTheModel) {
   EXPECT_NE(m.options[choose_route(m, {one.data(), 1, 0})].route, Route::kNoSplit);
   RouterModel empty;
   EXPECT_EQ(choose_route(empty, {one.data(), 1, 0}), -1);
+  // The filter: no balanced plan, and no 1-D grid with more tasks than the workspace holds (one
+  // row of 65536 keys at 1024-key splits is 64 x 8 tasks; no split is 8).
+  RouteFilter f;
+  f.balanced = false;
+  f.prefix_share = false;
+  f.max_tasks = 100;
+  const std::vector<int32_t> lens2{65536, 100};
+  const int32_t p = choose_route(m, {lens2.data(), 2, 5000}, f);
+  ASSERT_GE(p, 0);
+  EXPECT_EQ(m.options[p].route, Route::kNoSplit);
+  f.max_tasks = 1;
+  EXPECT_EQ(choose_route(m, {lens2.data(), 2, 5000}, f), -1);
 }
 
 TEST(Router, JsonRoundTripAndRejection) {
