@@ -251,19 +251,75 @@ void check_table(const std::vector<int32_t>& indptr, const std::vector<int32_t>&
 
 // ---- decode ---------------------------------------------------------------------------------
 
+nb::dict decode_plan_info(const weft::DecodePlanInfo& i) {
+  nb::dict d;
+  d["batch"] = i.batch;
+  d["num_ctas"] = i.num_ctas;
+  d["num_items"] = i.num_items;
+  d["num_merges"] = i.num_merges;
+  d["max_chunk"] = i.max_chunk;
+  d["tile_rows"] = i.tile_rows;
+  d["split"] = i.split;
+  d["path"] = std::string(weft::decode_path_name(i.path));
+  d["route"] = std::string(weft::decode_route_name(static_cast<weft::DecodeRoute>(i.route)));
+  d["route_chunk"] = i.route_chunk;
+  return d;
+}
+
+// What both decode classes share: the wrapper (rebuilt when the heads change or a batch exceeds
+// it), its workspace and the planned layout.
+class DecodeCommon {
+ public:
+  nb::dict plan_info() const { return w_ ? decode_plan_info(w_->plan_info()) : nb::dict(); }
+  size_t workspace_bytes() const { return ws_.bytes; }
+
+ protected:
+  explicit DecodeCommon(int32_t max_batch_hint, const OptArray& workspace) : max_batch_hint_(max_batch_hint) {
+    ws_.set_user(workspace);
+  }
+  // Checks the head counts, (re)builds the wrapper when needed.
+  void ensure(int32_t batch, int32_t hq, int32_t hkv, int32_t head_dim, const weft::DecodeOptions& opt) {
+    WEFT_CHECK_ARG(hq > 0 && hkv > 0 && hq % hkv == 0, "num_qo_heads",
+                   "must be a positive multiple of num_kv_heads (" << hkv << "), got " << hq);
+    weft::check::head_dim_supported(head_dim, "head_dim");
+    if (w_ && hq == hq_ && hkv == hkv_ && head_dim == d_ && batch <= max_batch_) return;
+    w_.reset();
+    max_batch_ = std::max({batch, max_batch_hint_, max_batch_, 1});
+    hq_ = hq;
+    hkv_ = hkv;
+    d_ = head_dim;
+    ws_.ensure(weft::BatchDecodeWrapper::workspace_size(max_batch_, hq, hkv, head_dim, opt));
+    w_ = std::make_unique<weft::BatchDecodeWrapper>(max_batch_, hq, hkv, head_dim, opt);
+  }
+  template <class Table>
+  void run_with(const Table& table, const Array& q, const Array& k_cache, const OptArray& v_cache, const Array& out,
+                const OptArray& lse, uintptr_t stream) {
+    WEFT_CHECK_ARG(w_ != nullptr, "plan", "run() before plan()");
+    auto [k, v] = kv_views(k_cache, v_cache, "paged_kv_cache");
+    weft::PagedKVCache cache{k, v, layout_};
+    weft::TensorView tl;
+    if (lse) tl = view(*lse, "lse");
+    w_->run(view(q, "q"), cache, table, view(out, "out"), lse ? &tl : nullptr, as_stream(stream));
+  }
+  int32_t max_batch_hint_;
+  std::unique_ptr<weft::BatchDecodeWrapper> w_;
+  Workspace ws_;
+  int32_t max_batch_ = 0, hq_ = 0, hkv_ = 0, d_ = 0;
+  weft::KVLayout layout_ = weft::KVLayout::kNHD;
+};
+
 // BatchDecodeWrapper over a native (vLLM-style) block table, with DecodeOptions::route: the
 // block table arrives flattened ([batch * row_stride] int32) with its row stride.
-class DecodeBlocks {
+class DecodeBlocks : public DecodeCommon {
  public:
   DecodeBlocks(int32_t max_batch, int32_t route, int32_t chunk, int32_t max_tasks, std::string router_table,
                OptArray workspace)
-      : max_batch_hint_(max_batch) {
+      : DecodeCommon(max_batch, workspace) {
     WEFT_CHECK_ARG(route >= 0 && route <= 3, "route", "unknown decode route " << route);
     opt_.route = static_cast<weft::DecodeRoute>(route);
     opt_.work_queue_chunk = chunk;
     opt_.max_tasks = max_tasks;
     opt_.router_table = std::move(router_table);
-    ws_.set_user(workspace);
   }
 
   void plan(const Array& block_ids, int32_t row_stride, const Array& seq_lens, int32_t hq, int32_t hkv,
@@ -272,22 +328,10 @@ class DecodeBlocks {
     const cudaStream_t stream = as_stream(stream_i);
     std::vector<int32_t> h_ids = host_i32(block_ids, "block_tables", stream);
     std::vector<int32_t> h_lens = host_i32(seq_lens, "seq_lens", stream);
-    WEFT_CHECK_ARG(hq > 0 && hkv > 0 && hq % hkv == 0, "num_qo_heads",
-                   "must be a positive multiple of num_kv_heads (" << hkv << "), got " << hq);
-    weft::check::head_dim_supported(head_dim, "head_dim");
     WEFT_CHECK_ARG(row_stride >= 0, "block_tables", "row stride must be >= 0, got " << row_stride);
     const weft::DType dt = dtype_from_int(dtype, "q_data_type");
     const weft::KVLayout lay = layout_from_int(layout);
-    const int32_t batch = static_cast<int32_t>(h_lens.size());
-    if (!w_ || hq != hq_ || hkv != hkv_ || head_dim != d_ || batch > max_batch_) {
-      w_.reset();
-      max_batch_ = std::max({batch, max_batch_hint_, max_batch_, 1});
-      hq_ = hq;
-      hkv_ = hkv;
-      d_ = head_dim;
-      ws_.ensure(weft::BatchDecodeWrapper::workspace_size(max_batch_, hq, hkv, head_dim, opt_));
-      w_ = std::make_unique<weft::BatchDecodeWrapper>(max_batch_, hq, hkv, head_dim, opt_);
-    }
+    ensure(static_cast<int32_t>(h_lens.size()), hq, hkv, head_dim, opt_);
     ids_.set(std::move(h_ids), 1, "block_tables", stream);
     lens_.set(std::move(h_lens), std::max(max_batch_, 1), "seq_lens", stream);
     row_stride_ = row_stride;
@@ -295,31 +339,10 @@ class DecodeBlocks {
     w_->plan(table(), hq, hkv, head_dim, page_size, dt, lay,
              make_variant(sm_scale, 0, window_left, soft_cap, return_lse), ws_.ptr, ws_.bytes, stream);
   }
-
   void run(const Array& q, const Array& k_cache, const OptArray& v_cache, const Array& out, const OptArray& lse,
            uintptr_t stream) {
-    WEFT_CHECK_ARG(w_ != nullptr, "plan", "run() before plan()");
-    auto [k, v] = kv_views(k_cache, v_cache, "paged_kv_cache");
-    weft::PagedKVCache cache{k, v, layout_};
-    weft::TensorView tl;
-    if (lse) tl = view(*lse, "lse");
-    w_->run(view(q, "q"), cache, table(), view(out, "out"), lse ? &tl : nullptr, as_stream(stream));
+    run_with(table(), q, k_cache, v_cache, out, lse, stream);
   }
-
-  nb::dict plan_info() const {
-    nb::dict d;
-    if (!w_) return d;
-    const weft::DecodePlanInfo& i = w_->plan_info();
-    d["batch"] = i.batch;
-    d["num_ctas"] = i.num_ctas;
-    d["num_items"] = i.num_items;
-    d["num_merges"] = i.num_merges;
-    d["split"] = i.split;
-    d["route"] = std::string(weft::decode_route_name(static_cast<weft::DecodeRoute>(i.route)));
-    d["route_chunk"] = i.route_chunk;
-    return d;
-  }
-  size_t workspace_bytes() const { return ws_.bytes; }
 
  private:
   weft::BlockTable table() const {
@@ -331,21 +354,17 @@ class DecodeBlocks {
     t.seq_lens = lens_.array();
     return t;
   }
-  int32_t max_batch_hint_;
   weft::DecodeOptions opt_;
-  std::unique_ptr<weft::BatchDecodeWrapper> w_;
-  Workspace ws_;
   Mirror ids_, lens_;
-  int32_t max_batch_ = 0, hq_ = 0, hkv_ = 0, d_ = 0, row_stride_ = 0;
-  weft::KVLayout layout_ = weft::KVLayout::kNHD;
+  int32_t row_stride_ = 0;
 };
 
-class Decode {
+class Decode : public DecodeCommon {
  public:
   Decode(int32_t max_batch, int32_t max_num_pages, int32_t path, OptArray workspace)
-      : max_batch_hint_(max_batch), max_pages_hint_(max_num_pages), path_(static_cast<weft::DecodePath>(path)) {
+      : DecodeCommon(max_batch, workspace), max_pages_hint_(max_num_pages) {
     WEFT_CHECK_ARG(path >= 0 && path <= 2, "backend", "unknown decode path " << path);
-    ws_.set_user(workspace);
+    opt_.path = static_cast<weft::DecodePath>(path);
   }
 
   void plan(const Array& indptr, const Array& indices, const Array& last_page_len, int32_t hq, int32_t hkv,
@@ -356,57 +375,20 @@ class Decode {
     std::vector<int32_t> h_indices = host_i32(indices, "indices", stream);
     std::vector<int32_t> h_last = host_i32(last_page_len, "last_page_len", stream);
     check_table(h_indptr, h_indices, h_last, page_size);
-    WEFT_CHECK_ARG(hq > 0 && hkv > 0 && hq % hkv == 0, "num_qo_heads",
-                   "must be a positive multiple of num_kv_heads (" << hkv << "), got " << hq);
-    weft::check::head_dim_supported(head_dim, "head_dim");
     const weft::DType dt = dtype_from_int(dtype, "q_data_type");
     const weft::KVLayout lay = layout_from_int(layout);
-    const int32_t batch = static_cast<int32_t>(h_indptr.size()) - 1;
-
-    if (!w_ || hq != hq_ || hkv != hkv_ || head_dim != d_ || batch > max_batch_) {
-      w_.reset();
-      max_batch_ = std::max({batch, max_batch_hint_, max_batch_, 1});
-      hq_ = hq;
-      hkv_ = hkv;
-      d_ = head_dim;
-      ws_.ensure(weft::BatchDecodeWrapper::workspace_size(max_batch_, hq, hkv, head_dim));
-      w_ = std::make_unique<weft::BatchDecodeWrapper>(max_batch_, hq, hkv, head_dim, path_);
-    }
+    ensure(static_cast<int32_t>(h_indptr.size()) - 1, hq, hkv, head_dim, opt_);
     indptr_.set(std::move(h_indptr), max_batch_ + 1, "indptr", stream);
     indices_.set(std::move(h_indices), std::max(max_pages_hint_, 1), "indices", stream);
     last_.set(std::move(h_last), max_batch_, "last_page_len", stream);
-    dtype_ = dt;
     layout_ = lay;
-    page_size_ = page_size;
     w_->plan(table(), hq, hkv, head_dim, page_size, dt, lay,
              make_variant(sm_scale, 0, window_left, soft_cap, return_lse), ws_.ptr, ws_.bytes, stream);
   }
-
   void run(const Array& q, const Array& k_cache, const OptArray& v_cache, const Array& out, const OptArray& lse,
            uintptr_t stream) {
-    WEFT_CHECK_ARG(w_ != nullptr, "plan", "run() before plan()");
-    auto [k, v] = kv_views(k_cache, v_cache, "paged_kv_cache");
-    weft::PagedKVCache cache{k, v, layout_};
-    weft::TensorView tl;
-    if (lse) tl = view(*lse, "lse");
-    w_->run(view(q, "q"), cache, table(), view(out, "out"), lse ? &tl : nullptr, as_stream(stream));
+    run_with(table(), q, k_cache, v_cache, out, lse, stream);
   }
-
-  nb::dict plan_info() const {
-    nb::dict d;
-    if (!w_) return d;
-    const weft::DecodePlanInfo& i = w_->plan_info();
-    d["batch"] = i.batch;
-    d["num_ctas"] = i.num_ctas;
-    d["num_items"] = i.num_items;
-    d["num_merges"] = i.num_merges;
-    d["max_chunk"] = i.max_chunk;
-    d["tile_rows"] = i.tile_rows;
-    d["split"] = i.split;
-    d["path"] = std::string(weft::decode_path_name(i.path));
-    return d;
-  }
-  size_t workspace_bytes() const { return ws_.bytes; }
   int32_t max_batch() const { return max_batch_; }
 
  private:
@@ -418,14 +400,9 @@ class Decode {
     t.last_page_len = last_.array();
     return t;
   }
-  int32_t max_batch_hint_, max_pages_hint_;
-  weft::DecodePath path_;
-  std::unique_ptr<weft::BatchDecodeWrapper> w_;
-  Workspace ws_;
+  int32_t max_pages_hint_;
+  weft::DecodeOptions opt_;
   Mirror indptr_, indices_, last_;
-  int32_t max_batch_ = 0, hq_ = 0, hkv_ = 0, d_ = 0, page_size_ = 0;
-  weft::DType dtype_ = weft::DType::kFloat16;
-  weft::KVLayout layout_ = weft::KVLayout::kNHD;
 };
 
 // ---- prefill (paged and ragged) --------------------------------------------------------------
@@ -704,8 +681,8 @@ NB_MODULE(_weft, m) {
            "head_dim"_a, "page_size"_a, "dtype"_a, "layout"_a, "sm_scale"_a, "window_left"_a, "logits_soft_cap"_a,
            "return_lse"_a, "stream"_a)
       .def("run", &Decode::run, "q"_a, "k_cache"_a, "v_cache"_a.none(), "out"_a, "lse"_a.none(), "stream"_a)
-      .def("plan_info", &Decode::plan_info)
-      .def_prop_ro("workspace_bytes", &Decode::workspace_bytes)
+      .def("plan_info", [](const Decode& d) { return d.plan_info(); })
+      .def_prop_ro("workspace_bytes", [](const Decode& d) { return d.workspace_bytes(); })
       .def_prop_ro("max_batch", &Decode::max_batch);
 
   nb::class_<DecodeBlocks>(m, "DecodeBlocks")
@@ -715,8 +692,8 @@ NB_MODULE(_weft, m) {
            "num_kv_heads"_a, "head_dim"_a, "page_size"_a, "dtype"_a, "layout"_a, "sm_scale"_a, "window_left"_a,
            "soft_cap"_a, "return_lse"_a, "stream"_a)
       .def("run", &DecodeBlocks::run, "q"_a, "k_cache"_a, "v_cache"_a.none(), "out"_a, "lse"_a.none(), "stream"_a)
-      .def("plan_info", &DecodeBlocks::plan_info)
-      .def("workspace_bytes", &DecodeBlocks::workspace_bytes);
+      .def("plan_info", [](const DecodeBlocks& d) { return d.plan_info(); })
+      .def_prop_ro("workspace_bytes", [](const DecodeBlocks& d) { return d.workspace_bytes(); });
   nb::class_<Prefill>(m, "Prefill")
       .def(nb::init<bool, int32_t, int64_t, int32_t, int32_t, OptArray>(), "paged"_a, "max_batch"_a,
            "max_total_q"_a, "max_num_pages"_a, "cta_q"_a, "workspace"_a.none())

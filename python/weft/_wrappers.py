@@ -111,6 +111,17 @@ def _soft_cap(logits_soft_cap: Optional[float]) -> float:
 
 # ---- decode ----------------------------------------------------------------------------------
 
+def _decode_run(impl: Any, q: Any, paged_kv_cache: Any, out: Any, lse: Any, return_lse: bool, stream: Any) -> Any:
+    """run() of both decode wrappers: ``out`` (and ``lse``) allocated like ``q`` when not given."""
+    k, v = _kv_pair(paged_kv_cache)
+    if out is None:
+        out = _empty_like(q, q.shape, str(q.dtype).replace("torch.", ""), "out")
+    if return_lse and lse is None:
+        lse = _empty_like(q, (q.shape[0], q.shape[1]), "float32", "lse")
+    impl.run(q, k, v, out, lse, _stream_of(stream, q))
+    return (out, lse) if return_lse else out
+
+
 class BatchDecodeWithPagedKVCacheWrapper:
     """Batch decode (one query token per request) on a paged KV cache.
 
@@ -181,13 +192,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """Decode attention for the planned batch. Returns ``out`` (allocated like ``q`` when not
         given, torch / CuPy only), or ``(out, lse)`` with ``return_lse`` (lse [batch, num_qo_heads]
         float32, natural log)."""
-        k, v = _kv_pair(paged_kv_cache)
-        if out is None:
-            out = _empty_like(q, q.shape, str(q.dtype).replace("torch.", ""), "out")
-        if return_lse and lse is None:
-            lse = _empty_like(q, (q.shape[0], q.shape[1]), "float32", "lse")
-        self._impl.run(q, k, v, out, lse, _stream_of(stream, q))
-        return (out, lse) if return_lse else out
+        return _decode_run(self._impl, q, paged_kv_cache, out, lse, return_lse, stream)
 
     def plan_info(self) -> dict:
         """What the last plan decided (grid, items, splits, kernel path)."""
@@ -271,13 +276,7 @@ class BatchDecodeWithBlockTableWrapper:
     def run(self, q: Any, paged_kv_cache: Any, *, out: Any = None, lse: Any = None, return_lse: bool = False,
             stream: Any = None) -> Any:
         """Decode attention for the planned batch (as BatchDecodeWithPagedKVCacheWrapper.run)."""
-        k, v = _kv_pair(paged_kv_cache)
-        if out is None:
-            out = _empty_like(q, q.shape, str(q.dtype).replace("torch.", ""), "out")
-        if return_lse and lse is None:
-            lse = _empty_like(q, (q.shape[0], q.shape[1]), "float32", "lse")
-        self._impl.run(q, k, v, out, lse, _stream_of(stream, q))
-        return (out, lse) if return_lse else out
+        return _decode_run(self._impl, q, paged_kv_cache, out, lse, return_lse, stream)
 
     def plan_info(self) -> dict:
         """What the last plan decided: route ("balanced", "work_queue", "no_split"), route_chunk,
@@ -286,7 +285,7 @@ class BatchDecodeWithBlockTableWrapper:
 
     @property
     def workspace_bytes(self) -> int:
-        return self._impl.workspace_bytes()
+        return self._impl.workspace_bytes
 
     forward = run
 
