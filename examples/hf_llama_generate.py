@@ -24,7 +24,6 @@ logit difference, and the decode step time of weft (4 requests, continuous batch
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import platform
@@ -176,7 +175,7 @@ def build_model(dtype):
     model = model.to(device=DEVICE, dtype=dtype).eval()
     # Logits in float32 from the final hidden state (both paths): a bf16 lm_head output rounds the
     # top-2 logits of a flat random model to the same value, a tie no attention kernel decides.
-    model.lm_head_f32 = model.lm_head.weight.float()
+    model.lm_head_f32 = model.lm_head.weight.detach().float()
     return cfg, model
 
 
@@ -324,7 +323,13 @@ def compare(dtype_name):
     forced = {r.rid: rt for r, (rt, _) in zip(reqs, ref)}
     tf_reqs, _ = generate_weft(model, cfg, dtype, forced=forced)
     tf_flips, tf_steps, tf_diff, err_weft, err_sdpa = [], 0, 0.0, 0.0, 0.0
-    model32 = copy.deepcopy(model).float()  # the same (rounded) weights, float32 arithmetic
+    # The same (rounded) weights in float32 arithmetic: a fresh model loaded from this one's state
+    # (deepcopy cannot copy lm_head_f32, a non-leaf tensor).
+    model32 = LlamaForCausalLM(cfg)
+    model32.load_state_dict({k: t.float() for k, t in model.state_dict().items()})
+    model32 = model32.to(device=DEVICE, dtype=torch.float32).eval()
+    model32.config._attn_implementation = "sdpa"
+    model32.lm_head_f32 = model.lm_head_f32
     ref32, _ = generate_sdpa_reference(model32, reqs, forced=forced)
     del model32
     for r, (rt, rl), (_, rl32) in zip(tf_reqs, ref, ref32):
