@@ -11,8 +11,8 @@ NHD, K and V in two pools of the trace's page universe (holes and scattered ids 
 
 Per step and variant the synchronized wall time of what a serving step does with FlashInfer:
 plan() from pinned host index arrays (FlashInfer uploads them) + run(), host clock around a
-stream sync, as weft-serve-sim's wall time (block-table upload + plan + run); the GPU time of
-run() with CUDA events. Variants: fi-cc (use_tensor_cores=False) and fi-tc (use_tensor_cores=True,
+stream sync, as weft-serve-sim's wall time (block-table upload + plan + run), the L2 flushed
+before each; the GPU time of run() with CUDA events and the host time of plan(). Variants: fi-cc (use_tensor_cores=False) and fi-tc (use_tensor_cores=True,
 the fa2 kernel), eager (plans change every step); repeats interleaved over the variants, median
 per step; the first step of each family warms both up for ~50 ms. FlashInfer's best decode path
 per family is the variant with the lower mean wall time. One check per family: the first step's
@@ -61,6 +61,8 @@ def main():
     variants = {"fi-cc": False, "fi-tc": True}
     wrappers = {v: flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tc)
                 for v, tc in variants.items()}
+    flush = torch.empty(2 * max(torch.cuda.get_device_properties(0).L2_cache_size, 1 << 20), dtype=torch.uint8,
+                        device=dev)
     g = torch.Generator(device=dev).manual_seed(5)
     q_all = (torch.rand(256, HQ, D, generator=g, device=dev) * 2 - 1).to(torch.bfloat16)
     start, e0, e1 = time.time(), torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -77,6 +79,7 @@ def main():
         reqs = t["requests"]
         walls = {x: [] for x in variants}
         gpus = {x: [] for x in variants}
+        plans = {x: [] for x in variants}
         check = {}
 
         def tables(st):
@@ -90,15 +93,17 @@ def main():
             return pin(indptr), pin(indices), pin(last)
 
         def step(x, tb, q):
+            flush.zero_()  # 2x the L2, outside the timing (as weft-serve-sim)
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             wrappers[x].plan(tb[0], tb[1], tb[2], HQ, HKV, D, PAGE, pos_encoding_mode="NONE",
                              q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+            tp = time.perf_counter()
             e0.record()
             o = wrappers[x].run(q, (k, v))
             e1.record()
             torch.cuda.synchronize()
-            return (time.perf_counter() - t0) * 1e6, e0.elapsed_time(e1) * 1e3, o
+            return (time.perf_counter() - t0) * 1e6, e0.elapsed_time(e1) * 1e3, o, (tp - t0) * 1e6
 
         for si, st in enumerate(t["steps"]):
             if not st["req"]:
@@ -127,14 +132,17 @@ def main():
                 if (si + r) % 2:
                     order.reverse()
                 for x in order:
-                    samples[x].append(step(x, tb, q)[:2])
+                    w_, g_, _, p_ = step(x, tb, q)
+                    samples[x].append((w_, g_, p_))
             for x in variants:
                 walls[x].append(statistics.median(s[0] for s in samples[x]))
                 gpus[x].append(statistics.median(s[1] for s in samples[x]))
+                plans[x].append(statistics.median(s[2] for s in samples[x]))
         means = {x: statistics.mean(walls[x]) for x in variants}
         best = min(means, key=means.get)
         rec = {"name": fam, "steps": len(walls[best]),
                "variants": {x: {"wall_us_mean": means[x], "gpu_us_mean": statistics.mean(gpus[x]),
+                                "plan_us_mean": statistics.mean(plans[x]),
                                 "wall_us_p50": statistics.median(walls[x]), "max_abs_err_vs_f64": check.get(x)}
                             for x in variants},
                "fi_best": best, "fi_best_wall_us_mean": means[best],
@@ -145,7 +153,10 @@ def main():
         if weft_router.get(fam):
             rec["weft_router_vs_fi_best"] = means[best] / weft_router[fam]
         out["families"].append(rec)
-        print(f"[{time.time() - start:5.1f}s] {fam:12s} fi-cc {means['fi-cc']:8.1f}  fi-tc {means['fi-tc']:8.1f}  "
+        gm = {x: statistics.mean(gpus[x]) for x in variants}
+        pm = {x: statistics.mean(plans[x]) for x in variants}
+        print(f"[{time.time() - start:5.1f}s] {fam:12s} wall (plan, gpu) fi-cc {means['fi-cc']:7.1f} ({pm['fi-cc']:6.1f}, "
+              f"{gm['fi-cc']:6.1f})  fi-tc {means['fi-tc']:7.1f} ({pm['fi-tc']:6.1f}, {gm['fi-tc']:6.1f})  "
               f"weft router {weft_router.get(fam) or 0:8.1f} us  ratio {rec.get('weft_router_vs_fi_best', 0):.3f}  "
               f"check {check}", flush=True)
         del k, v

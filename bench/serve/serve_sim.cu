@@ -1,7 +1,8 @@
 // weft-serve-sim: continuous decode steps of serving traces (serve/trace.h) through every decode
 // route that exists (decode/router.h) and through the router itself; per step the synchronized
 // wall time (metadata upload + plan + kernels, host clock around a stream sync) and the GPU time
-// (CUDA events around run()), medians of --reps repeats interleaved over the options; the router
+// (CUDA events around run()), medians of --reps repeats interleaved over the options in a shuffled
+// order, the L2 flushed before every execution; the router
 // is a BatchDecodeWrapper with DecodeRoute::kAuto over the table; correctness of every route against the
 // float64 reference on the first and last step of every family (the longest and the shortest
 // row, every head). Writes one JSON file.
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -134,6 +136,17 @@ struct Engine {
   void* ws_routed = nullptr;
   size_t ws_routed_bytes = 0;
   cudaEvent_t e0, e1;
+  // Written before every execution (outside the timed region): 2x the L2, so no execution starts
+  // with K/V pages the previous option left in L2 (f0a6d7b / da02796 ran without it: zipf and
+  // B1 steps read 60-130 MB, partly L2-resident after the option before; a serving step reads
+  // other layers' KV between two runs of one layer).
+  void* flush = nullptr;
+  size_t flush_bytes = 0;
+  void flush_l2() {
+    CK(cudaMemsetAsync(flush, int(++flush_count & 0xff), flush_bytes, stream));
+    CK(cudaStreamSynchronize(stream));
+  }
+  uint32_t flush_count = 0;
   void make_routed(const std::string& table_text) {
     weft::DecodeOptions o;
     o.route = weft::DecodeRoute::kAuto;
@@ -160,12 +173,18 @@ struct Engine {
     fill_kernel<<<256, 256>>>(static_cast<__nv_bfloat16*>(q), int64_t(kMaxBatch) * kHq * kD, 77);
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
+    int dev = 0, l2 = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    flush_bytes = size_t(std::max(l2, 1 << 20)) * 2;
+    CK(cudaMalloc(&flush, flush_bytes));
   }
   ~Engine() {
     cudaFree(ws_bal);
     cudaFree(ws_share);
     cudaFree(ws_wq);
     cudaFree(ws_routed);
+    cudaFree(flush);
     cudaFree(q);
     cudaFree(out);
     cudaFree(lse);
@@ -241,6 +260,7 @@ struct Sample {
 Sample exec_route(Engine& e, Family& f, const weft::BlockTable& t, const RouteOption& o, bool routed = false) {
   const int32_t B = t.batch_size;
   Sample s;
+  e.flush_l2();
   const auto t0 = Clock::now();
   CK(cudaMemcpyAsync(f.d_ids, f.h_ids, size_t(B) * f.stride * 4, cudaMemcpyHostToDevice, e.stream));
   CK(cudaMemcpyAsync(f.d_lens, f.h_lens, size_t(B) * 4, cudaMemcpyHostToDevice, e.stream));
@@ -412,7 +432,7 @@ FamilyResult run_family(Engine& e, const std::string& name, const Args& a, const
       if (rows[0] == rows[1]) rows.pop_back();
       ref = reference_rows(e, f, st, rows);
     }
-    // Repeats interleaved over the options (rep-major, the order rotated per step and repeat):
+    // Repeats interleaved over the options (rep-major, in a shuffled order per step and repeat):
     // a host or GPU disturbance of a few hundred us lands on one repeat of several options,
     // not on every repeat of one option, so each option's median is robust to it (f0a6d7b ran
     // the repeats of one option back to back and charged such bursts to single options).
@@ -423,12 +443,15 @@ FamilyResult run_family(Engine& e, const std::string& name, const Args& a, const
     };
     if (si == 0)  // warm-up of every option (first-use allocations, instruction cache)
       for (size_t idx = 0; idx < n; ++idx) run_idx(idx);
+    // A seeded shuffle per (step, repeat): no option always follows the same other option.
     std::vector<std::vector<Sample>> reps(n);
-    for (int r = 0; r < a.reps; ++r)
-      for (size_t k = 0; k < n; ++k) {
-        const size_t idx = (k + si + size_t(r)) % n;
-        reps[idx].push_back(run_idx(idx));
-      }
+    std::vector<size_t> order(n);
+    for (int r = 0; r < a.reps; ++r) {
+      for (size_t k = 0; k < n; ++k) order[k] = k;
+      std::mt19937 shuffle_rng(uint32_t(si * 1009 + size_t(r)));
+      std::shuffle(order.begin(), order.end(), shuffle_rng);
+      for (size_t idx : order) reps[idx].push_back(run_idx(idx));
+    }
     if (model != nullptr) {  // what the routed wrapper planned, and the decision's own time
       const weft::DecodePlanInfo& pi = e.routed->plan_info();
       const auto route = static_cast<weft::DecodeRoute>(pi.route);

@@ -88,3 +88,6 @@ PY
 fi
 
 log "done"
+# The device tool returns a few files only: everything but check.log in one archive.
+( cd "$OUT" && tar -czf results.tgz --exclude=check.log --exclude=results.tgz --exclude=build.log . \
+  && find . -maxdepth 1 -type f ! -name check.log ! -name results.tgz -delete )
