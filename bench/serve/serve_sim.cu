@@ -130,8 +130,9 @@ struct Engine {
   size_t ws_bal_bytes = 0, ws_share_bytes = 0, ws_wq_bytes = 0;
   void *q = nullptr, *out = nullptr;
   float* lse = nullptr;
-  // The router as a serving engine uses it: a BatchDecodeWrapper with DecodeRoute::kAuto and the
-  // table's text (held-out runs only).
+  // The router as a serving engine uses it: a BatchDecodeWrapper with DecodeRoute::kAuto, the
+  // table's text and share_prefixes (its persistent candidate is the prefix-sharing plan, taken
+  // where rows share leading pages; held-out runs only).
   std::unique_ptr<weft::BatchDecodeWrapper> routed;
   void* ws_routed = nullptr;
   size_t ws_routed_bytes = 0;
@@ -152,6 +153,7 @@ struct Engine {
     o.route = weft::DecodeRoute::kAuto;
     o.router_table = table_text;
     o.max_tasks = kMaxTasks;  // the same task capacity as the fixed work-queue options
+    o.share_prefixes = true;
     ws_routed_bytes = weft::BatchDecodeWrapper::workspace_size(kMaxBatch, kHq, kHkv, kD, o);
     routed = std::make_unique<weft::BatchDecodeWrapper>(kMaxBatch, kHq, kHkv, kD, o);
     CK(cudaMalloc(&ws_routed, ws_routed_bytes));
@@ -456,13 +458,17 @@ FamilyResult run_family(Engine& e, const std::string& name, const Args& a, const
       const weft::DecodePlanInfo& pi = e.routed->plan_info();
       const auto route = static_cast<weft::DecodeRoute>(pi.route);
       ++fr.picks[route == weft::DecodeRoute::kWorkQueue ? "work_queue/c" + std::to_string(pi.route_chunk)
-                                                        : std::string(weft::decode_route_name(route))];
-      weft::decode::RouteFilter filter;
-      filter.prefix_share = false;
+                 : route == weft::DecodeRoute::kBalanced  ? std::string("prefix_share")  // share_prefixes
+                                                          : std::string(weft::decode_route_name(route))];
+      weft::decode::RouteFilter filter;  // as the kAuto wrapper with share_prefixes decides
+      filter.balanced = false;
       filter.max_tasks = kMaxTasks;
       for (int r = 0; r < 3; ++r) {
         const auto t0 = Clock::now();
-        volatile int32_t pick = weft::decode::choose_route(*model, sum, filter);
+        StepSummary est = sum;  // the wrapper estimates the shared keys from the rows
+        est.shared_keys = weft::decode::shared_prefix_keys(t.block_ids.host, t.row_stride, t.seq_lens.host,
+                                                           t.batch_size, kPage);
+        volatile int32_t pick = weft::decode::choose_route(*model, est, filter);
         (void)pick;
         fr.router_decide_us.push_back(us_since(t0));
       }

@@ -87,8 +87,9 @@ enum class DecodeRoute : int32_t {
                    // work_queue_chunk keys, a 1-D grid of the tasks, a segmented merge of split rows
   kNoSplit = 2,    // the work queue with one task per (row, KV head)
   kAuto = 3,       // per plan(), the route with the lowest predicted wall time (plan + upload +
-                   // kernels) under a calibrated router table (router_table): balanced, work
-                   // queue at the table's chunks, or no split
+                   // kernels) under a calibrated router table (router_table): balanced (with
+                   // share_prefixes: the prefix-sharing plan), work queue at the table's chunks,
+                   // or no split
 };
 const char* decode_route_name(DecodeRoute r);
 inline constexpr int32_t kDecodeMaxPipelineStages = 8;
@@ -112,8 +113,11 @@ struct DecodeOptions {
   // (plan(BlockTable) / run(BlockTable)); plan(PageTable) and plan_lengths() with kAuto plan the
   // balanced route, with kWorkQueue / kNoSplit they throw. A work-queue plan's grid follows the
   // plan (one CTA per task), so a CUDA graph captured around run() replays only that plan: capture
-  // with kBalanced. Not with share_prefixes, the CUDA-core path (forced) or JIT variants; the work
-  // queue supports neither custom masks, windows nor ALiBi (weft::Error naming the argument).
+  // with kBalanced. share_prefixes combines with kAuto only: its persistent candidate is then the
+  // prefix-sharing plan (the table's prefix_share option, its shared keys estimated from the
+  // rows' leading page ids; plan_info().route says kBalanced for it, num_packs > 0). Not with the
+  // CUDA-core path (forced) or JIT variants; the work queue supports neither custom masks, windows
+  // nor ALiBi (weft::Error naming the argument).
   DecodeRoute route = DecodeRoute::kBalanced;
   // kWorkQueue: keys per split, a positive multiple of 16 (0: 2048, the best fixed split on most
   // H100 trace families, docs/perf-notes-serve.md).

@@ -313,8 +313,9 @@ class DecodeCommon {
 class DecodeBlocks : public DecodeCommon {
  public:
   DecodeBlocks(int32_t max_batch, int32_t route, int32_t chunk, int32_t max_tasks, std::string router_table,
-               OptArray workspace)
+               bool share_prefixes, OptArray workspace)
       : DecodeCommon(max_batch, workspace) {
+    opt_.share_prefixes = share_prefixes;
     WEFT_CHECK_ARG(route >= 0 && route <= 3, "route", "unknown decode route " << route);
     opt_.route = static_cast<weft::DecodeRoute>(route);
     opt_.work_queue_chunk = chunk;
@@ -686,8 +687,8 @@ NB_MODULE(_weft, m) {
       .def_prop_ro("max_batch", &Decode::max_batch);
 
   nb::class_<DecodeBlocks>(m, "DecodeBlocks")
-      .def(nb::init<int32_t, int32_t, int32_t, int32_t, std::string, OptArray>(), "max_batch"_a, "route"_a,
-           "work_queue_chunk"_a, "max_tasks"_a, "router_table"_a, "workspace"_a.none())
+      .def(nb::init<int32_t, int32_t, int32_t, int32_t, std::string, bool, OptArray>(), "max_batch"_a, "route"_a,
+           "work_queue_chunk"_a, "max_tasks"_a, "router_table"_a, "share_prefixes"_a, "workspace"_a.none())
       .def("plan", &DecodeBlocks::plan, "block_ids"_a, "row_stride"_a, "seq_lens"_a, "num_qo_heads"_a,
            "num_kv_heads"_a, "head_dim"_a, "page_size"_a, "dtype"_a, "layout"_a, "sm_scale"_a, "window_left"_a,
            "soft_cap"_a, "return_lse"_a, "stream"_a)

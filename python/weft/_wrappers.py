@@ -240,13 +240,16 @@ class BatchDecodeWithBlockTableWrapper:
     table (``router_table``: a path to, or the text of, a table written by ``weft-serve-sim
     --calibrate``, e.g. the repository's ``data/router/h100.json``, for the same head counts and
     head_dim). Work-queue plans are not graph-replayable (their grid follows the plan).
+    ``share_prefixes`` (``"balanced"`` or ``"auto"``): requests whose block-table rows start with
+    the same page ids read those pages once (prefix-sharing packs; under ``"auto"`` the
+    prefix-sharing plan replaces the balanced one as a candidate, taken where rows share pages).
     ``max_tasks`` bounds the work queue's tasks (0: 8 per request and KV head + 1024);
     ``plan_info()["route"]`` says what the last plan() chose.
     """
 
     def __init__(self, float_workspace_buffer: Any = None, kv_layout: str = "NHD", *, route: str = "balanced",
                  work_queue_chunk: int = 0, max_tasks: int = 0, router_table: Optional[str] = None,
-                 max_batch_size: int = 0):
+                 share_prefixes: bool = False, max_batch_size: int = 0):
         self._layout = _layout_code(kv_layout)
         if route not in _DECODE_ROUTES:
             raise _error("route", f"must be one of {sorted(_DECODE_ROUTES)}, got {route!r}")
@@ -260,7 +263,7 @@ class BatchDecodeWithBlockTableWrapper:
                 except OSError as e:
                     raise _error("router_table", f"cannot read {router_table!r}: {e}") from None
         self._impl = _weft.DecodeBlocks(int(max_batch_size), _DECODE_ROUTES[route], int(work_queue_chunk),
-                                        int(max_tasks), text, float_workspace_buffer)
+                                        int(max_tasks), text, bool(share_prefixes), float_workspace_buffer)
 
     def plan(self, block_tables: Any, seq_lens: Any, num_qo_heads: int, num_kv_heads: int, head_dim: int,
              page_size: int, window_left: int = -1, logits_soft_cap: Optional[float] = None,

@@ -152,6 +152,38 @@ int32_t choose_route(const RouterModel& m, const StepSummary& s, const RouteFilt
   return best;
 }
 
+int64_t shared_prefix_keys(const int32_t* ids, int64_t row_stride, const int32_t* kv_len, int32_t batch,
+                           int32_t page_size) {
+  if (batch < 2 || page_size < 1) return 0;
+  // Rows with at least one full page, ordered by (first page id, row): each run of equal first
+  // ids is a group led by its lowest row.
+  std::vector<int32_t> rows;
+  rows.reserve(size_t(batch));
+  for (int32_t b = 0; b < batch; ++b)
+    if (kv_len[b] >= page_size) rows.push_back(b);
+  std::sort(rows.begin(), rows.end(), [&](int32_t a, int32_t b) {
+    const int32_t ia = ids[a * row_stride], ib = ids[b * row_stride];
+    return ia != ib ? ia < ib : a < b;
+  });
+  int64_t keys = 0;
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i + 1;
+    const int32_t lead = rows[i];
+    const int32_t* lp = ids + lead * row_stride;
+    while (j < rows.size() && ids[rows[j] * row_stride] == lp[0]) {
+      const int32_t m = rows[j];
+      const int32_t* mp = ids + m * row_stride;
+      const int32_t full = std::min(kv_len[lead], kv_len[m]) / page_size;
+      int32_t p = 0;
+      while (p < full && mp[p] == lp[p]) ++p;
+      keys += int64_t(p) * page_size;
+      ++j;
+    }
+    i = j;
+  }
+  return keys;
+}
+
 RouterFeatures fit_route(const std::vector<RouterFeatures>& x_in, const std::vector<double>& t_in, bool relative) {
   WEFT_CHECK_ARG(x_in.size() == t_in.size(), "t", "expected " << x_in.size() << " times, got " << t_in.size());
   constexpr int F = kRouterFeatures;

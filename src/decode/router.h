@@ -70,8 +70,18 @@ struct RouterModel {
 // The features of `opt` for a step (model above). slots >= 1.
 RouterFeatures route_features(const RouteOption& opt, const StepSummary& step, int32_t num_kv_heads, int32_t slots);
 double predict_us(const RouteOption& opt, const StepSummary& step, int32_t num_kv_heads, int32_t slots);
-// Which options a caller can run (BatchDecodeWrapper's DecodeRoute::kAuto: no prefix sharing,
-// and no 1-D-grid plan with more tasks than its workspace holds).
+// Keys a prefix-sharing plan reads once instead of once per sharer (StepSummary::shared_keys),
+// from a block table's rows (row b's page ids at ids + b * row_stride): rows are grouped by their
+// first page id; each row of a group shares with the group's first row the leading FULL pages
+// both hold with the same ids, and contributes those pages' keys. O(batch log batch + the shared
+// pages compared). The trace families' definition (a common prefix of P keys among m rows gives
+// P x (m - 1)) is what it returns for such tables.
+int64_t shared_prefix_keys(const int32_t* ids, int64_t row_stride, const int32_t* kv_len, int32_t batch,
+                           int32_t page_size);
+
+// Which options a caller can run (BatchDecodeWrapper's DecodeRoute::kAuto: balanced without
+// share_prefixes, prefix sharing with it, and no 1-D-grid plan with more tasks than its workspace
+// holds).
 struct RouteFilter {
   bool balanced = true;
   bool prefix_share = true;

@@ -231,9 +231,10 @@ std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo
   check::head_dim_supported(head_dim, "head_dim");
   const Tuning t = resolve_tuning(head_dim, options);
   const int32_t grid = grid_for(head_dim, t.stages, t.warps);
-  if (options.share_prefixes)
-    return plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, grid, options)).total_bytes();
-  const std::size_t bytes = balanced_bytes(max_batch, num_qo_heads, num_kv_heads, head_dim, grid);
+  const std::size_t bytes =
+      options.share_prefixes
+          ? plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, grid, options)).total_bytes()
+          : balanced_bytes(max_batch, num_qo_heads, num_kv_heads, head_dim, grid);
   if (options.route == DecodeRoute::kBalanced) return bytes;
   return align256(bytes) + decode::WorkQueueDecode::workspace_size(
                                max_batch, num_kv_heads, head_dim, resolved_max_tasks(max_batch, num_kv_heads, options));
@@ -278,8 +279,8 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
     Impl& im = *impl_;
     const int32_t r = static_cast<int32_t>(options.route);
     WEFT_CHECK_ARG(r >= 0 && r <= static_cast<int32_t>(DecodeRoute::kAuto), "options.route", "unknown route " << r);
-    WEFT_CHECK_ARG(!options.share_prefixes, "options.route",
-                   decode_route_name(options.route) << " does not combine with share_prefixes yet");
+    WEFT_CHECK_ARG(!options.share_prefixes || options.route == DecodeRoute::kAuto, "options.route",
+                   decode_route_name(options.route) << " does not combine with share_prefixes (kAuto does)");
     WEFT_CHECK_ARG(path != DecodePath::kCudaCore, "options.route",
                    decode_route_name(options.route) << " runs the tensor-core path: do not force kCudaCore");
     WEFT_CHECK_ARG(options.work_queue_chunk >= 0 && options.work_queue_chunk % decode::kPlanKVTile == 0,
@@ -305,7 +306,10 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
                        "options.router_table", "option " << o.name << ": chunk must be a positive multiple of 16");
     }
     im.wq = std::make_unique<decode::WorkQueueDecode>(max_batch, num_qo_heads, num_kv_heads, head_dim, im.max_tasks);
-    im.wq_offset = align256(balanced_bytes(max_batch, num_qo_heads, num_kv_heads, head_dim, im.grid));
+    // The work queue's region follows the balanced (or prefix-sharing) plan's (workspace_size).
+    im.wq_offset = align256(options.share_prefixes
+                                ? im.wlayout.total_bytes()
+                                : balanced_bytes(max_batch, num_qo_heads, num_kv_heads, head_dim, im.grid));
   }
   WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, staging_bytes, cudaHostAllocDefault));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->staging_done, cudaEventDisableTiming));
@@ -370,13 +374,21 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
     } else if (im.route == DecodeRoute::kNoSplit) {
       chunk = 0;
     } else {  // kAuto: the table's cheapest option this wrapper can run
+      // With share_prefixes the persistent candidate is the prefix-sharing plan (its shared keys
+      // estimated from the rows' leading page ids), else the balanced plan.
       decode::RouteFilter filter;
-      filter.prefix_share = false;
+      filter.balanced = !im.share;
+      filter.prefix_share = im.share;
       filter.max_tasks = im.max_tasks;
-      const decode::StepSummary step{table.seq_lens.host, table.batch_size, 0};
+      const int64_t shared =
+          im.share ? decode::shared_prefix_keys(table.block_ids.host, table.row_stride, table.seq_lens.host,
+                                                table.batch_size, page_size)
+                   : 0;
+      const decode::StepSummary step{table.seq_lens.host, table.batch_size, shared};
       const int32_t pick = decode::choose_route(im.router, step, filter);
-      if (pick >= 0 && im.router.options[pick].route != decode::Route::kBalanced)
-        chunk = im.router.options[pick].route == decode::Route::kNoSplit ? 0 : im.router.options[pick].chunk;
+      const decode::Route r = pick >= 0 ? im.router.options[pick].route : decode::Route::kBalanced;
+      if (r == decode::Route::kWorkQueue || r == decode::Route::kNoSplit)
+        chunk = r == decode::Route::kNoSplit ? 0 : im.router.options[pick].chunk;
     }
     if (chunk >= 0) {
       im.plan_work_queue(info_, table, chunk, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout, variant,

@@ -322,6 +322,7 @@ TEST(DecodeRouteSmall, PublicRoutes) {
   bad.router_table = table(1, 1);
   EXPECT_EQ(thrown_argument([&] { BatchDecodeWrapper w(B, 16, 8, 128, bad); }), "options.router_table");  // group 2
   bad.share_prefixes = true;
+  bad.route = DecodeRoute::kWorkQueue;  // share_prefixes combines with kAuto only
   EXPECT_EQ(thrown_argument([&] { build(bad); }), "options.route");
   DecodeOptions chunk_bad;
   chunk_bad.route = DecodeRoute::kWorkQueue;
@@ -346,6 +347,71 @@ TEST(DecodeRouteSmall, PublicRoutes) {
   EXPECT_EQ(thrown_argument([&] { w.run(bt.tq, bt.cache, bt.table, bt.tout, &bt.tlse, nullptr); }), "table");
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(out_bits(bt), poisoned) << "a rejected call wrote the output";
+}
+
+// kAuto with share_prefixes: its persistent candidate is the prefix-sharing plan, taken only
+// where rows share leading pages (the wrapper estimates the shared keys from the rows): on rows
+// that share, a table where prefix sharing is cheapest gives the plain prefix-sharing wrapper's
+// bits (packs planned); on rows that share nothing, the work queue's.
+TEST(DecodeRouteSmall, AutoWithPrefixSharing) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  Case c;
+  c.d = 128;
+  c.hq = 32;
+  c.hkv = 8;
+  c.dtype = DType::kBFloat16;
+  c.lens = {1000, 900, 700, 50};
+  const std::string table =
+      "{\"gpu\": \"test\", \"num_kv_heads\": 8, \"group_size\": 4, \"head_dim\": 128, \"slots\": 264,"
+      " \"router_us\": 0.3, \"calibration\": \"test\", \"options\": ["
+      "{\"name\": \"balanced\", \"route\": \"balanced\", \"chunk\": 0, \"coef\": [0.5, 0, 0, 0, 0]},"
+      "{\"name\": \"work_queue/c256\", \"route\": \"work_queue\", \"chunk\": 256, \"coef\": [10, 0, 0, 0, 0]},"
+      "{\"name\": \"prefix_share\", \"route\": \"prefix_share\", \"chunk\": 0, \"coef\": [1, 0, 0, 0, 0]}]}";
+  const int32_t B = int32_t(c.lens.size());
+  for (bool shared : {true, false}) {
+    SCOPED_TRACE(shared ? "rows share pages" : "no shared pages");
+    Batch bt(c, rng);
+    if (shared) {  // rows 1 and 2 start with row 0's pages (all but their last page)
+      for (int r : {1, 2}) {
+        const int32_t n = std::min(bt.indptr[1] - bt.indptr[0], bt.indptr[r + 1] - bt.indptr[r]) - 1;
+        for (int32_t i = 0; i < n; ++i) bt.indices[bt.indptr[r] + i] = bt.indices[i];
+      }
+      bt.d_indices = DeviceBuffer::from(bt.indices);
+      bt.table.indices.device = bt.d_indices.as<int32_t>();
+    }
+    Native nt(bt, 1);
+    auto run_with = [&](const DecodeOptions& o, DecodePlanInfo* info) {
+      const size_t bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, o);
+      DeviceBuffer ws(bytes);
+      BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, o);
+      w.plan(nt.t, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), bytes, nullptr);
+      bt.dout.poison();
+      bt.dlse.poison();
+      w.run(bt.tq, bt.cache, nt.t, bt.tout, &bt.tlse, nullptr);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      *info = w.plan_info();
+      return out_bits(bt);
+    };
+    DecodeOptions autos;
+    autos.route = DecodeRoute::kAuto;
+    autos.share_prefixes = true;
+    autos.router_table = table;
+    DecodePlanInfo ai;
+    const std::vector<uint16_t> got = run_with(autos, &ai);
+    check_against_reference(bt);
+    DecodeOptions ref_opt;
+    if (shared) {
+      ref_opt.share_prefixes = true;
+    } else {
+      ref_opt.route = DecodeRoute::kWorkQueue;
+      ref_opt.work_queue_chunk = 256;
+    }
+    DecodePlanInfo ri;
+    EXPECT_EQ(run_with(ref_opt, &ri), got);
+    EXPECT_EQ(ai.route, int32_t(shared ? DecodeRoute::kBalanced : DecodeRoute::kWorkQueue));
+    EXPECT_EQ(ai.num_packs, ri.num_packs);  // the same prefix-sharing plan (or none)
+  }
 }
 
 }  // namespace

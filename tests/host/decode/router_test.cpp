@@ -151,6 +151,38 @@ TEST(Router, ChoosesTheArgminOfTheModel) {
   EXPECT_EQ(choose_route(m, {lens2.data(), 2, 5000}, f), -1);
 }
 
+// The shared keys of a block table (a prefix-sharing plan's saving): groups by first page id,
+// full leading pages equal to the group's first row's.
+TEST(Router, SharedPrefixKeys) {
+  const int32_t page = 4, stride = 6;
+  // Rows 0, 2, 3 start with pages 7 8 9; row 2 diverges after 2 pages, row 3 is shorter (its
+  // third page partial); row 1 and row 4 share nothing with anyone; row 5 is empty.
+  const std::vector<int32_t> ids{7, 8, 9, 1, -1, -1,   //
+                                 3, 4, -1, -1, -1, -1,  //
+                                 7, 8, 5, 6, -1, -1,    //
+                                 7, 8, 9, -1, -1, -1,   //
+                                 11, -1, -1, -1, -1, -1,  //
+                                 0, 0, 0, 0, 0, 0};
+  const std::vector<int32_t> lens{16, 8, 16, 10, 3, 0};
+  // Row 2: 2 pages with row 0 (8 keys); row 3: min(16, 10) / 4 = 2 full pages compared, both equal.
+  EXPECT_EQ(shared_prefix_keys(ids.data(), stride, lens.data(), 6, page), 16);
+  EXPECT_EQ(shared_prefix_keys(ids.data(), stride, lens.data(), 1, page), 0);
+  // The trace definition: m rows sharing a P-key prefix give P x (m - 1).
+  Rng rng(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int32_t m = int32_t(rng.randint(2, 40)), prefix_pages = int32_t(rng.randint(1, 50)), ps = 16;
+    const int32_t width = prefix_pages + 20;
+    std::vector<int32_t> t(static_cast<size_t>(m) * width), l(static_cast<size_t>(m));
+    int32_t next = 1000;
+    for (int32_t r = 0; r < m; ++r) {
+      for (int32_t p = 0; p < prefix_pages; ++p) t[size_t(r) * width + p] = p;
+      for (int32_t p = prefix_pages; p < width; ++p) t[size_t(r) * width + p] = next++;
+      l[r] = prefix_pages * ps + int32_t(rng.randint(1, 15 * ps));  // a private suffix of >= 1 key
+    }
+    EXPECT_EQ(shared_prefix_keys(t.data(), width, l.data(), m, ps), int64_t(prefix_pages) * ps * (m - 1));
+  }
+}
+
 TEST(Router, JsonRoundTripAndRejection) {
   RouterModel m;
   m.gpu = "NVIDIA H100 80GB HBM3";
