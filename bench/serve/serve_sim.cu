@@ -9,6 +9,8 @@
 //
 //   weft-serve-sim --calibrate data/router/h100.json --seed 20260622 [--steps 40] [--out cal.json]
 //   weft-serve-sim --router data/router/h100.json --seed 20260623 [--steps 40] --out serve.json
+//   weft-serve-sim --dump-steps steps.json --seed 20260623      (host only: the traces as JSON)
+//   weft-serve-sim --refit walls.txt --seed 20260622 --gpu ... --slots 264 ...   (host only)
 //
 // Calibration fits each route option's coefficients (router.h) to the wall times of the
 // calibration seed and measures the router's decision time; the held-out run reports, per family,
@@ -98,6 +100,10 @@ double mean(const std::vector<double>& v) {
 
 struct Args {
   std::string calibrate, router, out = "serve.json", families = "all", commit, command, dump;
+  std::string refit, gpu, calibration_text, replay;  // --refit [--replay]
+  uint64_t replay_seed = 20260623;
+  int32_t slots = 0;
+  double router_us = 0;
   uint64_t seed = 20260623;
   int32_t steps = 40, reps = 7;
   bool check = true;
@@ -516,6 +522,99 @@ void write_stats(weft::bench::JsonWriter& j, const RouteStats& s) {
   j.end_object();
 }
 
+// --refit WALLS --gpu NAME --slots N --router-us X --calibration TEXT --out TABLE: a router
+// table fitted (on the host, no device) to per-step wall times measured by an earlier calibration
+// run on --seed / --steps: WALLS has one line per (family, option), "family option w0 w1 ...", the
+// medians of that run's non-empty steps in order (bench/serve/walls.py extracts them from its
+// JSON). The features are this build's route_features, so a table follows a change of the model's
+// features without a device call; the measurements stay those of the run named in --calibration.
+bool refit(const Args& a) {
+  std::ifstream in(a.refit);
+  std::map<std::string, std::pair<std::vector<RouterFeatures>, std::vector<double>>> samples;
+  std::map<std::string, std::vector<weft::serve::Step>> steps;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string fam, opt;
+    if (!(ls >> fam >> opt)) continue;
+    if (!steps.count(fam)) {
+      auto all = weft::serve::simulate_steps(weft::serve::make_trace(fam, a.seed, kPage, kHole, a.steps), a.steps);
+      for (auto& st : all)
+        if (!st.req.empty()) steps[fam].push_back(std::move(st));
+    }
+    const std::vector<RouteOption> opts = default_options(true);
+    auto it = std::find_if(opts.begin(), opts.end(), [&](const RouteOption& o) { return o.name == opt; });
+    if (it == opts.end()) continue;  // the router's own row
+    double w = 0;
+    for (size_t si = 0; ls >> w; ++si) {
+      if (si >= steps[fam].size()) {
+        std::fprintf(stderr, "refit: %s %s has more values than steps\n", fam.c_str(), opt.c_str());
+        return false;
+      }
+      auto& smp = samples[opt];
+      smp.first.push_back(weft::decode::route_features(*it, summary_of(steps[fam][si]), kHkv, a.slots));
+      smp.second.push_back(w);
+    }
+  }
+  RouterModel m;
+  m.gpu = a.gpu;
+  m.num_kv_heads = kHkv;
+  m.group_size = kHq / kHkv;
+  m.head_dim = kD;
+  m.slots = a.slots;
+  m.router_us = a.router_us;
+  m.calibration = a.calibration_text;
+  for (RouteOption o : default_options(true)) {
+    auto it = samples.find(o.name);
+    if (it == samples.end()) continue;
+    o.coef = weft::decode::fit_route(it->second.first, it->second.second, /*relative=*/true);
+    m.options.push_back(o);
+  }
+  if (m.options.empty() || a.slots < 1) return false;
+  std::ofstream(a.out) << m.to_json();
+  std::fprintf(stderr, "wrote router table %s (%zu options)\n", a.out.c_str(), m.options.size());
+  if (a.replay.empty()) return true;
+  // --replay WALLS2 --replay-seed S2: the fitted table replayed offline on another run's
+  // measurements (not a live run): at each step the option the table picks (choose_route, prefix
+  // sharing where the trace shares pages) is charged that option's MEASURED wall time at that
+  // step plus router_us; per family against the best fixed option's mean.
+  std::ifstream rin(a.replay);
+  std::map<std::string, std::map<std::string, std::vector<double>>> walls;
+  while (std::getline(rin, line)) {
+    std::istringstream ls(line);
+    std::string fam, opt;
+    if (!(ls >> fam >> opt)) continue;
+    double w = 0;
+    while (ls >> w) walls[fam][opt].push_back(w);
+  }
+  double worst = 1e30;
+  for (const auto& [fam, by_opt] : walls) {
+    std::vector<weft::serve::Step> st;
+    for (auto& x : weft::serve::simulate_steps(weft::serve::make_trace(fam, a.replay_seed, kPage, kHole, a.steps), a.steps))
+      if (!x.req.empty()) st.push_back(std::move(x));
+    std::string best;
+    double best_mean = 1e30;
+    for (const auto& [opt, w] : by_opt)
+      if (opt != "router" && mean(w) < best_mean) best_mean = mean(w), best = opt;
+    double total = 0;
+    std::map<std::string, int> picks;
+    for (size_t si = 0; si < st.size(); ++si) {
+      const int32_t p = weft::decode::choose_route(m, summary_of(st[si]));
+      const std::string& name = m.options[p].name;
+      ++picks[name];
+      total += by_opt.at(name).at(si) + m.router_us;
+    }
+    const double ratio = best_mean / (total / double(st.size()));
+    worst = std::min(worst, ratio);
+    std::printf("%-12s best %-17s %8.1f  replay %8.1f  ratio %.3f  picks", fam.c_str(), best.c_str(), best_mean,
+                total / double(st.size()), ratio);
+    for (const auto& [k, c] : picks) std::printf(" %s:%d", k.c_str(), c);
+    std::printf("\n");
+  }
+  std::printf("replay router_vs_best_fixed_min %.3f\n", worst);
+  return true;
+}
+
 // --dump-steps FILE: the traces of --seed (every family, --steps steps) as JSON, for peers driven
 // from Python (bench/serve/fi_serve.py): per family the pool size, every request's page ids and per
 // step the running requests and their KV lengths. No device work.
@@ -568,6 +667,13 @@ int main(int argc, char** argv) {
     else if (s == "--families") a.families = next();
     else if (s == "--no-check") a.check = false;
     else if (s == "--dump-steps") a.dump = next();
+    else if (s == "--refit") a.refit = next();
+    else if (s == "--gpu") a.gpu = next();
+    else if (s == "--slots") a.slots = std::stoi(next());
+    else if (s == "--router-us") a.router_us = std::stod(next());
+    else if (s == "--calibration") a.calibration_text = next();
+    else if (s == "--replay") a.replay = next();
+    else if (s == "--replay-seed") a.replay_seed = std::stoull(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", s.c_str());
       return 2;
@@ -575,6 +681,7 @@ int main(int argc, char** argv) {
   }
   if (const char* c = std::getenv("WEFT_COMMIT")) a.commit = c;  // the harness, not libweft
   if (!a.dump.empty()) return dump_steps(a) ? 0 : 1;
+  if (!a.refit.empty()) return refit(a) ? 0 : 1;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::fprintf(stderr, "no CUDA device\n");
