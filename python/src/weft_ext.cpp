@@ -266,6 +266,33 @@ nb::dict decode_plan_info(const weft::DecodePlanInfo& i) {
   return d;
 }
 
+// fp8 pools cross DLPack as uint8 bytes (the Python layer views torch's float8 tensors so: DLPack
+// has no fp8 code every framework exports); kv_fp8 (1: e4m3, 2: e5m2) names their element type.
+// The scales (weft::KVScale) are 1-D float32 CUDA arrays of num_kv_heads or 1 entries.
+void apply_fp8(weft::PagedKVCache& cache, int32_t kv_fp8, const OptArray& k_scale, const OptArray& v_scale) {
+  if (kv_fp8 == 0) {
+    WEFT_CHECK_ARG(!k_scale && !v_scale, "k_scale", "scales are for fp8 KV pools only");
+    return;
+  }
+  WEFT_CHECK_ARG(kv_fp8 == 1 || kv_fp8 == 2, "kv_data_type", "unknown fp8 format code " << kv_fp8);
+  const weft::DType t = kv_fp8 == 1 ? weft::DType::kFloat8E4M3 : weft::DType::kFloat8E5M2;
+  for (weft::TensorView* p : {&cache.k_pages, &cache.v_pages}) {
+    WEFT_CHECK_ARG(p->dtype == weft::DType::kUInt8, "paged_kv_cache",
+                   "an fp8 pool crosses as its uint8 bytes, got " << p->describe());
+    p->dtype = t;
+  }
+  auto scale = [](const OptArray& a, const char* name) {
+    WEFT_CHECK_ARG(a.has_value(), name, "required for an fp8 KV pool");
+    const weft::TensorView s = view(*a, name);
+    WEFT_CHECK_ARG(s.dtype == weft::DType::kFloat32 && s.ndim == 1 && s.device == weft::Device::kCUDA &&
+                       (s.shape[0] <= 1 || s.strides[0] == 1),
+                   name, "must be a contiguous 1-D float32 CUDA array, got " << s.describe());
+    return weft::KVScale{static_cast<const float*>(s.data), nullptr, s.shape[0]};
+  };
+  cache.k_scale = scale(k_scale, "k_scale");
+  cache.v_scale = scale(v_scale, "v_scale");
+}
+
 // What both decode classes share: the wrapper (rebuilt when the heads change or a batch exceeds
 // it), its workspace and the planned layout.
 class DecodeCommon {
@@ -293,10 +320,12 @@ class DecodeCommon {
   }
   template <class Table>
   void run_with(const Table& table, const Array& q, const Array& k_cache, const OptArray& v_cache, const Array& out,
-                const OptArray& lse, uintptr_t stream) {
+                const OptArray& lse, uintptr_t stream, int32_t kv_fp8 = 0, const OptArray& k_scale = {},
+                const OptArray& v_scale = {}) {
     WEFT_CHECK_ARG(w_ != nullptr, "plan", "run() before plan()");
     auto [k, v] = kv_views(k_cache, v_cache, "paged_kv_cache");
     weft::PagedKVCache cache{k, v, layout_};
+    apply_fp8(cache, kv_fp8, k_scale, v_scale);
     weft::TensorView tl;
     if (lse) tl = view(*lse, "lse");
     w_->run(view(q, "q"), cache, table, view(out, "out"), lse ? &tl : nullptr, as_stream(stream));
@@ -341,8 +370,8 @@ class DecodeBlocks : public DecodeCommon {
              make_variant(sm_scale, 0, window_left, soft_cap, return_lse), ws_.ptr, ws_.bytes, stream);
   }
   void run(const Array& q, const Array& k_cache, const OptArray& v_cache, const Array& out, const OptArray& lse,
-           uintptr_t stream) {
-    run_with(table(), q, k_cache, v_cache, out, lse, stream);
+           uintptr_t stream, int32_t kv_fp8, const OptArray& k_scale, const OptArray& v_scale) {
+    run_with(table(), q, k_cache, v_cache, out, lse, stream, kv_fp8, k_scale, v_scale);
   }
 
  private:
@@ -362,15 +391,20 @@ class DecodeBlocks : public DecodeCommon {
 
 class Decode : public DecodeCommon {
  public:
-  Decode(int32_t max_batch, int32_t max_num_pages, int32_t path, OptArray workspace)
+  Decode(int32_t max_batch, int32_t max_num_pages, int32_t path, bool share_prefixes, OptArray workspace)
       : DecodeCommon(max_batch, workspace), max_pages_hint_(max_num_pages) {
     WEFT_CHECK_ARG(path >= 0 && path <= 2, "backend", "unknown decode path " << path);
     opt_.path = static_cast<weft::DecodePath>(path);
+    opt_.share_prefixes = share_prefixes;
   }
 
+  // levels_req_indptr / levels_num_pages: BatchDecodeWrapper::plan_cascade's levels (one entry
+  // per level; empty: plan(), which finds shared pages itself under share_prefixes).
   void plan(const Array& indptr, const Array& indices, const Array& last_page_len, int32_t hq, int32_t hkv,
             int32_t head_dim, int32_t page_size, int32_t dtype, int32_t layout, double sm_scale,
-            int32_t window_left, double soft_cap, bool return_lse, uintptr_t stream_i) {
+            int32_t window_left, double soft_cap, bool return_lse, uintptr_t stream_i,
+            const std::vector<std::vector<int32_t>>& levels_req_indptr,
+            const std::vector<std::vector<int32_t>>& levels_num_pages) {
     const cudaStream_t stream = as_stream(stream_i);
     std::vector<int32_t> h_indptr = host_i32(indptr, "indptr", stream);
     std::vector<int32_t> h_indices = host_i32(indices, "indices", stream);
@@ -383,12 +417,21 @@ class Decode : public DecodeCommon {
     indices_.set(std::move(h_indices), std::max(max_pages_hint_, 1), "indices", stream);
     last_.set(std::move(h_last), max_batch_, "last_page_len", stream);
     layout_ = lay;
-    w_->plan(table(), hq, hkv, head_dim, page_size, dt, lay,
-             make_variant(sm_scale, 0, window_left, soft_cap, return_lse), ws_.ptr, ws_.bytes, stream);
+    const weft::AttentionVariant var = make_variant(sm_scale, 0, window_left, soft_cap, return_lse);
+    if (levels_req_indptr.empty() && levels_num_pages.empty()) {
+      w_->plan(table(), hq, hkv, head_dim, page_size, dt, lay, var, ws_.ptr, ws_.bytes, stream);
+      return;
+    }
+    WEFT_CHECK_ARG(levels_req_indptr.size() == levels_num_pages.size(), "levels",
+                   "every level needs (req_indptr, num_pages): got " << levels_req_indptr.size() << " and "
+                                                                      << levels_num_pages.size());
+    std::vector<weft::CascadeLevel> levels(levels_req_indptr.size());
+    for (size_t i = 0; i < levels.size(); ++i) levels[i] = {levels_req_indptr[i], levels_num_pages[i]};
+    w_->plan_cascade(table(), levels, hq, hkv, head_dim, page_size, dt, lay, var, ws_.ptr, ws_.bytes, stream);
   }
   void run(const Array& q, const Array& k_cache, const OptArray& v_cache, const Array& out, const OptArray& lse,
-           uintptr_t stream) {
-    run_with(table(), q, k_cache, v_cache, out, lse, stream);
+           uintptr_t stream, int32_t kv_fp8, const OptArray& k_scale, const OptArray& v_scale) {
+    run_with(table(), q, k_cache, v_cache, out, lse, stream, kv_fp8, k_scale, v_scale);
   }
   int32_t max_batch() const { return max_batch_; }
 
@@ -676,12 +719,14 @@ NB_MODULE(_weft, m) {
   });
 
   nb::class_<Decode>(m, "Decode")
-      .def(nb::init<int32_t, int32_t, int32_t, OptArray>(), "max_batch"_a, "max_num_pages"_a, "path"_a,
-           "workspace"_a.none())
+      .def(nb::init<int32_t, int32_t, int32_t, bool, OptArray>(), "max_batch"_a, "max_num_pages"_a, "path"_a,
+           "share_prefixes"_a, "workspace"_a.none())
       .def("plan", &Decode::plan, "indptr"_a, "indices"_a, "last_page_len"_a, "num_qo_heads"_a, "num_kv_heads"_a,
            "head_dim"_a, "page_size"_a, "dtype"_a, "layout"_a, "sm_scale"_a, "window_left"_a, "logits_soft_cap"_a,
-           "return_lse"_a, "stream"_a)
-      .def("run", &Decode::run, "q"_a, "k_cache"_a, "v_cache"_a.none(), "out"_a, "lse"_a.none(), "stream"_a)
+           "return_lse"_a, "stream"_a, "levels_req_indptr"_a = std::vector<std::vector<int32_t>>(),
+           "levels_num_pages"_a = std::vector<std::vector<int32_t>>())
+      .def("run", &Decode::run, "q"_a, "k_cache"_a, "v_cache"_a.none(), "out"_a, "lse"_a.none(), "stream"_a,
+           "kv_fp8"_a = 0, "k_scale"_a.none() = nb::none(), "v_scale"_a.none() = nb::none())
       .def("plan_info", [](const Decode& d) { return d.plan_info(); })
       .def_prop_ro("workspace_bytes", [](const Decode& d) { return d.workspace_bytes(); })
       .def_prop_ro("max_batch", &Decode::max_batch);
@@ -692,7 +737,8 @@ NB_MODULE(_weft, m) {
       .def("plan", &DecodeBlocks::plan, "block_ids"_a, "row_stride"_a, "seq_lens"_a, "num_qo_heads"_a,
            "num_kv_heads"_a, "head_dim"_a, "page_size"_a, "dtype"_a, "layout"_a, "sm_scale"_a, "window_left"_a,
            "soft_cap"_a, "return_lse"_a, "stream"_a)
-      .def("run", &DecodeBlocks::run, "q"_a, "k_cache"_a, "v_cache"_a.none(), "out"_a, "lse"_a.none(), "stream"_a)
+      .def("run", &DecodeBlocks::run, "q"_a, "k_cache"_a, "v_cache"_a.none(), "out"_a, "lse"_a.none(), "stream"_a,
+           "kv_fp8"_a = 0, "k_scale"_a.none() = nb::none(), "v_scale"_a.none() = nb::none())
       .def("plan_info", [](const DecodeBlocks& d) { return d.plan_info(); })
       .def_prop_ro("workspace_bytes", [](const DecodeBlocks& d) { return d.workspace_bytes(); });
   nb::class_<Prefill>(m, "Prefill")

@@ -382,3 +382,73 @@ def test_block_table_routes_vs_reference(route):
         w.plan(bad, seq, hq, hkv, d, page, q_data_type=torch.bfloat16)
         w.run(q, cache)
     assert e.value.argument == "table.block_ids"
+
+
+@pytest.mark.parametrize("fmt,fmax,per_head", [("float8_e4m3fn", 448.0, True), ("float8_e5m2", 57344.0, False)])
+def test_decode_fp8_pools_vs_reference(fmt, fmax, per_head):
+    """fp8 KV pools (torch float8 caches, x = scale * x8) against the float64 reference of the
+    dequantized pages; per-head scale tensors (e4m3) and one Python float per pool (e5m2)."""
+    if not hasattr(torch, fmt):
+        pytest.skip(f"this torch has no {fmt}")
+    f8 = getattr(torch, fmt)
+    gen = torch.Generator().manual_seed(11)
+    hq, hkv, d, page = 32, 8, 128, 16
+    lens = [1, 300, 4097, 64]
+    (kc, vc), (indptr, indices, last), _, _ = make_paged(lens, page, hkv, d, torch.bfloat16, gen=gen)
+    if per_head:
+        ks = kc.float().abs().amax(dim=(0, 1, 3)) / fmax  # [hkv]
+        vs = vc.float().abs().amax(dim=(0, 1, 3)) / fmax
+        k8 = (kc.float() / ks[None, None, :, None]).to(f8)
+        v8 = (vc.float() / vs[None, None, :, None]).to(f8)
+        kd, vd = k8.float() * ks[None, None, :, None], v8.float() * vs[None, None, :, None]
+        k_scale, v_scale = ks.contiguous(), vs.contiguous()
+    else:
+        ksf, vsf = float(kc.float().abs().max()) / fmax, float(vc.float().abs().max()) / fmax
+        k8, v8 = (kc.float() / ksf).to(f8), (vc.float() / vsf).to(f8)
+        kd, vd = k8.float() * ksf, v8.float() * vsf
+        k_scale, v_scale = ksf, vsf
+    q = (torch.rand(len(lens), hq, d, generator=gen) * 2 - 1).to(torch.bfloat16).cuda()
+    w = weft.BatchDecodeWithPagedKVCacheWrapper()
+    w.plan(indptr, indices, last, hq, hkv, d, page, q_data_type=torch.bfloat16, kv_data_type=f8)
+    out = w.run(q, (k8, v8), k_scale=k_scale, v_scale=v_scale)
+    torch.cuda.synchronize()
+    for b, n in enumerate(lens):
+        ids = indices[int(indptr[b]):int(indptr[b + 1])].long().cuda()
+        kk = kd[ids].reshape(-1, hkv, d)[:n]
+        vv = vd[ids].reshape(-1, hkv, d)[:n]
+        o_ref, _ = ref_attention(q[b:b + 1], kk, vv)
+        torch.testing.assert_close(out[b].double(), o_ref[0], atol=TOL["bfloat16"], rtol=TOL["bfloat16"])
+    with pytest.raises(weft.WeftError) as e:  # an fp8 pool needs its scales
+        w.run(q, (k8, v8))
+    assert e.value.argument == "k_scale"
+
+
+def test_decode_cascade_and_prefix_sharing_vs_reference():
+    """share_prefixes: plan() finding the shared pages itself, and plan_cascade() with them stated
+    (requests 0-1 share 3 full pages, 2-3 share 2), both against the float64 reference; a level
+    stating pages the members do not hold identically names ``levels``."""
+    gen = torch.Generator().manual_seed(13)
+    hq, hkv, d, page = 32, 8, 128, 16
+    lens = [100, 120, 70, 90]
+    (kc, vc), (indptr, indices, last), _, _ = make_paged(lens, page, hkv, d, torch.bfloat16, gen=gen)
+    indices = indices.clone()
+    for a, b, n in ((0, 1, 3), (2, 3, 2)):  # b's first n pages become a's
+        indices[int(indptr[b]):int(indptr[b]) + n] = indices[int(indptr[a]):int(indptr[a]) + n]
+    q = (torch.rand(len(lens), hq, d, generator=gen) * 2 - 1).to(torch.bfloat16).cuda()
+
+    def check(out):
+        for b, n in enumerate(lens):
+            ids = indices[int(indptr[b]):int(indptr[b + 1])].long().cuda()
+            kk = kc[ids].reshape(-1, hkv, d)[:n]
+            vv = vc[ids].reshape(-1, hkv, d)[:n]
+            o_ref, _ = ref_attention(q[b:b + 1], kk, vv)
+            torch.testing.assert_close(out[b].double(), o_ref[0], atol=TOL["bfloat16"], rtol=TOL["bfloat16"])
+
+    w = weft.BatchDecodeWithPagedKVCacheWrapper(share_prefixes=True)
+    w.plan(indptr, indices, last, hq, hkv, d, page, q_data_type=torch.bfloat16)
+    check(w.run(q, (kc, vc)))
+    w.plan_cascade(indptr, indices, last, [([0, 2, 4], [3, 2])], hq, hkv, d, page, q_data_type=torch.bfloat16)
+    check(w.run(q, (kc, vc)))
+    with pytest.raises(weft.WeftError) as e:  # requests 2-3 do not share 4 pages
+        w.plan_cascade(indptr, indices, last, [([0, 2, 4], [3, 4])], hq, hkv, d, page, q_data_type=torch.bfloat16)
+    assert e.value.argument == "levels"

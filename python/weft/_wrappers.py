@@ -111,14 +111,46 @@ def _soft_cap(logits_soft_cap: Optional[float]) -> float:
 
 # ---- decode ----------------------------------------------------------------------------------
 
-def _decode_run(impl: Any, q: Any, paged_kv_cache: Any, out: Any, lse: Any, return_lse: bool, stream: Any) -> Any:
-    """run() of both decode wrappers: ``out`` (and ``lse``) allocated like ``q`` when not given."""
+_FP8 = {"float8_e4m3fn": 1, "e4m3": 1, "float8_e5m2": 2, "e5m2": 2}
+
+
+def _fp8_code(d: Any) -> int:
+    """1 (e4m3), 2 (e5m2) or 0 for a dtype or its name."""
+    return _FP8.get(str(d).replace("torch.", ""), 0)
+
+
+def _scale_array(s: Any, like: Any, name: str) -> Any:
+    """A KV scale: a 1-D float32 CUDA tensor as given, or a Python float as a 1-element tensor
+    (allocated per call: pass tensors when capturing CUDA graphs)."""
+    if s is None or hasattr(s, "shape"):
+        return s
+    torch = sys.modules.get("torch")
+    if torch is None or _framework(like) != "torch":
+        raise _error(name, "a float scale needs torch tensors; pass a 1-D float32 CUDA array")
+    return torch.full((1,), float(s), dtype=torch.float32, device=like.device)
+
+
+def _decode_run(impl: Any, q: Any, paged_kv_cache: Any, out: Any, lse: Any, return_lse: bool, stream: Any,
+                k_scale: Any = None, v_scale: Any = None) -> Any:
+    """run() of both decode wrappers: ``out`` (and ``lse``) allocated like ``q`` when not given;
+    fp8 pools (torch float8 tensors) cross as their uint8 bytes with their format's code."""
     k, v = _kv_pair(paged_kv_cache)
     if out is None:
         out = _empty_like(q, q.shape, str(q.dtype).replace("torch.", ""), "out")
     if return_lse and lse is None:
         lse = _empty_like(q, (q.shape[0], q.shape[1]), "float32", "lse")
-    impl.run(q, k, v, out, lse, _stream_of(stream, q))
+    fp8 = _fp8_code(k.dtype)
+    if fp8:
+        u8 = sys.modules["torch"].uint8
+        k = k.view(u8)
+        v = None if v is None else v.view(u8)
+        impl.run(q, k, v, out, lse, _stream_of(stream, q), fp8, _scale_array(k_scale, q, "k_scale"),
+                 _scale_array(v_scale, q, "v_scale"))
+    elif k_scale is not None or v_scale is not None:
+        impl.run(q, k, v, out, lse, _stream_of(stream, q), 0, _scale_array(k_scale, q, "k_scale"),
+                 _scale_array(v_scale, q, "v_scale"))
+    else:
+        impl.run(q, k, v, out, lse, _stream_of(stream, q))
     return (out, lse) if return_lse else out
 
 
@@ -143,6 +175,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
     only when a plan needs more than ``max_batch_size`` requests / ``max_num_pages`` pages or other
     head counts: size them up front when you capture CUDA graphs.
 
+    Prefix sharing (``share_prefixes=True``, weft::DecodeOptions::share_prefixes): requests whose
+    page lists start with the same full pages read them once; plan() finds them, or
+    ``plan_cascade()`` takes them stated level by level (FlashInfer's multi-level cascade).
+
     CUDA graphs: run() allocates nothing (when ``out`` is given) and never syncs the host; the
     page table lives in wrapper-owned device buffers at fixed addresses, so a graph captured
     around run() replays correctly after a later plan() with other lengths (same q/out/cache
@@ -151,12 +187,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     def __init__(self, float_workspace_buffer: Any = None, kv_layout: str = "NHD",
                  use_cuda_graph: bool = False, *, max_batch_size: int = 0, max_num_pages: int = 0,
-                 backend: str = "auto"):
+                 backend: str = "auto", share_prefixes: bool = False):
         self._layout = _layout_code(kv_layout)
         if backend not in _DECODE_BACKENDS:
             raise _error("backend", f"must be one of {sorted(_DECODE_BACKENDS)}, got {backend!r}")
         self._impl = _weft.Decode(int(max_batch_size), int(max_num_pages), _DECODE_BACKENDS[backend],
-                                  float_workspace_buffer)
+                                  bool(share_prefixes), float_workspace_buffer)
         self._num_qo_heads = 0
         self._head_dim = 0
         self._batch = 0
@@ -178,8 +214,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """
         _check_no_rope(pos_encoding_mode, rope_scale, rope_theta)
         dt = _dtype_code(data_type if data_type is not None else q_data_type, "q_data_type")
-        if kv_data_type is not None and _dtype_code(kv_data_type, "kv_data_type") != dt:
-            raise _error("kv_data_type", "must equal q_data_type (no mixed-precision KV yet)")
+        if (kv_data_type is not None and not _fp8_code(kv_data_type)
+                and _dtype_code(kv_data_type, "kv_data_type") != dt):
+            raise _error("kv_data_type", "must equal q_data_type or be an fp8 format (float8_e4m3fn, float8_e5m2)")
         s = _stream_of(stream, indptr, indices, last_page_len)
         self._impl.plan(indptr, indices, last_page_len, int(num_qo_heads), int(num_kv_heads), int(head_dim),
                         int(page_size), dt, self._layout, _sm_scale(sm_scale, head_dim), int(window_left),
@@ -187,12 +224,38 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._num_qo_heads, self._head_dim, self._dtype = int(num_qo_heads), int(head_dim), dt
         self._batch = len(indptr) - 1
 
+    def plan_cascade(self, indptr: Any, indices: Any, last_page_len: Any, levels: Sequence[Tuple[Sequence[int],
+                     Sequence[int]]], num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int,
+                     q_data_type: Any = "float16", sm_scale: Optional[float] = None, *, stream: Any = None) -> None:
+        """Plan with explicitly stated shared pages (the wrapper needs ``share_prefixes=True``).
+
+        ``levels``: one ``(req_indptr, num_pages)`` per level, outermost first. A level splits the
+        batch into consecutive groups (``req_indptr``: groups + 1 entries from 0 to batch); group g
+        shares ``num_pages[g]`` pages, the next pages of each member's page list after the pages of
+        the levels above. Levels nest, the stated pages are full pages with the same ids in every
+        member's list (weft::CascadeLevel; WeftError naming ``levels`` otherwise).
+        """
+        dt = _dtype_code(q_data_type, "q_data_type")
+        ri = [[int(x) for x in r] for r, _ in levels]
+        npg = [[int(x) for x in n] for _, n in levels]
+        s = _stream_of(stream, indptr, indices, last_page_len)
+        self._impl.plan(indptr, indices, last_page_len, int(num_qo_heads), int(num_kv_heads), int(head_dim),
+                        int(page_size), dt, self._layout, _sm_scale(sm_scale, head_dim), -1, 0.0, False, s, ri, npg)
+        self._num_qo_heads, self._head_dim, self._dtype = int(num_qo_heads), int(head_dim), dt
+        self._batch = len(indptr) - 1
+
     def run(self, q: Any, paged_kv_cache: Any, *, out: Any = None, lse: Any = None, return_lse: bool = False,
-            stream: Any = None) -> Any:
+            k_scale: Any = None, v_scale: Any = None, stream: Any = None) -> Any:
         """Decode attention for the planned batch. Returns ``out`` (allocated like ``q`` when not
         given, torch / CuPy only), or ``(out, lse)`` with ``return_lse`` (lse [batch, num_qo_heads]
-        float32, natural log)."""
-        return _decode_run(self._impl, q, paged_kv_cache, out, lse, return_lse, stream)
+        float32, natural log).
+
+        fp8 KV pools (``torch.float8_e4m3fn`` / ``torch.float8_e5m2`` caches, x = scale * x8; today
+        bf16 q at head_dim 128, no window / ALiBi): ``k_scale`` / ``v_scale`` are their
+        dequantization scales, a 1-D float32 CUDA tensor of num_kv_heads (per head) or 1 entries,
+        or a Python float (one for the pool; allocated per call, so pass tensors under CUDA graphs).
+        """
+        return _decode_run(self._impl, q, paged_kv_cache, out, lse, return_lse, stream, k_scale, v_scale)
 
     def plan_info(self) -> dict:
         """What the last plan decided (grid, items, splits, kernel path)."""
