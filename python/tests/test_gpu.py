@@ -384,6 +384,16 @@ def test_block_table_routes_vs_reference(route):
     assert e.value.argument == "table.block_ids"
 
 
+def check_pages_vs_reference(out, q, kd, vd, indptr, indices, lens):
+    """Each request's output against the float64 reference of its pages (gathered from the pools
+    kd / vd [pages, page_size, hkv, d] through the page table)."""
+    hkv, d = kd.shape[2], kd.shape[3]
+    for b, n in enumerate(lens):
+        ids = indices[int(indptr[b]):int(indptr[b + 1])].long().cuda()
+        o_ref, _ = ref_attention(q[b:b + 1], kd[ids].reshape(-1, hkv, d)[:n], vd[ids].reshape(-1, hkv, d)[:n])
+        torch.testing.assert_close(out[b].double(), o_ref[0], atol=TOL["bfloat16"], rtol=TOL["bfloat16"])
+
+
 @pytest.mark.parametrize("fmt,fmax,per_head", [("float8_e4m3fn", 448.0, True), ("float8_e5m2", 57344.0, False)])
 def test_decode_fp8_pools_vs_reference(fmt, fmax, per_head):
     """fp8 KV pools (torch float8 caches, x = scale * x8) against the float64 reference of the
@@ -412,12 +422,7 @@ def test_decode_fp8_pools_vs_reference(fmt, fmax, per_head):
     w.plan(indptr, indices, last, hq, hkv, d, page, q_data_type=torch.bfloat16, kv_data_type=f8)
     out = w.run(q, (k8, v8), k_scale=k_scale, v_scale=v_scale)
     torch.cuda.synchronize()
-    for b, n in enumerate(lens):
-        ids = indices[int(indptr[b]):int(indptr[b + 1])].long().cuda()
-        kk = kd[ids].reshape(-1, hkv, d)[:n]
-        vv = vd[ids].reshape(-1, hkv, d)[:n]
-        o_ref, _ = ref_attention(q[b:b + 1], kk, vv)
-        torch.testing.assert_close(out[b].double(), o_ref[0], atol=TOL["bfloat16"], rtol=TOL["bfloat16"])
+    check_pages_vs_reference(out, q, kd, vd, indptr, indices, lens)
     with pytest.raises(weft.WeftError) as e:  # an fp8 pool needs its scales
         w.run(q, (k8, v8))
     assert e.value.argument == "k_scale"
@@ -437,12 +442,7 @@ def test_decode_cascade_and_prefix_sharing_vs_reference():
     q = (torch.rand(len(lens), hq, d, generator=gen) * 2 - 1).to(torch.bfloat16).cuda()
 
     def check(out):
-        for b, n in enumerate(lens):
-            ids = indices[int(indptr[b]):int(indptr[b + 1])].long().cuda()
-            kk = kc[ids].reshape(-1, hkv, d)[:n]
-            vv = vc[ids].reshape(-1, hkv, d)[:n]
-            o_ref, _ = ref_attention(q[b:b + 1], kk, vv)
-            torch.testing.assert_close(out[b].double(), o_ref[0], atol=TOL["bfloat16"], rtol=TOL["bfloat16"])
+        check_pages_vs_reference(out, q, kc, vc, indptr, indices, lens)
 
     w = weft.BatchDecodeWithPagedKVCacheWrapper(share_prefixes=True)
     w.plan(indptr, indices, last, hq, hkv, d, page, q_data_type=torch.bfloat16)
