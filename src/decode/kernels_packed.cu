@@ -20,32 +20,41 @@ namespace {
 //    kernels' shared memory).
 //  - head_dim 256: 16-row items only (two n8 tiles): four tiles of O^T at D = 256 would need
 //    256 accumulator registers per lane (the register bound of PAT §5.2 (1)).
+// The kernel follows the plan's tile rows (LaunchArgs::tile_rows, the partial slots' stride): 32
+// runs the multi-tile kernel, 16 the 16-row one.
 template <class T, int D>
 __global__ void __launch_bounds__(kMaxThreads, 1) decode_multitile_kernel(const DecodeParams<T> p) {
   using V = attn::DefaultVariant;
   decode_items<T, D, kPlanTileQWide, TcMainloop<T, D, 4, V>, true, DecodeParams<T>, TcMainloop<T, D, 2, V>>(p);
 }
+// 16-row items with 16-row partial slots: head_dim 256, and every plan of 16-row tiles (the
+// work queue's tasks, work_queue_decode.cpp).
 template <class T, int D>
-constexpr auto packed_kernel = [] {
-  if constexpr (D <= 128)
-    return decode_multitile_kernel<T, D>;
-  else
-    return decode_tc_kernel<T, D, 2, attn::DefaultVariant, true>;
-}();
-template <int D>
-constexpr int kPackedRows = D <= 128 ? kPlanTileQWide : kPlanTileQ;
+constexpr auto packed16_kernel = decode_tc_kernel<T, D, 2, attn::DefaultVariant, true>;
 
 template <class T, int D>
-void launch_packed(const DecodeParams<T>& p, int grid, cudaStream_t stream) {
-  packed_kernel<T, D><<<grid, p.warps * 32, SmemLayout<T, D, kPackedRows<D>>::bytes(p.stages, p.warps), stream>>>(p);
+void launch_packed(const DecodeParams<T>& p, int tile_rows, int grid, cudaStream_t stream) {
+  if constexpr (D <= 128) {
+    if (tile_rows == kPlanTileQWide) {
+      decode_multitile_kernel<T, D>
+          <<<grid, p.warps * 32, SmemLayout<T, D, kPlanTileQWide>::bytes(p.stages, p.warps), stream>>>(p);
+      WEFT_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
+  packed16_kernel<T, D><<<grid, p.warps * 32, SmemLayout<T, D>::bytes(p.stages, p.warps), stream>>>(p);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
 template <int D>
 void prepare(int optin) {
-  for (const void* k : {reinterpret_cast<const void*>(packed_kernel<half, D>),
-                        reinterpret_cast<const void*>(packed_kernel<__nv_bfloat16, D>)})
+  for (const void* k : {reinterpret_cast<const void*>(packed16_kernel<half, D>),
+                        reinterpret_cast<const void*>(packed16_kernel<__nv_bfloat16, D>)})
     WEFT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  if constexpr (D <= 128)
+    for (const void* k : {reinterpret_cast<const void*>(decode_multitile_kernel<half, D>),
+                          reinterpret_cast<const void*>(decode_multitile_kernel<__nv_bfloat16, D>)})
+      WEFT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
 }
 
 template <class T>
@@ -53,9 +62,9 @@ void dispatch_packed(const LaunchArgs& a, const plan::WorkPlanPointers& work, cu
   DecodeParams<T> p = make_decode_params<T, T>(a);
   p.work = work;
   switch (a.head_dim) {
-    case 64: return launch_packed<T, 64>(p, a.grid, stream);
-    case 128: return launch_packed<T, 128>(p, a.grid, stream);
-    case 256: return launch_packed<T, 256>(p, a.grid, stream);
+    case 64: return launch_packed<T, 64>(p, a.tile_rows, a.grid, stream);
+    case 128: return launch_packed<T, 128>(p, a.tile_rows, a.grid, stream);
+    case 256: return launch_packed<T, 256>(p, a.tile_rows, a.grid, stream);
     default: throw Error("head_dim", "expected 64, 128 or 256, got " + std::to_string(a.head_dim));
   }
 }
@@ -78,10 +87,11 @@ void launch_decode_work_plan(const LaunchArgs& a, const plan::WorkPlanPointers& 
                              int merge_blocks, int num_merges) {
   WEFT_CHECK_ARG(a.var.alibi_slopes == nullptr, "variant.alibi_slopes",
                  "ALiBi is not supported on the generic (work plan) item path yet");
-  WEFT_CHECK_ARG(a.tile_rows == pack_tile_rows(a.head_dim) && a.group_size <= kPlanTileQ, "tile_rows",
-                 "the generic item path runs items of pack_tile_rows(head_dim) = " << pack_tile_rows(a.head_dim)
-                                                                                   << " rows (GQA group <= 16), got "
-                                                                                   << a.tile_rows);
+  WEFT_CHECK_ARG((a.tile_rows == kPlanTileQ || a.tile_rows == pack_tile_rows(a.head_dim)) && a.group_size <= kPlanTileQ,
+                 "tile_rows",
+                 "the generic item path runs items of 16 or pack_tile_rows(head_dim) = " << pack_tile_rows(a.head_dim)
+                                                                                         << " rows (GQA group <= 16), got "
+                                                                                         << a.tile_rows);
   WEFT_DISPATCH_HALF_TYPES(a.dtype, "q", [&] { dispatch_packed<scalar_t>(a, work, stream); });
   attn::MergeOutput mo;
   mo.o = a.out->data;
