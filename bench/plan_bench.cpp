@@ -6,11 +6,14 @@
 //   prefill make_plan() + serialize()     what BatchPrefillWrapper::plan_common() computes (the
 //           + the segment arrays          metadata image and the segment arrays)
 // for the planner as it was before issue 19 ("ref", tests/host/attention/plan_reference.h, kept
-// verbatim) and the current one ("new": a reused plan::Planner, serialize into a reused image).
+// verbatim) and the current one ("new": a reused plan::Planner, serialize into a reused image; for
+// decode the wrapper's head-folded plan, decode_head_fold, whose unfolded twin is checked to give
+// the reference's image byte for byte).
 // Shapes: decode batch 1/32/128/256 on 264 CTAs (an H100/H200 decode grid: 132 SMs x 2), Llama-3-8B
 // (32 qo / 8 kv heads) and Llama-2-7B (32 / 32), KV lengths uniform 4096, bimodal (512 / 32768
 // alternating) and random (1..32768); prefill batch 1/16/64 of causal prompts, 32/8 heads, the
-// sm90 plan (128 x 128 tiles, 132 CTAs). Every case checks that both planners give the same image.
+// sm90 plan (128 x 128 tiles, 132 CTAs). Every case checks that both planners give the same image
+// (decode: unfolded).
 //   weft-plan-bench [--filter SUBSTR] [--min-ms MS] [--copy]
 // --copy (needs a GPU): per decode case also times what plan() enqueues after planning, on an idle
 // stream: cudaMemcpyAsync of the layout's whole metadata region from a pinned staging buffer + the
@@ -151,9 +154,14 @@ void decode_cases(const std::string& filter) {
         const int32_t rows = weft::decode::decode_tile_rows(m.hq / m.hkv, kHeadDim, false);
         const BalanceConfig cfg = weft::decode::balance_config(kGrid, m.hq, m.hkv, rows);
         const WorkspaceLayout layout(weft::decode::plan_bounds(batch, m.hq, m.hkv, kHeadDim, kGrid, rows));
-        std::vector<unsigned char> img_ref(layout.metadata_bytes()), img_new(layout.metadata_bytes());
+        // The wrapper folds KV heads (decode_head_fold): the plan of one head class, expanded by
+        // the layout's CTA records and the kernel.
+        const int32_t fold = weft::decode::decode_head_fold(m.hkv, kGrid);
+        const BalanceConfig cfg_fold = weft::decode::balance_config(kGrid, m.hq, m.hkv, rows, fold);
+        const WorkspaceLayout layout_fold(weft::decode::plan_bounds(batch, m.hq, m.hkv, kHeadDim, kGrid, rows, fold));
+        std::vector<unsigned char> img_ref(layout.metadata_bytes()), img_new(layout_fold.metadata_bytes());
 
-        // balance() alone.
+        // balance() alone (unfolded: the planner itself against the reference).
         const BatchShape shape = weft::decode::batch_shape(lens.data(), batch, -1);
         const Stats b_ref = time_calls([&] { g_sink = weft::plan::reference::balance(shape, cfg).num_items(); });
         weft::plan::Planner planner;
@@ -164,7 +172,9 @@ void decode_cases(const std::string& filter) {
         });
         print_row(name, "balance", b_ref, b_new, "");
 
-        // The wrapper's planning: shape, plan_decode, serialize into the staging image.
+        // The wrapper's planning: shape, plan_decode, serialize into the staging image. "ref": the
+        // planner before issue 19, unfolded; "new": the wrapper's folded plan. The unfolded plan of
+        // the current planner must still give the reference's image byte for byte.
         Plan last_ref;
         const Stats p_ref = time_calls([&] {
           const BatchShape s = weft::decode::batch_shape(lens.data(), batch, -1);
@@ -172,19 +182,29 @@ void decode_cases(const std::string& filter) {
           weft::plan::reference::serialize(layout, p, img_ref.data());
           last_ref = std::move(p);
         });
+        {
+          std::vector<unsigned char> img_unfolded(layout.metadata_bytes());
+          Plan p;
+          weft::decode::plan_decode(shape, cfg, planner, p);
+          layout.serialize(p, img_unfolded.data());
+          if (!same_bytes(img_ref, img_unfolded)) std::printf("%s: UNFOLDED IMAGE DIFFERS\n", name.c_str());
+        }
         BatchShape shape_new;
         WorkspaceLayout::Image image;
         const Stats p_new = time_calls([&] {
           weft::decode::batch_shape(lens.data(), batch, -1, shape_new);
-          weft::decode::plan_decode(shape_new, cfg, planner, plan_new);
-          layout.serialize(plan_new, img_new.data(), &image);
+          weft::decode::plan_decode(shape_new, cfg_fold, planner, plan_new);
+          layout_fold.serialize(plan_new, img_new.data(), &image);
         });
-        char note[96];
-        std::snprintf(note, sizeof note, "items %d merges %d %s", last_ref.num_items(), last_ref.num_merges(),
-                      same_bytes(img_ref, img_new) ? "same image" : "IMAGE DIFFERS");
+        double ms_ref = 0, ms_new = 0;
+        for (double c : last_ref.cta_cost) ms_ref = std::max(ms_ref, c);
+        for (double c : plan_new.cta_cost) ms_new = std::max(ms_new, c);
+        char note[160];
+        std::snprintf(note, sizeof note, "items %d merges %d | fold %d: %d x %d, makespan %.3fx", last_ref.num_items(),
+                      last_ref.num_merges(), fold, plan_new.num_items(), fold, ms_ref > 0 ? ms_new / ms_ref : 1.0);
         print_row(name, "plan+serialize", p_ref, p_new, note);
         if (g_copy) {
-          const Stats c = time_copy(img_new.data(), img_new.size());
+          const Stats c = time_copy(img_new.data(), img_new.size());  // the folded layout's region
           char cnote[64];
           std::snprintf(cnote, sizeof cnote, "%zu bytes", img_new.size());
           print_row(name, "copy+event", c, c, cnote);
@@ -244,15 +264,29 @@ void prefill_cases(const std::string& filter) {
     });
     weft::prefill::PrefillPlanner planner;
     weft::prefill::SegmentedPlan sp_new;
-    WorkspaceLayout::Image image;
-    const Stats neu = time_calls([&] {
+    {  // the current planner unfolded: the reference's image byte for byte
+      WorkspaceLayout::Image image;
       planner.make_plan(req, sp_new);
       layout.plan.serialize(sp_new.plan, img_new.data(), &image);
       put_extras(img_new.data() + layout.plan.metadata_bytes(), sp_new);
+    }
+    const bool same = same_bytes(img_ref, img_new);
+    // The wrapper's plan: head-folded (prefill_head_fold), into the folded layout.
+    weft::prefill::PlanRequest req_fold = req;
+    req_fold.head_fold = weft::prefill::prefill_head_fold(req.num_kv_heads, req.num_ctas);
+    const weft::prefill::PrefillWorkspaceLayout layout_fold = weft::prefill::make_layout(
+        static_cast<int32_t>(c.q.size()), total_q, 8, 4, req.cta_q, 128, req.num_ctas, req_fold.head_fold);
+    std::vector<unsigned char> img_fold(layout_fold.plan.metadata_bytes() + layout_fold.extra_bytes);
+    WorkspaceLayout::Image image;
+    const Stats neu = time_calls([&] {
+      planner.make_plan(req_fold, sp_new);
+      layout_fold.plan.serialize(sp_new.plan, img_fold.data(), &image);
+      put_extras(img_fold.data() + layout_fold.plan.metadata_bytes(), sp_new);
     });
-    char note[96];
-    std::snprintf(note, sizeof note, "segs %d items %d merges %d %s", last_ref.plan.batch, last_ref.plan.num_items(),
-                  last_ref.plan.num_merges(), same_bytes(img_ref, img_new) ? "same image" : "IMAGE DIFFERS");
+    char note[128];
+    std::snprintf(note, sizeof note, "segs %d items %d merges %d %s | fold %d: %d x %d", last_ref.plan.batch,
+                  last_ref.plan.num_items(), last_ref.plan.num_merges(), same ? "same image" : "IMAGE DIFFERS",
+                  req_fold.head_fold, sp_new.plan.num_items(), req_fold.head_fold);
     print_row(c.name, "plan+serialize", ref, neu, note);
   }
 }

@@ -11,18 +11,23 @@ namespace {
 constexpr int kWarps = 4;  // one warp per output row; 4 rows in flight per CTA
 
 // One merge entry's metadata (plan data, written by plan() before the producer kernel ran).
+// Head-folded plans (plan::Plan::head_fold = y): entry e is plan merge e / y for sub-head e % y;
+// its KV head and first slot are expanded (plan::fold_expand) and its n slots lie y slots apart.
 struct MergeEntry {
-  int token0, kv_head, r0, r1, s0, s1;
+  int token0, kv_head, r0, r1, s0, n, step;
 };
-__device__ __forceinline__ MergeEntry load_entry(const plan::PlanPointers& p, int m) {
-  MergeEntry e;
-  e.token0 = p.qo_indptr[p.merge_request[m]];
-  e.kv_head = p.merge_kv_head[m];
-  e.r0 = p.merge_row_begin[m];
-  e.r1 = p.merge_row_end[m];
-  e.s0 = p.merge_indptr[m];
-  e.s1 = p.merge_indptr[m + 1];
-  return e;
+__device__ __forceinline__ MergeEntry load_entry(const plan::PlanPointers& p, int e, int y) {
+  const int m = e / y, fold = plan::fold_word(e % y, y);
+  MergeEntry x;
+  x.token0 = p.qo_indptr[p.merge_request[m]];
+  x.kv_head = plan::fold_expand(p.merge_kv_head[m], fold);
+  x.r0 = p.merge_row_begin[m];
+  x.r1 = p.merge_row_end[m];
+  const int s0 = p.merge_indptr[m];
+  x.n = p.merge_indptr[m + 1] - s0;
+  x.s0 = plan::fold_expand(s0, fold);
+  x.step = y;
+  return x;
 }
 
 template <class T>
@@ -32,22 +37,23 @@ __global__ void __launch_bounds__(kWarps * 32) plan_merge_kernel(plan::PlanPoint
   // (header -> entry -> qo_indptr) are off the critical path; after the wait only the partials
   // are read. (Measured with ncu on H200 at f96c783: the old merge, metadata after the wait and 8
   // slots per batch, took ~11.5 us for llama3 b1/kv32K, 8 entries x 4 rows x 33 slots.)
-  const int num_merges = p.header->num_merges;
+  const int fold = p.header->head_fold;
+  const int num_merges = p.header->num_merges * fold;  // entries: plan merges x sub-heads
   const int tile_q = p.header->tile_q;
   MergeEntry first{};
-  if (static_cast<int>(blockIdx.x) < num_merges) first = load_entry(p, blockIdx.x);
+  if (static_cast<int>(blockIdx.x) < num_merges) first = load_entry(p, blockIdx.x, fold);
   // Wait for the attention grid to complete (and its partial writes to be visible) before
   // reading partials. A no-op when the launch had no programmatic dependency.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int m = blockIdx.x; m < num_merges; m += gridDim.x) {
-    const MergeEntry e = m == static_cast<int>(blockIdx.x) ? first : load_entry(p, m);
+    const MergeEntry e = m == static_cast<int>(blockIdx.x) ? first : load_entry(p, m, fold);
     for (int r = e.r0 + warp; r < e.r1; r += kWarps) {
       const int i = r - e.r0;
       const int token = e.token0 + r / out.group_size;
       const int head = e.kv_head * out.group_size + r % out.group_size;
       merge_row_warp<T>(p.partial_lse + static_cast<int64_t>(e.s0) * tile_q + i,
-                        p.partial_o + (static_cast<int64_t>(e.s0) * tile_q + i) * out.head_dim, e.s1 - e.s0, tile_q,
+                        p.partial_o + (static_cast<int64_t>(e.s0) * tile_q + i) * out.head_dim, e.n, tile_q * e.step,
                         out.head_dim, static_cast<T*>(out.o) + token * out.o_stride_token + head * out.o_stride_head,
                         out.lse != nullptr ? out.lse + token * out.lse_stride_token + head : nullptr, lane);
     }

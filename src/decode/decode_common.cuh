@@ -111,45 +111,60 @@ __device__ __forceinline__ Item load_work_item(const plan::WorkPlanPointers& w, 
   return it;
 }
 
-// A split item's tile: its first partial slot and slot count (merge_indptr). Loaded when the
-// item's KV loop ends, so the loads overlap the epilogue (not held in registers through the
-// KV loop, where the CUDA-core kernel is at its register peak).
+// Head-folded plans (plan::Plan::head_fold): a launched CTA runs the items of plan CTA
+// c / head_fold for sub-head j = c % head_fold. Its CtaRecord carries the fold word
+// (plan::fold_word; 0 without folding: every mapping below is then the identity); an item's KV head is
+// item_kv_head * head_fold + j, its partial slot s * head_fold + j, its merge counter
+// m * head_fold + j, and the slots of one merge lie head_fold slots apart.
+using plan::fold_count;
+using plan::fold_expand;
+
+// A split item's tile: its first partial slot (expanded for the CTA's sub-head), slot count
+// (merge_indptr) and the distance between its slots in slots. Loaded when the item's KV loop
+// ends, so the loads overlap the epilogue (not held in registers through the KV loop, where the
+// CUDA-core kernel is at its register peak).
 struct MergeRange {
-  int s0 = 0, n = 0;
+  int s0 = 0, n = 0, step = 1;
 };
-__device__ __forceinline__ MergeRange load_merge_range(const plan::PlanPointers& p, const Item& it) {
+__device__ __forceinline__ MergeRange load_merge_range(const plan::PlanPointers& p, const Item& it, int fold) {
   MergeRange r;
   if (it.merge >= 0) {
-    r.s0 = p.merge_indptr[it.merge];
-    r.n = p.merge_indptr[it.merge + 1] - r.s0;
+    const int s0 = p.merge_indptr[it.merge];
+    r.n = p.merge_indptr[it.merge + 1] - s0;
+    r.s0 = fold_expand(s0, fold);
+    r.step = fold_count(fold);
   }
   return r;
 }
 
-// Item i from the plan's arrays (the qo_indptr load depends on the request: two load rounds).
-// Used for a CTA's later items, which are requested one item ahead.
-__device__ __forceinline__ Item load_item(const plan::PlanPointers& p, int i) {
+// Item i from the plan's arrays (the qo_indptr load depends on the request: two load rounds),
+// expanded for the CTA's sub-head (fold). Used for a CTA's later items, which are requested one
+// item ahead. it.merge stays the plan's merge index (merge_indptr); its counter is expanded.
+__device__ __forceinline__ Item load_item(const plan::PlanPointers& p, int i, int fold) {
   Item it;
   it.req = p.item_request[i];
-  it.kv_head = p.item_kv_head[i];
+  it.kv_head = fold_expand(p.item_kv_head[i], fold);
   it.row_begin = p.item_row_begin[i];
   it.nrows = p.item_row_end[i] - it.row_begin;
   it.kv_begin = p.item_kv_begin[i];
   it.kv_end = p.item_kv_end[i];
-  it.slot = p.item_partial_slot[i];
+  const int slot = p.item_partial_slot[i];
+  it.slot = slot < 0 ? -1 : fold_expand(slot, fold);
   it.token0 = p.qo_indptr[it.req];
   it.merge = p.item_merge[i];
   return it;
 }
 
-// CTA c's item range and first item from its CtaRecord: three independent 16-byte loads, one
-// load round, where cta_indptr -> item arrays -> qo_indptr took three dependent rounds at the
-// start of every CTA (each a DRAM round trip after the plan's lines left L2).
-__device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int c, int* i0, int* i1) {
+// Launched CTA c's item range and first item from its CtaRecord (already expanded for its
+// sub-head; *fold receives the record's fold word): three independent 16-byte loads, one load
+// round, where cta_indptr -> item arrays -> qo_indptr took three dependent rounds at the start
+// of every CTA (each a DRAM round trip after the plan's lines left L2).
+__device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int c, int* i0, int* i1, int* fold) {
   const int4* rec = reinterpret_cast<const int4*>(p.cta_first + c);
   const int4 a = __ldg(rec), b = __ldg(rec + 1), d = __ldg(rec + 2);
   *i0 = a.x;
   *i1 = a.y;
+  *fold = d.w;
   Item it;
   it.req = a.z;
   it.kv_head = a.w;
@@ -445,10 +460,10 @@ __device__ __forceinline__ V make_variant(const P& p, const RowSpan& rs) {
 // the tile (every thread already holds the tile's slot range, mr).
 template <class T, int D, int QR, class P>
 __device__ __forceinline__ void merge_tile_if_last(const P& p, const Item& it, MergeRange mr,
-                                                   int* s_flag) {
+                                                   int* s_flag, int fold) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> counter(p.plan.merge_counter[it.merge]);
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> counter(p.plan.merge_counter[fold_expand(it.merge, fold)]);
     const bool last = counter.fetch_add(1u, cuda::memory_order_acq_rel) + 1u == uint32_t(mr.n);
     // Every slot of this run is counted: no one else touches the counter until the next launch.
     if (last) counter.store(0u, cuda::memory_order_relaxed);
@@ -461,8 +476,9 @@ __device__ __forceinline__ void merge_tile_if_last(const P& p, const Item& it, M
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = warp; i < it.nrows; i += W) {
     const RowPos rp = row_pos(p, it, it.row_begin + i);
+    // The merge's slots are mr.step slots (mr.step * QR rows) apart.
     attn::merge_row_warp<T>(p.plan.partial_lse + int64_t(mr.s0) * QR + i,
-                            p.plan.partial_o + (int64_t(mr.s0) * QR + i) * D, mr.n, QR, D,
+                            p.plan.partial_o + (int64_t(mr.s0) * QR + i) * D, mr.n, QR * mr.step, D,
                             p.o + rp.token * p.o_stride_token + rp.head * p.o_stride_head,
                             p.lse != nullptr ? p.lse + rp.token * p.lse_stride_token + rp.head : nullptr, lane);
   }

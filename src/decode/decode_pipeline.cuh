@@ -95,6 +95,7 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
 
   WEFT_DECODE_TRACE_ENTRY();
   int i0, i1;
+  int fold = 0;  // head-folded plans: this CTA's sub-head (load_first_item; 0: not folded)
   Item it;
   if constexpr (kPacked) {
     if (p.work.cta_indptr == nullptr) {
@@ -113,7 +114,7 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
       if (i0 < i1) it = load_work_item(p.work, i0);
     }
   } else {
-    it = load_first_item(p.plan, cta, &i0, &i1);
+    it = load_first_item(p.plan, cta, &i0, &i1, &fold);
   }
   // The page list an item's keys index: its request's (balanced plans: BSR or block-table row,
   // PageTableView::pages) or its own base (generic items; a block-table row's base is
@@ -141,7 +142,7 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
     const int32_t* nx_pages = pages;
     int32_t nx_pg0 = -1;
     if (has_next) {
-      nx = kPacked ? load_work_item(p.work, ii + 1) : load_item(p.plan, ii + 1);
+      nx = kPacked ? load_work_item(p.work, ii + 1) : load_item(p.plan, ii + 1, fold);
       nx_pages = pages_of(nx);
       nx_pg0 = kv_lookup_page(p, nx_pages, nx.kv_begin + warp * kWarpKeys, nx.kv_end, lane);
     }
@@ -190,7 +191,7 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
       // load during the epilogue; the epilogue only touches stage S-1 (red_o), red_m/l and sQ.
       __syncwarp();
       WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceLoopEnd);
-      const MergeRange mr = kPacked ? MergeRange{} : load_merge_range(p.plan, it);  // used after the epilogue
+      const MergeRange mr = kPacked ? MergeRange{} : load_merge_range(p.plan, it, fold);  // used after the epilogue
       if (has_next)
         pg_next = start_item<T, D, QR, kPacked>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
                                    S, W, warp, lane);
@@ -215,7 +216,7 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceItemStored);
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceMergeDecided);  // a split item records it again
     if constexpr (!kPacked)
-      if (it.slot >= 0) merge_tile_if_last<T, D, QR>(p, it, mr, s_flag);
+      if (it.slot >= 0) merge_tile_if_last<T, D, QR>(p, it, mr, s_flag, fold);
     it = nx;
     pages = nx_pages;
   }

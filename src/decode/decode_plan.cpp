@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <numeric>
 
 #include "attention/variant.cuh"
 #include "weft/error.h"
@@ -26,8 +27,19 @@ int32_t plan_tile_rows(const plan::BatchShape& shape, int32_t num_kv_heads, int3
   return kPlanTileQ;
 }
 
+int32_t decode_head_fold(int32_t num_kv_heads, int32_t grid) {
+  return num_kv_heads >= 1 && grid >= 1 ? std::gcd(num_kv_heads, grid) : 1;
+}
+
+namespace {
+void check_fold(int32_t head_fold, int32_t num_kv_heads, int32_t grid) {
+  WEFT_CHECK_ARG(head_fold >= 1 && num_kv_heads % head_fold == 0 && grid % head_fold == 0, "head_fold",
+                 "must divide num_kv_heads " << num_kv_heads << " and the grid " << grid << ", got " << head_fold);
+}
+}  // namespace
+
 plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
-                             int32_t grid, int32_t tile_rows) {
+                             int32_t grid, int32_t tile_rows, int32_t head_fold) {
   WEFT_CHECK_ARG(max_batch >= 1, "max_batch", "must be >= 1, got " << max_batch);
   WEFT_CHECK_ARG(num_kv_heads >= 1, "num_kv_heads", "must be >= 1, got " << num_kv_heads);
   WEFT_CHECK_ARG(num_qo_heads >= 1 && num_qo_heads % num_kv_heads == 0, "num_qo_heads",
@@ -38,24 +50,28 @@ plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t nu
   WEFT_CHECK_ARG(tile_rows == kPlanTileQ || tile_rows == kPlanTileQWide, "tile_rows",
                  "must be " << kPlanTileQ << " or " << kPlanTileQWide << ", got " << tile_rows);
   check::head_dim_supported(head_dim, "head_dim");
+  check_fold(head_fold, num_kv_heads, grid);
   plan::PlanBounds b;
   b.max_batch = max_batch;
   // Tiles counted at the narrow height: a plan may cut 16-row tiles (plan_tile_rows); partial
   // slots keep tile_rows rows.
-  const int64_t tiles = int64_t(max_batch) * num_kv_heads * plan::tiles_per_head(1, group, kPlanTileQ);
+  const int64_t tiles = int64_t(max_batch) * (num_kv_heads / head_fold) * plan::tiles_per_head(1, group, kPlanTileQ);
   WEFT_CHECK_ARG(tiles <= INT32_MAX / 2, "max_batch", "too large: " << max_batch);
   b.max_tiles = static_cast<int32_t>(tiles);
-  b.num_ctas = grid;
+  b.num_ctas = grid / head_fold;
+  b.head_fold = head_fold;
   b.tile_q = tile_rows;
   b.head_dim = head_dim;
   return b;
 }
 
 plan::BalanceConfig balance_config(int32_t grid, int32_t num_qo_heads, int32_t num_kv_heads,
-                                   int32_t tile_rows) {
+                                   int32_t tile_rows, int32_t head_fold) {
+  check_fold(head_fold, num_kv_heads, grid);
   plan::BalanceConfig cfg;
-  cfg.num_ctas = grid;
-  cfg.num_kv_heads = num_kv_heads;
+  cfg.num_ctas = grid / head_fold;
+  cfg.num_kv_heads = num_kv_heads / head_fold;
+  cfg.head_fold = head_fold;
   cfg.group_size = num_qo_heads / num_kv_heads;
   cfg.tile_q = tile_rows;
   cfg.kv_granularity = kPlanKVTile;

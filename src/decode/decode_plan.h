@@ -46,13 +46,22 @@ int32_t plan_tile_rows(const plan::BatchShape& shape, int32_t num_kv_heads, int3
 inline constexpr int32_t kPlanKVTile = 16;
 
 #if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
-// Workspace bounds for up to max_batch requests (validates heads / head_dim; weft::Error).
+// KV heads folded into one in the decode wrapper's plans (plan::Plan::head_fold): gcd(num_kv_heads,
+// grid), so that both the heads and the grid divide evenly (8 KV heads on 264 CTAs: 8, the plan
+// is made for 1 head class on 33 CTAs; 32 heads: 8; 1 head: 1). Every KV head of a request has
+// the same rows and keys, so the folded plan replicated is as balanced as the full one, and the
+// planner, the serialization and the copy handle 1 / fold of the items: issue 19's plan() cost
+// (measured in weft-plan-bench and the decode/plan bench rows).
+int32_t decode_head_fold(int32_t num_kv_heads, int32_t grid);
+// Workspace bounds for up to max_batch requests (validates heads / head_dim; weft::Error), for
+// plans that fold head_fold KV heads (1: none; it must divide num_kv_heads and grid).
 plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim,
-                             int32_t grid, int32_t tile_rows = kPlanTileQ);
+                             int32_t grid, int32_t tile_rows = kPlanTileQ, int32_t head_fold = 1);
 // Planner configuration: query tiles of tile_rows rows (decode_tile_rows) per (request, kv head),
-// 16-key granularity.
+// 16-key granularity; with head_fold > 1, num_kv_heads / head_fold head classes on grid /
+// head_fold CTAs.
 plan::BalanceConfig balance_config(int32_t grid, int32_t num_qo_heads, int32_t num_kv_heads,
-                                   int32_t tile_rows = kPlanTileQ);
+                                   int32_t tile_rows = kPlanTileQ, int32_t head_fold = 1);
 // One query token per request; with a window (window_left >= 0) only keys
 // j >= kv_len - 1 - window_left are planned (and read).
 plan::BatchShape batch_shape(const int32_t* kv_lens, int32_t batch, int32_t window_left);

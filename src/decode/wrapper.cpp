@@ -92,6 +92,9 @@ struct BatchDecodeWrapper::Impl {
   int32_t max_batch = 0, num_qo_heads = 0, num_kv_heads = 0, head_dim = 0;
   DecodePath forced = DecodePath::kAuto;
   int32_t grid = 0;
+  // KV heads per plan head class (decode::decode_head_fold): plans are made for num_kv_heads /
+  // head_fold heads on grid / head_fold CTAs and expanded by the layout and the kernel.
+  int32_t head_fold = 1;
   int32_t stages = 3;             // per-warp pipeline stages (decode::decode_stages)
   int32_t warps = 4;              // warps per CTA (decode::decode_warps)
   int32_t tile_rows = 16;         // rows per item (decode::decode_tile_rows)
@@ -202,7 +205,8 @@ std::size_t balanced_bytes(int32_t max_batch, int32_t num_qo_heads, int32_t num_
   std::size_t bytes = 0;
   for (bool cuda_core : {false, true}) {
     const int32_t rows = decode::decode_tile_rows(num_qo_heads / std::max(1, num_kv_heads), head_dim, cuda_core);
-    const plan::PlanBounds b = decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, grid, rows);
+    const plan::PlanBounds b = decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, grid, rows,
+                                                   decode::decode_head_fold(num_kv_heads, grid));
     bytes = std::max(bytes, plan::WorkspaceLayout(b).total_bytes());
   }
   return bytes;
@@ -262,8 +266,9 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
   impl_->grid = grid_for(head_dim, impl_->stages, impl_->warps);
   impl_->tile_rows = decode::decode_tile_rows(num_qo_heads / std::max(1, num_kv_heads), head_dim,
                                               path == DecodePath::kCudaCore);
-  impl_->layout = plan::WorkspaceLayout(
-      decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim, impl_->grid, impl_->tile_rows));
+  impl_->head_fold = decode::decode_head_fold(num_kv_heads, impl_->grid);
+  impl_->layout = plan::WorkspaceLayout(decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim,
+                                                            impl_->grid, impl_->tile_rows, impl_->head_fold));
   std::size_t staging_bytes = impl_->layout.metadata_bytes();
   if (options.share_prefixes) {
     WEFT_CHECK_ARG(num_qo_heads / num_kv_heads <= decode::kPlanTileQ && path != DecodePath::kCudaCore,
@@ -543,7 +548,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     const plan::BatchShape& shape = im.shape;
     const int32_t rows =
         decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.tile_rows);
-    const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows);
+    const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows, im.head_fold);
     decode::plan_decode(shape, cfg, im.planner, im.next);
     staging_free();
     im.layout.serialize(im.next, im.staging, &im.staging_image);
@@ -552,8 +557,9 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     copy_bytes = im.layout.metadata_bytes();
     std::swap(im.plan, im.next);
     path = im.forced == DecodePath::kAuto ? choose_decode_path(cfg.group_size, head_dim, dtype) : im.forced;
-    info_.num_items = im.plan.num_items();
-    info_.num_merges = im.plan.num_merges();
+    // Counted per KV head as before head folding: the launch runs head_fold items per plan item.
+    info_.num_items = im.plan.num_items() * im.head_fold;
+    info_.num_merges = im.plan.num_merges() * im.head_fold;
     info_.max_chunk = im.plan.max_chunk;
     info_.tile_rows = im.plan.tile_q;
     info_.split = im.plan.split;

@@ -52,7 +52,7 @@ __device__ __forceinline__ void run_side(const PodParams<T>& p, int* s_v) {
     __syncthreads();  // every thread has read it before thread 0 claims again
     if (v < 0) return;
     if constexpr (kOp == 0)
-      prefill::prefill_item_range<typename Tr::Prefill>(p.pre, v, v + 1, prefill::NoJitVariant{});
+      prefill::prefill_item_range<typename Tr::Prefill>(p.pre, v, v + 1, prefill::NoJitVariant{}, /*fold=*/0);
     else
       decode::decode_items<T, D, decode::kTileQ, typename Tr::Mainloop>(p.dec, v);
   }

@@ -42,6 +42,7 @@ void set_plan(PrefillParams& p, const PrefillWorkspaceLayout& layout, void* work
   p.seg_pos0 = reinterpret_cast<const int32_t*>(ws + layout.off_seg_pos0);
   p.real_kv_len = reinterpret_cast<const int32_t*>(ws + layout.off_real_kv_len);
   p.group_size = group_size;
+  p.head_fold = layout.plan.bounds().head_fold;
 }
 
 void set_variant(PrefillParams& p, const AttentionVariant& variant, int32_t head_dim) {

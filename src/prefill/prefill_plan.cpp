@@ -1,6 +1,7 @@
 #include "prefill/prefill_plan.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 #include "attention/variant.cuh"
@@ -58,9 +59,13 @@ void PrefillPlanner::make_plan(const PlanRequest& r, SegmentedPlan& out) {
       t0 += n;
     } while (t0 < ql);
   }
+  WEFT_CHECK_ARG(r.head_fold >= 1 && r.num_kv_heads % r.head_fold == 0 && r.num_ctas % r.head_fold == 0,
+                 "head_fold", "must divide num_kv_heads " << r.num_kv_heads << " and num_ctas " << r.num_ctas
+                                                          << ", got " << r.head_fold);
   plan::BalanceConfig cfg;
-  cfg.num_ctas = r.num_ctas;
-  cfg.num_kv_heads = r.num_kv_heads;
+  cfg.num_ctas = r.num_ctas / r.head_fold;
+  cfg.num_kv_heads = r.num_kv_heads / r.head_fold;
+  cfg.head_fold = r.head_fold;
   cfg.group_size = r.group_size;
   cfg.tile_q = r.cta_q;
   cfg.kv_granularity = r.cta_kv;
@@ -92,17 +97,25 @@ int32_t max_segments(int32_t max_batch, int64_t max_total_q, int32_t cta_q, int3
   return static_cast<int32_t>(std::max<int64_t>(n, 1));
 }
 
+int32_t prefill_head_fold(int32_t num_kv_heads, int32_t num_ctas) {
+  return num_kv_heads >= 1 && num_ctas >= 1 ? std::gcd(num_kv_heads, num_ctas) : 1;
+}
+
 plan::PlanBounds plan_bounds(int32_t max_batch, int64_t max_total_q, int32_t num_kv_heads,
-                             int32_t group_size, int32_t cta_q, int32_t head_dim, int32_t num_ctas) {
+                             int32_t group_size, int32_t cta_q, int32_t head_dim, int32_t num_ctas,
+                             int32_t head_fold) {
+  WEFT_CHECK_ARG(head_fold >= 1 && num_kv_heads % head_fold == 0 && num_ctas % head_fold == 0, "head_fold",
+                 "must divide num_kv_heads " << num_kv_heads << " and num_ctas " << num_ctas << ", got " << head_fold);
   const int32_t segs = max_segments(max_batch, max_total_q, cta_q, group_size);
   // Tiles per KV head <= ceil(rows / cta_q) + one partial tile per segment.
   const int64_t rows = max_total_q * group_size;
-  const int64_t tiles = int64_t(num_kv_heads) * ((rows + cta_q - 1) / cta_q + segs);
+  const int64_t tiles = int64_t(num_kv_heads / head_fold) * ((rows + cta_q - 1) / cta_q + segs);
   WEFT_CHECK_ARG(tiles <= INT32_MAX / 8, "max_total_q", "too many query tiles: " << tiles);
   plan::PlanBounds b;
   b.max_batch = segs;
   b.max_tiles = static_cast<int32_t>(tiles);
-  b.num_ctas = num_ctas;
+  b.num_ctas = num_ctas / head_fold;
+  b.head_fold = head_fold;
   b.tile_q = cta_q;
   b.head_dim = head_dim;
   return b;
@@ -114,10 +127,10 @@ std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a;
 
 PrefillWorkspaceLayout make_layout(int32_t max_batch, int64_t max_total_q, int32_t num_kv_heads,
                                    int32_t group_size, int32_t cta_q, int32_t head_dim,
-                                   int32_t num_ctas) {
+                                   int32_t num_ctas, int32_t head_fold) {
   PrefillWorkspaceLayout l;
   l.plan = plan::WorkspaceLayout(
-      plan_bounds(max_batch, max_total_q, num_kv_heads, group_size, cta_q, head_dim, num_ctas));
+      plan_bounds(max_batch, max_total_q, num_kv_heads, group_size, cta_q, head_dim, num_ctas, head_fold));
   l.max_segments = l.plan.bounds().max_batch;
   l.max_batch = max_batch;
   constexpr std::size_t kA = plan::WorkspaceLayout::kAlign;

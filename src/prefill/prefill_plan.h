@@ -36,7 +36,15 @@ struct PlanRequest {
   int32_t num_ctas = 1;
   bool allow_split = true;
   int32_t min_chunk = 256;
+  // KV heads folded into one plan head class (plan::Plan::head_fold; prefill_head_fold): the
+  // plan is made for num_kv_heads / head_fold heads on num_ctas / head_fold CTAs.
+  int32_t head_fold = 1;
 };
+
+// The wrapper's head fold: gcd(num_kv_heads, num_ctas) (every KV head of a segment has the same
+// rows and keys; 8 KV heads on the sm90 grid of 132 CTAs: 4, the plan is dealt for 2 head
+// classes on 33 CTAs). Cuts the planner's work and the plan copy by the fold (issue 19).
+int32_t prefill_head_fold(int32_t num_kv_heads, int32_t num_ctas);
 
 struct SegmentedPlan {
   plan::Plan plan;                  // "requests" of this plan are segments
@@ -66,7 +74,8 @@ class PrefillPlanner {
 // Workspace bounds for a configuration. Segments <= total_q / segment_tokens + batch.
 int32_t max_segments(int32_t max_batch, int64_t max_total_q, int32_t cta_q, int32_t group_size);
 plan::PlanBounds plan_bounds(int32_t max_batch, int64_t max_total_q, int32_t num_kv_heads,
-                             int32_t group_size, int32_t cta_q, int32_t head_dim, int32_t num_ctas);
+                             int32_t group_size, int32_t cta_q, int32_t head_dim, int32_t num_ctas,
+                             int32_t head_fold = 1);
 
 // Full workspace layout of one configuration: the shared plan layout, then the segment arrays
 // (int32 each, fixed offsets) and the real requests' kv lengths.
@@ -80,6 +89,6 @@ struct PrefillWorkspaceLayout {
 };
 PrefillWorkspaceLayout make_layout(int32_t max_batch, int64_t max_total_q, int32_t num_kv_heads,
                                    int32_t group_size, int32_t cta_q, int32_t head_dim,
-                                   int32_t num_ctas);
+                                   int32_t num_ctas, int32_t head_fold = 1);
 
 }  // namespace weft::prefill

@@ -87,8 +87,8 @@ int32_t num_ctas_for(const TileConfig& cfg, DType dtype, DType kv_dtype, int dev
 
 prefill::PrefillWorkspaceLayout layout_for(const PrefillBounds& b, const TileConfig& cfg,
                                            int32_t num_ctas) {
-  return prefill::make_layout(b.max_batch, b.max_total_q, b.num_kv_heads,
-                              b.num_qo_heads / b.num_kv_heads, cfg.cta_q, cfg.head_dim, num_ctas);
+  return prefill::make_layout(b.max_batch, b.max_total_q, b.num_kv_heads, b.num_qo_heads / b.num_kv_heads, cfg.cta_q,
+                              cfg.head_dim, num_ctas, prefill::prefill_head_fold(b.num_kv_heads, num_ctas));
 }
 
 }  // namespace
@@ -295,6 +295,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   req.cta_q = cfg.cta_q;
   req.cta_kv = cfg.cta_kv;
   req.num_ctas = num_ctas;
+  req.head_fold = layout.plan.bounds().head_fold;
   req.allow_split = opt.allow_split_kv;
   req.min_chunk = opt.min_chunk;
   prefill::SegmentedPlan& sp = s_->sp;
@@ -307,7 +308,8 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   const plan::PlanBounds& pb = layout.plan.bounds();
   const plan::PlanBounds& mb = s_->meta_bounds;
   if (meta.size() != layout.plan.metadata_bytes() || pb.max_batch != mb.max_batch || pb.max_tiles != mb.max_tiles ||
-      pb.num_ctas != mb.num_ctas || pb.tile_q != mb.tile_q || pb.head_dim != mb.head_dim) {
+      pb.num_ctas != mb.num_ctas || pb.tile_q != mb.tile_q || pb.head_dim != mb.head_dim ||
+      pb.head_fold != mb.head_fold) {
     meta.resize(layout.plan.metadata_bytes());
     s_->meta_image = plan::WorkspaceLayout::Image{};  // another layout: cleared in full
     s_->meta_bounds = pb;
@@ -347,8 +349,9 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   info_.cta_q = cfg.cta_q;
   info_.cta_kv = cfg.cta_kv;
   info_.num_ctas = num_ctas;
-  info_.num_items = sp.plan.num_items();
-  info_.num_merges = sp.plan.num_merges();
+  // Counted per KV head (the launch runs head_fold items per item of a head-folded plan).
+  info_.num_items = sp.plan.num_items() * sp.plan.head_fold;
+  info_.num_merges = sp.plan.num_merges() * sp.plan.head_fold;
   info_.split = sp.plan.split;
   info_.sm90 = use_sm90;
   planned_ = true;

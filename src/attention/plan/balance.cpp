@@ -454,6 +454,7 @@ void Planner::build(bool split, int64_t L, Plan& p) {
   p.num_kv_heads = cfg.num_kv_heads;
   p.group_size = cfg.group_size;
   p.tile_q = cfg.tile_q;
+  p.head_fold = cfg.head_fold;
   p.batch = batch_;
   p.qo_indptr.assign(qo_indptr_.begin(), qo_indptr_.end());
   p.kv_len.assign(kv_len_.begin(), kv_len_.end());

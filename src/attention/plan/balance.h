@@ -65,6 +65,9 @@ struct BalanceConfig {
   // stream the same keys at the same time and L2 serves all but the first read. Decode sets it
   // (GQA groups above the 16-row tile); prefill keeps generation order.
   bool row_tiles_together = false;
+  // Copied into Plan::head_fold (the planner plans num_kv_heads heads on num_ctas CTAs either way;
+  // the caller passes the folded counts).
+  int32_t head_fold = 1;
 };
 
 // Per-request lengths. kv_start (optional, empty = all 0) is the first key any row of the
@@ -88,6 +91,16 @@ struct Plan {
   int32_t max_chunk = 0;      // L (0 when there is no work)
   bool split = false;         // some tile is split (merge pass required)
   int32_t num_tiles = 0;
+  // Head folding (set by the caller after planning; the planner itself plans what cfg says): the
+  // plan was made for num_kv_heads = H / head_fold heads on num_ctas = grid / head_fold CTAs, and
+  // each of its items stands for head_fold items that differ only in the KV head. All KV heads of
+  // a request have the same rows and keys, so the plan of one head class, replicated, is a plan
+  // of all of them: the planner's work and the metadata a plan() copies shrink head_fold times
+  // (issue 19: plan() cost O(batch + splits), not O(batch x heads)). The layout expands it:
+  // launched CTA c runs plan CTA c / head_fold with sub-head j = c % head_fold, i.e. KV head
+  // item_kv_head * head_fold + j, partial slot s * head_fold + j, merge counter m * head_fold + j
+  // (so the slots of one merge are head_fold apart; CtaRecord::fold carries j and head_fold).
+  int32_t head_fold = 1;
 
   std::vector<int32_t> cta_indptr;  // num_ctas + 1
   std::vector<int32_t> item_request, item_kv_head, item_row_begin, item_row_end;
@@ -209,6 +222,10 @@ struct PlanBounds {
   int32_t num_ctas = 0;
   int32_t tile_q = 16;
   int32_t head_dim = 0;      // partial-state row width (fp32)
+  // Plans of this workspace fold this many KV heads into one (Plan::head_fold; 1: none). num_ctas
+  // and max_tiles are the FOLDED plan's; the launch has num_ctas * head_fold CTAs, and the CTA
+  // records, merge counters and partial slots are sized for all of them.
+  int32_t head_fold = 1;
 };
 
 // Header at offset 0 of the workspace (read by kernels: counts of the current plan).
@@ -223,8 +240,20 @@ struct PlanHeader {
   int32_t num_kv_heads;
   int32_t num_partial_slots;
   int32_t split;
-  int32_t reserved[6];
+  int32_t head_fold;
+  int32_t reserved[5];
 };
+
+// Head folding (Plan::head_fold) as seen by a launched CTA: its fold word packs its sub-head j and
+// the fold, j | (head_fold - 1) << 16 (0 without folding, where every expansion below is the
+// identity). Host and device (constexpr: kernels compile with --expt-relaxed-constexpr).
+constexpr int32_t fold_word(int32_t sub_head, int32_t head_fold) { return sub_head | (head_fold - 1) << 16; }
+// The fold word of launched CTA c: plan CTA c / head_fold, sub-head c % head_fold.
+constexpr int32_t fold_word_of_cta(int32_t c, int32_t head_fold) { return fold_word(c % head_fold, head_fold); }
+constexpr int32_t fold_count(int32_t word) { return (word >> 16) + 1; }
+constexpr int32_t fold_sub_head(int32_t word) { return word & 0xffff; }
+// A plan index (KV head, partial slot, merge counter) expanded for the CTA's sub-head.
+constexpr int32_t fold_expand(int32_t index, int32_t word) { return index * fold_count(word) + fold_sub_head(word); }
 
 // Per-CTA copy of the CTA's item range and FIRST item (written by serialize, derived from the
 // arrays above): a persistent kernel reads it with one round of independent 16-byte loads
@@ -233,8 +262,11 @@ struct CtaRecord {
   int32_t item_begin, item_end;  // cta_indptr[c], cta_indptr[c + 1]
   int32_t request, kv_head, row_begin, row_end, kv_begin, kv_end, partial_slot;  // item item_begin
   int32_t token0;                // qo_indptr[request]: the request's first query token
-  int32_t merge;                 // item_merge of item item_begin
-  int32_t reserved;
+  int32_t merge;                 // item_merge of item item_begin (the PLAN's merge index)
+  // This launched CTA's place in a head-folded plan (Plan::head_fold): j | (head_fold - 1) << 16
+  // (0 without folding). The fields above are already expanded for sub-head j (kv_head, slot);
+  // later items are expanded by the kernel (decode_common.cuh fold_*).
+  int32_t fold;
 };
 static_assert(sizeof(CtaRecord) == 48, "CtaRecord is read as three 16-byte vectors");
 
@@ -242,8 +274,8 @@ static_assert(sizeof(CtaRecord) == 48, "CtaRecord is read as three 16-byte vecto
 struct PlanPointers {
   const PlanHeader* header;
   const int32_t* cta_indptr;
-  const CtaRecord* cta_first;  // num_ctas records, 16-byte aligned (fields of an empty CTA's
-                               // first item are 0)
+  const CtaRecord* cta_first;  // num_ctas * head_fold records (one per launched CTA), 16-byte
+                               // aligned (fields of an empty CTA's first item are 0)
   const int32_t* item_request;
   const int32_t* item_kv_head;
   const int32_t* item_row_begin;
@@ -259,12 +291,13 @@ struct PlanPointers {
   const int32_t* merge_indptr;
   const int32_t* qo_indptr;
   const int32_t* kv_len;
-  // One counter per merge entry, 0 between runs: a kernel that merges in place (decode) counts
+  // One counter per merge entry and sub-head (m * head_fold + j), 0 between runs: a kernel that merges in place (decode) counts
   // the finished slots of each split tile; the CTA that finishes the last one merges the tile and
   // resets the counter to 0. Inside the metadata region, so every plan() copy zeroes them too.
   uint32_t* merge_counter;
-  float* partial_o;    // [max_slots, tile_q, head_dim]: slot s row i at (s * tile_q + i) * head_dim
-  float* partial_lse;  // [max_slots, tile_q], BASE-2 log-sum-exp (kernels work in log2)
+  // [max_slots * head_fold, tile_q, head_dim]: slot s row i at (s * tile_q + i) * head_dim
+  float* partial_o;
+  float* partial_lse;  // [max_slots * head_fold, tile_q], BASE-2 log-sum-exp (kernels work in log2)
 };
 
 #if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)

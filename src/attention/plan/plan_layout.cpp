@@ -23,29 +23,32 @@ WorkspaceLayout::WorkspaceLayout(const PlanBounds& b) : bounds_(b) {
   WEFT_CHECK_ARG(b.tile_q >= 1, "tile_q", "must be >= 1, got " << b.tile_q);
   WEFT_CHECK_ARG(b.head_dim >= 1 && b.head_dim % 4 == 0, "head_dim",
                  "must be a positive multiple of 4, got " << b.head_dim);
+  WEFT_CHECK_ARG(b.head_fold >= 1 && b.head_fold <= 65536, "head_fold", "must be in [1, 65536], got " << b.head_fold);
   max_items_ = b.max_tiles + b.num_ctas;
+  // Per launched CTA (folded plans: num_ctas * head_fold): records, merge counters, slots.
+  const std::size_t fold = static_cast<std::size_t>(b.head_fold);
   max_merges_ = b.num_ctas;
   max_slots_ = 2 * b.num_ctas;
   std::size_t off = align_up(sizeof(PlanHeader), kAlign);
   off_cta_ = off;
   off = align_up(off + sizeof(int32_t) * (b.num_ctas + 1), kAlign);
   off_first_ = off;
-  off = align_up(off + sizeof(CtaRecord) * std::size_t(b.num_ctas), kAlign);
+  off = align_up(off + sizeof(CtaRecord) * std::size_t(b.num_ctas) * fold, kAlign);
   off_items_ = off;
   off = align_up(off + sizeof(int32_t) * kItemArrays * std::size_t(max_items_), kAlign);
   off_merges_ = off;
   off = align_up(off + sizeof(int32_t) * (kMergeArrays * std::size_t(max_merges_) + max_merges_ + 1), kAlign);
   off_counter_ = off;
-  off = align_up(off + sizeof(uint32_t) * std::size_t(max_merges_), kAlign);
+  off = align_up(off + sizeof(uint32_t) * std::size_t(max_merges_) * fold, kAlign);
   off_qo_ = off;
   off = align_up(off + sizeof(int32_t) * (b.max_batch + 1), kAlign);
   off_kv_ = off;
   off = align_up(off + sizeof(int32_t) * b.max_batch, kAlign);
   metadata_bytes_ = off;
   off_po_ = off;
-  off = align_up(off + sizeof(float) * std::size_t(max_slots_) * b.tile_q * b.head_dim, kAlign);
+  off = align_up(off + sizeof(float) * std::size_t(max_slots_) * fold * b.tile_q * b.head_dim, kAlign);
   off_plse_ = off;
-  off = align_up(off + sizeof(float) * std::size_t(max_slots_) * b.tile_q, kAlign);
+  off = align_up(off + sizeof(float) * std::size_t(max_slots_) * fold * b.tile_q, kAlign);
   total_bytes_ = off;
 }
 
@@ -86,6 +89,8 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
   WEFT_CHECK_ARG(plan.version == kPlanVersion, "plan", "version " << plan.version << " != " << kPlanVersion);
   WEFT_CHECK_ARG(plan.num_ctas == bounds_.num_ctas, "plan",
                  "num_ctas " << plan.num_ctas << " != workspace bound " << bounds_.num_ctas);
+  WEFT_CHECK_ARG(plan.head_fold == bounds_.head_fold, "plan",
+                 "head_fold " << plan.head_fold << " != workspace bound " << bounds_.head_fold);
   // A plan may cut shorter query tiles than the bound (decode plans 16-row tiles into a 32-row
   // workspace when that fills the grid better); partial slots keep the bound's row stride.
   WEFT_CHECK_ARG(plan.tile_q >= 1 && plan.tile_q <= bounds_.tile_q, "plan",
@@ -115,6 +120,7 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
   h.num_kv_heads = plan.num_kv_heads;
   h.num_partial_slots = plan.num_partial_slots();
   h.split = plan.split ? 1 : 0;
+  h.head_fold = plan.head_fold;
   std::memcpy(base, &h, sizeof(h));
   PlanPointers v = pointers(dst);
   int k = 0;  // array index in image->len
@@ -158,7 +164,10 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
     item_merge[i] = m;
   }
   put_n(v.item_merge, nullptr, static_cast<std::size_t>(num_items));  // clears the excess only
+  // One record per LAUNCHED CTA: plan CTA c's first item, expanded for sub-head j (head_fold
+  // records per plan CTA, next to each other: the sub-heads of one chunk run on neighbouring CTAs).
   CtaRecord* first = const_cast<CtaRecord*>(v.cta_first);
+  const int32_t fold = plan.head_fold;
   for (int32_t c = 0; c < plan.num_ctas; ++c) {
     CtaRecord r{};
     r.item_begin = plan.cta_indptr[c];
@@ -175,7 +184,16 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
       r.token0 = plan.qo_indptr[r.request];
       r.merge = item_merge[i];
     }
-    first[c] = r;
+    CtaRecord* out = first + std::size_t(c) * fold;
+    for (int32_t j = 0; j < fold; ++j) {
+      CtaRecord e = r;
+      e.fold = fold_word(j, fold);
+      if (r.item_begin < r.item_end) {
+        e.kv_head = fold_expand(r.kv_head, e.fold);
+        e.partial_slot = r.partial_slot < 0 ? -1 : fold_expand(r.partial_slot, e.fold);
+      }
+      out[j] = e;
+    }
   }
   if (image != nullptr) image->valid = true;
 }
@@ -191,6 +209,7 @@ Plan WorkspaceLayout::deserialize(const void* src) const {
   p.tile_q = h.tile_q;
   p.batch = h.batch;
   p.split = h.split != 0;
+  p.head_fold = h.head_fold;
   auto get = [](const int32_t* s, int64_t n) { return std::vector<int32_t>(s, s + n); };
   p.cta_indptr = get(v.cta_indptr, h.num_ctas + 1);
   p.item_request = get(v.item_request, h.num_items);

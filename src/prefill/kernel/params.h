@@ -67,6 +67,11 @@ struct PrefillParams {
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   int32_t k_scale_stride = 0, v_scale_stride = 0;
+
+  // KV heads folded into one plan head class (plan::Plan::head_fold; 1: none): launched CTA c
+  // runs plan CTA c / head_fold's items for KV head item_kv_head * head_fold + c % head_fold.
+  // Last, so the fields above keep their offsets.
+  int32_t head_fold = 1;
 };
 
 }  // namespace weft::prefill

@@ -47,8 +47,10 @@ struct NoJitVariant {
 // blockIdx.x's range; the fused POD kernel runs the items its scheduler hands out,
 // attention/scheduler.cuh). Uses the whole CTA (Tr::kThreads threads) and Tr::kSmemBytes of
 // dynamic shared memory.
+// fold: the launched CTA's fold word for head-folded plans (plan::fold_word_of_cta; 0: none).
 template <class Tr, class JV>
-__device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w_begin, int w_end, const JV& jv) {
+__device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w_begin, int w_end, const JV& jv,
+                                                   int fold) {
   using T = typename Tr::Elem;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
@@ -71,7 +73,7 @@ __device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w
   const int key_off = warp_kv * Tr::kKVPerWarp;     // first key of each KV tile for this warp
 
   for (int w = w_begin; w < w_end; ++w) {
-    ItemGeom g = item_geometry(p, w);
+    ItemGeom g = item_geometry(p, w, fold);
     const int n_tiles = (g.kv_hi - g.kv_lo + Tr::kCtaKV - 1) / Tr::kCtaKV;
 
     // Prologue: [Q + K0 + V0] [K1]. pg1 / pg2: page ids (load.cuh, fetch_page) of tiles t+1
@@ -172,7 +174,9 @@ __device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w
 // The kernel body: every work item of this CTA.
 template <class Tr, class JV>
 __device__ __forceinline__ void prefill_items(const PrefillParams& p, const JV& jv) {
-  prefill_item_range<Tr>(p, p.plan.cta_indptr[blockIdx.x], p.plan.cta_indptr[blockIdx.x + 1], jv);
+  const int c = static_cast<int>(blockIdx.x) / p.head_fold;  // plan CTA (head-folded plans)
+  prefill_item_range<Tr>(p, p.plan.cta_indptr[c], p.plan.cta_indptr[c + 1], jv,
+                         plan::fold_word_of_cta(static_cast<int>(blockIdx.x), p.head_fold));
 }
 
 template <class Tr>

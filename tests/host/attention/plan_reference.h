@@ -240,6 +240,7 @@ inline void serialize(const WorkspaceLayout& layout, const Plan& plan, void* dst
   h.num_kv_heads = plan.num_kv_heads;
   h.num_partial_slots = plan.num_partial_slots();
   h.split = plan.split ? 1 : 0;
+  h.head_fold = plan.head_fold;  // the one field the format gained since (head folding, 1 here)
   std::memcpy(base, &h, sizeof(h));
   PlanPointers v = layout.pointers(dst);
   auto put = [](const int32_t* d, const std::vector<int32_t>& s) {

@@ -193,5 +193,111 @@ TEST(DecodePlan, OptimizedPlanIdenticalToReference) {
   }
 }
 
+// Head folding (plan::Plan::head_fold): the folded plan, serialized and expanded the way the
+// decode kernel expands it (decode_common.cuh: launched CTA c reads record c, later items get
+// kv_head * fold + j, slot s * fold + j, merge slots fold apart), covers every (request, KV head,
+// row, key) exactly once, uses every expanded partial slot once and inside the workspace, and each
+// merge's expanded slots are exactly its tile's split items' slots in key order. Its makespan
+// (per launched CTA) matches the unfolded plan's within the LPT bound (the largest chunk).
+TEST(DecodePlan, HeadFoldExpandsToEveryHeadOnce) {
+  test::Rng rng = test::Rng::for_current_test();
+  const int32_t heads[][2] = {{32, 8}, {32, 32}, {64, 8}, {8, 8}, {64, 1}, {48, 2}, {32, 4}, {16, 8}, {28, 4}};
+  EXPECT_EQ(decode_head_fold(8, 264), 8);
+  EXPECT_EQ(decode_head_fold(32, 264), 8);
+  EXPECT_EQ(decode_head_fold(1, 264), 1);
+  EXPECT_EQ(decode_head_fold(4, 132), 4);
+  EXPECT_EQ(decode_head_fold(5, 132), 1);
+  EXPECT_THROW(balance_config(264, 32, 8, kPlanTileQ, 3), Error);
+  for (int iter = 0; iter < 120; ++iter) {
+    const auto& hh = heads[rng.randint(0, 8)];
+    const int32_t hq = hh[0], hkv = hh[1], group = hq / hkv;
+    const int32_t grid = iter % 3 == 0 ? 132 : 264;
+    const int32_t fold = decode_head_fold(hkv, grid);
+    const int32_t max_batch = 48;
+    const int32_t batch = static_cast<int32_t>(rng.randint(0, max_batch));
+    const int32_t rows = decode_tile_rows(group, 128, rng.randint(0, 3) == 0);
+    std::vector<int32_t> lens(batch);
+    for (auto& l : lens) l = static_cast<int32_t>(rng.randint(0, iter % 2 ? 70000 : 700));
+    const plan::BatchShape shape = batch_shape(lens.data(), batch, -1);
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " heads " << hq << "/" << hkv << " grid " << grid
+                                      << " batch " << batch);
+    const plan::Plan p = plan_decode(shape, balance_config(grid, hq, hkv, rows, fold));
+    ASSERT_EQ(p.head_fold, fold);
+    const plan::WorkspaceLayout layout(plan_bounds(max_batch, hq, hkv, 128, grid, rows, fold));
+    std::vector<char> buf(layout.total_bytes());
+    layout.serialize(p, buf.data());
+    const plan::PlanPointers v = layout.pointers(buf.data());
+    ASSERT_EQ(v.header->head_fold, fold);
+    // Emulated launch: per launched CTA, its items expanded.
+    struct Piece { int32_t kb, ke, slot; };
+    std::vector<std::vector<Piece>> cover(size_t(batch) * hkv * group);  // per (request, kv head, row)
+    const int64_t slots_cap = int64_t(layout.max_slots()) * fold;
+    std::vector<int> slot_used(size_t(slots_cap), 0);
+    std::vector<double> load(grid, 0.0);
+    double biggest_fold = 0;
+    for (int32_t c = 0; c < grid; ++c) {
+      const plan::CtaRecord& r = v.cta_first[c];
+      const int32_t j = r.fold & 0xffff, y = (r.fold >> 16) + 1;
+      ASSERT_EQ(y, fold);
+      ASSERT_EQ(j, c % fold);
+      for (int32_t i = r.item_begin; i < r.item_end; ++i) {
+        int32_t req = v.item_request[i], kvh = v.item_kv_head[i] * y + j, rb = v.item_row_begin[i];
+        int32_t re = v.item_row_end[i], kb = v.item_kv_begin[i], ke = v.item_kv_end[i];
+        int32_t slot = v.item_partial_slot[i] < 0 ? -1 : v.item_partial_slot[i] * y + j;
+        if (i == r.item_begin) {  // the record holds the expanded first item
+          ASSERT_EQ(r.request, req);
+          ASSERT_EQ(r.kv_head, kvh);
+          ASSERT_EQ(r.partial_slot, slot);
+          ASSERT_EQ(r.kv_begin, kb);
+          ASSERT_EQ(r.merge, v.item_merge[i]);
+        }
+        ASSERT_GE(kvh, 0);
+        ASSERT_LT(kvh, hkv);
+        if (slot >= 0) {
+          ASSERT_LT(slot, slots_cap);
+          ASSERT_EQ(slot_used[slot]++, 0);
+          const int32_t m = v.item_merge[i];
+          ASSERT_GE(m, 0);
+          // The merge's expanded slots are s0 * y + j + k * y: this item's slot is one of them.
+          const int32_t s0 = v.merge_indptr[m], n = v.merge_indptr[m + 1] - s0;
+          ASSERT_EQ((slot - (s0 * y + j)) % y, 0);
+          ASSERT_LT((slot - (s0 * y + j)) / y, n);
+          ASSERT_EQ(v.merge_request[m], req);
+          ASSERT_EQ(v.merge_kv_head[m] * y + j, kvh);
+        }
+        const double cost = plan::chunk_cost(balance_config(grid, hq, hkv, rows), re - rb, ke - kb);
+        load[c] += cost;
+        biggest_fold = std::max(biggest_fold, cost);
+        for (int32_t row = rb; row < re; ++row) cover[(size_t(req) * hkv + kvh) * group + row].push_back({kb, ke, slot});
+      }
+    }
+    for (int32_t b = 0; b < batch; ++b)
+      for (int32_t row = 0; row < hkv * group; ++row) {
+        auto& pcs = cover[size_t(b) * hkv * group + row];
+        std::sort(pcs.begin(), pcs.end(), [](const Piece& a, const Piece& c) { return a.kb < c.kb; });
+        ASSERT_FALSE(pcs.empty()) << "request " << b << " row " << row;
+        int32_t at = 0;
+        for (const Piece& pc : pcs) {
+          ASSERT_EQ(pc.kb, at);
+          at = pc.ke;
+        }
+        ASSERT_EQ(at, lens[b]);
+        // Split rows: their slots are consecutive expanded slots of one merge, in key order.
+        if (pcs.size() > 1)
+          for (size_t k = 1; k < pcs.size(); ++k) ASSERT_EQ(pcs[k].slot, pcs[k - 1].slot + fold);
+      }
+    // Folding replicates a plan of the same quality: the makespan per launched CTA is within the
+    // largest chunk of the unfolded plan's (LPT's bound on both).
+    const plan::Plan full = plan_decode(shape, balance_config(grid, hq, hkv, rows));
+    double ms_full = 0, ms_fold = 0, biggest = 0;
+    for (double x : full.cta_cost) ms_full = std::max(ms_full, x);
+    for (double x : load) ms_fold = std::max(ms_fold, x);
+    for (int i = 0; i < full.num_items(); ++i)
+      biggest = std::max(biggest, plan::chunk_cost(balance_config(grid, hq, hkv, rows), full.item_row_end[i] - full.item_row_begin[i],
+                                             full.item_kv_end[i] - full.item_kv_begin[i]));
+    EXPECT_LE(ms_fold, ms_full + std::max(biggest, biggest_fold) + 1e-9);
+  }
+}
+
 }  // namespace
 }  // namespace weft::decode
