@@ -57,10 +57,16 @@ void set_variant(PrefillParams& p, const AttentionVariant& variant, int32_t head
 
 void segment_image(const PrefillWorkspaceLayout& layout, const SegmentedPlan& sp, const std::vector<int32_t>& kv_len,
                    std::vector<unsigned char>& out) {
-  out.assign(layout.extra_bytes, 0);
+  out.resize(layout.extra_bytes);
+  segment_image(layout, sp, kv_len, out.data());
+}
+
+void segment_image(const PrefillWorkspaceLayout& layout, const SegmentedPlan& sp, const std::vector<int32_t>& kv_len,
+                   unsigned char* out) {
+  std::memset(out, 0, layout.extra_bytes);
   const std::size_t base = layout.off_seg_request;
   auto put = [&](std::size_t off, const std::vector<int32_t>& v) {
-    if (!v.empty()) std::memcpy(out.data() + (off - base), v.data(), v.size() * sizeof(int32_t));
+    if (!v.empty()) std::memcpy(out + (off - base), v.data(), v.size() * sizeof(int32_t));
   };
   put(layout.off_seg_request, sp.seg_request);
   put(layout.off_seg_token0, sp.seg_token0);

@@ -26,6 +26,9 @@ void set_variant(PrefillParams& p, const AttentionVariant& variant, int32_t head
 // the plan's segment arrays and the real requests' kv lengths.
 void segment_image(const PrefillWorkspaceLayout& layout, const SegmentedPlan& sp, const std::vector<int32_t>& kv_len,
                    std::vector<unsigned char>& out);
+// The same into `out` (layout.extra_bytes bytes, e.g. a pinned staging buffer).
+void segment_image(const PrefillWorkspaceLayout& layout, const SegmentedPlan& sp, const std::vector<int32_t>& kv_len,
+                   unsigned char* out);
 // The plan merge of split query tiles (attn::launch_plan_merge) into `out` [tokens, Hq, D] (and
 // p.lse), on a fixed grid of `num_blocks` CTAs: reads the merge count on the device, so it is
 // launched whenever the plan MAY split (fixed graph topology).

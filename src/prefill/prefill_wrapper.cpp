@@ -54,9 +54,23 @@ struct BatchPrefillWrapper::State {
   prefill::PrefillPlanner planner;
   prefill::PlanRequest req;
   prefill::SegmentedPlan sp;
-  std::vector<unsigned char> meta, extra;
   plan::WorkspaceLayout::Image meta_image;
   plan::PlanBounds meta_bounds{};
+  // Pinned staging of the two copies plan() enqueues (metadata image, then the segment arrays):
+  // an asynchronous copy from pinned memory returns at once, where a pageable source made plan()
+  // wait for the driver's bounce copy (and, behind queued work, for the stream). The next plan()
+  // waits for staging_done only while the previous copy is still queued (as the decode wrapper).
+  unsigned char* staging = nullptr;
+  std::size_t staging_bytes = 0;
+  cudaEvent_t staging_done = nullptr;
+  bool staging_pending = false;
+  ~State() {
+    if (staging_done != nullptr) {
+      cudaEventSynchronize(staging_done);
+      cudaEventDestroy(staging_done);
+    }
+    if (staging != nullptr) cudaFreeHost(staging);
+  }
 };
 
 namespace {
@@ -301,25 +315,39 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   prefill::SegmentedPlan& sp = s_->sp;
   s_->planner.make_plan(req, sp);
 
-  // Host images of the metadata and the segment arrays (reused), then one copy each (pageable
-  // source: the copy has consumed it when cudaMemcpyAsync returns).
-  std::vector<unsigned char>& meta = s_->meta;
-  std::vector<unsigned char>& extra = s_->extra;
+  // Host images of the metadata and the segment arrays in the pinned staging buffer (reused once
+  // its previous copy has left it), then one asynchronous copy each and the staging event.
+  const std::size_t meta_bytes = layout.plan.metadata_bytes(), extra_bytes = layout.extra_bytes;
+  if (s_->staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(s_->staging_done));
+  s_->staging_pending = false;
+  if (s_->staging_done == nullptr)
+    WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&s_->staging_done, cudaEventDisableTiming));
   const plan::PlanBounds& pb = layout.plan.bounds();
   const plan::PlanBounds& mb = s_->meta_bounds;
-  if (meta.size() != layout.plan.metadata_bytes() || pb.max_batch != mb.max_batch || pb.max_tiles != mb.max_tiles ||
-      pb.num_ctas != mb.num_ctas || pb.tile_q != mb.tile_q || pb.head_dim != mb.head_dim ||
-      pb.head_fold != mb.head_fold) {
-    meta.resize(layout.plan.metadata_bytes());
+  if (s_->staging_bytes < meta_bytes + extra_bytes) {
+    if (s_->staging != nullptr) WEFT_CUDA_CHECK(cudaFreeHost(s_->staging));
+    s_->staging = nullptr;
+    s_->staging_bytes = 0;
+    WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&s_->staging), meta_bytes + extra_bytes,
+                                  cudaHostAllocDefault));
+    s_->staging_bytes = meta_bytes + extra_bytes;
+    s_->meta_image = plan::WorkspaceLayout::Image{};  // a new buffer: cleared in full
+  }
+  if (pb.max_batch != mb.max_batch || pb.max_tiles != mb.max_tiles || pb.num_ctas != mb.num_ctas ||
+      pb.tile_q != mb.tile_q || pb.head_dim != mb.head_dim || pb.head_fold != mb.head_fold) {
     s_->meta_image = plan::WorkspaceLayout::Image{};  // another layout: cleared in full
     s_->meta_bounds = pb;
   }
-  layout.plan.serialize(sp.plan, meta.data(), &s_->meta_image);  // throws if the plan exceeds the bounds
+  unsigned char* meta = s_->staging;
+  unsigned char* extra = s_->staging + meta_bytes;
+  layout.plan.serialize(sp.plan, meta, &s_->meta_image);  // throws if the plan exceeds the bounds
   prefill::segment_image(layout, sp, kv_len, extra);
   const std::size_t base = layout.off_seg_request;
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, meta.data(), meta.size(), cudaMemcpyHostToDevice, stream));
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(workspace) + base, extra.data(), extra.size(),
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, meta, meta_bytes, cudaMemcpyHostToDevice, stream));
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(workspace) + base, extra, extra_bytes,
                                   cudaMemcpyHostToDevice, stream));
+  WEFT_CUDA_CHECK(cudaEventRecord(s_->staging_done, stream));
+  s_->staging_pending = true;
 
   State& s = *s_;
   s.dtype = dtype;
