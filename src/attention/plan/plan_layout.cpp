@@ -164,8 +164,8 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
     item_merge[i] = m;
   }
   put_n(v.item_merge, nullptr, static_cast<std::size_t>(num_items));  // clears the excess only
-  // One record per LAUNCHED CTA: plan CTA c's first item, expanded for sub-head j (head_fold
-  // records per plan CTA, next to each other: the sub-heads of one chunk run on neighbouring CTAs).
+  // One record per LAUNCHED CTA: plan CTA c's first item, expanded for sub-head j, at launched CTA
+  // j * num_ctas + c (sub-head major: plan_cta_of / fold_word_of_cta in balance.h).
   CtaRecord* first = const_cast<CtaRecord*>(v.cta_first);
   const int32_t fold = plan.head_fold;
   for (int32_t c = 0; c < plan.num_ctas; ++c) {
@@ -184,7 +184,6 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
       r.token0 = plan.qo_indptr[r.request];
       r.merge = item_merge[i];
     }
-    CtaRecord* out = first + std::size_t(c) * fold;
     for (int32_t j = 0; j < fold; ++j) {
       CtaRecord e = r;
       e.fold = fold_word(j, fold);
@@ -192,7 +191,7 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
         e.kv_head = fold_expand(r.kv_head, e.fold);
         e.partial_slot = r.partial_slot < 0 ? -1 : fold_expand(r.partial_slot, e.fold);
       }
-      out[j] = e;
+      first[std::size_t(j) * plan.num_ctas + c] = e;
     }
   }
   if (image != nullptr) image->valid = true;

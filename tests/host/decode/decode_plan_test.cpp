@@ -237,9 +237,11 @@ TEST(DecodePlan, HeadFoldExpandsToEveryHeadOnce) {
     double biggest_fold = 0;
     for (int32_t c = 0; c < grid; ++c) {
       const plan::CtaRecord& r = v.cta_first[c];
+      ASSERT_EQ(r.fold, plan::fold_word_of_cta(c, grid / fold, fold));
+      ASSERT_EQ(r.item_begin, p.cta_indptr[plan::plan_cta_of(c, grid / fold)]);
       const int32_t j = r.fold & 0xffff, y = (r.fold >> 16) + 1;
       ASSERT_EQ(y, fold);
-      ASSERT_EQ(j, c % fold);
+      ASSERT_EQ(j, c / (grid / fold));  // sub-head major (plan::fold_word_of_cta)
       for (int32_t i = r.item_begin; i < r.item_end; ++i) {
         int32_t req = v.item_request[i], kvh = v.item_kv_head[i] * y + j, rb = v.item_row_begin[i];
         int32_t re = v.item_row_end[i], kb = v.item_kv_begin[i], ke = v.item_kv_end[i];
