@@ -57,9 +57,6 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   const PackSchedule& sd = sc.sched;
   p.req_list.assign(sd.order.begin(), sd.order.end());
   size_t ni = 0, ns = 0;  // items and sources generated (the scratch arrays only grow: no clear/push_back)
-  for (auto* v : {&p.merge_request,
-                  &p.merge_kv_head, &p.merge_row_begin, &p.merge_row_end, &p.merge_src_indptr})
-    v->clear();
   sc.pos_of.resize(B);
   for (int32_t i = 0; i < B; ++i) sc.pos_of[sd.order[i]] = i;
 
@@ -163,7 +160,11 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   // Merges: every row group with partial sources, its sources in generation (= key) order:
   // a stable counting sort of the flat source list by group.
   sc.group_begin.assign(G + 1, 0);
-  for (size_t x = 0; x < G; ++x) sc.group_begin[x + 1] = sc.group_begin[x] + sc.group_sources[x];
+  size_t num_merges = 0;
+  for (size_t x = 0; x < G; ++x) {
+    sc.group_begin[x + 1] = sc.group_begin[x] + sc.group_sources[x];
+    num_merges += sc.group_sources[x] > 0;
+  }
   p.src_slot.resize(ns);
   p.src_row.resize(ns);
   sc.fill.assign(sc.group_begin.begin(), sc.group_begin.end() - 1);
@@ -172,17 +173,21 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
     p.src_slot[at] = sc.src_slot[e];
     p.src_row[at] = sc.src_row[e];
   }
-  p.merge_src_indptr.push_back(0);
+  // The merge arrays sized once and written in place (as the items: no push_back).
+  for (auto* v : {&p.merge_request, &p.merge_kv_head, &p.merge_row_begin, &p.merge_row_end}) v->resize(num_merges);
+  p.merge_src_indptr.resize(num_merges + 1);
+  p.merge_src_indptr[0] = 0;
+  size_t m = 0;
   for (int32_t b = 0; b < B; ++b)
     for (int32_t h = 0; h < H; ++h)
       for (int32_t t = 0; t < row_tiles; ++t) {
         const size_t grp = (static_cast<size_t>(b) * H + h) * row_tiles + t;
         if (sc.group_sources[grp] == 0) continue;
-        p.merge_request.push_back(b);
-        p.merge_kv_head.push_back(h);
-        p.merge_row_begin.push_back(t * TR);
-        p.merge_row_end.push_back(std::min(g, t * TR + TR));
-        p.merge_src_indptr.push_back(sc.group_begin[grp + 1]);
+        p.merge_request[m] = b;
+        p.merge_kv_head[m] = h;
+        p.merge_row_begin[m] = t * TR;
+        p.merge_row_end[m] = std::min(g, t * TR + TR);
+        p.merge_src_indptr[++m] = sc.group_begin[grp + 1];
       }
 
   // Deal: longest first (cost = rows + keys, as balance.h's chunk_cost with alpha = beta = 1),
