@@ -105,7 +105,7 @@ TEST(DecodeSmall, WorkPlanPacksMatchReference) {
     a.stages = decode::decode_stages(c.d);
     a.warps = decode::decode_warps(c.d);
     a.tile_rows = pc.tile_rows;
-    for (int run = 0; run < 2; ++run) {  // the second run must give the same bits
+    for (int run = 0; run < 20; ++run) {  // every later run must give the same bits (20 runs)
       const std::vector<float> first = run == 0 ? std::vector<float>{} : bt.out();
       bt.dout.poison();
       bt.dlse.poison();
