@@ -95,6 +95,7 @@ struct BatchDecodeWrapper::Impl {
   // KV heads per plan head class (decode::decode_head_fold): plans are made for num_kv_heads /
   // head_fold heads on grid / head_fold CTAs and expanded by the layout and the kernel.
   int32_t head_fold = 1;
+  std::vector<int32_t> table_lens;  // plan(PageTable)'s KV lengths (kept between steps)
   int32_t stages = 3;             // per-warp pipeline stages (decode::decode_stages)
   int32_t warps = 4;              // warps per CTA (decode::decode_warps)
   int32_t tile_rows = 16;         // rows per item (decode::decode_tile_rows)
@@ -345,7 +346,8 @@ void BatchDecodeWrapper::plan(const PageTable& table, int32_t num_qo_heads, int3
   WEFT_CHECK_ARG(table.last_page_len.size == table.batch_size, "table.last_page_len",
                  "expected " << table.batch_size << " entries, got " << table.last_page_len.size);
   check::indptr(table.indptr.size > 0 ? table.indptr.host : nullptr, table.batch_size, "table.indptr");
-  std::vector<int32_t> lens(table.batch_size);
+  std::vector<int32_t>& lens = impl_->table_lens;  // reused: no allocation per step when warm
+  lens.resize(table.batch_size);
   for (int32_t b = 0; b < table.batch_size; ++b) {
     const int32_t pages = table.indptr.host[b + 1] - table.indptr.host[b];
     const int32_t last = table.last_page_len.host[b];
