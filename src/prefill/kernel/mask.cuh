@@ -146,6 +146,18 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tr::kMB][Tr::kFragS][4],
   }
 }
 
+// The work items of launched CTA blockIdx.x: [begin, end) of its plan CTA, and its fold word for
+// item_geometry (head-folded plans, plan::plan_cta_of / fold_word_of_cta: the launch has
+// head_fold CTAs per plan CTA). Shared by the FA2 kernel and both sm90 warp roles.
+struct CtaItems {
+  int begin, end, fold;
+};
+__device__ __forceinline__ CtaItems cta_items(const PrefillParams& p) {
+  const int c = static_cast<int>(blockIdx.x), plan_ctas = static_cast<int>(gridDim.x) / p.head_fold;
+  const int pc = plan::plan_cta_of(c, plan_ctas);
+  return {p.plan.cta_indptr[pc], p.plan.cta_indptr[pc + 1], plan::fold_word_of_cta(c, plan_ctas, p.head_fold)};
+}
+
 // Work item w of the plan: its segment, request, rows, output slot and the key range the variant
 // leaves it (trim_kv_range). Shared by the FA2 and the Hopper (sm90) prefill kernels. fold: the
 // launched CTA's fold word (plan::fold_word_of_cta; 0 for unfolded plans): the item's KV head

@@ -174,11 +174,8 @@ __device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w
 // The kernel body: every work item of this CTA.
 template <class Tr, class JV>
 __device__ __forceinline__ void prefill_items(const PrefillParams& p, const JV& jv) {
-  // Head-folded plans: plan CTA and sub-head of this launched CTA (plan::plan_cta_of).
-  const int plan_ctas = static_cast<int>(gridDim.x) / p.head_fold;
-  const int c = plan::plan_cta_of(static_cast<int>(blockIdx.x), plan_ctas);
-  prefill_item_range<Tr>(p, p.plan.cta_indptr[c], p.plan.cta_indptr[c + 1], jv,
-                         plan::fold_word_of_cta(static_cast<int>(blockIdx.x), plan_ctas, p.head_fold));
+  const CtaItems items = cta_items(p);
+  prefill_item_range<Tr>(p, items.begin, items.end, jv, items.fold);
 }
 
 template <class Tr>

@@ -155,12 +155,9 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
   const int gs = p.group_size;
   uint32_t tile_cnt = 0, item_cnt = 0;
   uint32_t vtma_phase = 0;  // bit s: parity of the next v_tma[s] phase
-  const int plan_ctas = static_cast<int>(gridDim.x) / p.head_fold;  // head-folded plans
-  const int plan_cta = plan::plan_cta_of(static_cast<int>(blockIdx.x), plan_ctas);
-  const int fold = plan::fold_word_of_cta(static_cast<int>(blockIdx.x), plan_ctas, p.head_fold);
-  const int w_end = p.plan.cta_indptr[plan_cta + 1];
-  for (int w = p.plan.cta_indptr[plan_cta]; w < w_end; ++w, ++item_cnt) {
-    const ItemGeom g = item_geometry(p, w, fold);
+  const CtaItems items = cta_items(p);
+  for (int w = items.begin; w < items.end; ++w, ++item_cnt) {
+    const ItemGeom g = item_geometry(p, w, items.fold);
     // Q: 128 packed rows = 128 / group tokens x group heads, one box per 64-column half.
     ptx90::mbar_wait(b.q_empty(), (item_cnt & 1) ^ 1);
     if (lane == 0) {
@@ -411,12 +408,9 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
   };
 
   uint32_t tile_cnt = 0, item_cnt = 0;
-  const int plan_ctas = static_cast<int>(gridDim.x) / p.head_fold;  // head-folded plans
-  const int plan_cta = plan::plan_cta_of(static_cast<int>(blockIdx.x), plan_ctas);
-  const int fold = plan::fold_word_of_cta(static_cast<int>(blockIdx.x), plan_ctas, p.head_fold);
-  const int w_end = p.plan.cta_indptr[plan_cta + 1];
-  for (int w = p.plan.cta_indptr[plan_cta]; w < w_end; ++w, ++item_cnt) {
-    const ItemGeom g = item_geometry(p, w, fold);
+  const CtaItems items = cta_items(p);
+  for (int w = items.begin; w < items.end; ++w, ++item_cnt) {
+    const ItemGeom g = item_geometry(p, w, items.fold);
     const int n_tiles = tile_count<C::kBlockN>(g);
     const int ts0 = first_tile_key<C::kBlockN>(g);
     SoftmaxState<Tr> st;
