@@ -33,6 +33,7 @@
 #include "weft/error.h"
 #include "weft/norm.h"
 #include "weft/paged_kv.h"
+#include "weft/pod.h"
 #include "weft/prefill.h"
 #include "weft/tensor.h"
 #include "weft/validate.h"
@@ -573,6 +574,127 @@ class Prefill {
   weft::KVLayout layout_ = weft::KVLayout::kNHD;
 };
 
+// ---- POD: hybrid batches (prefill chunks + decodes in one launch) ------------------------------
+
+// weft::BatchPODAttention over two page tables of one cache. The attention object (its bounds fix
+// heads, head_dim, layout and batch sizes) is rebuilt when a plan exceeds or changes them.
+class Pod {
+ public:
+  Pod(int32_t max_prefill_batch, int64_t max_prefill_tokens, int32_t max_decode_batch, int32_t max_num_pages,
+      int32_t mode, OptArray workspace)
+      : max_prefill_batch_hint_(max_prefill_batch), max_prefill_tokens_hint_(max_prefill_tokens),
+        max_decode_batch_hint_(max_decode_batch), max_pages_hint_(max_num_pages) {
+    WEFT_CHECK_ARG(mode >= 0 && mode <= 2, "mode", "must be \"auto\", \"fused\" or \"serial\"");
+    opt_.mode = static_cast<weft::PodMode>(mode);
+    ws_.set_user(workspace);
+  }
+
+  // Prefill requests: qo_indptr + (p_indptr, p_indices, p_last); decode requests: (d_indptr,
+  // d_indices, d_last). Host checks of both tables before any CUDA call.
+  void plan(const Array& qo_indptr, const Array& p_indptr, const Array& p_indices, const Array& p_last,
+            const Array& d_indptr, const Array& d_indices, const Array& d_last, int32_t hq, int32_t hkv,
+            int32_t head_dim, int32_t page_size, int32_t dtype, int32_t layout, double sm_scale, bool causal,
+            int32_t window_left, double soft_cap, bool return_lse, uintptr_t stream_i) {
+    const cudaStream_t stream = as_stream(stream_i);
+    std::vector<int32_t> h_qo = host_i32(qo_indptr, "qo_indptr", stream);
+    std::vector<int32_t> h_pi = host_i32(p_indptr, "prefill_kv_indptr", stream);
+    std::vector<int32_t> h_px = host_i32(p_indices, "prefill_kv_indices", stream);
+    std::vector<int32_t> h_pl = host_i32(p_last, "prefill_kv_last_page_len", stream);
+    std::vector<int32_t> h_di = host_i32(d_indptr, "decode_kv_indptr", stream);
+    std::vector<int32_t> h_dx = host_i32(d_indices, "decode_kv_indices", stream);
+    std::vector<int32_t> h_dl = host_i32(d_last, "decode_kv_last_page_len", stream);
+    WEFT_CHECK_ARG(!h_qo.empty(), "qo_indptr", "must have prefill batch + 1 >= 1 entries");
+    const int32_t pb = static_cast<int32_t>(h_qo.size()) - 1;
+    weft::check::indptr(h_qo.data(), pb, "qo_indptr");
+    WEFT_CHECK_ARG(static_cast<int32_t>(h_pi.size()) == pb + 1, "prefill_kv_indptr",
+                   "expected prefill batch + 1 = " << pb + 1 << " entries (from qo_indptr), got " << h_pi.size());
+    check_table(h_pi, h_px, h_pl, page_size);
+    check_table(h_di, h_dx, h_dl, page_size);
+    WEFT_CHECK_ARG(hq > 0 && hkv > 0 && hq % hkv == 0, "num_qo_heads",
+                   "must be a positive multiple of num_kv_heads (" << hkv << "), got " << hq);
+    WEFT_CHECK_ARG(head_dim == 64 || head_dim == 128, "head_dim", "must be 64 or 128 (fused kernels), got " << head_dim);
+    const weft::DType dt = dtype_from_int(dtype, "q_data_type");
+    const weft::KVLayout lay = layout_from_int(layout);
+    const int32_t db = static_cast<int32_t>(h_di.size()) - 1;
+    const int64_t tokens = h_qo[pb];
+    if (!w_ || b_.num_qo_heads != hq || b_.num_kv_heads != hkv || b_.head_dim != head_dim || b_.kv_layout != lay ||
+        pb > b_.max_prefill_batch || tokens > b_.max_prefill_tokens || db > b_.max_decode_batch) {
+      weft::PodBounds b;
+      b.max_prefill_batch = std::max({pb, max_prefill_batch_hint_, b_.max_prefill_batch, 1});
+      b.max_prefill_tokens = std::max<int64_t>({tokens, max_prefill_tokens_hint_, b_.max_prefill_tokens, 1});
+      b.max_decode_batch = std::max({db, max_decode_batch_hint_, b_.max_decode_batch, 1});
+      b.num_qo_heads = hq;
+      b.num_kv_heads = hkv;
+      b.head_dim = head_dim;
+      b.kv_layout = lay;
+      w_.reset();
+      ws_.ensure(weft::BatchPODAttention::workspace_size(b));
+      w_ = std::make_unique<weft::BatchPODAttention>(b, opt_);
+      b_ = b;
+    }
+    const size_t pages = static_cast<size_t>(std::max(max_pages_hint_, 1));
+    qo_.set(std::move(h_qo), b_.max_prefill_batch + 1, "qo_indptr", stream);
+    p_indptr_.set(std::move(h_pi), b_.max_prefill_batch + 1, "prefill_kv_indptr", stream);
+    p_indices_.set(std::move(h_px), pages, "prefill_kv_indices", stream);
+    p_last_.set(std::move(h_pl), b_.max_prefill_batch, "prefill_kv_last_page_len", stream);
+    d_indptr_.set(std::move(h_di), b_.max_decode_batch + 1, "decode_kv_indptr", stream);
+    d_indices_.set(std::move(h_dx), pages, "decode_kv_indices", stream);
+    d_last_.set(std::move(h_dl), b_.max_decode_batch, "decode_kv_last_page_len", stream);
+    w_->plan(qo_.host.data(), prefill_table(), decode_table(), page_size, dt,
+             make_variant(sm_scale, causal ? 1 : 0, window_left, soft_cap, return_lse), ws_.ptr, ws_.bytes, stream);
+  }
+
+  void run(const Array& q_p, const Array& q_d, const Array& k_cache, const OptArray& v_cache, const Array& out_p,
+           const Array& out_d, const OptArray& lse_p, const OptArray& lse_d, uintptr_t stream) {
+    WEFT_CHECK_ARG(w_ != nullptr, "plan", "run() before plan()");
+    auto [k, v] = kv_views(k_cache, v_cache, "paged_kv_cache");
+    weft::PagedKVCache cache{k, v, b_.kv_layout};
+    weft::TensorView lp, ld;
+    if (lse_p) lp = view(*lse_p, "lse_p");
+    if (lse_d) ld = view(*lse_d, "lse_d");
+    w_->run(view(q_p, "q_p"), view(q_d, "q_d"), cache, prefill_table(), decode_table(), view(out_p, "out_p"),
+            view(out_d, "out_d"), lse_p ? &lp : nullptr, lse_d ? &ld : nullptr, as_stream(stream));
+  }
+
+  nb::dict plan_info() const {
+    nb::dict d;
+    if (!w_) return d;
+    const weft::PodPlanInfo& i = w_->plan_info();
+    d["fused"] = i.fused;
+    d["grid"] = i.grid;
+    d["ctas_per_sm"] = i.ctas_per_sm;
+    d["prefill_ctas"] = i.prefill_ctas;
+    d["decode_ctas"] = i.decode_ctas;
+    d["prefill_items"] = i.prefill_items;
+    d["decode_items"] = i.decode_items;
+    d["predicted_serial_us"] = i.predicted_serial_us;
+    d["predicted_fused_us"] = i.predicted_fused_us;
+    return d;
+  }
+  size_t workspace_bytes() const { return ws_.bytes; }
+
+ private:
+  static weft::PageTable table_of(const Mirror& indptr, const Mirror& indices, const Mirror& last) {
+    weft::PageTable t;
+    t.batch_size = static_cast<int32_t>(last.host.size());
+    t.indptr = indptr.array();
+    t.indices = indices.array();
+    t.last_page_len = last.array();
+    return t;
+  }
+  weft::PageTable prefill_table() const { return table_of(p_indptr_, p_indices_, p_last_); }
+  weft::PageTable decode_table() const { return table_of(d_indptr_, d_indices_, d_last_); }
+  int32_t max_prefill_batch_hint_;
+  int64_t max_prefill_tokens_hint_;
+  int32_t max_decode_batch_hint_;
+  int32_t max_pages_hint_;
+  weft::PodOptions opt_;
+  weft::PodBounds b_;
+  std::unique_ptr<weft::BatchPODAttention> w_;
+  Workspace ws_;
+  Mirror qo_, p_indptr_, p_indices_, p_last_, d_indptr_, d_indices_, d_last_;
+};
+
 // ---- append, norm, block tables -----------------------------------------------------------------
 
 // One index argument given as (device array or None, host array or None). A missing device copy
@@ -752,6 +874,18 @@ NB_MODULE(_weft, m) {
       .def("run_ragged", &Prefill::run_ragged, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "stream"_a)
       .def("plan_info", &Prefill::plan_info)
       .def_prop_ro("workspace_bytes", &Prefill::workspace_bytes);
+
+  nb::class_<Pod>(m, "Pod")
+      .def(nb::init<int32_t, int64_t, int32_t, int32_t, int32_t, OptArray>(), "max_prefill_batch"_a,
+           "max_prefill_tokens"_a, "max_decode_batch"_a, "max_num_pages"_a, "mode"_a, "workspace"_a.none())
+      .def("plan", &Pod::plan, "qo_indptr"_a, "prefill_kv_indptr"_a, "prefill_kv_indices"_a,
+           "prefill_kv_last_page_len"_a, "decode_kv_indptr"_a, "decode_kv_indices"_a, "decode_kv_last_page_len"_a,
+           "num_qo_heads"_a, "num_kv_heads"_a, "head_dim"_a, "page_size"_a, "dtype"_a, "layout"_a, "sm_scale"_a,
+           "causal"_a, "window_left"_a, "soft_cap"_a, "return_lse"_a, "stream"_a)
+      .def("run", &Pod::run, "q_p"_a, "q_d"_a, "k_cache"_a, "v_cache"_a.none(), "out_p"_a, "out_d"_a,
+           "lse_p"_a.none(), "lse_d"_a.none(), "stream"_a)
+      .def("plan_info", &Pod::plan_info)
+      .def_prop_ro("workspace_bytes", &Pod::workspace_bytes);
 
   m.def("append_paged_kv", &append_paged_kv, "append_key"_a, "append_value"_a, "batch_indices_dev"_a.none(),
         "batch_indices_host"_a.none(), "positions_dev"_a.none(), "positions_host"_a.none(), "k_cache"_a,

@@ -109,3 +109,21 @@ def test_block_table_wrapper_validation():
     _err(lambda: w.plan(i32(0, 1, 2), i32(5), 8, 2, 128, 16), "block_tables")  # not 2-D
     bt = np.zeros((1, 4), np.int64)
     _err(lambda: w.plan(bt, i32(5), 8, 2, 128, 16), "block_tables")  # not int32
+
+
+def test_pod_plan_validation():
+    _err(lambda: weft.PODWithPagedKVCacheWrapper(None, mode="fast"), "mode")
+    _err(lambda: weft.PODWithPagedKVCacheWrapper(None, "XYZ"), "kv_layout")
+    w = weft.PODWithPagedKVCacheWrapper()
+    good = dict(num_qo_heads=8, num_kv_heads=2, head_dim=128, page_size=16)
+    pre = (i32(0, 4), i32(0, 1), i32(0), i32(4))          # one prefill chunk of 4 tokens, 4 keys
+    dec = (i32(0, 1, 2), i32(1, 2), i32(3, 3))            # two decodes of 3 keys
+    _err(lambda: w.plan(i32(0, 4, 2), i32(0, 1, 2), i32(0, 1), i32(4, 4), *dec, **good), "qo_indptr")
+    _err(lambda: w.plan(i32(0, 4), i32(0, 1, 2), i32(0, 1), i32(4, 4), *dec, **good), "prefill_kv_indptr")
+    _err(lambda: w.plan(*pre, i32(0, 1, 2), i32(1, 2), i32(3, 17), **good), "last_page_len")
+    _err(lambda: w.plan(*pre, i32(0, 2, 1), i32(1, 2), i32(3, 3), **good), "indptr")
+    _err(lambda: w.plan(*pre, *dec, **dict(good, head_dim=256)), "head_dim")
+    _err(lambda: w.plan(*pre, *dec, **dict(good, num_qo_heads=7)), "num_qo_heads")
+    _err(lambda: w.plan(*pre, *dec, **good, q_data_type="float32"), "q_data_type")
+    q = np.zeros((4, 8, 128), np.float16)
+    _err(lambda: w.run(q, q, (q, q), out_p=q, out_d=q), "plan")  # run before plan

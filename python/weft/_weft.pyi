@@ -49,6 +49,19 @@ class Prefill:
     @property
     def workspace_bytes(self) -> int: ...
 
+class Pod:
+    def __init__(self, max_prefill_batch: int, max_prefill_tokens: int, max_decode_batch: int,
+                 max_num_pages: int, mode: int, workspace: Optional[Any]) -> None: ...
+    def plan(self, qo_indptr: Any, prefill_kv_indptr: Any, prefill_kv_indices: Any, prefill_kv_last_page_len: Any,
+             decode_kv_indptr: Any, decode_kv_indices: Any, decode_kv_last_page_len: Any, num_qo_heads: int,
+             num_kv_heads: int, head_dim: int, page_size: int, dtype: int, layout: int, sm_scale: float,
+             causal: bool, window_left: int, soft_cap: float, return_lse: bool, stream: int) -> None: ...
+    def run(self, q_p: Any, q_d: Any, k_cache: Any, v_cache: Optional[Any], out_p: Any, out_d: Any,
+            lse_p: Optional[Any], lse_d: Optional[Any], stream: int) -> None: ...
+    def plan_info(self) -> dict: ...
+    @property
+    def workspace_bytes(self) -> int: ...
+
 def append_paged_kv(append_key: Any, append_value: Any, batch_indices_dev: Optional[Any],
                     batch_indices_host: Optional[Any], positions_dev: Optional[Any], positions_host: Optional[Any],
                     k_cache: Any, v_cache: Optional[Any], indices_dev: Optional[Any], indices_host: Optional[Any],
