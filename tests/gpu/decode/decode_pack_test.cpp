@@ -373,5 +373,67 @@ TEST(DecodeSmall, SharePrefixesWrapper) {
   }
 }
 
+
+// Random prefix forests (issue 21): a root of 0-24 shared pages, 1..64 children of 0-12 more
+// shared pages each, 1-3 requests per child with private tails of 1..3 pages' worth of keys, plus
+// unrelated and empty requests; GQA groups 1-8, head dims 64/128, page sizes 4/16. The wrapper
+// with share_prefixes (profit model, packs, multi-tile kernel, merge) against the float64
+// reference, and bitwise equal over a second run.
+TEST(DecodeSmall, SharePrefixesRandomForests) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  const int32_t heads[][2] = {{8, 2}, {16, 2}, {4, 4}, {32, 4}, {8, 8}};
+  for (int iter = 0; iter < 8; ++iter) {
+    Case c;
+    const auto& hh = heads[rng.randint(0, 4)];
+    c.hq = hh[0];
+    c.hkv = hh[1];
+    c.d = iter % 2 ? 128 : 64;
+    c.dtype = iter % 3 ? DType::kBFloat16 : DType::kFloat16;
+    c.page_size = iter % 4 == 3 ? 4 : 16;
+    const int ps = c.page_size;
+    const int root = static_cast<int>(rng.randint(0, 24));
+    const int children = iter == 0 ? 64 : static_cast<int>(rng.randint(1, 64));
+    std::vector<int> child_pages(children), leader(children), group_of;
+    c.lens.clear();
+    for (int g = 0; g < children; ++g) {
+      child_pages[g] = static_cast<int>(rng.randint(0, 12));
+      const int members = static_cast<int>(rng.randint(1, children > 32 ? 2 : 3));
+      leader[g] = static_cast<int>(c.lens.size());
+      for (int m = 0; m < members; ++m) {
+        group_of.push_back(g);
+        c.lens.push_back((root + child_pages[g]) * ps + static_cast<int32_t>(rng.randint(1, 3 * ps)));
+      }
+    }
+    const int shared_end = static_cast<int>(c.lens.size());
+    c.lens.push_back(static_cast<int32_t>(rng.randint(1, 40 * ps)));  // unrelated
+    c.lens.push_back(0);                                              // empty
+    SCOPED_TRACE(::testing::Message() << c.describe() << " root " << root << " children " << children);
+    const int32_t B = static_cast<int32_t>(c.lens.size());
+    DecodeOptions opt;
+    opt.share_prefixes = true;
+    const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
+    DeviceBuffer ws(ws_bytes);
+    BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
+    Batch bt(c, rng);
+    for (int r = 1; r < shared_end; ++r) share_pages(bt.indices, bt.indptr, r, 0, root);
+    for (int r = 0; r < shared_end; ++r) {
+      const int g = group_of[r];
+      if (r != leader[g]) share_pages(bt.indices, bt.indptr, r, leader[g], root + child_pages[g]);
+    }
+    bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
+    w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+    bt.dout.poison();
+    bt.dlse.poison();
+    run_for(w, bt);
+    WEFT_TEST_CUDA(cudaDeviceSynchronize());
+    check_against_reference(bt);
+    const std::vector<float> first = bt.out();
+    bt.dout.poison();
+    run_for(w, bt);
+    WEFT_TEST_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(bt.out(), first) << "not bitwise deterministic";
+  }
+}
 }  // namespace
 }  // namespace weft
