@@ -306,6 +306,38 @@ TEST(BalancePlanner, BadInputThrowsNamingField) {
   EXPECT_THROW(balance(s, cfg), Error);
 }
 
+// A folded layout (PlanBounds::head_fold) rejects a bad fold and a plan of another fold, naming them.
+TEST(WorkspaceLayoutTest, HeadFoldBoundsChecked) {
+  PlanBounds b;
+  b.max_batch = 4;
+  b.max_tiles = 8;
+  b.num_ctas = 33;
+  b.tile_q = 16;
+  b.head_dim = 128;
+  b.head_fold = 0;
+  EXPECT_EQ(test::thrown_argument([&] { WorkspaceLayout x(b); }), "head_fold");
+  b.head_fold = 8;
+  const WorkspaceLayout folded(b);
+  b.head_fold = 1;
+  const WorkspaceLayout plain(b);
+  EXPECT_GT(folded.total_bytes(), plain.total_bytes());  // records, counters, slots x 8
+  BatchShape shape;
+  shape.qo_len = {1, 1};
+  shape.kv_len = {100, 5000};
+  BalanceConfig cfg;
+  cfg.num_ctas = 33;
+  cfg.num_kv_heads = 1;
+  cfg.group_size = 4;
+  cfg.tile_q = 16;
+  const Plan unfolded = balance(shape, cfg);  // head_fold 1
+  std::vector<char> buf(folded.metadata_bytes());
+  EXPECT_EQ(test::thrown_argument([&] { folded.serialize(unfolded, buf.data()); }), "plan");
+  cfg.head_fold = 8;
+  const Plan p = balance(shape, cfg);
+  ASSERT_NO_THROW(folded.serialize(p, buf.data()));
+  EXPECT_EQ(folded.deserialize(buf.data()).head_fold, 8);
+}
+
 TEST(WorkspaceLayoutTest, FixedOffsetsRoundTripAndBounds) {
   Rng rng = Rng::for_current_test();
   PlanBounds bounds{64, 64 * 8, 132, 16, 128};

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "prefill/prefill_plan.h"
+#include "tests/common/test_util.h"
 #include "tests/host/attention/plan_reference.h"
 
 namespace weft::prefill {
@@ -254,5 +255,41 @@ TEST(PrefillPlan, OptimizedPlanIdenticalToReference) {
   }
 }
 
+
+// Head folding (prefill_head_fold): a fold must divide the KV heads and the CTAs, named on
+// rejection; a folded plan covers every (segment, KV head, row) once when expanded.
+TEST(PrefillPlan, HeadFoldValidatedAndExpandsToEveryHead) {
+  EXPECT_EQ(prefill_head_fold(8, 132), 4);
+  EXPECT_EQ(prefill_head_fold(32, 264), 8);
+  EXPECT_EQ(prefill_head_fold(3, 132), 3);
+  EXPECT_EQ(test::thrown_argument([] { plan_bounds(4, 1024, 8, 4, 128, 128, 132, 3); }), "head_fold");
+  EXPECT_EQ(test::thrown_argument([] { plan_bounds(4, 1024, 8, 4, 128, 128, 132, 8); }), "head_fold");
+  PlanRequest r;
+  r.qo_len = {300, 17, 1};
+  r.kv_len = {300, 500, 1};
+  r.num_kv_heads = 8;
+  r.group_size = 4;
+  r.causal = true;
+  r.cta_q = 128;
+  r.cta_kv = 128;
+  r.num_ctas = 132;
+  r.head_fold = 5;
+  EXPECT_EQ(test::thrown_argument([&] { make_plan(r); }), "head_fold");
+  r.head_fold = 4;
+  const SegmentedPlan sp = make_plan(r);
+  ASSERT_EQ(sp.plan.head_fold, 4);
+  ASSERT_EQ(sp.plan.num_ctas, 33);
+  // Rows covered per (segment, KV head) after expansion: each head class h stands for heads
+  // 4h .. 4h + 3; every row of every segment once per KV head.
+  std::vector<int64_t> rows(size_t(sp.plan.batch) * r.num_kv_heads, 0);
+  for (int i = 0; i < sp.plan.num_items(); ++i)
+    for (int j = 0; j < 4; ++j)
+      rows[size_t(sp.plan.item_request[i]) * r.num_kv_heads + plan::fold_expand(sp.plan.item_kv_head[i], plan::fold_word(j, 4))] +=
+          sp.plan.item_row_end[i] - sp.plan.item_row_begin[i];
+  for (int32_t s = 0; s < sp.plan.batch; ++s)
+    for (int h = 0; h < r.num_kv_heads; ++h)
+      EXPECT_EQ(rows[size_t(s) * r.num_kv_heads + h], int64_t(sp.plan.qo_indptr[s + 1] - sp.plan.qo_indptr[s]) * r.group_size)
+          << "segment " << s << " head " << h;
+}
 }  // namespace
 }  // namespace weft::prefill
