@@ -1,0 +1,123 @@
+// BatchDecodeWrapper's state (internal): what plan() leaves for run(). Shared by wrapper.cpp
+// (construction, workspace sizing, run and launch) and wrapper_plan.cpp (every plan() form).
+#pragma once
+#include <algorithm>
+#include <memory>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention/heuristics.h"
+#include "attention/plan/balance.h"
+#include "attention/plan/cascade_forest.h"
+#include "attention/plan/pack_planner.h"
+#include "attention/plan/prefix_forest.h"
+#include "attention/plan/work_plan.h"
+#include "attention/variant_host.h"
+#include "common/cuda_check.h"
+#include "decode/decode_plan.h"
+#include "decode/jit_launch.h"
+#include "decode/launch.h"
+#include "decode/router.h"
+#include "decode/run_checks.h"
+#include "decode/work_queue_decode.h"
+#include "paged/block_table.h"
+#include "weft/decode.h"
+#include "weft/fp8.h"
+#include "weft/validate.h"
+
+
+namespace weft {
+
+struct BatchDecodeWrapper::Impl {
+  int32_t max_batch = 0, num_qo_heads = 0, num_kv_heads = 0, head_dim = 0;
+  DecodePath forced = DecodePath::kAuto;
+  int32_t grid = 0;
+  // KV heads per plan head class (decode::decode_head_fold): plans are made for num_kv_heads /
+  // head_fold heads on grid / head_fold CTAs and expanded by the layout and the kernel.
+  int32_t head_fold = 1;
+  std::vector<int32_t> table_lens;  // plan(PageTable)'s KV lengths (kept between steps)
+  int32_t stages = 3;             // per-warp pipeline stages (decode::decode_stages)
+  int32_t warps = 4;              // warps per CTA (decode::decode_warps)
+  int32_t tile_rows = 16;         // rows per item (decode::decode_tile_rows)
+  plan::WorkspaceLayout layout;
+  void* staging = nullptr;        // pinned, layout.metadata_bytes()
+  cudaEvent_t staging_done = nullptr;
+  bool staging_pending = false;
+
+  // The current plan.
+  bool planned = false;
+  plan::Plan plan;
+  // Planning scratch kept between plan() calls (a warm plan() allocates nothing): the planner's
+  // buffers, the shape, the next plan (swapped with `plan` once it is in the staging buffer, so a
+  // plan() that throws leaves the current plan intact), and what the staging buffer holds (the next
+  // serialize clears only the previous plan's excess instead of the whole region).
+  plan::Planner planner;
+  plan::BatchShape shape;
+  plan::Plan next;
+  plan::WorkspaceLayout::Image staging_image;
+  // DecodeOptions::share_prefixes: plans are work plans with packs (attention/plan/work_plan.h)
+  // in their own layout; plan() passes the table it plans from (plan_lengths cannot share).
+  bool share = false;
+  plan::WorkPlanLayout wlayout;
+  const PageTable* share_table = nullptr;
+  plan::PackPlanner packer;            // keeps the last plan for lazy updates
+  const std::vector<CascadeLevel>* cascade = nullptr;  // plan_cascade()'s levels, during the call
+  void* share_image_ws = nullptr;      // workspace whose metadata holds packer's plan (else null)
+  int32_t planned_items = 0;
+  int32_t page_size = 0;
+  DType dtype = DType::kBFloat16;
+  KVLayout kv_layout = KVLayout::kNHD;
+  AttentionVariant variant;
+  void* workspace = nullptr;
+  DecodePath path = DecodePath::kTensorCore;
+  // The path a run on pools of kv_dtype takes: the planned one, except under kAuto on fp8 pools
+  // (heuristics::decode_fp8_prefers_tensor_cores; the plan does not depend on the path).
+  DecodePath path_for(DType kv_dtype) const {
+    if (forced != DecodePath::kAuto || !is_fp8(kv_dtype)) return path;
+    return heuristics::decode_fp8_prefers_tensor_cores(num_qo_heads / num_kv_heads, head_dim) ? DecodePath::kTensorCore
+                                                                                               : DecodePath::kCudaCore;
+  }
+  // A run-time compiled variant's kernel and parameters (variant.jit; weft/jit.h).
+  jit_detail::PlanState jit;
+  std::size_t jit_smem = 0;
+  // plan(BlockTable) with share_prefixes: the prefix forest reads the rows in place through
+  // row offsets b * row_stride (no copy of the page ids).
+  std::vector<int32_t> row_offsets;
+  PageTable rows_view;
+
+  // DecodeOptions::route other than kBalanced: the work queue (its workspace after the balanced
+  // plan's, at wq_offset), the router table of kAuto, and whether the current plan is the work
+  // queue's (run() then launches its 1-D grid).
+  DecodeRoute route = DecodeRoute::kBalanced;
+  int32_t wq_chunk = 0;
+  int32_t max_tasks = 0;
+  std::size_t wq_offset = 0;
+  std::unique_ptr<decode::WorkQueueDecode> wq;
+  decode::RouterModel router;
+  bool wq_planned = false;
+  void plan_work_queue(DecodePlanInfo& info, const BlockTable& table, int32_t chunk, int32_t num_qo_heads,
+                       int32_t num_kv_heads, int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,
+                       const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
+                       cudaStream_t stream);
+
+  // run(): the checks of q / out / lse and of the cache against the plan, and the launch.
+  void check_run_views(const TensorView& q, const TensorView& out, const TensorView* lse) const;
+  // fp8 pools (run(PageTable) only): a kernel for them, and no feature they do not support yet.
+  void check_run_fp8(const PagedKVCache& cache) const;
+  decode::PlannedShape planned_shape() const;
+  // The table's batch and every row's length (len(b)) equal the plan's (`name` on a mismatch).
+  template <class Len>
+  void check_run_lengths(int32_t table_batch, const char* name, Len len) const {
+    WEFT_CHECK_ARG(table_batch == plan.batch, "table.batch_size", "planned " << plan.batch << ", got " << table_batch);
+    for (int32_t b = 0; b < table_batch; ++b)
+      WEFT_CHECK_ARG(len(b) == plan.kv_len[b], name,
+                     "kv_len of request " << b << " is " << len(b) << " but the plan has " << plan.kv_len[b]
+                                          << " (call plan() again)");
+  }
+  void launch(const TensorView& q, const PagedKVCache& cache, const PageTable* table, const BlockTable* blocks,
+              const TensorView& out, const TensorView* lse, cudaStream_t stream);
+};
+
+}  // namespace weft

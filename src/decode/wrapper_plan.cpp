@@ -1,0 +1,307 @@
+// BatchDecodeWrapper::plan*: the page-table, block-table and cascade forms, the lengths-only
+// core (balanced split-KV with head folding, or prefix-sharing work plans) and the work-queue
+// route. Host only: validation, planning, one copy of the plan into the workspace.
+#include "decode/wrapper_impl.h"
+
+namespace weft {
+
+void BatchDecodeWrapper::plan(const PageTable& table, int32_t num_qo_heads, int32_t num_kv_heads,
+                              int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,
+                              const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
+                              cudaStream_t stream) {
+  WEFT_CHECK_ARG(table.batch_size >= 0, "table.batch_size", "must be >= 0, got " << table.batch_size);
+  WEFT_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got " << page_size);
+  // An empty step (batch 0, a serving loop with no decodes) has size-0 arrays that may be null;
+  // its indptr may also be {0}. Host mirrors are required only where there are entries to read.
+  check::indptr_size(table.indptr.size, table.batch_size, "table.indptr");
+  if (table.indptr.size > 0) check::not_null(table.indptr.host, "table.indptr.host");
+  if (table.batch_size > 0) check::not_null(table.last_page_len.host, "table.last_page_len.host");
+  WEFT_CHECK_ARG(table.last_page_len.size == table.batch_size, "table.last_page_len",
+                 "expected " << table.batch_size << " entries, got " << table.last_page_len.size);
+  check::indptr(table.indptr.size > 0 ? table.indptr.host : nullptr, table.batch_size, "table.indptr");
+  std::vector<int32_t>& lens = impl_->table_lens;  // reused: no allocation per step when warm
+  lens.resize(table.batch_size);
+  for (int32_t b = 0; b < table.batch_size; ++b) {
+    const int32_t pages = table.indptr.host[b + 1] - table.indptr.host[b];
+    const int32_t last = table.last_page_len.host[b];
+    WEFT_CHECK_ARG(pages == 0 ? last == 0 : (last >= 1 && last <= page_size),
+                   "table.last_page_len", "entry " << b << " is " << last << " for a request with " << pages
+                                                   << " pages (page_size " << page_size << ")");
+    const int64_t len = kv_len_of(table, page_size, b);
+    WEFT_CHECK_ARG(len <= INT32_MAX, "table.indptr", "request " << b << " too long: " << len);
+    lens[b] = static_cast<int32_t>(len);
+  }
+  impl_->share_table = &table;
+  struct Clear {
+    const PageTable*& t;
+    ~Clear() { t = nullptr; }
+  } clear{impl_->share_table};
+  plan_lengths(lens.data(), table.batch_size, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout,
+               variant, workspace, workspace_bytes, stream);
+}
+
+void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int32_t num_kv_heads,
+                              int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,
+                              const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
+                              cudaStream_t stream) {
+  // Lengths, rows and stride (ids are range-checked by run(), which knows the cache).
+  paged::check_block_table_rows(table, page_size, -1);
+  Impl& im = *impl_;
+  if (im.route != DecodeRoute::kBalanced) {
+    int32_t chunk = -1;  // -1: the balanced plan
+    if (im.route == DecodeRoute::kWorkQueue) {
+      chunk = im.wq_chunk;
+    } else if (im.route == DecodeRoute::kNoSplit) {
+      chunk = 0;
+    } else {  // kAuto: the table's cheapest option this wrapper can run
+      // With share_prefixes the persistent candidate is the prefix-sharing plan (its shared keys
+      // estimated from the rows' leading page ids), else the balanced plan.
+      decode::RouteFilter filter;
+      filter.balanced = !im.share;
+      filter.prefix_share = im.share;
+      filter.max_tasks = im.max_tasks;
+      const int64_t shared =
+          im.share ? decode::shared_prefix_keys(table.block_ids.host, table.row_stride, table.seq_lens.host,
+                                                table.batch_size, page_size)
+                   : 0;
+      const decode::StepSummary step{table.seq_lens.host, table.batch_size, shared};
+      const int32_t pick = decode::choose_route(im.router, step, filter);
+      const decode::Route r = pick >= 0 ? im.router.options[pick].route : decode::Route::kBalanced;
+      if (r == decode::Route::kWorkQueue || r == decode::Route::kNoSplit)
+        chunk = r == decode::Route::kNoSplit ? 0 : im.router.options[pick].chunk;
+    }
+    if (chunk >= 0) {
+      im.plan_work_queue(info_, table, chunk, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout, variant,
+                         workspace, workspace_bytes, stream);
+      return;
+    }
+  }
+  if (!im.share) {
+    plan_lengths(table.seq_lens.host, table.batch_size, num_qo_heads, num_kv_heads, head_dim, page_size, dtype,
+                 layout, variant, workspace, workspace_bytes, stream);
+    return;
+  }
+  // Prefix sharing: the forest and the pack plan see row b's ids at offset b * row_stride.
+  const int32_t batch = table.batch_size;
+  im.row_offsets.resize(size_t(batch) + 1);
+  for (int32_t b = 0; b <= batch; ++b)
+    im.row_offsets[b] = b < batch ? static_cast<int32_t>(b * table.row_stride)
+                                  : static_cast<int32_t>(batch == 0 ? 0 : (batch - 1) * table.row_stride + table.max_blocks);
+  im.rows_view.batch_size = batch;
+  im.rows_view.indptr = {nullptr, im.row_offsets.data(), int64_t(batch) + 1};
+  im.rows_view.indices = {table.block_ids.device, table.block_ids.host, table.block_ids.size};
+  im.share_table = &im.rows_view;
+  struct Clear {
+    const PageTable*& t;
+    ~Clear() { t = nullptr; }
+  } clear{im.share_table};
+  plan_lengths(table.seq_lens.host, batch, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout, variant,
+               workspace, workspace_bytes, stream);
+}
+
+void BatchDecodeWrapper::plan_cascade(const PageTable& table, const std::vector<CascadeLevel>& levels,
+                                      int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim, int32_t page_size,
+                                      DType dtype, KVLayout layout, const AttentionVariant& variant, void* workspace,
+                                      std::size_t workspace_bytes, cudaStream_t stream) {
+  WEFT_CHECK_ARG(impl_->share, "options.share_prefixes",
+                 "plan_cascade needs a wrapper built with DecodeOptions::share_prefixes");
+  impl_->cascade = &levels;
+  struct Clear {
+    const std::vector<CascadeLevel>*& l;
+    ~Clear() { l = nullptr; }
+  } clear{impl_->cascade};
+  plan(table, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout, variant, workspace, workspace_bytes,
+       stream);
+}
+
+void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int32_t num_qo_heads,
+                                      int32_t num_kv_heads, int32_t head_dim, int32_t page_size, DType dtype,
+                                      KVLayout layout, const AttentionVariant& variant, void* workspace,
+                                      std::size_t workspace_bytes, cudaStream_t stream) {
+  Impl& im = *impl_;
+  WEFT_CHECK_ARG(im.route == DecodeRoute::kBalanced || im.route == DecodeRoute::kAuto, "options.route",
+                 decode_route_name(im.route) << " plans from a block table: call plan(BlockTable)");
+  WEFT_CHECK_ARG(batch >= 0 && batch <= im.max_batch, "batch",
+                 "must be in [0, max_batch = " << im.max_batch << "], got " << batch);
+  WEFT_CHECK_ARG(num_qo_heads == im.num_qo_heads, "num_qo_heads",
+                 "wrapper was built for " << im.num_qo_heads << ", got " << num_qo_heads);
+  WEFT_CHECK_ARG(num_kv_heads == im.num_kv_heads, "num_kv_heads",
+                 "wrapper was built for " << im.num_kv_heads << ", got " << num_kv_heads);
+  WEFT_CHECK_ARG(head_dim == im.head_dim, "head_dim", "wrapper was built for " << im.head_dim << ", got " << head_dim);
+  WEFT_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got " << page_size);
+  WEFT_CHECK_ARG(dtype == DType::kFloat16 || dtype == DType::kBFloat16, "dtype",
+                 "expected f16 or bf16, got " << dtype_name(dtype));
+  WEFT_CHECK_ARG(layout == KVLayout::kNHD || layout == KVLayout::kHND, "layout", "unknown KV layout");
+  WEFT_CHECK_ARG(variant.mask != MaskMode::kCustom, "variant.mask", "custom masks are not supported by decode");
+  WEFT_CHECK_ARG(variant.sm_scale >= 0 && std::isfinite(variant.sm_scale), "variant.sm_scale",
+                 "must be finite and >= 0, got " << variant.sm_scale);
+  WEFT_CHECK_ARG(std::isfinite(variant.logits_soft_cap), "variant.logits_soft_cap", "must be finite");
+  WEFT_CHECK_ARG(variant.window_left >= -1, "variant.window_left", "must be >= -1, got " << variant.window_left);
+  // ALiBi slopes (null: off) are loaded as floats by the kernels: a misaligned pointer would fault
+  // the launch (sticky error).
+  check::aligned(variant.alibi_slopes, "variant.alibi_slopes", sizeof(float));
+  check::workspace(workspace, workspace_bytes, im.share ? im.wlayout.total_bytes() : im.layout.total_bytes(),
+                   "workspace");
+  WEFT_CHECK_ARG(batch == 0 || kv_lens != nullptr, "kv_lens", "must not be null");
+  jit_detail::check_jit_variant(variant);
+  WEFT_CHECK_ARG(variant.jit == nullptr || !im.share, "variant.jit",
+                 "prefix sharing (DecodeOptions::share_prefixes) does not run run-time compiled variants yet");
+  if (im.share) {
+    WEFT_CHECK_ARG(im.share_table != nullptr, "plan_lengths",
+                   "prefix sharing (DecodeOptions::share_prefixes) plans from the page table: call plan()");
+    WEFT_CHECK_ARG(variant.alibi_slopes == nullptr && variant.window_left < 0, "variant",
+                   "prefix sharing supports neither ALiBi nor a sliding window yet");
+  }
+
+  for (int32_t b = 0; b < batch; ++b)
+    WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
+  // Reuse the staging buffer only once its previous copy has left it: a host wait on the GPU
+  // only when that copy is still queued (plan() called again before the stream reached it).
+  auto staging_free = [&] {
+    if (im.staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(im.staging_done));
+  };
+  std::size_t copy_bytes = 0, copy_offset = 0;
+  DecodePath path = DecodePath::kTensorCore;
+  if (im.share) {
+    // The prefix forest of the table, packs over its shared pages, the work plan copied into the
+    // workspace; or, when only the private suffixes grew (PackPlanner's structural key), the
+    // previous plan with new key ranges and page bases, of which only those arrays are copied.
+    const PageTable& t = *im.share_table;
+    int64_t keys = 0;
+    for (int32_t b = 0; b < batch; ++b) keys += kv_lens[b];
+    plan::PackPlanConfig pc;
+    pc.num_ctas = im.grid;
+    pc.num_kv_heads = num_kv_heads;
+    pc.group_size = num_qo_heads / num_kv_heads;
+    pc.tile_rows = im.tile_rows;  // decode::pack_tile_rows
+    pc.page_size = page_size;
+    pc.kv_granularity = decode::kPlanKVTile;
+    pc.max_chunk = plan::pack_max_chunk(keys, num_kv_heads, im.grid, decode::kMinChunk, decode::kPlanKVTile);
+    plan::set_pack_traffic(pc, head_dim, 2);  // the profit model: 16-bit KV (fp8 pools are refused with sharing)
+    bool lazy = false;
+    if (im.cascade != nullptr) {  // plan_cascade: the stated levels' forest, planned fully
+      std::vector<plan::CascadeLevelSpec> specs;
+      for (const CascadeLevel& lv : *im.cascade) {
+        const int32_t groups = static_cast<int32_t>(lv.num_pages.size());
+        WEFT_CHECK_ARG(lv.req_indptr.size() == lv.num_pages.size() + 1, "levels",
+                       "req_indptr needs num_pages.size() + 1 = " << groups + 1 << " entries, got "
+                                                                  << lv.req_indptr.size());
+        specs.push_back({lv.req_indptr.data(), lv.num_pages.data(), groups});
+      }
+      const plan::PrefixForest forest = plan::make_cascade_forest(
+          specs.data(), static_cast<int32_t>(specs.size()), t.indptr.host, t.indices.host, kv_lens, batch, page_size);
+      im.packer.plan_forest(forest, t.indptr.host, kv_lens, pc);
+    } else {
+      lazy = im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc) == plan::PackPlanner::Update::kLazy &&
+             im.share_image_ws == workspace;
+    }
+    const plan::WorkPlan& wp = im.packer.current();
+    staging_free();
+    im.share_image_ws = nullptr;  // until the copy below is queued
+    if (lazy) {
+      im.wlayout.serialize_item_kv(wp, im.staging);
+      copy_offset = im.wlayout.item_kv_offset();
+      copy_bytes = im.wlayout.item_kv_bytes();
+    } else {
+      im.wlayout.serialize(wp, im.staging);  // throws (naming "plan") when it exceeds max_pack_items
+      copy_bytes = im.wlayout.metadata_bytes();
+    }
+    info_.lazy_update = lazy;
+    im.plan.batch = batch;  // what run() validates against
+    im.plan.kv_len.assign(kv_lens, kv_lens + batch);
+    im.planned_items = wp.num_items();
+    int32_t packs = 0;
+    for (int32_t n : wp.item_num_reqs) packs += n >= 2;
+    info_.num_items = wp.num_items();
+    info_.num_merges = wp.num_merges();
+    info_.num_packs = packs;
+    info_.max_chunk = pc.max_chunk;
+    info_.tile_rows = im.tile_rows;
+    info_.split = wp.num_merges() > 0;
+  } else {
+    decode::batch_shape(kv_lens, batch, variant.window_left, im.shape);
+    const plan::BatchShape& shape = im.shape;
+    const int32_t rows =
+        decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.tile_rows);
+    const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows, im.head_fold);
+    decode::plan_decode(shape, cfg, im.planner, im.next);
+    staging_free();
+    im.layout.serialize(im.next, im.staging, &im.staging_image);
+    // The whole metadata region: its arrays sit at fixed offsets with max_items strides, so the
+    // bytes a smaller plan uses are not contiguous (and the region also clears the previous plan's).
+    copy_bytes = im.layout.metadata_bytes();
+    std::swap(im.plan, im.next);
+    path = im.forced == DecodePath::kAuto ? choose_decode_path(cfg.group_size, head_dim, dtype) : im.forced;
+    // Counted per KV head as before head folding: the launch runs head_fold items per plan item.
+    info_.num_items = im.plan.num_items() * im.head_fold;
+    info_.num_merges = im.plan.num_merges() * im.head_fold;
+    info_.max_chunk = im.plan.max_chunk;
+    info_.tile_rows = im.plan.tile_q;
+    info_.split = im.plan.split;
+  }
+  // A run-time compiled variant: its kernel (compiled, read from the cache or already loaded).
+  jit_detail::PlanState jit;
+  std::size_t jit_smem = 0;
+  if (variant.jit != nullptr) {
+    const jit_detail::KernelSpec spec =
+        decode::jit_kernel_spec(path, im.tile_rows, num_qo_heads / num_kv_heads, head_dim, dtype);
+    jit_smem = decode::jit_smem_bytes(spec, im.stages, im.warps);
+    jit.kernel = variant.jit->impl().get_kernel(spec, jit_smem);
+    jit.params.init(jit.kernel->layout, variant.jit_params, variant.jit->source().params_size);
+  }
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(static_cast<unsigned char*>(workspace) + copy_offset,
+                                  static_cast<const unsigned char*>(im.staging) + copy_offset, copy_bytes,
+                                  cudaMemcpyHostToDevice, stream));
+  WEFT_CUDA_CHECK(cudaEventRecord(im.staging_done, stream));
+  im.staging_pending = true;
+  if (im.share) im.share_image_ws = workspace;
+
+  im.page_size = page_size;
+  im.dtype = dtype;
+  im.kv_layout = layout;
+  im.variant = variant;
+  im.workspace = workspace;
+  im.path = path;
+  im.jit = std::move(jit);
+  im.jit_smem = jit_smem;
+  im.planned = true;
+  im.wq_planned = false;
+  info_.batch = batch;
+  info_.num_ctas = im.grid;
+  info_.path = im.path;
+  info_.route = static_cast<int32_t>(DecodeRoute::kBalanced);
+  info_.route_chunk = 0;
+}
+
+void BatchDecodeWrapper::Impl::plan_work_queue(DecodePlanInfo& info, const BlockTable& table, int32_t chunk,
+                                               int32_t hq, int32_t hkv, int32_t d, int32_t page_size, DType dtype,
+                                               KVLayout kv, const AttentionVariant& var, void* ws,
+                                               std::size_t ws_bytes, cudaStream_t stream) {
+  WEFT_CHECK_ARG(hq == num_qo_heads, "num_qo_heads", "wrapper was built for " << num_qo_heads << ", got " << hq);
+  WEFT_CHECK_ARG(hkv == num_kv_heads, "num_kv_heads", "wrapper was built for " << num_kv_heads << ", got " << hkv);
+  WEFT_CHECK_ARG(d == head_dim, "head_dim", "wrapper was built for " << head_dim << ", got " << d);
+  WEFT_CHECK_ARG(var.jit == nullptr, "variant.jit", "the work queue does not run run-time compiled variants yet");
+  WEFT_CHECK_ARG(ws_bytes >= wq_offset, "workspace",
+                 "needs BatchDecodeWrapper::workspace_size(..., options) bytes, got " << ws_bytes);
+  check::not_null(ws, "workspace");
+  // The work queue's own checks (lengths, variant, workspace, max_tasks) come before any copy.
+  wq->plan(table, chunk, page_size, dtype, kv, var, static_cast<unsigned char*>(ws) + wq_offset, ws_bytes - wq_offset,
+           stream);
+  const plan::WorkPlan& wp = wq->work_plan();
+  wq_planned = true;
+  planned = true;
+  info.batch = table.batch_size;
+  info.num_ctas = wp.num_items();  // 1-D grid: one CTA per task
+  info.num_items = wp.num_items();
+  info.num_merges = wp.num_merges();
+  info.max_chunk = chunk;
+  info.tile_rows = decode::kPlanTileQ;
+  info.num_packs = 0;
+  info.lazy_update = false;
+  info.split = wp.num_merges() > 0;
+  info.path = DecodePath::kTensorCore;
+  info.route = static_cast<int32_t>(chunk > 0 ? DecodeRoute::kWorkQueue : DecodeRoute::kNoSplit);
+  info.route_chunk = chunk;
+}
+
+}  // namespace weft
