@@ -391,6 +391,35 @@ StepSummary summary_of(const weft::serve::Step& st) {
 
 int32_t grid_slots(const Engine& e) { return e.bal.num_ctas(); }
 
+// What the routed wrapper (kAuto with share_prefixes, Engine::make_routed) admits at a step: the
+// prefix-sharing plan where rows share leading pages, else the balanced plan; every 1-D grid that
+// fits kMaxTasks.
+weft::decode::RouteFilter share_filter(const StepSummary& s) {
+  weft::decode::RouteFilter f;
+  f.balanced = s.shared_keys <= 0;
+  f.prefix_share = true;
+  f.max_tasks = kMaxTasks;
+  return f;
+}
+
+// The table's calibration steps (the nearest-neighbour vote, decode/router.h): per measured step
+// its features and each option's median wall time (-1 where the option did not run).
+constexpr int32_t kRouterNeighbours = 8;  // a fifth of a 40-step family: the vote averages over
+                                          // several similar steps (replay of 46595fb: 5..10 alike)
+void add_steps(RouterModel& m, const std::vector<weft::decode::StepFeatures>& xs,
+               const std::map<std::string, std::vector<double>>& walls) {
+  for (size_t si = 0; si < xs.size(); ++si) {
+    weft::decode::CalibrationStep c;
+    c.x = xs[si];
+    for (const RouteOption& o : m.options) {
+      auto it = walls.find(o.name);
+      c.wall_us.push_back(it != walls.end() && si < it->second.size() ? it->second[si] : -1.0);
+    }
+    m.steps.push_back(std::move(c));
+  }
+  m.neighbours = kRouterNeighbours;
+}
+
 struct RouteStats {
   std::vector<double> wall, gpu, plan;
 };
@@ -402,6 +431,7 @@ struct FamilyResult {
   std::map<std::string, int> picks;
   std::map<std::string, CheckResult> checks;
   std::vector<double> router_decide_us, bal_plan_us_b256;
+  std::vector<weft::decode::StepFeatures> step_x;  // per measured step (the router table's steps)
   // Calibration samples per option: features, wall time.
   std::map<std::string, std::pair<std::vector<RouterFeatures>, std::vector<double>>> samples;
 };
@@ -466,19 +496,18 @@ FamilyResult run_family(Engine& e, const std::string& name, const Args& a, const
       ++fr.picks[route == weft::DecodeRoute::kWorkQueue ? "work_queue/c" + std::to_string(pi.route_chunk)
                  : route == weft::DecodeRoute::kBalanced  ? std::string("prefix_share")  // share_prefixes
                                                           : std::string(weft::decode_route_name(route))];
-      weft::decode::RouteFilter filter;  // as the kAuto wrapper with share_prefixes decides
-      filter.balanced = false;
-      filter.max_tasks = kMaxTasks;
       for (int r = 0; r < 3; ++r) {
         const auto t0 = Clock::now();
         StepSummary est = sum;  // the wrapper estimates the shared keys from the rows
         est.shared_keys = weft::decode::shared_prefix_keys(t.block_ids.host, t.row_stride, t.seq_lens.host,
                                                            t.batch_size, kPage);
+        const weft::decode::RouteFilter filter = share_filter(est);
         volatile int32_t pick = weft::decode::choose_route(*model, est, filter);
         (void)pick;
         fr.router_decide_us.push_back(us_since(t0));
       }
     }
+    fr.step_x.push_back(weft::decode::step_features(sum));
     for (size_t idx = 0; idx < n; ++idx) {
       const bool router = is_router(idx);
       const std::string key = router ? "router" : opts[idx].name;
@@ -532,6 +561,7 @@ bool refit(const Args& a) {
   std::ifstream in(a.refit);
   std::map<std::string, std::pair<std::vector<RouterFeatures>, std::vector<double>>> samples;
   std::map<std::string, std::vector<weft::serve::Step>> steps;
+  std::map<std::string, std::map<std::string, std::vector<double>>> fam_walls;  // family -> option -> walls
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream ls(line);
@@ -554,6 +584,7 @@ bool refit(const Args& a) {
       auto& smp = samples[opt];
       smp.first.push_back(weft::decode::route_features(*it, summary_of(steps[fam][si]), kHkv, a.slots));
       smp.second.push_back(w);
+      fam_walls[fam][opt].push_back(w);
     }
   }
   RouterModel m;
@@ -571,6 +602,11 @@ bool refit(const Args& a) {
     m.options.push_back(o);
   }
   if (m.options.empty() || a.slots < 1) return false;
+  for (const auto& [fam, fam_steps] : steps) {
+    std::vector<weft::decode::StepFeatures> xs;
+    for (const auto& st : fam_steps) xs.push_back(weft::decode::step_features(summary_of(st)));
+    add_steps(m, xs, fam_walls[fam]);
+  }
   std::ofstream(a.out) << m.to_json();
   std::fprintf(stderr, "wrote router table %s (%zu options)\n", a.out.c_str(), m.options.size());
   if (a.replay.empty()) return true;
@@ -598,16 +634,23 @@ bool refit(const Args& a) {
       if (opt != "router" && mean(w) < best_mean) best_mean = mean(w), best = opt;
     double total = 0;
     std::map<std::string, int> picks;
+    std::vector<double> decide;
     for (size_t si = 0; si < st.size(); ++si) {
-      const int32_t p = weft::decode::choose_route(m, summary_of(st[si]));
+      const StepSummary sum = summary_of(st[si]);
+      int32_t p = -1;
+      for (int r = 0; r < 5; ++r) {  // the decision's host time on this machine (median of 5)
+        const auto t0 = Clock::now();
+        p = weft::decode::choose_route(m, sum, share_filter(sum));
+        decide.push_back(us_since(t0));
+      }
       const std::string& name = m.options[p].name;
       ++picks[name];
       total += by_opt.at(name).at(si) + m.router_us;
     }
     const double ratio = best_mean / (total / double(st.size()));
     worst = std::min(worst, ratio);
-    std::printf("%-12s best %-17s %8.1f  replay %8.1f  ratio %.3f  picks", fam.c_str(), best.c_str(), best_mean,
-                total / double(st.size()), ratio);
+    std::printf("%-12s best %-17s %8.1f  replay %8.1f  ratio %.3f  decide_us_p50 %.2f  picks", fam.c_str(),
+                best.c_str(), best_mean, total / double(st.size()), ratio, percentile(decide, 0.5));
     for (const auto& [k, c] : picks) std::printf(" %s:%d", k.c_str(), c);
     std::printf("\n");
   }
@@ -839,7 +882,8 @@ int main(int argc, char** argv) {
       m.slots = grid_slots(e);
       std::ostringstream cal;
       cal << "seed " << a.seed << ", " << fams.size() << " families x " << a.steps << " steps, median of " << a.reps
-          << " interleaved reps, wall us, relative least squares, critical path = 1-D makespan";
+          << " interleaved reps, wall us; linear fallback: relative least squares, critical path = 1-D makespan; "
+             "decisions: vote of the " << kRouterNeighbours << " nearest calibration steps";
       m.calibration = cal.str();
       for (RouteOption o : default_options(true)) {
         std::vector<RouterFeatures> x;
@@ -854,6 +898,11 @@ int main(int argc, char** argv) {
         o.coef = weft::decode::fit_route(x, t, /*relative=*/true);
         m.options.push_back(o);
       }
+      for (const FamilyResult& fr : results) {
+        std::map<std::string, std::vector<double>> walls;
+        for (const auto& [k, rs] : fr.routes) walls[k] = rs.wall;
+        add_steps(m, fr.step_x, walls);
+      }
       // The router's own decision time on the calibration steps (median over repeats).
       std::vector<double> d;
       for (const std::string& fam : fams) {
@@ -863,7 +912,7 @@ int main(int argc, char** argv) {
           const StepSummary s = summary_of(st);
           for (int r = 0; r < 5; ++r) {
             const auto t0 = Clock::now();
-            volatile int32_t pick = weft::decode::choose_route(m, s);
+            volatile int32_t pick = weft::decode::choose_route(m, s, share_filter(s));
             (void)pick;
             d.push_back(us_since(t0));
           }

@@ -2,6 +2,7 @@
 #include "decode/router.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -131,14 +132,104 @@ double predict_us(const RouteOption& opt, const StepSummary& s, int32_t hkv, int
   return dot(opt.coef, route_features(opt, s, hkv, slots));
 }
 
+StepFeatures step_features(const StepSummary& s) {
+  int64_t keys = 0, longest = 0;
+  for (int32_t b = 0; b < s.batch; ++b) {
+    keys += s.kv_len[b];
+    longest = std::max<int64_t>(longest, s.kv_len[b]);
+  }
+  const double shared = keys > 0 ? double(std::min(std::max<int64_t>(s.shared_keys, 0), keys)) / double(keys) : 0.0;
+  return {std::log2(double(std::max(1, s.batch))), std::log2(double(std::max<int64_t>(1, keys))),
+          std::log2(double(std::max<int64_t>(1, longest))), 4.0 * shared};
+}
+
+namespace {
+
+// Tasks of a 1-D grid (work queue at `chunk` keys, no split at 0) over the step's rows.
+int64_t grid_tasks(const StepSummary& s, int64_t chunk, int32_t hkv) {
+  int64_t tasks = 0;
+  for (int32_t b = 0; b < s.batch; ++b)
+    tasks += chunk <= 0 || s.kv_len[b] <= chunk ? 1 : (s.kv_len[b] + chunk - 1) / chunk;
+  return tasks * hkv;
+}
+
+bool admitted(const RouteOption& o, const StepSummary& s, const RouteFilter& f) {
+  if (o.route == Route::kPrefixShare) return s.shared_keys > 0 && f.prefix_share;
+  if (o.route == Route::kBalanced) return f.balanced;
+  return true;
+}
+
+// The nearest-neighbour vote (router.h); -1 when no admitted option was measured at every
+// neighbour or none fits max_tasks (the caller then asks the linear model).
+int32_t vote(const RouterModel& m, const StepSummary& s, const RouteFilter& filter) {
+  const int32_t nopt = static_cast<int32_t>(m.options.size());
+  const int32_t k = std::min<int32_t>(m.neighbours, static_cast<int32_t>(m.steps.size()));
+  if (k <= 0 || nopt > kRouterMaxOptions || k > kRouterMaxNeighbours) return -1;
+  const StepFeatures x = step_features(s);
+  // The k nearest calibration steps: insertion into a sorted array (k is small).
+  int32_t near[kRouterMaxNeighbours];
+  double dist[kRouterMaxNeighbours];
+  int32_t found = 0;
+  for (int32_t n = 0; n < static_cast<int32_t>(m.steps.size()); ++n) {
+    double d = 0;
+    for (int i = 0; i < kStepFeatures; ++i) d += (m.steps[n].x[i] - x[i]) * (m.steps[n].x[i] - x[i]);
+    if (found == k && d >= dist[k - 1]) continue;
+    int32_t j = found < k ? found++ : k - 1;
+    while (j > 0 && dist[j - 1] > d) {
+      dist[j] = dist[j - 1];
+      near[j] = near[j - 1];
+      --j;
+    }
+    dist[j] = d;
+    near[j] = n;
+  }
+  // Candidates: admitted and measured at every neighbour.
+  bool cand[kRouterMaxOptions];
+  double score[kRouterMaxOptions];
+  int32_t ncand = 0;
+  for (int32_t o = 0; o < nopt; ++o) {
+    cand[o] = admitted(m.options[o], s, filter);
+    for (int32_t j = 0; j < found && cand[o]; ++j) cand[o] = m.steps[near[j]].wall_us[o] > 0;
+    score[o] = 0;
+    ncand += cand[o];
+  }
+  if (ncand == 0) return -1;
+  for (int32_t j = 0; j < found; ++j) {
+    const std::vector<double>& w = m.steps[near[j]].wall_us;
+    double best = 0;
+    for (int32_t o = 0; o < nopt; ++o)
+      if (cand[o] && (best == 0 || w[o] < best)) best = w[o];
+    for (int32_t o = 0; o < nopt; ++o)
+      if (cand[o]) score[o] += w[o] / best;
+  }
+  // Lowest score first (ties: the earlier option); a 1-D grid only if its tasks fit.
+  while (true) {
+    int32_t pick = -1;
+    for (int32_t o = 0; o < nopt; ++o)
+      if (cand[o] && (pick < 0 || score[o] < score[pick])) pick = o;
+    if (pick < 0) return -1;
+    const RouteOption& p = m.options[pick];
+    const bool one_d = p.route == Route::kWorkQueue || p.route == Route::kNoSplit;
+    if (!one_d || filter.max_tasks == INT64_MAX ||
+        grid_tasks(s, p.route == Route::kNoSplit ? 0 : p.chunk, m.num_kv_heads) <= filter.max_tasks)
+      return pick;
+    cand[pick] = false;
+  }
+}
+
+}  // namespace
+
 int32_t choose_route(const RouterModel& m, const StepSummary& s, const RouteFilter& filter) {
+  if (!m.steps.empty()) {
+    const int32_t v = vote(m, s, filter);
+    if (v >= 0) return v;
+  }
   const int64_t keys = total_keys(s);  // once for every option
   int32_t best = -1;
   double best_t = 0;
   for (size_t i = 0; i < m.options.size(); ++i) {
     const RouteOption& o = m.options[i];
-    if (o.route == Route::kPrefixShare && (s.shared_keys <= 0 || !filter.prefix_share)) continue;
-    if (o.route == Route::kBalanced && !filter.balanced) continue;
+    if (!admitted(o, s, filter)) continue;
     double tasks = 0;
     const RouterFeatures f = features_with_keys(o, s, keys, m.num_kv_heads, m.slots, &tasks);
     const bool one_d = o.route == Route::kWorkQueue || o.route == Route::kNoSplit;
@@ -249,7 +340,22 @@ std::string RouterModel::to_json() const {
     for (int f = 0; f < kRouterFeatures; ++f) os << (f ? ", " : "") << o.coef[f];
     os << "]}" << (i + 1 < options.size() ? "," : "") << "\n";
   }
-  os << "  ]\n}\n";
+  os << "  ]";
+  if (!steps.empty()) {
+    // One row per calibration step: its kStepFeatures features, then each option's wall us (-1:
+    // not measured), in the order of "options".
+    os << ",\n  \"neighbours\": " << neighbours
+       << ",\n  \"step_features\": [\"log2_batch\", \"log2_keys\", \"log2_longest\", \"shared_fraction_x4\"],\n"
+       << "  \"steps\": [\n";
+    for (size_t n = 0; n < steps.size(); ++n) {
+      os << "    [";
+      for (int i = 0; i < kStepFeatures; ++i) os << (i ? ", " : "") << steps[n].x[i];
+      for (double w : steps[n].wall_us) os << ", " << (w > 0 ? w : -1.0);
+      os << "]" << (n + 1 < steps.size() ? "," : "") << "\n";
+    }
+    os << "  ]";
+  }
+  os << "\n}\n";
   return os.str();
 }
 
@@ -273,6 +379,15 @@ double number_field(const std::string& s, const std::string& key, size_t from = 
   WEFT_CHECK_ARG(end != s.c_str() + c + 1, "router table", "bad number for \"" << key << "\"");
   return v;
 }
+// Position of the ']' closing the '[' at `open` (nested brackets counted; strings hold none).
+size_t closing_bracket(const std::string& s, size_t open) {
+  int depth = 0;
+  for (size_t i = open; i < s.size(); ++i) {
+    if (s[i] == '[') ++depth;
+    if (s[i] == ']' && --depth == 0) return i;
+  }
+  throw Error("router table", "unterminated array");
+}
 Route route_of(const std::string& n) {
   for (Route r : {Route::kBalanced, Route::kWorkQueue, Route::kNoSplit, Route::kPrefixShare})
     if (n == route_name(r)) return r;
@@ -295,9 +410,11 @@ RouterModel RouterModel::from_json(const std::string& s) {
   m.calibration = string_field(head, "calibration");
   WEFT_CHECK_ARG(m.slots >= 1 && m.num_kv_heads >= 1, "router table", "slots and num_kv_heads must be >= 1");
   size_t pos = s.find('[', opts);
+  WEFT_CHECK_ARG(pos != std::string::npos, "router table", "\"options\" is not an array");
+  const size_t opts_end = closing_bracket(s, pos);
   while (true) {
     const size_t a = s.find('{', pos);
-    if (a == std::string::npos) break;
+    if (a == std::string::npos || a > opts_end) break;
     const size_t b = s.find('}', a);
     WEFT_CHECK_ARG(b != std::string::npos, "router table", "unterminated option");
     RouteOption o;
@@ -319,6 +436,49 @@ RouterModel RouterModel::from_json(const std::string& s) {
     pos = b + 1;
   }
   WEFT_CHECK_ARG(!m.options.empty(), "router table", "no options");
+  WEFT_CHECK_ARG(m.options.size() <= size_t(kRouterMaxOptions), "router table",
+                 m.options.size() << " options, at most " << kRouterMaxOptions);
+  // Calibration steps of the nearest-neighbour vote (optional: older tables have none).
+  const size_t st = s.find("\"steps\"", opts_end);
+  if (st == std::string::npos) return m;
+  const double k = number_field(s, "neighbours", opts_end);
+  WEFT_CHECK_ARG(k >= 1 && k <= kRouterMaxNeighbours && k == std::floor(k), "router table",
+                 "\"neighbours\" must be an integer in [1, " << kRouterMaxNeighbours << "], got " << k);
+  m.neighbours = static_cast<int32_t>(k);
+  const size_t a = s.find('[', st);
+  WEFT_CHECK_ARG(a != std::string::npos, "router table", "\"steps\" is not an array");
+  const size_t end = closing_bracket(s, a);
+  const size_t width = kStepFeatures + m.options.size();
+  for (size_t r = s.find('[', a + 1); r < end; r = s.find('[', r + 1)) {
+    const size_t re = s.find(']', r);
+    WEFT_CHECK_ARG(re < end, "router table", "unterminated step " << m.steps.size());
+    std::vector<double> v;
+    const char* p = s.c_str() + r + 1;
+    const char* stop = s.c_str() + re;
+    while (p < stop) {
+      while (p < stop && (*p == ',' || std::isspace(static_cast<unsigned char>(*p)))) ++p;
+      if (p == stop) break;
+      char* e = nullptr;
+      const double x = std::strtod(p, &e);
+      WEFT_CHECK_ARG(e != p && e <= stop && std::isfinite(x), "router table",
+                     "step " << m.steps.size() << ": value " << v.size() << " is not a finite number");
+      v.push_back(x);
+      p = e;
+    }
+    WEFT_CHECK_ARG(v.size() == width, "router table",
+                   "step " << m.steps.size() << " has " << v.size() << " values, expected " << width << " ("
+                           << kStepFeatures << " features + one wall time per option)");
+    CalibrationStep c;
+    std::copy(v.begin(), v.begin() + kStepFeatures, c.x.begin());
+    c.wall_us.assign(v.begin() + kStepFeatures, v.end());
+    for (size_t o = 0; o < c.wall_us.size(); ++o)
+      WEFT_CHECK_ARG(c.wall_us[o] > 0 || c.wall_us[o] == -1.0, "router table",
+                     "step " << m.steps.size() << ", option " << m.options[o].name
+                             << ": wall time must be > 0 or -1 (not measured), got " << c.wall_us[o]);
+    m.steps.push_back(std::move(c));
+    r = re;
+  }
+  WEFT_CHECK_ARG(!m.steps.empty(), "router table", "\"steps\" is empty");
   return m;
 }
 

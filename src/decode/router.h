@@ -23,6 +23,21 @@
 //   4  merged (row, KV head) pairs (x1e-3): partial-state traffic and the merge launch
 // Coefficients are fitted per option (non-negative least squares) on the calibration seed's
 // steps; the router's own decision time (router_us) is measured and reported with its steps.
+//
+// Nearest-neighbour vote (tables with "steps", written since the session of 2026-11-24): the
+// table also stores every calibration step's step features (step_features: log2 batch, log2
+// total keys, log2 longest row, 4 x shared keys / total keys) and each option's MEASURED wall
+// time there. choose_route then takes the `neighbours` calibration steps nearest to the step
+// (squared Euclidean distance of the features; ties: the earlier step) and picks the admitted
+// option with the lowest sum of relative times over them (time / the best admitted option's time
+// at that neighbour). Why: the options are 1-5% apart and a per-option linear model ranks them by
+// its fitting noise (46595fb on H100: it picked work_queue c2048/c4096 on every family, the
+// held-out ratio 0.944-0.998); the measured times rank them directly. Offline replay of 46595fb's
+// held-out measurements: docs/perf-notes-serve.md. The linear coefficients stay in the table (a
+// table without steps, or a step no neighbour can rank, uses them).
+// Decision cost: one O(batch) pass for the features, O(steps x (features + neighbours)) for the
+// nearest steps, O(neighbours x options) for the vote, O(batch) per 1-D-grid candidate checked
+// against max_tasks (kRouterMaxOptions / kRouterMaxNeighbours bound the fixed scratch: no heap).
 #pragma once
 #include <array>
 #include <climits>
@@ -52,6 +67,21 @@ struct StepSummary {
   int64_t shared_keys = 0;  // keys a prefix-sharing plan reads once instead of once per sharer
 };
 
+// Step features of the nearest-neighbour vote (all in log2 units except the shared fraction,
+// scaled so a fully shared step is 4 units, a factor 16 of keys, from an unshared one).
+inline constexpr int kStepFeatures = 4;
+using StepFeatures = std::array<double, kStepFeatures>;
+inline constexpr int kRouterMaxOptions = 16;
+inline constexpr int kRouterMaxNeighbours = 64;
+
+// One calibration step of the table: its features and each option's measured wall time (us), in
+// the order of RouterModel::options; < 0 where the option was not measured (prefix sharing
+// outside shared-prefix steps).
+struct CalibrationStep {
+  StepFeatures x{};
+  std::vector<double> wall_us;
+};
+
 struct RouterModel {
   std::string gpu;              // device name of the calibration
   int32_t num_kv_heads = 0;     // shape the table was calibrated for
@@ -61,11 +91,16 @@ struct RouterModel {
   double router_us = 0;         // measured decision time per step (median)
   std::string calibration;      // what the coefficients were fitted on (seed, families, steps)
   std::vector<RouteOption> options;
+  int32_t neighbours = 0;              // k of the vote (0: no steps, the linear model decides)
+  std::vector<CalibrationStep> steps;  // the calibration steps (nearest-neighbour vote)
 
   std::string to_json() const;
   // Throws weft::Error ("router table") on a malformed table.
   static RouterModel from_json(const std::string& text);
 };
+
+// The step's features of the nearest-neighbour vote (log2 of max(1, x) for the counts).
+StepFeatures step_features(const StepSummary& step);
 
 // The features of `opt` for a step (model above). slots >= 1.
 RouterFeatures route_features(const RouteOption& opt, const StepSummary& step, int32_t num_kv_heads, int32_t slots);
@@ -87,9 +122,10 @@ struct RouteFilter {
   bool prefix_share = true;
   int64_t max_tasks = INT64_MAX;
 };
-// Index of the option with the lowest predicted time (ties: the earlier option) among those the
-// filter admits; prefix_share only when step.shared_keys > 0. -1 when no option is admitted.
-// O(batch) per option; the step's total keys are summed once.
+// Index of the option the table picks among those the filter admits (prefix_share only when
+// step.shared_keys > 0): with calibration steps, the nearest-neighbour vote (above); without
+// (or when no admitted option was measured at every neighbour), the lowest predicted time of the
+// linear model (ties: the earlier option). -1 when no option is admitted.
 int32_t choose_route(const RouterModel& model, const StepSummary& step, const RouteFilter& filter = {});
 
 // Non-negative least squares fit of coef to (features, time) samples (projected coordinate

@@ -3,6 +3,7 @@
 // the JSON table's round trip and rejection of malformed tables.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -211,6 +212,158 @@ TEST(Router, JsonRoundTripAndRejection) {
   std::string neg = m.to_json();
   neg.replace(neg.find("[20.5"), 5, "[-2.5");
   EXPECT_EQ(thrown_argument([&] { RouterModel::from_json(neg); }), "router table");
+}
+
+// A table with calibration steps over random steps: options balanced, two work-queue chunks, no
+// split and prefix sharing (measured only where the step shares keys); random wall times.
+struct VoteCase {
+  RouterModel m;
+  std::vector<std::vector<int32_t>> lens;
+  std::vector<StepSummary> sums;
+};
+VoteCase vote_case(uint64_t seed, int32_t steps, int32_t k) {
+  Rng rng(seed);
+  VoteCase c;
+  c.m.num_kv_heads = 8;
+  c.m.slots = 264;
+  c.m.options = {option(Route::kBalanced, 0, {1, 0, 0, 0, 0}), option(Route::kWorkQueue, 1024, {1, 0, 0, 0, 0}),
+                 option(Route::kWorkQueue, 4096, {1, 0, 0, 0, 0}), option(Route::kNoSplit, 0, {1, 0, 0, 0, 0}),
+                 option(Route::kPrefixShare, 0, {1, 0, 0, 0, 0})};
+  c.m.neighbours = k;
+  c.lens.resize(size_t(steps));
+  for (int32_t n = 0; n < steps; ++n) {
+    c.lens[n].resize(size_t(rng.randint(1, 64)));
+    int64_t keys = 0;
+    for (auto& l : c.lens[n]) keys += (l = int32_t(rng.randint(1, 70000)));
+    c.sums.push_back({c.lens[n].data(), int32_t(c.lens[n].size()), n % 3 == 0 ? rng.randint(1, keys) : 0});
+  }
+  for (int32_t n = 0; n < steps; ++n) {
+    CalibrationStep cs;
+    cs.x = step_features(c.sums[n]);
+    for (const RouteOption& o : c.m.options)
+      cs.wall_us.push_back(o.route == Route::kPrefixShare && c.sums[n].shared_keys == 0 ? -1.0 : rng.uniform(50, 500));
+    c.m.steps.push_back(cs);
+  }
+  return c;
+}
+
+TEST(Router, VotePicksTheCalibrationStepsBestOnItsOwnData) {
+  // One neighbour: at a calibration step the vote is that step's fastest admitted option.
+  VoteCase c = vote_case(21, 60, 1);
+  for (size_t n = 0; n < c.sums.size(); ++n) {
+    for (bool bal : {true, false}) {
+      RouteFilter f;
+      f.balanced = bal;
+      const int32_t pick = choose_route(c.m, c.sums[n], f);
+      ASSERT_GE(pick, 0);
+      int32_t best = -1;
+      for (int32_t o = 0; o < int32_t(c.m.options.size()); ++o) {
+        const double w = c.m.steps[n].wall_us[o];
+        if (w < 0 || (!bal && o == 0)) continue;
+        if (best < 0 || w < c.m.steps[n].wall_us[best]) best = o;
+      }
+      EXPECT_EQ(pick, best) << "step " << n;
+      if (c.sums[n].shared_keys == 0) EXPECT_NE(c.m.options[pick].route, Route::kPrefixShare);
+    }
+  }
+}
+
+TEST(Router, VoteIsTheLowestSumOfRelativeTimesOverTheNearestSteps) {
+  Rng rng(4);
+  for (int32_t k : {1, 3, 8}) {
+    VoteCase c = vote_case(100 + k, 50, k);
+    for (int trial = 0; trial < 100; ++trial) {
+      std::vector<int32_t> lens(size_t(rng.randint(1, 64)));
+      for (auto& l : lens) l = int32_t(rng.randint(1, 70000));
+      const StepSummary s{lens.data(), int32_t(lens.size()), 0};
+      // Brute force: the k nearest by squared distance (stable), options measured at all of them.
+      const StepFeatures x = step_features(s);
+      std::vector<std::pair<double, int32_t>> d;
+      for (int32_t n = 0; n < int32_t(c.m.steps.size()); ++n) {
+        double dd = 0;
+        for (int i = 0; i < kStepFeatures; ++i) dd += (c.m.steps[n].x[i] - x[i]) * (c.m.steps[n].x[i] - x[i]);
+        d.push_back({dd, n});
+      }
+      std::stable_sort(d.begin(), d.end(), [](auto& a, auto& b) { return a.first < b.first; });
+      std::vector<double> score(c.m.options.size(), 0.0);
+      std::vector<bool> ok(c.m.options.size(), true);
+      ok[4] = false;  // the step shares nothing
+      for (int32_t j = 0; j < k; ++j) {
+        const auto& w = c.m.steps[d[j].second].wall_us;
+        double best = 1e30;
+        for (size_t o = 0; o < w.size(); ++o)
+          if (ok[o]) best = std::min(best, w[o]);
+        for (size_t o = 0; o < w.size(); ++o)
+          if (ok[o]) score[o] += w[o] / best;
+      }
+      int32_t want = 0;
+      for (int32_t o = 1; o < 4; ++o)
+        if (score[o] < score[want]) want = o;
+      EXPECT_EQ(choose_route(c.m, s), want) << "k " << k << " trial " << trial;
+    }
+  }
+}
+
+TEST(Router, VoteRespectsTheTaskLimitAndFallsBackToTheModel) {
+  VoteCase c = vote_case(9, 20, 1);
+  // Step 1's measured order: no split fastest, then c1024; balanced not admitted.
+  const std::vector<int32_t> lens{65536, 100};
+  StepSummary s{lens.data(), 2, 0};
+  c.m.steps.assign(1, CalibrationStep{step_features(s), {300, 200, 250, 100, -1}});
+  RouteFilter f;
+  f.balanced = false;
+  EXPECT_EQ(c.m.options[choose_route(c.m, s, f)].route, Route::kNoSplit);
+  // 8 tasks for no split, 8 x 65 for c1024, 8 x 17 for c4096: a limit of 7 leaves no 1-D grid; the
+  // linear model then finds none either.
+  f.max_tasks = 7;
+  EXPECT_EQ(choose_route(c.m, s, f), -1);
+  f.max_tasks = 200;  // no split (8 tasks) and c4096 (136 tasks) fit, c1024 (520) not
+  c.m.steps[0].wall_us = {300, 50, 250, 400, -1};
+  EXPECT_EQ(c.m.options[choose_route(c.m, s, f)].chunk, 4096);
+  // No admitted option measured at the neighbour: the linear model decides (all its predictions
+  // equal: the earliest admitted option that fits, c4096; c1024 has too many tasks).
+  c.m.steps[0].wall_us = {300, -1, -1, -1, -1};
+  EXPECT_EQ(choose_route(c.m, s, f), 2);
+}
+
+TEST(Router, JsonStepsRoundTripAndRejection) {
+  VoteCase c = vote_case(5, 12, 3);
+  c.m.gpu = "test";
+  c.m.group_size = 4;
+  c.m.head_dim = 128;
+  c.m.calibration = "synthetic";
+  const RouterModel r = RouterModel::from_json(c.m.to_json());
+  ASSERT_EQ(r.steps.size(), c.m.steps.size());
+  EXPECT_EQ(r.neighbours, 3);
+  for (size_t n = 0; n < r.steps.size(); ++n) {
+    for (int i = 0; i < kStepFeatures; ++i) EXPECT_NEAR(r.steps[n].x[i], c.m.steps[n].x[i], 1e-6 * std::fabs(c.m.steps[n].x[i]) + 1e-9);
+    ASSERT_EQ(r.steps[n].wall_us.size(), c.m.options.size());
+    for (size_t o = 0; o < c.m.options.size(); ++o)
+      EXPECT_NEAR(r.steps[n].wall_us[o], c.m.steps[n].wall_us[o], 1e-6 * std::fabs(c.m.steps[n].wall_us[o]));
+  }
+  // The same decisions from the parsed table.
+  for (const StepSummary& s : c.sums) EXPECT_EQ(choose_route(r, s), choose_route(c.m, s));
+  const std::string good = c.m.to_json();
+  auto rejects = [&](const std::string& from, const std::string& to) {
+    std::string bad = good;
+    const size_t at = bad.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    bad.replace(at, from.size(), to);
+    EXPECT_EQ(thrown_argument([&] { RouterModel::from_json(bad); }), "router table") << from << " -> " << to;
+  };
+  rejects("\"neighbours\": 3", "\"neighbours\": 0");
+  rejects("\"neighbours\": 3", "\"neighbours\": 2.5");
+  rejects("\"neighbours\": 3", "\"neighbors\": 3");
+  rejects(", -1]", ", 0]");            // a wall time of 0
+  rejects(", -1]", ", -2]");           // negative other than "not measured"
+  rejects(", -1]", "]");               // a short row
+  rejects(", -1]", ", -1, 7]");        // a long row
+  rejects(", -1]", ", nan]");          // not finite
+  rejects(", -1]", ", x]");            // not a number
+  rejects("\"steps\": [", "\"steps\": [\n]");  // empty, then stray rows
+  rejects("\"steps\": [", "\"steps\": {");      // not an array (unterminated)
+  // A table without steps (the linear model only) still parses.
+  EXPECT_TRUE(RouterModel::from_json(good.substr(0, good.find(",\n  \"neighbours\"")) + "\n}\n").steps.empty());
 }
 
 }  // namespace
