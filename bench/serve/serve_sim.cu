@@ -137,8 +137,8 @@ struct Engine {
   void *q = nullptr, *out = nullptr;
   float* lse = nullptr;
   // The router as a serving engine uses it: a BatchDecodeWrapper with DecodeRoute::kAuto, the
-  // table's text and share_prefixes (its persistent candidate is the prefix-sharing plan, taken
-  // where rows share leading pages; held-out runs only).
+  // table's text and share_prefixes (its persistent candidate is the prefix-sharing plan where rows
+  // share leading pages, the balanced plan where none do; held-out runs only).
   std::unique_ptr<weft::BatchDecodeWrapper> routed;
   void* ws_routed = nullptr;
   size_t ws_routed_bytes = 0;
@@ -494,7 +494,7 @@ FamilyResult run_family(Engine& e, const std::string& name, const Args& a, const
       const weft::DecodePlanInfo& pi = e.routed->plan_info();
       const auto route = static_cast<weft::DecodeRoute>(pi.route);
       ++fr.picks[route == weft::DecodeRoute::kWorkQueue ? "work_queue/c" + std::to_string(pi.route_chunk)
-                 : route == weft::DecodeRoute::kBalanced  ? std::string("prefix_share")  // share_prefixes
+                 : pi.prefix_sharing                      ? std::string("prefix_share")
                                                           : std::string(weft::decode_route_name(route))];
       for (int r = 0; r < 3; ++r) {
         const auto t0 = Clock::now();
@@ -551,7 +551,7 @@ void write_stats(weft::bench::JsonWriter& j, const RouteStats& s) {
   j.end_object();
 }
 
-// --refit WALLS --gpu NAME --slots N --router-us X --calibration TEXT --out TABLE: a router
+// --refit WALLS --gpu NAME --slots N [--router-us X] --calibration TEXT --out TABLE: a router
 // table fitted (on the host, no device) to per-step wall times measured by an earlier calibration
 // run on --seed / --steps: WALLS has one line per (family, option), "family option w0 w1 ...", the
 // medians of that run's non-empty steps in order (bench/serve/walls.py extracts them from its
@@ -606,6 +606,20 @@ bool refit(const Args& a) {
     std::vector<weft::decode::StepFeatures> xs;
     for (const auto& st : fam_steps) xs.push_back(weft::decode::step_features(summary_of(st)));
     add_steps(m, xs, fam_walls[fam]);
+  }
+  if (m.router_us <= 0) {  // no --router-us: the decision's median host time here, on these steps
+    std::vector<double> d;
+    for (const auto& [fam, fam_steps] : steps)
+      for (const auto& st : fam_steps)
+        for (int r = 0; r < 5; ++r) {
+          const StepSummary sum = summary_of(st);
+          const auto t0 = Clock::now();
+          volatile int32_t pick = weft::decode::choose_route(m, sum, share_filter(sum));
+          (void)pick;
+          d.push_back(us_since(t0));
+        }
+    m.router_us = percentile(d, 0.5);
+    std::fprintf(stderr, "router_us %.3f (median decision time on this host)\n", m.router_us);
   }
   std::ofstream(a.out) << m.to_json();
   std::fprintf(stderr, "wrote router table %s (%zu options)\n", a.out.c_str(), m.options.size());
@@ -755,7 +769,7 @@ int main(int argc, char** argv) {
     if (routed) e.make_routed(table_text);
     std::vector<FamilyResult> results;
     for (const std::string& fam : fams) {
-      try {  // the routed wrapper never picks prefix sharing (DecodeRoute::kAuto), a fixed option here
+      try {
         results.push_back(run_family(e, fam, a, routed ? &model : nullptr));
       } catch (const weft::Error& err) {  // report the family, keep the others
         std::fprintf(stderr, "\n[%s] weft::Error: %s\n", fam.c_str(), err.what());

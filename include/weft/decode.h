@@ -70,6 +70,8 @@ struct DecodePlanInfo {
   DecodePath path = DecodePath::kAuto;  // resolved path
   int32_t route = 0;        // DecodeRoute of this plan (kAuto resolved: kBalanced, kWorkQueue or kNoSplit)
   int32_t route_chunk = 0;  // work queue: keys per split of this plan
+  bool prefix_sharing = false;  // a prefix-sharing work plan (share_prefixes; under kAuto the
+                                // prefix_share route, route then says kBalanced)
 };
 
 // Kernel settings of a BatchDecodeWrapper, fixed at construction. 0 means the tuned default

@@ -107,6 +107,16 @@ int32_t resolved_max_tasks(int32_t max_batch, int32_t num_kv_heads, const Decode
   WEFT_CHECK_ARG(o.max_tasks >= 0, "options.max_tasks", "must be >= 0, got " << o.max_tasks);
   return o.max_tasks > 0 ? o.max_tasks : 8 * std::max(1, max_batch) * std::max(1, num_kv_heads) + 1024;
 }
+// kAuto with share_prefixes: the balanced plan of steps whose rows share no pages runs in a second
+// wrapper with this wrapper's kernel settings (Impl::twin).
+DecodeOptions twin_options(const DecodeOptions& o) {
+  DecodeOptions t;
+  t.path = o.path;
+  t.warps_per_cta = o.warps_per_cta;
+  t.pipeline_stages = o.pipeline_stages;
+  return t;
+}
+bool has_twin(const DecodeOptions& o) { return o.route == DecodeRoute::kAuto && o.share_prefixes; }
 }  // namespace
 
 const char* decode_route_name(DecodeRoute r) {
@@ -129,8 +139,12 @@ std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo
           ? plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, grid, options)).total_bytes()
           : balanced_bytes(max_batch, num_qo_heads, num_kv_heads, head_dim, grid);
   if (options.route == DecodeRoute::kBalanced) return bytes;
-  return align256(bytes) + decode::WorkQueueDecode::workspace_size(
-                               max_batch, num_kv_heads, head_dim, resolved_max_tasks(max_batch, num_kv_heads, options));
+  const std::size_t with_wq =
+      align256(bytes) + decode::WorkQueueDecode::workspace_size(max_batch, num_kv_heads, head_dim,
+                                                                resolved_max_tasks(max_batch, num_kv_heads, options));
+  if (!has_twin(options)) return with_wq;
+  // kAuto with share_prefixes: the balanced twin's region after the work queue's.
+  return align256(with_wq) + workspace_size(max_batch, num_qo_heads, num_kv_heads, head_dim, twin_options(options));
 }
 
 BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
@@ -204,6 +218,12 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
     im.wq_offset = align256(options.share_prefixes
                                 ? im.wlayout.total_bytes()
                                 : balanced_bytes(max_batch, num_qo_heads, num_kv_heads, head_dim, im.grid));
+    if (has_twin(options)) {  // the balanced plan of unshared steps, its region after the work queue's
+      im.twin_offset = align256(im.wq_offset + decode::WorkQueueDecode::workspace_size(max_batch, num_kv_heads,
+                                                                                      head_dim, im.max_tasks));
+      im.twin = std::make_unique<BatchDecodeWrapper>(max_batch, num_qo_heads, num_kv_heads, head_dim,
+                                                     twin_options(options));
+    }
   }
   WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, staging_bytes, cudaHostAllocDefault));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->staging_done, cudaEventDisableTiming));
@@ -263,8 +283,9 @@ void BatchDecodeWrapper::Impl::check_run_fp8(const PagedKVCache& cache) const {
 void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, const PageTable& table,
                              const TensorView& out, const TensorView* lse, cudaStream_t stream) {
   Impl& im = *impl_;
-  WEFT_CHECK_ARG(!im.wq_planned, "table",
-                 "the current plan is a work-queue plan over a block table: run it with run(BlockTable)");
+  WEFT_CHECK_ARG(!im.wq_planned && !im.twin_planned, "table",
+                 "the current plan was made from a block table by the "
+                     << (im.wq_planned ? "work queue" : "router's balanced route") << ": run it with run(BlockTable)");
   im.check_run_views(q, out, lse);
   validate_paged_kv(cache, table);
   decode::check_cache(im.planned_shape(), cache, /*fp8_ok=*/true);
@@ -288,6 +309,10 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   Impl& im = *impl_;
   if (im.wq_planned) {  // the work queue's checks (views, cache, lengths against its plan) and launch
     im.wq->run(q, cache, table, out, lse, stream);
+    return;
+  }
+  if (im.twin_planned) {  // kAuto with share_prefixes, a step without shared pages: the balanced twin
+    im.twin->run(q, cache, table, out, lse, stream);
     return;
   }
   im.check_run_views(q, out, lse);

@@ -97,6 +97,16 @@ struct BatchDecodeWrapper::Impl {
   std::unique_ptr<decode::WorkQueueDecode> wq;
   decode::RouterModel router;
   bool wq_planned = false;
+  // kAuto with share_prefixes: a step whose rows share no leading pages runs the balanced plan
+  // (which the prefix-sharing plan replaces as the persistent candidate only where it can save
+  // reads) of `twin`, a kBalanced wrapper with the same kernel settings, in its own workspace
+  // region at twin_offset (after the work queue's); twin_planned: the current plan is the twin's.
+  std::unique_ptr<BatchDecodeWrapper> twin;
+  std::size_t twin_offset = 0;
+  bool twin_planned = false;
+  void plan_twin(DecodePlanInfo& info, const BlockTable& table, int32_t num_qo_heads, int32_t num_kv_heads,
+                 int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout, const AttentionVariant& variant,
+                 void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
   void plan_work_queue(DecodePlanInfo& info, const BlockTable& table, int32_t chunk, int32_t num_qo_heads,
                        int32_t num_kv_heads, int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,
                        const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,

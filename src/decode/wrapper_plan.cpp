@@ -54,21 +54,29 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
     } else if (im.route == DecodeRoute::kNoSplit) {
       chunk = 0;
     } else {  // kAuto: the table's cheapest option this wrapper can run
-      // With share_prefixes the persistent candidate is the prefix-sharing plan (its shared keys
-      // estimated from the rows' leading page ids), else the balanced plan.
-      decode::RouteFilter filter;
-      filter.balanced = !im.share;
-      filter.prefix_share = im.share;
-      filter.max_tasks = im.max_tasks;
+      // With share_prefixes the persistent candidate is the prefix-sharing plan where rows share
+      // leading pages (its shared keys estimated from the rows' leading page ids) and the balanced
+      // plan (the twin) where none do; without, the balanced plan.
       const int64_t shared =
           im.share ? decode::shared_prefix_keys(table.block_ids.host, table.row_stride, table.seq_lens.host,
                                                 table.batch_size, page_size)
                    : 0;
+      decode::RouteFilter filter;
+      filter.balanced = !im.share || shared <= 0;
+      filter.prefix_share = im.share;
+      filter.max_tasks = im.max_tasks;
       const decode::StepSummary step{table.seq_lens.host, table.batch_size, shared};
       const int32_t pick = decode::choose_route(im.router, step, filter);
-      const decode::Route r = pick >= 0 ? im.router.options[pick].route : decode::Route::kBalanced;
+      const decode::Route r = pick >= 0                 ? im.router.options[pick].route
+                              : im.share && shared > 0 ? decode::Route::kPrefixShare
+                                                       : decode::Route::kBalanced;
       if (r == decode::Route::kWorkQueue || r == decode::Route::kNoSplit)
         chunk = r == decode::Route::kNoSplit ? 0 : im.router.options[pick].chunk;
+      if (r == decode::Route::kBalanced && im.twin) {
+        im.plan_twin(info_, table, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout, variant, workspace,
+                     workspace_bytes, stream);
+        return;
+      }
     }
     if (chunk >= 0) {
       im.plan_work_queue(info_, table, chunk, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout, variant,
@@ -266,11 +274,13 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   im.jit_smem = jit_smem;
   im.planned = true;
   im.wq_planned = false;
+  im.twin_planned = false;
   info_.batch = batch;
   info_.num_ctas = im.grid;
   info_.path = im.path;
   info_.route = static_cast<int32_t>(DecodeRoute::kBalanced);
   info_.route_chunk = 0;
+  info_.prefix_sharing = im.share;
 }
 
 void BatchDecodeWrapper::Impl::plan_work_queue(DecodePlanInfo& info, const BlockTable& table, int32_t chunk,
@@ -289,6 +299,7 @@ void BatchDecodeWrapper::Impl::plan_work_queue(DecodePlanInfo& info, const Block
            stream);
   const plan::WorkPlan& wp = wq->work_plan();
   wq_planned = true;
+  twin_planned = false;
   planned = true;
   info.batch = table.batch_size;
   info.num_ctas = wp.num_items();  // 1-D grid: one CTA per task
@@ -302,6 +313,24 @@ void BatchDecodeWrapper::Impl::plan_work_queue(DecodePlanInfo& info, const Block
   info.path = DecodePath::kTensorCore;
   info.route = static_cast<int32_t>(chunk > 0 ? DecodeRoute::kWorkQueue : DecodeRoute::kNoSplit);
   info.route_chunk = chunk;
+  info.prefix_sharing = false;
+}
+
+void BatchDecodeWrapper::Impl::plan_twin(DecodePlanInfo& info, const BlockTable& table, int32_t hq, int32_t hkv,
+                                         int32_t d, int32_t page_size, DType dtype, KVLayout kv,
+                                         const AttentionVariant& var, void* ws, std::size_t ws_bytes,
+                                         cudaStream_t stream) {
+  WEFT_CHECK_ARG(ws_bytes >= twin_offset, "workspace",
+                 "needs BatchDecodeWrapper::workspace_size(..., options) bytes, got " << ws_bytes);
+  check::not_null(ws, "workspace");
+  // The twin's own checks (shapes, lengths, variant, its workspace region) come before any copy; a
+  // throw leaves this wrapper's current plan as it was.
+  twin->plan(table, hq, hkv, d, page_size, dtype, kv, var, static_cast<unsigned char*>(ws) + twin_offset,
+             ws_bytes - twin_offset, stream);
+  twin_planned = true;
+  wq_planned = false;
+  planned = true;
+  info = twin->plan_info();
 }
 
 }  // namespace weft

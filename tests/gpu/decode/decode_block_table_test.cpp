@@ -369,8 +369,21 @@ TEST(DecodeRouteSmall, AutoWithPrefixSharing) {
       "{\"name\": \"work_queue/c256\", \"route\": \"work_queue\", \"chunk\": 256, \"coef\": [10, 0, 0, 0, 0]},"
       "{\"name\": \"prefix_share\", \"route\": \"prefix_share\", \"chunk\": 0, \"coef\": [1, 0, 0, 0, 0]}]}";
   const int32_t B = int32_t(c.lens.size());
-  for (bool shared : {true, false}) {
-    SCOPED_TRACE(shared ? "rows share pages" : "no shared pages");
+  // One kAuto wrapper across steps, as a serving loop holds it: shared, unshared, shared (a lazy
+  // update of the first prefix-sharing plan, the balanced twin in between), unshared. The table
+  // ranks balanced (0.5) < prefix_share (1) < work_queue c256 (10): with share_prefixes the step
+  // whose rows share pages takes prefix sharing (balanced is not its candidate), the step whose
+  // rows share none the balanced plan; each equals the fixed route's wrapper bitwise.
+  DecodeOptions autos;
+  autos.route = DecodeRoute::kAuto;
+  autos.share_prefixes = true;
+  autos.router_table = table;
+  const size_t auto_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, autos);
+  DeviceBuffer auto_ws(auto_bytes);
+  BatchDecodeWrapper aw(B, c.hq, c.hkv, c.d, autos);
+  int step = 0;
+  for (bool shared : {true, false, true, false}) {
+    SCOPED_TRACE(std::string(shared ? "rows share pages" : "no shared pages") + ", step " + std::to_string(step++));
     Batch bt(c, rng);
     if (shared) {  // rows 1 and 2 start with row 0's pages (all but their last page)
       for (int r : {1, 2}) {
@@ -381,11 +394,8 @@ TEST(DecodeRouteSmall, AutoWithPrefixSharing) {
       bt.table.indices.device = bt.d_indices.as<int32_t>();
     }
     Native nt(bt, 1);
-    auto run_with = [&](const DecodeOptions& o, DecodePlanInfo* info) {
-      const size_t bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, o);
-      DeviceBuffer ws(bytes);
-      BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, o);
-      w.plan(nt.t, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), bytes, nullptr);
+    auto run_on = [&](BatchDecodeWrapper& w, void* ws, size_t bytes, DecodePlanInfo* info) {
+      w.plan(nt.t, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws, bytes, nullptr);
       bt.dout.poison();
       bt.dlse.poison();
       w.run(bt.tq, bt.cache, nt.t, bt.tout, &bt.tlse, nullptr);
@@ -393,24 +403,26 @@ TEST(DecodeRouteSmall, AutoWithPrefixSharing) {
       *info = w.plan_info();
       return out_bits(bt);
     };
-    DecodeOptions autos;
-    autos.route = DecodeRoute::kAuto;
-    autos.share_prefixes = true;
-    autos.router_table = table;
+    auto run_with = [&](const DecodeOptions& o, DecodePlanInfo* info) {
+      const size_t bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, o);
+      DeviceBuffer ws(bytes);
+      BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, o);
+      return run_on(w, ws.get(), bytes, info);
+    };
     DecodePlanInfo ai;
-    const std::vector<uint16_t> got = run_with(autos, &ai);
+    const std::vector<uint16_t> got = run_on(aw, auto_ws.get(), auto_bytes, &ai);
     check_against_reference(bt);
-    DecodeOptions ref_opt;
-    if (shared) {
-      ref_opt.share_prefixes = true;
-    } else {
-      ref_opt.route = DecodeRoute::kWorkQueue;
-      ref_opt.work_queue_chunk = 256;
-    }
+    DecodeOptions ref_opt;  // shared: the prefix-sharing plan; else the default balanced plan
+    ref_opt.share_prefixes = shared;
     DecodePlanInfo ri;
     EXPECT_EQ(run_with(ref_opt, &ri), got);
-    EXPECT_EQ(ai.route, int32_t(shared ? DecodeRoute::kBalanced : DecodeRoute::kWorkQueue));
+    EXPECT_EQ(ai.route, int32_t(DecodeRoute::kBalanced));
+    EXPECT_EQ(ai.prefix_sharing, shared);
     EXPECT_EQ(ai.num_packs, ri.num_packs);  // the same prefix-sharing plan (or none)
+    EXPECT_EQ(ai.num_items, ri.num_items);
+    if (shared) EXPECT_GT(ai.num_packs, 0);
+    // The plan made from a block table is run with run(BlockTable) only.
+    if (!shared) EXPECT_EQ(thrown_argument([&] { aw.run(bt.tq, bt.cache, bt.table, bt.tout, &bt.tlse, nullptr); }), "table");
   }
 }
 
