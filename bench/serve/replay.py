@@ -9,6 +9,13 @@ a live run (a live run executes the pick and measures it again).
 
   bench/serve/replay.py CAL.json HELDOUT.json [--pool]
 
+This replays the LINEAR model only. Tables since the session of 2026-11-24 decide by a vote of the
+nearest calibration steps (src/decode/router.h); their replay is the C++ one, with the kAuto
+wrapper's filter and decision time:
+  bench/serve/walls.py CAL.json > cal.txt; bench/serve/walls.py HELDOUT.json > held.txt
+  weft-serve-sim --refit cal.txt --seed 20260622 --gpu NAME --slots 264 --calibration TEXT \
+      --out table.json --replay held.txt --replay-seed 20260623      [--neighbours 0: linear only]
+
 --pool: one coefficient vector shared by every 1-D-grid option (work queue chunks and no split:
 the same kernel and plan code, so the same costs per feature), fitted on all their samples;
 balanced and prefix_share keep their own fits. Relative least squares, non-negative (the

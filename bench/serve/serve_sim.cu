@@ -98,11 +98,14 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / v.size();
 }
 
+constexpr int32_t kRouterNeighbours = 8;  // a fifth of a 40-step family: the vote averages over
+                                          // several similar steps (replay of 46595fb: 5..10 alike)
+
 struct Args {
   std::string calibrate, router, out = "serve.json", families = "all", commit, command, dump;
   std::string refit, gpu, calibration_text, replay;  // --refit [--replay]
   uint64_t replay_seed = 20260623;
-  int32_t slots = 0;
+  int32_t slots = 0, neighbours = kRouterNeighbours;
   double router_us = 0;
   uint64_t seed = 20260623;
   int32_t steps = 40, reps = 7;
@@ -404,10 +407,9 @@ weft::decode::RouteFilter share_filter(const StepSummary& s) {
 
 // The table's calibration steps (the nearest-neighbour vote, decode/router.h): per measured step
 // its features and each option's median wall time (-1 where the option did not run).
-constexpr int32_t kRouterNeighbours = 8;  // a fifth of a 40-step family: the vote averages over
-                                          // several similar steps (replay of 46595fb: 5..10 alike)
 void add_steps(RouterModel& m, const std::vector<weft::decode::StepFeatures>& xs,
-               const std::map<std::string, std::vector<double>>& walls) {
+               const std::map<std::string, std::vector<double>>& walls, int32_t k = kRouterNeighbours) {
+  if (k <= 0) return;  // --neighbours 0 (refit): the linear model only, for comparisons
   for (size_t si = 0; si < xs.size(); ++si) {
     weft::decode::CalibrationStep c;
     c.x = xs[si];
@@ -417,7 +419,7 @@ void add_steps(RouterModel& m, const std::vector<weft::decode::StepFeatures>& xs
     }
     m.steps.push_back(std::move(c));
   }
-  m.neighbours = kRouterNeighbours;
+  m.neighbours = k;
 }
 
 struct RouteStats {
@@ -551,7 +553,7 @@ void write_stats(weft::bench::JsonWriter& j, const RouteStats& s) {
   j.end_object();
 }
 
-// --refit WALLS --gpu NAME --slots N [--router-us X] --calibration TEXT --out TABLE: a router
+// --refit WALLS --gpu NAME --slots N [--router-us X] [--neighbours K] --calibration TEXT --out TABLE: a router
 // table fitted (on the host, no device) to per-step wall times measured by an earlier calibration
 // run on --seed / --steps: WALLS has one line per (family, option), "family option w0 w1 ...", the
 // medians of that run's non-empty steps in order (bench/serve/walls.py extracts them from its
@@ -605,7 +607,7 @@ bool refit(const Args& a) {
   for (const auto& [fam, fam_steps] : steps) {
     std::vector<weft::decode::StepFeatures> xs;
     for (const auto& st : fam_steps) xs.push_back(weft::decode::step_features(summary_of(st)));
-    add_steps(m, xs, fam_walls[fam]);
+    add_steps(m, xs, fam_walls[fam], a.neighbours);
   }
   if (m.router_us <= 0) {  // no --router-us: the decision's median host time here, on these steps
     std::vector<double> d;
@@ -640,8 +642,10 @@ bool refit(const Args& a) {
   double worst = 1e30;
   for (const auto& [fam, by_opt] : walls) {
     std::vector<weft::serve::Step> st;
-    for (auto& x : weft::serve::simulate_steps(weft::serve::make_trace(fam, a.replay_seed, kPage, kHole, a.steps), a.steps))
+    const weft::serve::Trace tr = weft::serve::make_trace(fam, a.replay_seed, kPage, kHole, a.steps);
+    for (auto& x : weft::serve::simulate_steps(tr, a.steps))
       if (!x.req.empty()) st.push_back(std::move(x));
+    std::vector<int32_t> rows;  // the step's block table rows (stride max_blocks), as the wrapper sees them
     std::string best;
     double best_mean = 1e30;
     for (const auto& [opt, w] : by_opt)
@@ -650,12 +654,24 @@ bool refit(const Args& a) {
     std::map<std::string, int> picks;
     std::vector<double> decide;
     for (size_t si = 0; si < st.size(); ++si) {
-      const StepSummary sum = summary_of(st[si]);
+      StepSummary sum = summary_of(st[si]);
+      const int32_t B = sum.batch;
+      rows.assign(size_t(B) * tr.max_blocks, -1);
+      for (int32_t b = 0; b < B; ++b) {
+        const auto& pages = tr.requests[st[si].req[b]].pages;
+        std::copy(pages.begin(), pages.begin() + (st[si].kv_len[b] + kPage - 1) / kPage, rows.begin() + size_t(b) * tr.max_blocks);
+      }
       int32_t p = -1;
-      for (int r = 0; r < 5; ++r) {  // the decision's host time on this machine (median of 5)
-        const auto t0 = Clock::now();
+      for (int r = 0; r < 5; ++r) {  // the kAuto wrapper's decision on this host (median of 5):
+        const auto t0 = Clock::now();  // the shared-key estimate from the rows, then the vote
+        sum.shared_keys = weft::decode::shared_prefix_keys(rows.data(), tr.max_blocks, sum.kv_len, B, kPage);
         p = weft::decode::choose_route(m, sum, share_filter(sum));
         decide.push_back(us_since(t0));
+      }
+      if (sum.shared_keys != st[si].shared_keys) {
+        std::fprintf(stderr, "replay: %s step %zu: shared keys %lld from the rows, %lld in the trace\n", fam.c_str(), si,
+                     (long long)sum.shared_keys, (long long)st[si].shared_keys);
+        return false;
       }
       const std::string& name = m.options[p].name;
       ++picks[name];
@@ -663,7 +679,7 @@ bool refit(const Args& a) {
     }
     const double ratio = best_mean / (total / double(st.size()));
     worst = std::min(worst, ratio);
-    std::printf("%-12s best %-17s %8.1f  replay %8.1f  ratio %.3f  decide_us_p50 %.2f  picks", fam.c_str(),
+    std::printf("%-12s best %-17s %8.1f  replay %8.1f  ratio %.3f  decide_us_p50 %.2f (shared-key estimate + decision)  picks", fam.c_str(),
                 best.c_str(), best_mean, total / double(st.size()), ratio, percentile(decide, 0.5));
     for (const auto& [k, c] : picks) std::printf(" %s:%d", k.c_str(), c);
     std::printf("\n");
@@ -728,6 +744,7 @@ int main(int argc, char** argv) {
     else if (s == "--gpu") a.gpu = next();
     else if (s == "--slots") a.slots = std::stoi(next());
     else if (s == "--router-us") a.router_us = std::stod(next());
+    else if (s == "--neighbours") a.neighbours = std::stoi(next());
     else if (s == "--calibration") a.calibration_text = next();
     else if (s == "--replay") a.replay = next();
     else if (s == "--replay-seed") a.replay_seed = std::stoull(next());
