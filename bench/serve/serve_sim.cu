@@ -625,6 +625,12 @@ bool refit(const Args& a) {
   }
   std::ofstream(a.out) << m.to_json();
   std::fprintf(stderr, "wrote router table %s (%zu options)\n", a.out.c_str(), m.options.size());
+  {  // the replay below decides with the table as read back from the file (from_json validates it)
+    std::ifstream back(a.out);
+    std::stringstream text;
+    text << back.rdbuf();
+    m = RouterModel::from_json(text.str());
+  }
   if (a.replay.empty()) return true;
   // --replay WALLS2 --replay-seed S2: the fitted table replayed offline on another run's
   // measurements (not a live run): at each step the option the table picks (choose_route, prefix
