@@ -89,5 +89,7 @@ fi
 
 log "done"
 # The device tool returns a few files only: everything but check.log in one archive.
-( cd "$OUT" && tar -czf results.tgz --exclude=check.log --exclude=results.tgz --exclude=build.log . \
-  && find . -maxdepth 1 -type f ! -name check.log ! -name results.tgz -delete )
+# (written outside $OUT first: tar over a folder that gains its own archive fails with "file
+# changed as we read it", and then nothing was deleted and the results did not come back)
+( cd "$OUT" && tar -czf /tmp/serve-results.tgz --exclude=check.log --exclude=build.log . ; \
+  mv /tmp/serve-results.tgz results.tgz && find . -maxdepth 1 -type f ! -name check.log ! -name results.tgz -delete )
