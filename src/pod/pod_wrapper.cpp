@@ -249,7 +249,7 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
   int32_t active = 0;
   for (int32_t q : req.qo_len) active += q > 0;
   if (active > 0) avg_rows = double(total_q) * group / active;
-  in.sm90_prefill = avg_rows > 64 && prefill::sm90::eligible(im.geo.device, b.head_dim, dtype, group, true, page_size);
+  in.sm90_prefill = avg_rows > 64 && prefill::sm90::eligible(im.geo.device, b.head_dim, dtype, group, true, page_size, dtype);
   in.fused_supported = pod::supported(b.head_dim, group);
   in.prefill_items = tiles;
   in.mode = static_cast<pod::Mode>(im.options.mode);

@@ -129,7 +129,8 @@ std::size_t BatchPrefillWrapper::workspace_size(const PrefillBounds& b) {
   }
   // The sm90 mainloop's plan (128-row tiles, one CTA per SM) where it may be chosen.
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-    if (!prefill::sm90::eligible(device, b.head_dim, dt, b.num_qo_heads / b.num_kv_heads, false, 0)) continue;
+    // (fp8 pools run the same plan shape: eligible only where the 16-bit kernel is.)
+    if (!prefill::sm90::eligible(device, b.head_dim, dt, b.num_qo_heads / b.num_kv_heads, false, 0, dt)) continue;
     const TileConfig c{b.head_dim, prefill::sm90::kBlockM, prefill::sm90::block_n(b.head_dim)};
     need = std::max(need, prefill::sm90::workspace_bytes(layout_for(b, c, sm_count(device)).total_bytes,
                                                          sm_count(device)));
@@ -261,15 +262,17 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   // Mainloop: the sm90 kernel (wgmma + TMA, 128 x 128 tiles, one CTA per SM) where the heuristic
   // chose the 128-row tile and the device/arguments allow it; the FA2 kernel otherwise.
   // ALiBi and run-time compiled variants run on the FA2 kernel only (the sm90 mainloop has no
-  // bias step yet).
+  // bias step yet). fp8 K/V pools take the sm90 mainloop's fp8 instances (sm90_fp8.cuh: bf16 q,
+  // head_dim 128, page sizes of sm90::shape_supported) and the FA2 kernel's elsewhere (other
+  // devices, page sizes 1..7 or not tiling 128 keys, mainloop = kFA2).
   WEFT_CHECK_ARG(opt.mainloop == PrefillMainloop::kAuto || opt.mainloop == PrefillMainloop::kFA2, "opt.mainloop",
                  "unknown mainloop " << static_cast<int>(opt.mainloop));
   // head_dim 256: the FA2 tiles stop at 64 rows (O alone is 128 registers per thread), so the
   // sm90 128-row tile takes the calls for which prefill_tiles picks 128 rows at the smaller head
   // dims (more than 64 packed query rows per request; the POD planner's rule as well).
   const bool wide_tile = cfg.cta_q == prefill::sm90::kBlockM || (head_dim == 256 && opt.cta_q == 0 && avg_rows > 64);
-  const bool use_sm90 = opt.mainloop == PrefillMainloop::kAuto && wide_tile && !fp8 && variant.alibi_slopes == nullptr &&
-                        !jit && prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size);
+  const bool use_sm90 = opt.mainloop == PrefillMainloop::kAuto && wide_tile && variant.alibi_slopes == nullptr &&
+                        !jit && prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size, kv_dtype);
   if (use_sm90) cfg = TileConfig{head_dim, prefill::sm90::kBlockM, prefill::sm90::block_n(head_dim)};
   const auto fa2_has = [&](const TileConfig& t) {
     for (const TileConfig& c : prefill::instantiated_configs())
@@ -280,7 +283,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
                  "cta_q " << cfg.cta_q << " at head_dim " << head_dim
                           << " is the sm90 mainloop's tile only, which cannot run this call (device, "
                              "mainloop, variant, GQA group or page size)");
-  const prefill::sm90::Entry sm90_kernel = use_sm90 ? prefill::sm90::find(head_dim, dtype) : prefill::sm90::Entry{};
+  const prefill::sm90::Entry sm90_kernel = use_sm90 ? prefill::sm90::find(head_dim, dtype, kv_dtype) : prefill::sm90::Entry{};
   const prefill::KernelEntry kernel = use_sm90 ? prefill::KernelEntry{} : prefill::find_kernel(cfg, dtype, kv_dtype);
   // (sm90: one CTA per SM; eligible() checked that it fits.)
   const int32_t num_ctas = use_sm90 ? sm_count(device) : num_ctas_for(cfg, dtype, kv_dtype, device);

@@ -2,6 +2,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -38,22 +39,27 @@ EncodeFn encode_fn() {
 
 // The tensor's stride; a dimension of extent <= 1 may carry any stride (the validation allows it,
 // it is never stepped), which is replaced by an aligned one as the encoder requires.
-cuuint64_t stride_bytes(int64_t stride_elems, int64_t extent, int64_t fallback_bytes) {
-  const int64_t b = stride_elems * 2;
+cuuint64_t stride_bytes(int64_t stride_elems, int64_t extent, int64_t fallback_bytes, int64_t elem_bytes = 2) {
+  const int64_t b = stride_elems * elem_bytes;
   const bool usable = b > 0 && b % 16 == 0;
   return static_cast<cuuint64_t>(usable || extent > 1 ? b : fallback_bytes);
 }
 
+// dtype: bf16 / f16 (128-byte swizzle), or an fp8 type (bytes, no swizzle: the widening warps'
+// input, sm90_fp8.cuh).
 void encode(CUtensorMap* map, DType dtype, int rank, const void* base, const cuuint64_t* dims,
             const cuuint64_t* strides, const cuuint32_t* box, const char* what) {
+  const bool bytes = dtype_size(dtype) == 1;
   cuuint32_t elem[4] = {1, 1, 1, 1};
   // A null base (an empty tensor: nothing is ever loaded through the map) still needs a valid,
   // aligned address for the encoder.
   void* addr = base ? const_cast<void*>(base) : reinterpret_cast<void*>(uintptr_t{256});
-  const CUresult r = encode_fn()(map, dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+  const CUresult r = encode_fn()(map, bytes                       ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                      : dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                  : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
                                  rank, addr, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 bytes ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw Error(what, "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) + ")");
@@ -61,7 +67,7 @@ void encode(CUtensorMap* map, DType dtype, int rank, const void* base, const cuu
 
 }  // namespace
 
-void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_dim) {
+void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, DType kv_dtype, int head_dim) {
   const PrefillParams& p = kp.p;
   const int64_t D = head_dim;
   const int g = p.group_size;
@@ -79,7 +85,16 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_d
   // [half][slot][64] (KernelParams: the V stage layout).
   auto kv_map = [&](CUtensorMap* map, const void* base, int64_t rows, int64_t page_stride,
                     int64_t slot_stride, int64_t head_stride, const char* what, bool whole_page) {
-    if (!p.paged) {
+    if (dtype_size(kv_dtype) == 1) {  // fp8 pools (paged only: eligible()): one box of whole byte rows
+      const int64_t ps = p.page_size;
+      const cuuint64_t dims[4] = {cuuint64_t(D), cuuint64_t(ps), cuuint64_t(s.num_kv_heads),
+                                  cuuint64_t(std::max<int64_t>(rows, 1))};
+      const cuuint64_t strides[3] = {stride_bytes(slot_stride, ps, D, 1),
+                                     stride_bytes(head_stride, s.num_kv_heads, D * ps, 1),
+                                     stride_bytes(page_stride, rows, D * ps * s.num_kv_heads, 1)};
+      const cuuint32_t box[4] = {cuuint32_t(D), cuuint32_t(std::min<int64_t>(ps, bn)), 1, 1};
+      encode(map, kv_dtype, 4, base, dims, strides, box, what);
+    } else if (!p.paged) {
       const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(s.num_kv_heads), cuuint64_t(std::max<int64_t>(rows, 1))};
       const cuuint64_t strides[2] = {stride_bytes(head_stride, s.num_kv_heads, D * 2),
                                      stride_bytes(page_stride, rows, D * 2 * s.num_kv_heads)};
@@ -106,11 +121,12 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_d
     }
   };
   kv_map(&kp.tm_k, p.k, s.k_rows, p.k_page_stride, p.k_slot_stride, p.k_head_stride, "k", false);
-  kv_map(&kp.tm_v, p.v, s.v_rows, p.v_page_stride, p.v_slot_stride, p.v_head_stride, "v", kWholePageV);
+  kv_map(&kp.tm_v, p.v, s.v_rows, p.v_page_stride, p.v_slot_stride, p.v_head_stride, "v",
+         kWholePageV && dtype_size(kv_dtype) == 2);
   kp.map_scratch = static_cast<CUtensorMap*>(s.map_scratch);
   const int32_t rpc = static_cast<int32_t>(p.paged ? std::min<int64_t>(p.page_size, bn) : bn);
   kp.rows_per_copy = rpc;  // a power of two (eligible(): page sizes dividing kBlockN or multiples of it)
-  const int32_t piece = kWholePageV ? rpc : static_cast<int32_t>(bn);  // keys per V piece
+  const int32_t piece = kWholePageV && dtype_size(kv_dtype) == 2 ? rpc : static_cast<int32_t>(bn);  // keys per V piece
   int32_t shift = 0;
   while ((1 << shift) < piece) ++shift;
   kp.v_piece_shift = shift;
@@ -125,27 +141,36 @@ std::atomic<uint64_t> g_launches{0};
 uint64_t launch_count() { return g_launches.load(); }
 void note_launch() { g_launches.fetch_add(1); }
 
-Entry find(int32_t head_dim, DType dtype) {
+Entry find(int32_t head_dim, DType dtype, DType kv_dtype) {
   const bool bf16 = dtype == DType::kBFloat16;
+  if (kv_dtype != dtype) {  // fp8 pools: bf16 q / out at head_dim 128 (compile time: 2 kernels)
+    if (!bf16 || head_dim != 128) return {};
+    if (kv_dtype == DType::kFloat8E4M3)
+      return {&launch_prefill_sm90<128, __nv_bfloat16, __nv_fp8_e4m3>, &occupancy_prefill_sm90<128, __nv_bfloat16, __nv_fp8_e4m3>};
+    if (kv_dtype == DType::kFloat8E5M2)
+      return {&launch_prefill_sm90<128, __nv_bfloat16, __nv_fp8_e5m2>, &occupancy_prefill_sm90<128, __nv_bfloat16, __nv_fp8_e5m2>};
+    return {};
+  }
   if (head_dim == 128) {
-    if (bf16) return {&launch_prefill_sm90<128, __nv_bfloat16>, &occupancy_prefill_sm90<128, __nv_bfloat16>};
-    return {&launch_prefill_sm90<128, half>, &occupancy_prefill_sm90<128, half>};
+    if (bf16) return {&launch_prefill_sm90<128, __nv_bfloat16, __nv_bfloat16>, &occupancy_prefill_sm90<128, __nv_bfloat16, __nv_bfloat16>};
+    return {&launch_prefill_sm90<128, half, half>, &occupancy_prefill_sm90<128, half, half>};
   }
   if (head_dim == 256) {
-    if (bf16) return {&launch_prefill_sm90<256, __nv_bfloat16>, &occupancy_prefill_sm90<256, __nv_bfloat16>};
-    return {&launch_prefill_sm90<256, half>, &occupancy_prefill_sm90<256, half>};
+    if (bf16) return {&launch_prefill_sm90<256, __nv_bfloat16, __nv_bfloat16>, &occupancy_prefill_sm90<256, __nv_bfloat16, __nv_bfloat16>};
+    return {&launch_prefill_sm90<256, half, half>, &occupancy_prefill_sm90<256, half, half>};
   }
   if (head_dim == 64) {
-    if (bf16) return {&launch_prefill_sm90<64, __nv_bfloat16>, &occupancy_prefill_sm90<64, __nv_bfloat16>};
-    return {&launch_prefill_sm90<64, half>, &occupancy_prefill_sm90<64, half>};
+    if (bf16) return {&launch_prefill_sm90<64, __nv_bfloat16, __nv_bfloat16>, &occupancy_prefill_sm90<64, __nv_bfloat16, __nv_bfloat16>};
+    return {&launch_prefill_sm90<64, half, half>, &occupancy_prefill_sm90<64, half, half>};
   }
   return {};
 }
 
-bool eligible(int device, int32_t head_dim, DType dtype, int32_t group_size, bool paged,
-              int64_t page_size) {
+bool shape_supported(int32_t head_dim, DType dtype, int32_t group_size, bool paged, int64_t page_size,
+                     DType kv_dtype) {
   if (dtype != DType::kBFloat16 && dtype != DType::kFloat16) return false;
-  if (find(head_dim, dtype).launch == nullptr) return false;
+  if (find(head_dim, dtype, kv_dtype).launch == nullptr) return false;
+  if (kv_dtype != dtype && !paged) return false;  // fp8: paged pools only (the maps of make_tensor_maps)
   if (group_size <= 0 || group_size > kBlockM || kBlockM % group_size != 0) return false;
   if (paged) {
     const int64_t bn = block_n(head_dim);
@@ -153,6 +178,12 @@ bool eligible(int device, int32_t head_dim, DType dtype, int32_t group_size, boo
     const bool multiple = page_size >= bn && page_size % bn == 0;
     if (!divides && !multiple) return false;
   }
+  return true;
+}
+
+bool eligible(int device, int32_t head_dim, DType dtype, int32_t group_size, bool paged,
+              int64_t page_size, DType kv_dtype) {
+  if (!shape_supported(head_dim, dtype, group_size, paged, page_size, kv_dtype)) return false;
   int major = 0, minor = 0;
   WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
@@ -162,7 +193,7 @@ bool eligible(int device, int32_t head_dim, DType dtype, int32_t group_size, boo
   int prev = 0;
   WEFT_CUDA_CHECK(cudaGetDevice(&prev));
   if (prev != device) WEFT_CUDA_CHECK(cudaSetDevice(device));
-  const int occ = find(head_dim, dtype).occupancy();
+  const int occ = find(head_dim, dtype, kv_dtype).occupancy();
   if (prev != device) WEFT_CUDA_CHECK(cudaSetDevice(prev));
   return occ >= 1;
 }

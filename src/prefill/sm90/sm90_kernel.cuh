@@ -24,11 +24,18 @@
 // partial last tile are zeroed in shared memory (TMA may have brought another request's rows, or
 // a page's unused slots, and 0 * NaN would poison O).
 //
+// fp8 K/V pools (KV = __nv_fp8_e4m3 / e5m2, bf16 Q / O, d128, paged): the producer warp lands
+// fp8 tiles in stages of their own and warps 1..3 of its warpgroup widen them into the 16-bit
+// stages above (sm90_fp8.cuh); the consumers are unchanged but for the per-item K scale in the
+// softmax exponent and the V scale in the output.
+//
 // Epilogue: the FA2 path's write_item (final O / LSE, or fp32 partial + base-2 LSE into the plan's
 // slot for split items, merged by attention/merge.cu).
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+
+#include <type_traits>
 
 
 #include "common/cuda_check.h"
@@ -41,68 +48,11 @@
 #include "prefill/kernel/params.h"
 #include "prefill/sm90/sm90_launch.h"
 #include "prefill/sm90/sm90_params.h"
+#include "prefill/sm90/sm90_fp8.cuh"
+#include "prefill/sm90/sm90_pipeline.cuh"
 #include "common/types.cuh"
 
 namespace weft::prefill::sm90 {
-
-// Shape of the FA2 functions reused here (mask.cuh, mainloop.cuh, epilogue.cuh): one m16 row
-// block per warp (the wgmma accumulator of a warp is 16 rows), kBlockN / 8 n8 blocks of S.
-template <int D, class T>
-struct Shim {
-  using Elem = T;
-  static constexpr int kHeadDim = D;
-  static constexpr int kMB = 1;
-  static constexpr int kFragS = block_n(D) / 8;
-  static constexpr int kFragO = D / 8;
-  static constexpr int kKStepsPV = block_n(D) / 16;
-};
-
-template <int D, class T, int STAGES>
-struct Cfg {
-  static constexpr int kStages = STAGES;
-  static constexpr int kBlockN = block_n(D);             // keys per stage
-  static constexpr int kHalves = D / 64;                 // 128-byte swizzle: 64 columns per half
-  static constexpr int kQHalfBytes = kBlockM * 128;      // 128 rows x 128 B
-  static constexpr int kKVHalfBytes = kBlockN * 128;
-  static constexpr int kQBytes = kHalves * kQHalfBytes;
-  static constexpr int kKVBytes = kHalves * kKVHalfBytes;
-  static constexpr int kOffK = kQBytes;
-  static constexpr int kOffV = kOffK + kStages * kKVBytes;
-  static constexpr int kOffBar = kOffV + kStages * kKVBytes;
-  static constexpr int kNumBars = 2 + 5 * kStages;
-  static constexpr int kOffMaps = (kOffBar + kNumBars * 8 + 127) / 128 * 128;  // 3 x 128 B staging
-  static constexpr int kSmemBytes = kOffMaps + 3 * 128 + 1024;  // + alignment slack
-  static constexpr int kThreads = 384;
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
-  static constexpr int kConsumerWarps = 8;
-  static_assert(D % 64 == 0, "head_dim: whole 64-column halves");
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-};
-
-
-// First key of the item's first tile (rounded down to a stage boundary) and the tile count.
-template <int kBlockN>
-__device__ __forceinline__ int first_tile_key(const ItemGeom& g) { return g.kv_lo & ~(kBlockN - 1); }
-template <int kBlockN>
-__device__ __forceinline__ int tile_count(const ItemGeom& g) {
-  return g.kv_hi > g.kv_lo ? (g.kv_hi - first_tile_key<kBlockN>(g) + kBlockN - 1) / kBlockN : 0;
-}
-
-// Barriers (mbarriers, 8 bytes each, after the tiles): q_full, q_empty, then per stage k_full,
-// k_empty, v_full, v_empty, v_tma (partial tiles: the V copy completes there, the producer zeroes
-// the rows past kv_hi and then arrives on v_full).
-template <class C>
-struct Bars {
-  uint64_t* base;
-  __device__ __forceinline__ uint64_t* q_full() const { return base; }
-  __device__ __forceinline__ uint64_t* q_empty() const { return base + 1; }
-  __device__ __forceinline__ uint64_t* k_full(int s) const { return base + 2 + s; }
-  __device__ __forceinline__ uint64_t* k_empty(int s) const { return base + 2 + C::kStages + s; }
-  __device__ __forceinline__ uint64_t* v_full(int s) const { return base + 2 + 2 * C::kStages + s; }
-  __device__ __forceinline__ uint64_t* v_empty(int s) const { return base + 2 + 3 * C::kStages + s; }
-  __device__ __forceinline__ uint64_t* v_tma(int s) const { return base + 2 + 4 * C::kStages + s; }
-};
 
 // Producer warp. Lane 0 issues ragged boxes; paged tiles are cut into min(page_size, kBlockN)-row
 // pieces, lane i issuing piece i (its page id loaded by that lane): K one box per 64-column half
@@ -114,38 +64,15 @@ struct Bars {
 // v_tma; the warp then zeroes the V rows >= kv_hi - ts (TMA may have brought another request's
 // rows or a page's unused slots: 0 * NaN would poison O), fences the generic-proxy stores for the
 // async proxy (wgmma) and arrives on v_full.
+// fp8 K/V pools (C::kF8Stages > 0, paged only): the same pieces land as ONE box of D bytes per
+// key row (no swizzle: [kBlockN][D] bytes, the widening warps' input, sm90_fp8.cuh) in the fp8
+// stages (k8_full / v8_full); no zeroing pass: every fp8 code widens to a finite value, so the
+// masked keys' P = 0 keeps O exact whatever the rows past kv_hi hold.
 template <int D, class T, class C>
 __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* smem, Bars<C> b,
                                          int lane) {
   const PrefillParams& p = P.p;
-  // This CTA's copies of the maps with the row extents of the current plan (see
-  // sm90_launch.h, kMapBytesPerCta): param -> shared (lane i copies word i), global_dim of the
-  // row dimension replaced, published to global memory, acquired by every issuing lane.
-  CUtensorMap* maps = P.map_scratch + 3 * blockIdx.x;
-  {
-    uint32_t* stage = reinterpret_cast<uint32_t*>(smem + C::kOffMaps);
-    const uint32_t* src[3] = {reinterpret_cast<const uint32_t*>(&P.tm_q), reinterpret_cast<const uint32_t*>(&P.tm_k),
-                              reinterpret_cast<const uint32_t*>(&P.tm_v)};
-#pragma unroll
-    for (int m = 0; m < 3; ++m) stage[m * 32 + lane] = src[m][lane];
-    const int nseg = p.plan.header->batch;
-    const int total_q = nseg > 0 ? p.plan.qo_indptr[nseg] : 0;
-    const int total_kv = nseg > 0 && !p.paged ? p.kv_indptr[p.seg_request[nseg - 1] + 1] : 0;
-    __syncwarp();
-    const uint32_t sm = ptx90::smem_addr(stage);
-    if (lane == 0) {
-      ptx90::tensormap_replace_global_dim<2>(sm, max(total_q, 1));
-      if (!p.paged) {
-        ptx90::tensormap_replace_global_dim<2>(sm + 128, max(total_kv, 1));
-        ptx90::tensormap_replace_global_dim<2>(sm + 256, max(total_kv, 1));
-      }
-    }
-    __syncwarp();
-#pragma unroll
-    for (int m = 0; m < 3; ++m) ptx90::tensormap_publish(maps + m, sm + 128 * m);
-#pragma unroll
-    for (int m = 0; m < 3; ++m) ptx90::tensormap_acquire(maps + m);
-  }
+  CUtensorMap* maps = stage_maps<C>(P, smem, lane);
   const CUtensorMap* tm_q = maps + 0;
   const CUtensorMap* tm_k = maps + 1;
   const CUtensorMap* tm_v = maps + 2;
@@ -153,6 +80,8 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
   constexpr int kBlockN = C::kBlockN;
   const int copies = kBlockN / rows_per_copy;  // 1 for ragged
   const int gs = p.group_size;
+  constexpr bool kF8 = C::kF8Stages > 0;
+  constexpr int kRing = kF8 ? C::kF8Stages : C::kStages;  // the stages TMA lands K / V in
   uint32_t tile_cnt = 0, item_cnt = 0;
   uint32_t vtma_phase = 0;  // bit s: parity of the next v_tma[s] phase
   const CtaItems items = cta_items(p);
@@ -173,14 +102,17 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
     if (p.paged && n_tiles > 0 && lane < copies && ts0 + lane * rows_per_copy < g.kv_hi)
       page_next = __ldg(p.page_indices + g.kv_base + (ts0 + lane * rows_per_copy) / p.page_size);
     for (int t = 0; t < n_tiles; ++t, ++tile_cnt) {
-      const int s = tile_cnt % C::kStages;
-      const uint32_t ph = (tile_cnt / C::kStages) & 1;
+      const int s = tile_cnt % kRing;
+      const uint32_t ph = (tile_cnt / kRing) & 1;
       const int ts = ts0 + t * kBlockN;
-      const bool partial = ts + kBlockN > g.kv_hi;
-      unsigned char* sk = smem + C::kOffK + s * C::kKVBytes;
-      unsigned char* sv = smem + C::kOffV + s * C::kKVBytes;
-      uint64_t* v_bar = partial ? b.v_tma(s) : b.v_full(s);
-      if (!p.paged) {
+      const bool partial = !kF8 && ts + kBlockN > g.kv_hi;
+      unsigned char* sk = kF8 ? smem + C::kOffK8 + s * C::kKV8Bytes : smem + C::kOffK + s * C::kKVBytes;
+      unsigned char* sv = kF8 ? smem + C::kOffV8 + s * C::kKV8Bytes : smem + C::kOffV + s * C::kKVBytes;
+      uint64_t* k_bar = kF8 ? b.k8_full(s) : b.k_full(s);
+      uint64_t* v_bar = kF8 ? b.v8_full(s) : partial ? b.v_tma(s) : b.v_full(s);
+      uint64_t* k_free = kF8 ? b.k8_empty(s) : b.k_empty(s);
+      uint64_t* v_free = kF8 ? b.v8_empty(s) : b.v_empty(s);
+      if (!kF8 && !p.paged) {
         ptx90::mbar_wait(b.k_empty(s), ph ^ 1);
         if (lane == 0) {
           ptx90::mbar_arrive_expect_tx(b.k_full(s), C::kKVBytes);
@@ -204,20 +136,24 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
         page_next = t + 1 < n_tiles && lane < copies && jn < g.kv_hi
                         ? __ldg(p.page_indices + g.kv_base + jn / p.page_size) : 0;
         const int n_active = __popc(__ballot_sync(0xffffffffu, active));
-        const uint32_t bytes = static_cast<uint32_t>(n_active) * rows_per_copy * 128 * C::kHalves;
-        ptx90::mbar_wait(b.k_empty(s), ph ^ 1);
-        if (lane == 0) ptx90::mbar_arrive_expect_tx(b.k_full(s), bytes);
+        const uint32_t bytes = static_cast<uint32_t>(n_active) * rows_per_copy * (kF8 ? D : 128 * C::kHalves);
+        ptx90::mbar_wait(k_free, ph ^ 1);
+        if (lane == 0) ptx90::mbar_arrive_expect_tx(k_bar, bytes);
         __syncwarp();
-        if (active) {
+        if constexpr (kF8) {
+          if (active) ptx90::tma_load_4d(sk + lane * rows_per_copy * D, tm_k, k_bar, 0, slot, g.kv_head, page);
+        } else if (active) {
 #pragma unroll
           for (int h = 0; h < C::kHalves; ++h)
             ptx90::tma_load_4d(sk + h * C::kKVHalfBytes + lane * rows_per_copy * 128, tm_k, b.k_full(s),
                                h * 64, slot, g.kv_head, page);
         }
-        ptx90::mbar_wait(b.v_empty(s), ph ^ 1);
+        ptx90::mbar_wait(v_free, ph ^ 1);
         if (lane == 0) ptx90::mbar_arrive_expect_tx(v_bar, bytes);
         __syncwarp();
-        if constexpr (kWholePageV) {
+        if constexpr (kF8) {
+          if (active) ptx90::tma_load_4d(sv + lane * rows_per_copy * D, tm_v, v_bar, 0, slot, g.kv_head, page);
+        } else if constexpr (kWholePageV) {
           // V: one box per piece, every half at once (KernelParams: the V stage layout).
           if (active) ptx90::tma_load_5d(sv + lane * P.v_piece_bytes, tm_v, v_bar, 0, slot, 0, g.kv_head, page);
         } else if (active) {
@@ -300,8 +236,10 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
   const int warp_row0 = cwg * 64 + warp * 16;    // first tile row of this warp
   const uint32_t sbase = ptx90::smem_addr(smem);
   const uint32_t sq = sbase + cwg * 64 * 128;    // this warpgroup's 64 rows of each Q half
-  // Softmax exponent scale (see the FA2 mainloop): raw scores x sm_scale log2 e, or 1 after soft-cap.
-  const float scale = p.softcap_pre == 0.f ? p.scale_log2 : 1.f;
+  // fp8 K/V pools: the raw scores are q . k8 and the wgmma sums p v8, so the item's KV-head scales
+  // fold in per item: K's into the exponent scale (or the soft cap's argument, prepare_logits),
+  // V's into the output (write_item).
+  constexpr bool kF8 = C::kF8Stages > 0;
 
   auto my_turn = [&] {
     if constexpr (kPingPong) ptx90::named_bar_sync(kPingPongBar + cwg, 256);
@@ -331,7 +269,7 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
   // added to the descriptor's address field (addresses < 256 KB: no carry out of it).
   auto issue_pv = [&](SoftmaxState<Tr>& st, const uint32_t (&pa)[Tr::kKStepsPV][4], int s) {
     const uint32_t sv = sbase + C::kOffV + s * C::kKVBytes;
-    if constexpr (!kWholePageV) {
+    if constexpr (!kWholePageV || kF8) {  // (fp8: the widened V stage has the K layout)
       if constexpr (kPvWide && D == 128) {
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
@@ -383,8 +321,8 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
     if (lane == 0) ptx90::mbar_arrive(bar);
   };
   auto mask_softmax = [&](float (&sacc)[1][Tr::kFragS][4], SoftmaxState<Tr>& st, const ItemGeom& g, int ts,
-                          float (&fac)[2]) {
-    prepare_logits<Tr>(sacc, p);
+                          float (&fac)[2], float scale, const float* kq_ptr) {
+    prepare_logits<Tr>(sacc, p, kq_ptr);
     if (tile_needs_mask(p, g, ts, kBlockN) || ts < g.kv_lo) apply_mask<Tr>(sacc, p, g, warp_row0, ts, lane);
     return softmax_tile<Tr>(sacc, st, scale, fac);
   };
@@ -413,6 +351,10 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
     const ItemGeom g = item_geometry(p, w, items.fold);
     const int n_tiles = tile_count<C::kBlockN>(g);
     const int ts0 = first_tile_key<C::kBlockN>(g);
+    const float* kq_ptr = kF8 ? p.k_scale + g.kv_head * p.k_scale_stride : nullptr;
+    // Softmax exponent scale (see the FA2 mainloop): raw scores x sm_scale log2 e (x the K scale),
+    // or 1 after soft-cap.
+    const float scale = p.softcap_pre == 0.f ? p.scale_log2 * (kF8 ? __ldg(kq_ptr) : 1.f) : 1.f;
     SoftmaxState<Tr> st;
     init_state(st);
     ptx90::mbar_wait(b.q_full(), item_cnt & 1);
@@ -435,7 +377,7 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
           release(b.k_empty(s));
           if (n_tiles == 1) release(b.q_empty());
           float fac[2];
-          mask_softmax(sacc, st, g, ts0, fac);  // O is zero: no rescale needed
+          mask_softmax(sacc, st, g, ts0, fac, scale, kq_ptr);  // O is zero: no rescale needed
           pack_p(sacc, pa);
         }
         for (int t = 1; t < n_tiles; ++t) {
@@ -454,7 +396,7 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
           release(b.k_empty(s));
           if (t == n_tiles - 1) release(b.q_empty());
           float fac[2];
-          const bool changed = mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac);
+          const bool changed = mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr);
           ptx90::wgmma_wait<0>();
           fence_o(st);
           release(b.v_empty(sp));
@@ -490,7 +432,7 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
         release(b.k_empty(s));
         if (t == n_tiles - 1) release(b.q_empty());
         float fac[2];
-        if (mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac)) rescale_o(st, fac);
+        if (mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr)) rescale_o(st, fac);
         pack_p(sacc, pa);
         ptx90::mbar_wait(b.v_full(s), ph);
         my_turn();
@@ -506,20 +448,23 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
 
     finish_state(st, scale);
     reduce_row_sums(st);
-    write_item<Tr>(st, p, g, warp_row0, lane);
+    write_item<Tr>(st, p, g, warp_row0, lane, kF8 ? __ldg(p.v_scale + g.kv_head * p.v_scale_stride) : 1.f);
   }
 }
 
 // kVariant bit 0: intra-warpgroup overlap; bit 1: ping-pong between the consumer warpgroups;
 // bit 2: three K/V stages instead of two (d64/d128: a third d256 stage does not fit); bit 3: P V
 // as one N = 128 wgmma per k-step (d128).
-template <int D, class T, int kVariant>
-using CfgOf = Cfg<D, T, (kVariant & 4) && D != 256 ? 3 : 2>;
+// KV: the K/V pools' element type, T or an fp8 type: then two 16-bit and two fp8 stages (the
+// shared memory of Cfg), whatever bit 2 says.
+template <int D, class T, class KV, int kVariant>
+using CfgOf = std::conditional_t<sizeof(KV) == 1, Cfg<D, T, 2, 2>, Cfg<D, T, (kVariant & 4) && D != 256 ? 3 : 2>>;
 
-template <int D, class T, int kVariant>
+template <int D, class T, class KV, int kVariant>
 __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_constant__ KernelParams P) {
 #ifdef WEFT_SM90A_ENABLED
-  using C = CfgOf<D, T, kVariant>;
+  using C = CfgOf<D, T, KV, kVariant>;
+  constexpr bool kF8 = C::kF8Stages > 0;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
@@ -528,12 +473,18 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   if (tid == 0) {
     ptx90::mbar_init(b.q_full(), 1);                    // producer arrive + tx
     ptx90::mbar_init(b.q_empty(), C::kConsumerWarps);
-    for (int s = 0; s < C::kStages; ++s) {
-      ptx90::mbar_init(b.k_full(s), 1);
+    for (int s = 0; s < C::kStages; ++s) {  // full: TMA (arrive + tx), or fp8: the widening warps
+      ptx90::mbar_init(b.k_full(s), kF8 ? C::kWidenWarps : 1);
       ptx90::mbar_init(b.k_empty(s), C::kConsumerWarps);
-      ptx90::mbar_init(b.v_full(s), 1);
+      ptx90::mbar_init(b.v_full(s), kF8 ? C::kWidenWarps : 1);
       ptx90::mbar_init(b.v_empty(s), C::kConsumerWarps);
       ptx90::mbar_init(b.v_tma(s), 1);
+    }
+    for (int s = 0; s < C::kF8Stages; ++s) {
+      ptx90::mbar_init(b.k8_full(s), 1);
+      ptx90::mbar_init(b.k8_empty(s), C::kWidenWarps);
+      ptx90::mbar_init(b.v8_full(s), 1);
+      ptx90::mbar_init(b.v8_empty(s), C::kWidenWarps);
     }
     ptx90::fence_mbar_init();
   }
@@ -542,6 +493,7 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   if (wg == 0) {
     ptx90::setmaxnreg_dec<C::kProducerRegs>();
     if (tid < 32) producer<D, T, C>(P, smem, b, tid);
+    else if constexpr (kF8) widen_warps<D, T, KV, C>(P, smem, b, tid / 32 - 1, tid & 31);
   } else {
     ptx90::setmaxnreg_inc<C::kConsumerRegs>();
     consumer<D, T, C, (kVariant & 1) != 0, (kVariant & 2) != 0, (kVariant & 8) != 0>(P, smem, b, wg - 1, tid - (wg * 128));
@@ -565,40 +517,41 @@ inline constexpr int kPipelineVariant = WEFT_SM90_PIPELINE_VARIANT;
 static_assert(kPipelineVariant == 0 || kPipelineVariant == 3 || kPipelineVariant == 15,
               "WEFT_SM90_PIPELINE must be 0, 3 or 15");
 
-template <int D, class T, int V>
+template <int D, class T, class KV, int V>
 void launch_variant(const KernelParams& kp, int num_ctas, cudaStream_t stream) {
-  prefill_sm90_kernel<D, T, V><<<num_ctas, CfgOf<D, T, V>::kThreads, CfgOf<D, T, V>::kSmemBytes, stream>>>(kp);
+  using C = CfgOf<D, T, KV, V>;
+  prefill_sm90_kernel<D, T, KV, V><<<num_ctas, C::kThreads, C::kSmemBytes, stream>>>(kp);
 }
 
-template <int D, class T>
+template <int D, class T, class KV>
 void launch_prefill_sm90(const PrefillParams& p, const Shapes& s, int num_ctas, cudaStream_t stream) {
   KernelParams kp{};
   kp.p = p;
-  make_tensor_maps(kp, s, detail::TypeOf<T>::value, D);
-  launch_variant<D, T, kPipelineVariant>(kp, num_ctas, stream);
+  make_tensor_maps(kp, s, detail::TypeOf<T>::value, detail::TypeOf<KV>::value, D);
+  launch_variant<D, T, KV, kPipelineVariant>(kp, num_ctas, stream);
   WEFT_CUDA_CHECK_LAUNCH();
   note_launch();
 }
 
-template <int D, class T, int V>
+template <int D, class T, class KV, int V>
 int occupancy_variant() {
-  const void* k = reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, V>);
-  constexpr int kSmem = CfgOf<D, T, V>::kSmemBytes;
+  const void* k = reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, KV, V>);
+  constexpr int kSmem = CfgOf<D, T, KV, V>::kSmemBytes;
   WEFT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   cudaFuncAttributes attr{};
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
   if (attr.numRegs < 64) return 0;
   int b = 0;
-  WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k, CfgOf<D, T, V>::kThreads, kSmem));
+  WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k, CfgOf<D, T, KV, V>::kThreads, kSmem));
   return b;
 }
 
 // Resident CTAs per SM: 1 by design (the persistent grid is one CTA per SM), 0 when the build has
 // no sm_90a code (the trapping stub uses a handful of registers). Also opts the kernel in to its
 // dynamic shared memory.
-template <int D, class T>
+template <int D, class T, class KV>
 int occupancy_prefill_sm90() {
-  const int blocks = occupancy_variant<D, T, kPipelineVariant>();
+  const int blocks = occupancy_variant<D, T, KV, kPipelineVariant>();
   return blocks < 1 ? blocks : 1;
 }
 

@@ -59,18 +59,26 @@ struct Entry {
   int (*occupancy)() = nullptr;
 };
 
-template <int D, class T>
+// KV: the K/V element type, T, or (fp8 pools: bf16 T, paged) __nv_fp8_e4m3 / __nv_fp8_e5m2.
+template <int D, class T, class KV>
 void launch_prefill_sm90(const PrefillParams& p, const Shapes& s, int num_ctas, cudaStream_t stream);
-template <int D, class T>
+template <int D, class T, class KV>
 int occupancy_prefill_sm90();
 
 // Whether the sm90 mainloop can run this plan on `device` (compute capability 9.0, a head dim and
 // dtype instantiated here, the GQA group a divisor of 128 (Q tile loaded as one TMA box of
 // tokens x group heads), page sizes whose pages tile a stage of block_n(head_dim) keys). The caller also requires
 // the heuristic's 128-row tile. PrefillPlanOptions::mainloop = kFA2 turns it off.
+// kv_dtype: the K/V pools' type (dtype, or fp8 e4m3 / e5m2: instantiated for bf16 q at head_dim
+// 128, paged pools only).
 bool eligible(int device, int32_t head_dim, DType dtype, int32_t group_size, bool paged,
-              int64_t page_size);
-Entry find(int32_t head_dim, DType dtype);
+              int64_t page_size, DType kv_dtype);
+// The device-independent part of eligible() (host-testable): an instance exists and the GQA
+// group and page size fit the kernel.
+bool shape_supported(int32_t head_dim, DType dtype, int32_t group_size, bool paged, int64_t page_size,
+                     DType kv_dtype);
+// The (head_dim, dtype, kv_dtype) instance; an empty Entry when not instantiated.
+Entry find(int32_t head_dim, DType dtype, DType kv_dtype);
 
 // Number of sm90 kernel launches issued by this process (tests check which mainloop ran).
 uint64_t launch_count();
@@ -78,8 +86,9 @@ void note_launch();
 
 }  // namespace weft::prefill::sm90
 
-#define WEFT_PREFILL_SM90_INSTANCE(D, T)                                                           \
-  namespace weft::prefill::sm90 {                                                                \
-  template void launch_prefill_sm90<D, T>(const PrefillParams&, const Shapes&, int, cudaStream_t); \
-  template int occupancy_prefill_sm90<D, T>();                                                   \
+#define WEFT_PREFILL_SM90_INSTANCE_KV(D, T, KV)                                                      \
+  namespace weft::prefill::sm90 {                                                                    \
+  template void launch_prefill_sm90<D, T, KV>(const PrefillParams&, const Shapes&, int, cudaStream_t); \
+  template int occupancy_prefill_sm90<D, T, KV>();                                                   \
   }
+#define WEFT_PREFILL_SM90_INSTANCE(D, T) WEFT_PREFILL_SM90_INSTANCE_KV(D, T, T)

@@ -18,6 +18,7 @@ struct KernelParams {
   CUtensorMap tm_q;  // [q_rows][Hq][D], box {64, group, 128 / group}: 128 packed rows
   CUtensorMap tm_k;  // ragged [rows][Hk][D] box {64, 1, 128}; paged (page, head, slot) box {64, min(ps, 128), 1, 1}
   CUtensorMap tm_v;  // as tm_k; kWholePageV paged: (page, head, half, slot) box {64, rows_per_copy, D / 64, 1, 1}
+                     // fp8 pools (K and V): bytes, (page, head, slot) box {D, min(ps, 128), 1, 1}
   PrefillParams p;
   CUtensorMap* map_scratch = nullptr;  // 3 maps per CTA (see Shapes::map_scratch)
   int32_t rows_per_copy = 128;  // keys per TMA box: paged min(page_size, kBlockN); ragged kBlockN
@@ -33,6 +34,8 @@ struct KernelParams {
 
 // Encodes the three maps (cuTensorMapEncodeTiled through the runtime's driver entry point, so
 // libweft links cudart only). 128-byte swizzle, boxes of 64 columns (one swizzle atom row).
-void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, int head_dim);
+// fp8 K/V (kv_dtype of one byte, paged): K and V as bytes, unswizzled, one box of
+// {head_dim, min(page_size, kBlockN)} per page piece (sm90_fp8.cuh reads [kBlockN][D] bytes).
+void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, DType kv_dtype, int head_dim);
 
 }  // namespace weft::prefill::sm90

@@ -66,6 +66,15 @@ struct Prepared {
   CustomMaskDevice mask() const;
 };
 
+// Whether the current device is compute capability 9.0 (the sm90 mainloop's tests); the macro
+// skips a test elsewhere.
+bool is_sm90();
+#define WEFT_REQUIRE_SM90()                                                     \
+  do {                                                                          \
+    WEFT_REQUIRE_GPU();                                                         \
+    if (!is_sm90()) GTEST_SKIP() << "needs a compute capability 9.0 (Hopper) GPU"; \
+  } while (0)
+
 // Random inputs and device buffers for `c` (seeded by the current test name and `salt`).
 void prepare(Prepared& p, const Case& c, uint64_t salt = 0);
 // plan + run (ragged or paged per the case), outputs poisoned first.

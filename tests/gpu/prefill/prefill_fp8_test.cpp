@@ -8,6 +8,11 @@
 // Also: bitwise determinism, the 16- and 128-row tiles, split keys, the variants (causal, window,
 // soft cap, custom mask with fully masked rows), edge shapes, and rejected arguments (before any
 // launch: out untouched). PrefillFp8Small.* is the compute-sanitizer subset.
+// The mainloops: on sm_90 the wrapper runs fp8 pools on the Hopper mainloop's fp8 instances where
+// it can (128-row tiles, page sizes tiling 128 keys: src/prefill/sm90/sm90_fp8.cuh) and on the FA2
+// kernel elsewhere; each case names the one it expects (checked through plan_info().sm90 and
+// sm90::launch_count()), PrefillFp8Sm90* cover the sm90 path (masks, GQA, page sizes, lengths off
+// every 128-key tile, empty requests, q_len 1), PrefillFp8Small.* pin FA2 as well.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +20,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "prefill/sm90/sm90_launch.h"
 #include "prefill_case.h"
 #include "reference/attention.h"
 #include "weft/error.h"
@@ -45,14 +51,24 @@ Case fp8_case(std::vector<int32_t> q, std::vector<int32_t> kv, int32_t hq, int32
   return c;
 }
 
+// Which mainloop a case must run on: kSm90 (asserted on sm_90 devices; elsewhere FA2 runs it),
+// kFa2 (any device), kAny.
+enum class Expect { kAny, kSm90, kFa2 };
+
 // Level 1 + determinism; level 2 printed when `print` (returns the relative rms).
-double run_fp8(const Case& c, bool print = false) {
+double run_fp8(const Case& c, bool print = false, Expect expect = Expect::kAny) {
   SCOPED_TRACE(c.describe());
   Prepared p;
   prepare(p, c);
   BatchPrefillWrapper w;
+  const uint64_t launches = weft::prefill::sm90::launch_count();
   plan_and_run(w, p);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const bool want_sm90 = expect == Expect::kSm90 && is_sm90();
+  if (want_sm90 || expect == Expect::kFa2) {
+    EXPECT_EQ(w.plan_info().sm90, want_sm90) << "mainloop";
+    EXPECT_EQ(weft::prefill::sm90::launch_count(), launches + (want_sm90 ? 1 : 0)) << "sm90 launches";
+  }
   check_against_reference(p);
   const std::vector<uint16_t> o1 = download_out(p);
   const std::vector<float> l1 = download_lse(p);
@@ -98,12 +114,13 @@ TEST(PrefillFp8Small, FormatsScalesAndTiles) {
     for (bool per_head : {true, false})
       for (int32_t cta_q : {0, 16}) {
         // q_len 0 (empty request), kv_len 1, lengths off every tile, a kv_len-0 request with
-        // queries (O = 0, LSE = -inf).
+        // queries (O = 0, LSE = -inf). The FA2 kernel pinned (the sm90 path: PrefillFp8Sm90Small).
         Case c = fp8_case({1, 17, 0, 70, 5}, {1, 40, 9, 151, 0}, 8, 2, f, per_head);
         c.variant = per_head ? causal() : AttentionVariant{};
         c.variant.return_lse = true;
         c.opt.cta_q = cta_q;
-        run_fp8(c);
+        c.opt.mainloop = PrefillMainloop::kFA2;
+        run_fp8(c, false, Expect::kFa2);
       }
 }
 
@@ -114,28 +131,102 @@ TEST(PrefillFp8Small, EdgeShapesAndVariants) {
     c.page_size = 1;
     c.layout = KVLayout::kHND;
     c.variant = causal();
-    run_fp8(c);
+    run_fp8(c, false, Expect::kFa2);  // page 1: FA2 on every device (sm90 pages tile 128 keys)
   }
   {  // group 16, page 5 (per-row page look-ups), 64 rows per tile (-> the 128-row tile)
     Case c = fp8_case({4, 2}, {77, 130}, 16, 1, DType::kFloat8E5M2);
     c.page_size = 5;
     c.variant.return_lse = true;
-    run_fp8(c);
+    run_fp8(c, false, Expect::kFa2);
   }
   {  // soft cap + sliding window (K scale inside the cap's argument)
     Case c = fp8_case({40, 100}, {90, 300}, 8, 2, DType::kFloat8E4M3);
     c.variant = causal();
     c.variant.window_left = 37;
     c.variant.logits_soft_cap = 30.f;
-    run_fp8(c);
+    c.opt.mainloop = PrefillMainloop::kFA2;
+    run_fp8(c, false, Expect::kFa2);
   }
   {  // custom mask with fully masked rows (O = 0, LSE = -inf)
     Case c = fp8_case({20, 9}, {45, 30}, 4, 2, DType::kFloat8E5M2, false);
     c.variant.mask = MaskMode::kCustom;
     c.variant.return_lse = true;
     c.fully_masked_rows = true;
-    run_fp8(c);
+    c.opt.mainloop = PrefillMainloop::kFA2;
+    run_fp8(c, false, Expect::kFa2);
   }
+}
+
+// The sm90 mainloop's fp8 instances (cta_q 128 forces its tile for these short requests): every
+// mask it runs, GQA 1..16, page sizes 16 / 32 / 128 (NHD and HND), lengths off every 128-key
+// tile, an empty request, a kv_len-0 request with queries, q_len 1, per-head and per-tensor scales.
+TEST(PrefillFp8Sm90Small, MasksGroupsPagesAndLengths) {
+  WEFT_REQUIRE_SM90();
+  for (DType f : kFormats) {
+    {  // group 4, causal, lengths off every tile, empty request, kv_len 0 with queries
+      Case c = fp8_case({1, 17, 0, 70, 5, 3}, {1, 40, 9, 151, 0, 300}, 8, 2, f);
+      c.variant = causal();
+      c.opt.cta_q = 128;
+      run_fp8(c, false, Expect::kSm90);
+    }
+    {  // no mask, per-tensor scales, group 1, HND
+      Case c = fp8_case({33, 1, 130}, {50, 300, 257}, 4, 4, f, false);
+      c.layout = KVLayout::kHND;
+      c.variant.return_lse = true;
+      c.opt.cta_q = 128;
+      run_fp8(c, false, Expect::kSm90);
+    }
+    {  // group 16, page 32
+      Case c = fp8_case({4, 2, 9}, {77, 130, 260}, 16, 1, f);
+      c.page_size = 32;
+      c.variant.return_lse = true;
+      c.opt.cta_q = 128;
+      run_fp8(c, false, Expect::kSm90);
+    }
+    {  // group 8, page 128 (one box per tile), causal
+      Case c = fp8_case({130, 1}, {200, 129}, 16, 2, f);
+      c.page_size = 128;
+      c.variant = causal();
+      c.opt.cta_q = 128;
+      run_fp8(c, false, Expect::kSm90);
+    }
+    {  // q_len 1 everywhere
+      Case c = fp8_case({1, 1, 1}, {1, 128, 129}, 8, 2, f);
+      c.variant = causal();
+      c.opt.cta_q = 128;
+      run_fp8(c, false, Expect::kSm90);
+    }
+    {  // soft cap + sliding window (K scale inside the cap's argument)
+      Case c = fp8_case({40, 100}, {90, 300}, 8, 2, f);
+      c.variant = causal();
+      c.variant.window_left = 37;
+      c.variant.logits_soft_cap = 30.f;
+      c.opt.cta_q = 128;
+      run_fp8(c, false, Expect::kSm90);
+    }
+    {  // custom mask with fully masked rows (O = 0, LSE = -inf)
+      Case c = fp8_case({20, 9}, {45, 300}, 4, 2, f, false);
+      c.variant.mask = MaskMode::kCustom;
+      c.variant.return_lse = true;
+      c.fully_masked_rows = true;
+      c.opt.cta_q = 128;
+      run_fp8(c, false, Expect::kSm90);
+    }
+  }
+}
+
+// The wrapper's default choice: long prompts take the sm90 path without a forced tile; page 8
+// (the smallest sm90 page) too; kFA2 pins the FA2 kernel on the same call.
+TEST(PrefillFp8Sm90Small, DefaultDispatch) {
+  WEFT_REQUIRE_SM90();
+  Case c = fp8_case({200, 77}, {333, 77}, 8, 2, DType::kFloat8E4M3);
+  c.variant = causal();
+  run_fp8(c, false, Expect::kSm90);
+  c.page_size = 8;
+  run_fp8(c, false, Expect::kSm90);
+  c.page_size = 16;
+  c.opt.mainloop = PrefillMainloop::kFA2;
+  run_fp8(c, false, Expect::kFa2);
 }
 
 TEST(PrefillFp8, SplitLongRequestsAndErrorDistribution) {
@@ -144,7 +235,12 @@ TEST(PrefillFp8, SplitLongRequestsAndErrorDistribution) {
     // a long request split over CTAs (merge pass) next to short ones; 128-row tiles
     Case c = fp8_case({300, 7, 129}, {3000, 700, 129}, 32, 8, f);
     c.variant = causal();
-    run_fp8(c, true);
+    run_fp8(c, true, Expect::kSm90);
+    c.opt.mainloop = PrefillMainloop::kFA2;  // the same case on the FA2 kernel
+    run_fp8(c, true, Expect::kFa2);
+    Case h = fp8_case({512}, {4096 + 512}, 8, 2, f);  // chunked prefill after a long history
+    h.variant = causal();
+    run_fp8(h, true, Expect::kSm90);
     Case s = fp8_case({1, 16, 3}, {5000, 2048, 33}, 8, 8, f, false);  // 16-row tiles, split keys
     s.variant.return_lse = true;
     run_fp8(s, true);

@@ -15,22 +15,6 @@
 namespace weft::test::prefill {
 namespace {
 
-bool is_sm90() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return false;
-  int dev = 0, major = 0, minor = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  return major == 9 && minor == 0;
-}
-
-#define WEFT_REQUIRE_SM90()                                                     \
-  do {                                                                          \
-    WEFT_REQUIRE_GPU();                                                         \
-    if (!is_sm90()) GTEST_SKIP() << "needs a compute capability 9.0 (Hopper) GPU"; \
-  } while (0)
-
 AttentionVariant mask_of(bool causal) {
   AttentionVariant v;
   v.mask = causal ? MaskMode::kCausal : MaskMode::kNone;

@@ -5,6 +5,7 @@
 
 #include "attention/heuristics.h"
 #include "prefill/prefill_config.h"
+#include "prefill/sm90/sm90_launch.h"
 #include "weft/error.h"
 
 namespace weft::prefill {
@@ -61,6 +62,37 @@ TEST(PrefillTiles, RejectsUnsupportedHeadDim) {
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), "head_dim");
   }
+}
+
+// The sm90 mainloop's shape rule for fp8 K/V pools (the device-independent part of
+// sm90::eligible; the wrapper takes the FA2 kernel's fp8 instances where it says no): bf16 q at
+// head_dim 128, paged, page sizes 8..128 dividing 128 keys or multiples of 128, GQA groups
+// dividing 128.
+TEST(PrefillSm90Dispatch, Fp8Shapes) {
+  using sm90::shape_supported;
+  const DType bf16 = DType::kBFloat16, f16 = DType::kFloat16;
+  for (DType f8 : {DType::kFloat8E4M3, DType::kFloat8E5M2}) {
+    EXPECT_NE(sm90::find(128, bf16, f8).launch, nullptr);
+    for (int64_t page : {8, 16, 32, 64, 128, 256})
+      for (int32_t group : {1, 2, 4, 8, 16}) EXPECT_TRUE(shape_supported(128, bf16, group, true, page, f8));
+    EXPECT_FALSE(shape_supported(128, bf16, 4, true, 1, f8));   // page 1: FA2
+    EXPECT_FALSE(shape_supported(128, bf16, 4, true, 5, f8));   // page not tiling 128 keys
+    EXPECT_FALSE(shape_supported(128, bf16, 4, true, 192, f8));
+    EXPECT_FALSE(shape_supported(128, bf16, 3, true, 16, f8));  // group not dividing 128
+    EXPECT_FALSE(shape_supported(128, bf16, 4, false, 0, f8));  // ragged: fp8 is a pool feature
+    EXPECT_FALSE(shape_supported(128, f16, 4, true, 16, f8));   // f16 q: not instantiated
+    EXPECT_FALSE(shape_supported(64, bf16, 4, true, 16, f8));
+    EXPECT_FALSE(shape_supported(256, bf16, 4, true, 16, f8));
+    EXPECT_EQ(sm90::find(64, bf16, f8).launch, nullptr);
+    EXPECT_EQ(sm90::find(128, f16, f8).launch, nullptr);
+  }
+  EXPECT_FALSE(shape_supported(128, bf16, 4, true, 16, DType::kFloat32));
+  // 16-bit pools unchanged: ragged and paged, every head dim.
+  for (int32_t d : {64, 128, 256})
+    for (DType t : {bf16, f16}) {
+      EXPECT_TRUE(shape_supported(d, t, 4, false, 0, t));
+      EXPECT_TRUE(shape_supported(d, t, 4, true, 16, t));
+    }
 }
 
 }  // namespace

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# One device call for the sm90 (Hopper) prefill mainloop on fp8 K/V pools (issue 23): builds the
+# prefill component only (decode, comm, tp, norm and pod left out: WEFT_DISABLE), then
+#   1. the host prefill tests (dispatch rule) and the GPU tests: PrefillFp8* (sm90 and FA2 fp8
+#      paths against the float64 reference on the dequantized cache, determinism) and the 16-bit
+#      sm90 suite PrefillSm90.* (regression: the kernel's shared-memory plan moved);
+#   2. weft-bench "prefill/fp8/" rows: per shape the bf16 default (sm90) and FA2 rows, then e4m3 /
+#      e5m2 (sm90 fp8) and e4m3 on FA2, all in one process (extra.speedup_vs_bf16 vs the sm90 row);
+#   3. compute-sanitizer memcheck + racecheck on PrefillFp8Sm90Small.*;
+#   4. PrefillSmall.* (16-bit FA2 regression) with the time left.
+# Each step is skipped when the remaining budget cannot hold it.
+#   OUT=<dir> WEFT_COMMIT=<sha> [BUDGET=<s>] scripts/diag/fp8_sm90_check.sh
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT" || exit 1
+export PATH="/usr/local/cuda/bin:$PATH"
+OUT="${OUT:-$ROOT/fp8-out}"
+mkdir -p "$OUT"
+B="$ROOT/build-fp8"
+BUDGET="${BUDGET:-405}"
+T0=$SECONDS
+say() { echo "=== [$((SECONDS - T0))s] $*" | tee -a "$OUT/steps.log"; }
+left() { echo $((BUDGET - (SECONDS - T0))); }
+cap() { local t=$(( $(left) - $2 )); [ $t -gt $1 ] && t=$1; [ $t -lt 10 ] && t=10; echo $t; }  # min(cap, left - reserve), >= 10
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
+echo "commit ${WEFT_COMMIT:-?}" | tee -a "$OUT/env.txt"
+
+say build
+cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_WITH_COMM=OFF \
+  -DWEFT_BUILD_TESTS=ON -DWEFT_BUILD_BENCH=ON -DWEFT_DISABLE="comm;tp;norm;pod;decode" > "$OUT/build.log" 2>&1 \
+  || { say "configure failed"; tail -30 "$OUT/build.log"; }
+timeout 240 ninja -C "$B" -j16 weft_host_prefill weft_gpu_prefill weft-bench >> "$OUT/build.log" 2>&1
+rc=$?
+say "build rc=$rc"
+[ $rc -ne 0 ] && grep -E "error|FAILED" "$OUT/build.log" | head -30
+grep -E "spill" "$OUT/build.log" | grep -E "sm90" | sed 's/^.*function //' | head -12
+
+say tests
+{
+  "$B/tests/weft_host_prefill" --gtest_brief=1
+  timeout "$(cap 90 150)" "$B/tests/weft_gpu_prefill" --gtest_brief=1 --gtest_filter='PrefillFp8*:PrefillSm90.*'
+  echo "gpu tests rc=$?"
+} > "$OUT/tests.log" 2>&1
+grep -E "PASSED|FAILED|\[fp8\]|Failure|tests ran|rc=" "$OUT/tests.log" | head -60
+say "tests done"
+
+if [ "$(left)" -gt 60 ]; then
+  say bench
+  WEFT_COMMIT="${WEFT_COMMIT:-?}" timeout "$(cap 130 45)" "$B/bench/weft-bench" --group prefill --filter prefill/fp8/ \
+    --json "$OUT/bench_prefill_fp8.json" > "$OUT/bench_prefill.log" 2>&1
+  say "bench rc=$?"
+  grep -hE "fp8/" "$OUT/bench_prefill.log" | head -40
+fi
+
+say sanitizer
+{
+  if [ "$(left)" -gt 30 ]; then
+    timeout "$(cap 60 20)" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/weft_gpu_prefill" --gtest_brief=1 \
+      --gtest_filter='PrefillFp8Sm90Small.*'
+    echo "memcheck prefill fp8 sm90 rc=$?"
+  fi
+  if [ "$(left)" -gt 20 ]; then
+    timeout "$(cap 60 10)" compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/weft_gpu_prefill" --gtest_brief=1 \
+      --gtest_filter='PrefillFp8Sm90Small.DefaultDispatch'
+    echo "racecheck prefill fp8 sm90 rc=$?"
+  fi
+} > "$OUT/sanitizer.log" 2>&1
+grep -E "rc=|ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
+
+if [ "$(left)" -gt 15 ]; then
+  say "regression PrefillSmall"
+  timeout "$(cap 60 5)" "$B/tests/weft_gpu_prefill" --gtest_brief=1 --gtest_filter='PrefillSmall.*' > "$OUT/tests_small.log" 2>&1
+  echo "rc=$?" >> "$OUT/tests_small.log"
+  grep -E "PASSED|FAILED|Failure|rc=" "$OUT/tests_small.log" | head
+fi
+say "all done"
