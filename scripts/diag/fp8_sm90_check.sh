@@ -9,7 +9,10 @@
 #   3. compute-sanitizer memcheck + racecheck on PrefillFp8Sm90Small.*;
 #   4. PrefillSmall.* (16-bit FA2 regression) with the time left.
 # Each step is skipped when the remaining budget cannot hold it.
-#   OUT=<dir> WEFT_COMMIT=<sha> [BUDGET=<s>] scripts/diag/fp8_sm90_check.sh
+#   OUT=<dir> WEFT_COMMIT=<sha> [BUDGET=<s>] [STAGES="tests bench san small"] scripts/diag/fp8_sm90_check.sh
+# (the smoke test always runs; STAGES picks the rest). NOWIDEN=1: also a diagnostic tree built with
+# -DWEFT_SM90_FP8_NO_WIDEN (sm90_fp8.cuh: no conversion, wrong results) whose bf16 and e4m3
+# "prefill/fp8/" rows follow the main ones: the time of this design without its widening work.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -23,10 +26,19 @@ T0=$SECONDS
 say() { echo "=== [$((SECONDS - T0))s] $*" | tee -a "$OUT/steps.log"; }
 left() { echo $((BUDGET - (SECONDS - T0))); }
 cap() { local t=$(( $(left) - $2 )); [ $t -gt $1 ] && t=$1; [ $t -lt 10 ] && t=10; echo $t; }  # min(cap, left - reserve), >= 10
+STAGES="${STAGES:-tests bench san small}"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
 echo "commit ${WEFT_COMMIT:-?}" | tee -a "$OUT/env.txt"
 
 say build
+if [ "${NOWIDEN:-0}" = 1 ]; then
+  ( cmake -S . -B "$ROOT/build-nowiden" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_WITH_COMM=OFF \
+      -DWEFT_BUILD_BENCH=ON -DWEFT_DISABLE="comm;tp;norm;pod;decode" -DCMAKE_CUDA_FLAGS=-DWEFT_SM90_FP8_NO_WIDEN=1 \
+      > "$OUT/build_nowiden.log" 2>&1 && timeout 200 ninja -C "$ROOT/build-nowiden" -j16 weft-bench >> "$OUT/build_nowiden.log" 2>&1
+    echo "rc=$?" >> "$OUT/build_nowiden.log" ) &
+  NPID=$!
+fi
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_WITH_COMM=OFF \
   -DWEFT_BUILD_TESTS=ON -DWEFT_BUILD_BENCH=ON -DWEFT_DISABLE="comm;tp;norm;pod;decode" > "$OUT/build.log" 2>&1 \
   || { say "configure failed"; tail -30 "$OUT/build.log"; }
@@ -35,6 +47,12 @@ rc=$?
 say "build rc=$rc"
 [ $rc -ne 0 ] && grep -E "error|FAILED" "$OUT/build.log" | head -30
 grep -E "spill" "$OUT/build.log" | grep -E "sm90" | sed 's/^.*function //' | head -12
+if [ -n "${NPID:-}" ]; then
+  wait "$NPID"
+  say "nowiden build $(tail -1 "$OUT/build_nowiden.log")"
+  { echo "## build-nowiden"; grep -E "spill|error|FAILED|rc=" "$OUT/build_nowiden.log"; } >> "$OUT/build.log"
+  rm -f "$OUT/build_nowiden.log"
+fi
 
 say "smoke (a hang here skips the bench and the sanitizer)"
 timeout 40 "$B/tests/weft_gpu_prefill" --gtest_brief=1 --gtest_filter='PrefillFp8Sm90Small.DefaultDispatch' > "$OUT/smoke.log" 2>&1
@@ -43,6 +61,7 @@ say "smoke rc=$SMOKE"; tail -5 "$OUT/smoke.log"
 
 FILTER='PrefillFp8*:PrefillSm90.*'
 [ "$SMOKE" -eq 124 ] && FILTER='PrefillSm90.*:PrefillFp8Small.*'  # the sm90 fp8 kernel hung: the rest only
+if has tests; then
 say tests
 {
   "$B/tests/weft_host_prefill" --gtest_brief=1
@@ -51,17 +70,25 @@ say tests
 } > "$OUT/tests.log" 2>&1
 grep -E "PASSED|FAILED|\[fp8\]|Failure|tests ran|rc=" "$OUT/tests.log" | head -60
 say "tests done"
+fi
 
-if [ "$SMOKE" -ne 124 ] && [ "$(left)" -gt 60 ]; then
+if has bench && [ "$SMOKE" -ne 124 ] && [ "$(left)" -gt 60 ]; then
   say bench
-  WEFT_COMMIT="${WEFT_COMMIT:-?}" timeout "$(cap 130 45)" "$B/bench/weft-bench" --group prefill --filter prefill/fp8/ \
+  WEFT_COMMIT="${WEFT_COMMIT:-?}" timeout "$(cap 130 ${BENCH_RESERVE:-45})" "$B/bench/weft-bench" --group prefill --filter prefill/fp8/ \
     --json "$OUT/bench_prefill_fp8.json" > "$OUT/bench_prefill.log" 2>&1
   say "bench rc=$?"
   grep -hE "fp8/" "$OUT/bench_prefill.log" | head -40
 fi
+if [ -x "$ROOT/build-nowiden/bench/weft-bench" ] && [ "$SMOKE" -ne 124 ] && [ "$(left)" -gt 20 ]; then
+  say "bench nowiden (diagnostic)"
+  WEFT_COMMIT="${WEFT_COMMIT:-?}-nowiden" timeout "$(cap 50 5)" "$ROOT/build-nowiden/bench/weft-bench" --group prefill \
+    --filter prefill/fp8/bf16/ --filter prefill/fp8/e4m3/ --json "$OUT/bench_prefill_fp8_nowiden.json" > "$OUT/bench_nowiden.log" 2>&1
+  say "bench nowiden rc=$?"
+  grep -hE "fp8/" "$OUT/bench_nowiden.log" | head -12
+fi
 
-say sanitizer
-[ "$SMOKE" -eq 124 ] || {
+has san && say sanitizer
+! has san || [ "$SMOKE" -eq 124 ] || {
   if [ "$(left)" -gt 30 ]; then
     timeout "$(cap 60 20)" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/weft_gpu_prefill" --gtest_brief=1 \
       --gtest_filter='PrefillFp8Sm90Small.*'
@@ -75,7 +102,7 @@ say sanitizer
 } > "$OUT/sanitizer.log" 2>&1
 grep -E "rc=|ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 
-if [ "$(left)" -gt 15 ]; then
+if has small && [ "$(left)" -gt 15 ]; then
   say "regression PrefillSmall"
   timeout "$(cap 60 5)" "$B/tests/weft_gpu_prefill" --gtest_brief=1 --gtest_filter='PrefillSmall.*' > "$OUT/tests_small.log" 2>&1
   echo "rc=$?" >> "$OUT/tests_small.log"

@@ -37,6 +37,12 @@ __device__ __forceinline__ void widen_tile(unsigned char* dst, const unsigned ch
   const unsigned char* in = src + r * D + c * 8;
   unsigned char* out = dst + (c >> 3) * C::kKVHalfBytes;  // this lane's 64-column half
   const int cx = c & 7;                                   // its 16-byte chunk of the 128-byte row
+#ifdef WEFT_SM90_FP8_NO_WIDEN
+  // Diagnostic build only (scripts/diag/fp8_sm90_check.sh NOWIDEN=1, CMAKE_CUDA_FLAGS): no
+  // widening, the consumers read whatever the 16-bit stages hold (wrong results): the time of the
+  // fp8 pipeline without its conversion work, the bound of this design. Never shipped.
+  r = C::kBlockN;
+#endif
 #pragma unroll 2
   for (; r < C::kBlockN; r += kStep, in += kStep * D) {
     const uint2 v = *reinterpret_cast<const uint2*>(in);
