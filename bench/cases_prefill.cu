@@ -9,13 +9,15 @@
 //   prefill/sm90/{causal,noncausal}/...  the Hopper wgmma/TMA mainloop (src/prefill/sm90/), asserted
 //   prefill/sm90/chunked/...             chosen (an error row when the wrapper would not take it)
 //   prefill/fa2/...                      the FA2 mainloop pinned (PrefillPlanOptions::mainloop = kFA2)
-//   prefill/fp8/{bf16,bf16-fa2,e4m3,e5m2,e4m3-fa2}/...  fp8 K/V pools (PrefillPlanOptions::kv_dtype;
-//                                        paged, per-head scales): the bf16 rows of the same shape
-//                                        first (default mainloop: sm90 on Hopper, and FA2 pinned);
-//                                        e4m3 / e5m2 take the default mainloop (sm90 fp8 path on
-//                                        Hopper), e4m3-fa2 the FA2 kernel's fp8 instance; fp8 rows
-//                                        carry extra.speedup_vs_bf16 (vs the default bf16 row) and
-//                                        speedup_vs_bf16_fa2 (vs the FA2 bf16 row)
+//   prefill/fp8/{bf16,bf16-fa2,e4m3,e5m2,e4m3-sm90,e5m2-sm90}/...  fp8 K/V pools
+//                                        (PrefillPlanOptions::kv_dtype; paged, per-head scales): the
+//                                        bf16 rows of the same shape first (default mainloop: sm90
+//                                        on Hopper, and FA2 pinned); e4m3 / e5m2 take the default
+//                                        mainloop (the FA2 kernel's fp8 instances), -sm90 the Hopper
+//                                        mainloop's (PrefillMainloop::kSm90); fp8 rows carry
+//                                        extra.speedup_vs_bf16 (vs the default bf16 row) and
+//                                        speedup_vs_bf16_fa2 (vs the FA2 bf16 row). (At 8246f9c the
+//                                        default was sm90 and e4m3-fa2 pinned FA2; extra.sm90 says.)
 // FLOPs: 4 * D * Hq per UNMASKED (query, key) pair (causal counted once, bottom-right aligned:
 // pairs = q * (kv - q) + q (q + 1) / 2). Bytes: Q and O once, K and V once. Ceiling "gemm".
 // Timing: run() captured once in a CUDA graph, the graph is timed (L2 flushed before each run;
@@ -42,7 +44,8 @@ using weft::bench::DeviceArray;
 constexpr int32_t kHq = 32, kHkv = 8, kPage = 16;  // head_dim: a row parameter (128 unless named)
 constexpr weft::DType kBF16 = weft::DType::kBFloat16;
 
-// Mainloop of a row: the wrapper's choice, the sm90 one (asserted), or FA2 (pinned at plan time).
+// Mainloop of a row: the wrapper's choice, the sm90 one (requested with PrefillMainloop::kSm90 and
+// asserted), or FA2 (pinned at plan time).
 enum class Mainloop { kDefault, kSm90, kFa2 };
 
 // Paged pools of a row: page size and page order (shuffled: the bench's fragmented pool; pool
@@ -121,6 +124,7 @@ double run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     }
     weft::PrefillPlanOptions plan_opt = opt;
     if (mainloop == Mainloop::kFa2) plan_opt.mainloop = weft::PrefillMainloop::kFA2;
+    if (mainloop == Mainloop::kSm90) plan_opt.mainloop = weft::PrefillMainloop::kSm90;
     auto plan = [&] {
       if (paged)
         w.plan_paged(qo.data(), table, pkv.page, kHq, kHkv, kD, kBF16, var, ws.get(), ws_bytes, bounds, s,
@@ -256,20 +260,19 @@ WEFT_BENCH_GROUP(prefill) {
   }
 
   // fp8 K/V pools (issue 23): per shape the bf16 rows (default mainloop, then FA2 pinned), then
-  // e4m3 and e5m2 (default mainloop: the sm90 fp8 instances on Hopper), then e4m3 on FA2.
+  // e4m3 and e5m2 on the default mainloop (FA2) and on the sm90 one.
   auto fp8_rows = [&](const std::string& tail, const std::vector<int32_t>& q, const std::vector<int32_t>& kv) {
     const double bf16 = run_prefill_case(ctx, "prefill/fp8/bf16/" + tail, q, kv, true);
     const double fa2 = run_prefill_case(ctx, "prefill/fp8/bf16-fa2/" + tail, q, kv, true, {}, true, Mainloop::kFa2);
-    for (weft::DType f : {weft::DType::kFloat8E4M3, weft::DType::kFloat8E5M2}) {
-      weft::PrefillPlanOptions o;
-      o.kv_dtype = f;
-      run_prefill_case(ctx, std::string("prefill/fp8/") + (f == weft::DType::kFloat8E4M3 ? "e4m3/" : "e5m2/") + tail, q,
-                       kv, true, o, true, Mainloop::kDefault, 128, PagedKV{}, {{"speedup_vs_bf16", bf16}, {"speedup_vs_bf16_fa2", fa2}});
-    }
-    weft::PrefillPlanOptions o;
-    o.kv_dtype = weft::DType::kFloat8E4M3;
-    run_prefill_case(ctx, "prefill/fp8/e4m3-fa2/" + tail, q, kv, true, o, true, Mainloop::kFa2, 128, PagedKV{},
-                     {{"speedup_vs_bf16", bf16}, {"speedup_vs_bf16_fa2", fa2}});
+    for (Mainloop m : {Mainloop::kDefault, Mainloop::kSm90})
+      for (weft::DType f : {weft::DType::kFloat8E4M3, weft::DType::kFloat8E5M2}) {
+        weft::PrefillPlanOptions o;
+        o.kv_dtype = f;
+        const std::string fmt = std::string(f == weft::DType::kFloat8E4M3 ? "e4m3" : "e5m2") +
+                                (m == Mainloop::kSm90 ? "-sm90/" : "/");
+        run_prefill_case(ctx, "prefill/fp8/" + fmt + tail, q, kv, true, o, true, m, 128, PagedKV{},
+                         {{"speedup_vs_bf16", bf16}, {"speedup_vs_bf16_fa2", fa2}});
+      }
   };
   for (int32_t L : {4096, 16384}) fp8_rows("causal/L" + std::to_string(L), {L}, {L});
   fp8_rows("chunked/c2048/h16384", {2048}, {16384 + 2048});

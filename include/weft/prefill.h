@@ -48,8 +48,12 @@ struct PrefillBounds {
 
 // Which prefill mainloop runs a plan. kAuto: the Hopper (sm_90a, wgmma + TMA) mainloop where it
 // is eligible (compute capability 9.0, the 128-row tile, head_dim 64/128, no ALiBi, page sizes it
-// tiles), else the FA2 mainloop. kFA2 pins the FA2 mainloop (comparisons, or any GPU).
-enum class PrefillMainloop : int32_t { kAuto = 0, kFA2 = 1 };
+// tiles) on 16-bit K/V, else the FA2 mainloop; on fp8 K/V pools the FA2 kernel (measured faster
+// there: attention/heuristics.cpp, prefill_auto_prefers_sm90). kFA2 pins the FA2 mainloop
+// (comparisons, or any GPU). kSm90 requests the Hopper mainloop with its 128-row tile wherever it
+// is eligible (fp8 pools included: bf16 q, head_dim 128, paged), an error naming opt.mainloop
+// where it is not.
+enum class PrefillMainloop : int32_t { kAuto = 0, kFA2 = 1, kSm90 = 2 };
 
 struct PrefillPlanOptions {
   int32_t cta_q = 0;        // 0: heuristic (weft docs: FlashInfer §3.2.2); else 16, 64 or 128
@@ -57,8 +61,9 @@ struct PrefillPlanOptions {
   int32_t min_chunk = 256;  // never split a query tile's keys into chunks shorter than this
   PrefillMainloop mainloop = PrefillMainloop::kAuto;
   // Element type of the paged K/V pools run_paged() will read, when it is not q's dtype: an fp8
-  // pool (DType::kFloat8E4M3 / kFloat8E5M2, weft/fp8.h; bf16 q / out, head_dim 128, paged, FA2
-  // mainloop; not with ALiBi or run-time compiled variants). Empty: q's dtype.
+  // pool (DType::kFloat8E4M3 / kFloat8E5M2, weft/fp8.h; bf16 q / out, head_dim 128, paged; the
+  // FA2 mainloop, or the Hopper one with mainloop = kSm90; not with ALiBi or run-time compiled
+  // variants). Empty: q's dtype.
   std::optional<DType> kv_dtype;
 };
 

@@ -3,7 +3,8 @@
 //   - decode CTA shape: warps per CTA and per-warp pipeline stages (decode_default_warps/_stages;
 //     weft::DecodeOptions overrides them);
 //   - prefill tile (CTA query rows x keys per step) from the packed query length (prefill_tiles,
-//     with the budgets kSmemBudget / kAccRegBudget);
+//     with the budgets kSmemBudget / kAccRegBudget), and whether kAuto takes the Hopper mainloop
+//     where it may (prefill_auto_prefers_sm90);
 //   - persistent grid size: CTAs per SM x SMs (persistent_grid).
 // Pure C++ (no CUDA headers): host tests pin every decision (tests/host/attention/heuristics_test.cpp).
 //
@@ -60,6 +61,12 @@ struct PrefillTiles {
 //      retry.
 // Throws weft::Error("head_dim", ...) for head dims other than 64, 128, 256.
 PrefillTiles prefill_tiles(double avg_packed_qo_len, int32_t head_dim);
+
+// PrefillMainloop::kAuto: whether a call the Hopper mainloop can run (sm90::eligible) takes it.
+// wide_tile: prefill_tiles chose the 128-row tile (or head_dim 256 with > 64 packed rows);
+// fp8_kv: fp8 K/V pools. Yes for 16-bit pools on the wide tile; no on fp8 pools, where the
+// FA2 kernel's fp8 instances measured faster (heuristics.cpp). kSm90 bypasses this.
+bool prefill_auto_prefers_sm90(bool wide_tile, bool fp8_kv);
 
 // ---- both ----
 

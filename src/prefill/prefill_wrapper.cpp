@@ -262,17 +262,27 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   // Mainloop: the sm90 kernel (wgmma + TMA, 128 x 128 tiles, one CTA per SM) where the heuristic
   // chose the 128-row tile and the device/arguments allow it; the FA2 kernel otherwise.
   // ALiBi and run-time compiled variants run on the FA2 kernel only (the sm90 mainloop has no
-  // bias step yet). fp8 K/V pools take the sm90 mainloop's fp8 instances (sm90_fp8.cuh: bf16 q,
-  // head_dim 128, page sizes of sm90::shape_supported) and the FA2 kernel's elsewhere (other
-  // devices, page sizes 1..7 or not tiling 128 keys, mainloop = kFA2).
-  WEFT_CHECK_ARG(opt.mainloop == PrefillMainloop::kAuto || opt.mainloop == PrefillMainloop::kFA2, "opt.mainloop",
-                 "unknown mainloop " << static_cast<int>(opt.mainloop));
+  // bias step yet). fp8 K/V pools: the FA2 kernel's fp8 instances under kAuto (measured faster:
+  // heuristics::prefill_auto_prefers_sm90); kSm90 takes the sm90 mainloop's fp8 instances
+  // (sm90_fp8.cuh: bf16 q, head_dim 128, page sizes of sm90::shape_supported).
+  WEFT_CHECK_ARG(opt.mainloop == PrefillMainloop::kAuto || opt.mainloop == PrefillMainloop::kFA2 ||
+                     opt.mainloop == PrefillMainloop::kSm90,
+                 "opt.mainloop", "unknown mainloop " << static_cast<int>(opt.mainloop));
+  const bool force_sm90 = opt.mainloop == PrefillMainloop::kSm90;
+  WEFT_CHECK_ARG(!force_sm90 || opt.cta_q == 0 || opt.cta_q == prefill::sm90::kBlockM, "opt.cta_q",
+                 "mainloop kSm90 runs 128-row tiles, got cta_q " << opt.cta_q);
   // head_dim 256: the FA2 tiles stop at 64 rows (O alone is 128 registers per thread), so the
   // sm90 128-row tile takes the calls for which prefill_tiles picks 128 rows at the smaller head
   // dims (more than 64 packed query rows per request; the POD planner's rule as well).
   const bool wide_tile = cfg.cta_q == prefill::sm90::kBlockM || (head_dim == 256 && opt.cta_q == 0 && avg_rows > 64);
-  const bool use_sm90 = opt.mainloop == PrefillMainloop::kAuto && wide_tile && variant.alibi_slopes == nullptr &&
-                        !jit && prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size, kv_dtype);
+  const bool want_sm90 =
+      force_sm90 || (opt.mainloop == PrefillMainloop::kAuto && heuristics::prefill_auto_prefers_sm90(wide_tile, fp8));
+  const bool use_sm90 = want_sm90 && variant.alibi_slopes == nullptr && !jit &&
+                        prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size, kv_dtype);
+  WEFT_CHECK_ARG(!force_sm90 || use_sm90, "opt.mainloop",
+                 "kSm90: the Hopper mainloop cannot run this call (compute capability 9.0 with sm_90a code, "
+                 "head_dim / dtype / kv_dtype instances, GQA group dividing 128, page size tiling "
+                     << prefill::sm90::block_n(head_dim) << " keys; no ALiBi or run-time compiled variant)");
   if (use_sm90) cfg = TileConfig{head_dim, prefill::sm90::kBlockM, prefill::sm90::block_n(head_dim)};
   const auto fa2_has = [&](const TileConfig& t) {
     for (const TileConfig& c : prefill::instantiated_configs())

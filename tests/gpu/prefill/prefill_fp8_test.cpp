@@ -8,11 +8,12 @@
 // Also: bitwise determinism, the 16- and 128-row tiles, split keys, the variants (causal, window,
 // soft cap, custom mask with fully masked rows), edge shapes, and rejected arguments (before any
 // launch: out untouched). PrefillFp8Small.* is the compute-sanitizer subset.
-// The mainloops: on sm_90 the wrapper runs fp8 pools on the Hopper mainloop's fp8 instances where
-// it can (128-row tiles, page sizes tiling 128 keys: src/prefill/sm90/sm90_fp8.cuh) and on the FA2
-// kernel elsewhere; each case names the one it expects (checked through plan_info().sm90 and
-// sm90::launch_count()), PrefillFp8Sm90* cover the sm90 path (masks, GQA, page sizes, lengths off
-// every 128-key tile, empty requests, q_len 1), PrefillFp8Small.* pin FA2 as well.
+// The mainloops: fp8 pools run the FA2 kernel's fp8 instances under PrefillMainloop::kAuto (measured
+// faster, attention/heuristics.cpp) and the Hopper mainloop's fp8 instances under kSm90 where it is
+// eligible (sm_90, 128-row tiles, page sizes tiling 128 keys: src/prefill/sm90/sm90_fp8.cuh). Each
+// case names the one it expects (checked through plan_info().sm90 and sm90::launch_count());
+// PrefillFp8Sm90* cover the sm90 path (masks, GQA, page sizes, lengths off every 128-key tile,
+// empty requests, q_len 1) and the dispatch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -51,12 +52,14 @@ Case fp8_case(std::vector<int32_t> q, std::vector<int32_t> kv, int32_t hq, int32
   return c;
 }
 
-// Which mainloop a case must run on: kSm90 (asserted on sm_90 devices; elsewhere FA2 runs it),
-// kFa2 (any device), kAny.
+// Which mainloop a case must run on: kSm90 (requested with PrefillMainloop::kSm90 and asserted on
+// sm_90 devices; elsewhere the FA2 kernel runs it under kAuto), kFa2 (any device), kAny.
 enum class Expect { kAny, kSm90, kFa2 };
 
 // Level 1 + determinism; level 2 printed when `print` (returns the relative rms).
-double run_fp8(const Case& c, bool print = false, Expect expect = Expect::kAny) {
+double run_fp8(const Case& case_in, bool print = false, Expect expect = Expect::kAny) {
+  Case c = case_in;
+  if (expect == Expect::kSm90 && is_sm90()) c.opt.mainloop = PrefillMainloop::kSm90;
   SCOPED_TRACE(c.describe());
   Prepared p;
   prepare(p, c);
@@ -215,18 +218,31 @@ TEST(PrefillFp8Sm90Small, MasksGroupsPagesAndLengths) {
   }
 }
 
-// The wrapper's default choice: long prompts take the sm90 path without a forced tile; page 8
-// (the smallest sm90 page) too; kFA2 pins the FA2 kernel on the same call.
-TEST(PrefillFp8Sm90Small, DefaultDispatch) {
+// The wrapper's choice on long prompts (the 128-row tile): kAuto keeps the FA2 kernel on fp8
+// pools, kSm90 takes the sm90 path (page 8, the smallest sm90 page, too) and is an error where that
+// path cannot run (page 1, a forced 16-row tile), before any launch.
+TEST(PrefillFp8Sm90Small, Dispatch) {
   WEFT_REQUIRE_SM90();
   Case c = fp8_case({200, 77}, {333, 77}, 8, 2, DType::kFloat8E4M3);
   c.variant = causal();
+  run_fp8(c, false, Expect::kFa2);  // kAuto
   run_fp8(c, false, Expect::kSm90);
   c.page_size = 8;
   run_fp8(c, false, Expect::kSm90);
-  c.page_size = 16;
   c.opt.mainloop = PrefillMainloop::kFA2;
   run_fp8(c, false, Expect::kFa2);
+  auto plan_err = [](Case cc) {
+    Prepared q;
+    prepare(q, cc);
+    BatchPrefillWrapper wq;
+    return test::thrown_argument([&] { plan_only(wq, q); });
+  };
+  c.opt.mainloop = PrefillMainloop::kSm90;
+  c.page_size = 1;
+  EXPECT_EQ(plan_err(c), "opt.mainloop");
+  c.page_size = 16;
+  c.opt.cta_q = 16;
+  EXPECT_EQ(plan_err(c), "opt.cta_q");
 }
 
 TEST(PrefillFp8, SplitLongRequestsAndErrorDistribution) {

@@ -65,9 +65,8 @@ TEST(PrefillTiles, RejectsUnsupportedHeadDim) {
 }
 
 // The sm90 mainloop's shape rule for fp8 K/V pools (the device-independent part of
-// sm90::eligible; the wrapper takes the FA2 kernel's fp8 instances where it says no): bf16 q at
-// head_dim 128, paged, page sizes 8..128 dividing 128 keys or multiples of 128, GQA groups
-// dividing 128.
+// sm90::eligible; PrefillMainloop::kSm90 is an error where it says no): bf16 q at head_dim 128,
+// paged, page sizes 8..128 dividing 128 keys or multiples of 128, GQA groups dividing 128.
 TEST(PrefillSm90Dispatch, Fp8Shapes) {
   using sm90::shape_supported;
   const DType bf16 = DType::kBFloat16, f16 = DType::kFloat16;
