@@ -100,7 +100,7 @@ PrefillTiles prefill_tiles(double avg_packed_qo_len, int32_t head_dim) {
 bool prefill_auto_prefers_sm90(bool wide_tile, bool fp8_kv) {
   // 16-bit pools: the Hopper mainloop is 1.5-1.7x the FA2 kernel on the wide tile (perf notes).
   // fp8 pools: its fp8 instances (sm90_fp8.cuh: three warps widen each fp8 tile into the 16-bit
-  // stages) ran 0.87-0.90x of the FA2 kernel's fp8 instances on every measured shape (H100,
+  // stages) ran 0.85-0.90x of the FA2 kernel's fp8 instances on every measured shape (H100,
   // bench/results/h100_prefill_fp8_8246f9c.json, Llama-3-8B heads, page 16, causal L4096 /
   // L16384, chunked c2048/h16384, mixed: e4m3 0.624 / 8.62 / 2.49 / 3.49 ms on sm90 vs 0.545 /
   // 7.74 / 2.12 / 3.07 on FA2): the widening, not the pipeline, is the bound (the same build with

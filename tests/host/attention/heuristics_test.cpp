@@ -56,7 +56,7 @@ TEST(Heuristics, PrefillTilesTable) {
 }
 
 // kAuto's mainloop: the Hopper one on 16-bit pools with the wide tile; never on fp8 pools (its fp8
-// instances measured 0.87-0.90x of the FA2 kernel's, heuristics.cpp); never on a narrow tile.
+// instances measured 0.85-0.90x of the FA2 kernel's, heuristics.cpp); never on a narrow tile.
 TEST(Heuristics, PrefillAutoMainloop) {
   EXPECT_TRUE(prefill_auto_prefers_sm90(true, false));
   EXPECT_FALSE(prefill_auto_prefers_sm90(true, true));
