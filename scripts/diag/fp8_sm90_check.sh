@@ -55,7 +55,7 @@ if [ -n "${NPID:-}" ]; then
 fi
 
 say "smoke (a hang here skips the bench and the sanitizer)"
-timeout 40 "$B/tests/weft_gpu_prefill" --gtest_brief=1 --gtest_filter='PrefillFp8Sm90Small.DefaultDispatch' > "$OUT/smoke.log" 2>&1
+timeout 40 "$B/tests/weft_gpu_prefill" --gtest_brief=1 --gtest_filter='PrefillFp8Sm90Small.Dispatch' > "$OUT/smoke.log" 2>&1
 SMOKE=$?
 say "smoke rc=$SMOKE"; tail -5 "$OUT/smoke.log"
 
@@ -96,7 +96,7 @@ has san && say sanitizer
   fi
   if [ "$(left)" -gt 20 ]; then
     timeout "$(cap 60 10)" compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/weft_gpu_prefill" --gtest_brief=1 \
-      --gtest_filter='PrefillFp8Sm90Small.DefaultDispatch'
+      --gtest_filter='PrefillFp8Sm90Small.Dispatch'
     echo "racecheck prefill fp8 sm90 rc=$?"
   fi
 } > "$OUT/sanitizer.log" 2>&1
