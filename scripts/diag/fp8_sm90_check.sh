@@ -5,13 +5,14 @@
 #      paths against the float64 reference on the dequantized cache, determinism) and the 16-bit
 #      sm90 suite PrefillSm90.* (regression: the kernel's shared-memory plan moved);
 #   2. weft-bench "prefill/fp8/" rows: per shape the bf16 default (sm90) and FA2 rows, then e4m3 /
-#      e5m2 (sm90 fp8) and e4m3 on FA2, all in one process (extra.speedup_vs_bf16 vs the sm90 row);
+#      e5m2 on the default mainloop (FA2 since 669f00a; sm90 at 8246f9c) and on sm90 (-sm90 rows),
+#      all in one process (extra.speedup_vs_bf16 vs the sm90 bf16 row);
 #   3. compute-sanitizer memcheck + racecheck on PrefillFp8Sm90Small.*;
 #   4. PrefillSmall.* (16-bit FA2 regression) with the time left.
 # Each step is skipped when the remaining budget cannot hold it.
 #   OUT=<dir> WEFT_COMMIT=<sha> [BUDGET=<s>] [STAGES="tests bench san small"] scripts/diag/fp8_sm90_check.sh
 # (the smoke test always runs; STAGES picks the rest). NOWIDEN=1: also a diagnostic tree built with
-# -DWEFT_SM90_FP8_NO_WIDEN (sm90_fp8.cuh: no conversion, wrong results) whose bf16 and e4m3
+# -DWEFT_SM90_FP8_NO_WIDEN (sm90_fp8.cuh: no conversion, wrong results) whose bf16 and e4m3-sm90
 # "prefill/fp8/" rows follow the main ones: the time of this design without its widening work.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -82,7 +83,7 @@ fi
 if [ -x "$ROOT/build-nowiden/bench/weft-bench" ] && [ "$SMOKE" -ne 124 ] && [ "$(left)" -gt 20 ]; then
   say "bench nowiden (diagnostic)"
   WEFT_COMMIT="${WEFT_COMMIT:-?}-nowiden" timeout "$(cap 50 5)" "$ROOT/build-nowiden/bench/weft-bench" --group prefill \
-    --filter prefill/fp8/bf16/ --filter prefill/fp8/e4m3/ --json "$OUT/bench_prefill_fp8_nowiden.json" > "$OUT/bench_nowiden.log" 2>&1
+    --filter prefill/fp8/bf16/ --filter prefill/fp8/e4m3-sm90/ --json "$OUT/bench_prefill_fp8_nowiden.json" > "$OUT/bench_nowiden.log" 2>&1
   say "bench nowiden rc=$?"
   grep -hE "fp8/" "$OUT/bench_nowiden.log" | head -12
 fi
