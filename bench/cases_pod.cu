@@ -11,14 +11,14 @@
 //   serial      fastest prefill then decode on one stream (two launches + the prefill merge)
 //   two_stream  prefill and decode forked on two streams (events)
 //   batched     every request through the prefill kernel (decodes as 1-token chunks)
-//   pod         BatchPODAttention, PodMode::kAuto (the product: fused or the serial fallback)
-//   fused       PodMode::kFused with the proportional / 50:50 / static (no SM binding) bindings,
-//               and with limited prefill splits (PodOptions::prefill_split = true: the ablation)
-// serial, pod and fused (proportional) are timed INTERLEAVED (4 rounds of 5 runs each, medians
-// over the 20): a comparison of the same kernels timed one after the other drifted by up to 10%
-// at the heavy rows (GPU clocks under sustained tensor-core load), more than the gains compared.
-//   halves      the fused kernel (proportional) on the prefill side alone and on the decode side
-//               alone (the other side empty): each side's speed inside the fused kernel
+//   pod         BatchPODAttention, PodMode::kAuto (the product: fused, SM partition or serial)
+//   partition   PodMode::kPartition with the planner's k, and pinned at k = 16, 32, 48, 64 (the
+//               sweep that measures the partition's cost model: heuristics::pod_cost)
+//   fused       PodMode::kFused, proportional binding (the 50:50 / static / split ablations and
+//               the fused kernel's halves were measured at 6d33c1b and 76f083f and are not re-timed)
+// serial, pod, partition (planner's k) and fused are timed INTERLEAVED (4 rounds of 5 runs each,
+// medians over the 20): a comparison of the same kernels timed one after the other drifted by up
+// to 10% at the heavy rows (GPU clocks under sustained tensor-core load), more than the gains.
 // Case "pod/<model>/ctx<C>/chunk<c>/b<B>": ms = pod; extra.speedup_vs_serial = serial / pod,
 // extra.ideal_bound_ratio = pod / max(prefill, decode) (1 = perfect overlap), the other times.
 // Case "pod/summary": the means over kept batches (issue 28's Results format).
@@ -79,7 +79,8 @@ struct Table {
 struct Summary {
   int kept = 0, skipped = 0, fused = 0;
   double sum_speedup = 0, min_speedup = 1e30, within10 = 0, sum_ideal_speedup = 0;
-  double sum_fused = 0, sum_5050 = 0, sum_static = 0, sum_split = 0, sum_two = 0, sum_batched = 0;
+  double sum_fused = 0, sum_part = 0, sum_two = 0, sum_batched = 0, sum_best_k = 0;
+  int partition = 0;
 };
 
 void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
@@ -137,9 +138,17 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
   };
   auto pod_auto = pod_with(weft::PodMode::kAuto, weft::PodBinding::kProportional);
   auto pod_prop = pod_with(weft::PodMode::kFused, weft::PodBinding::kProportional);
-  auto pod_5050 = pod_with(weft::PodMode::kFused, weft::PodBinding::kFiftyFifty);
-  auto pod_static = pod_with(weft::PodMode::kFused, weft::PodBinding::kStatic);
-  auto pod_split = pod_with(weft::PodMode::kFused, weft::PodBinding::kProportional, true);
+  auto pod_part = pod_with(weft::PodMode::kPartition, weft::PodBinding::kProportional);
+  // The partition pinned at each swept k (PodOptions::partition_free_sms).
+  const int32_t kSweep[] = {16, 32, 48, 64};
+  std::vector<std::unique_ptr<weft::BatchPODAttention>> pod_k;
+  for (int32_t k : kSweep) {
+    weft::PodOptions o;
+    o.mode = weft::PodMode::kPartition;
+    o.partition_free_sms = k;
+    pod_k.push_back(std::make_unique<weft::BatchPODAttention>(podb, o));
+  }
+  DeviceArray ws_pod3(weft::BatchPODAttention::workspace_size(podb));
   cudaStream_t s2;
   cudaEvent_t fork, join;
   WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
@@ -228,20 +237,18 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
           auto time_pod = [&](weft::BatchPODAttention& pod, int sides = 3) {
             return ctx.time_ms(plan_pod(pod, ws_pod2, sides));
           };
-          const double t_5050 = time_pod(*pod_5050);
-          const double t_static = time_pod(*pod_static);
-          const double t_split = time_pod(*pod_split);
-          const weft::PodPlanInfo sinfo = pod_split->plan_info();
-          const double t_fpre = time_pod(*pod_prop, 1), t_fdec = time_pod(*pod_prop, 2);
-          // Interleaved: serial, pod (auto), fused (proportional), round by round.
-          const std::function<void(cudaStream_t)> fns[3] = {
+          double t_k[4];
+          for (int i = 0; i < 4; ++i) t_k[i] = time_pod(*pod_k[i]);
+          // Interleaved: serial, pod (auto), partition (planner's k), fused, round by round.
+          const std::function<void(cudaStream_t)> fns[4] = {
               [&](cudaStream_t st) { run_fast_pre(st); run_dec(st); }, plan_pod(*pod_auto, ws_pod),
-              plan_pod(*pod_prop, ws_pod2)};
+              plan_pod(*pod_part, ws_pod3), plan_pod(*pod_prop, ws_pod2)};
           const weft::PodPlanInfo info = pod_auto->plan_info();
+          const weft::PodPlanInfo pinfo = pod_part->plan_info();
           const weft::PodPlanInfo finfo = pod_prop->plan_info();
-          std::vector<double> samples[3];
+          std::vector<double> samples[4];
           for (int round = 0; round < 4; ++round)
-            for (int f = 0; f < 3; ++f) {
+            for (int f = 0; f < 4; ++f) {
               const std::vector<double> v = ctx.time_samples_ms(fns[f], round == 0 ? 3 : 1, 5);
               samples[f].insert(samples[f].end(), v.begin(), v.end());
             }
@@ -250,7 +257,10 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
             const std::size_t n = v.size();
             return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
           };
-          const double t_serial = median(samples[0]), t_pod = median(samples[1]), t_prop = median(samples[2]);
+          const double t_serial = median(samples[0]), t_pod = median(samples[1]), t_part = median(samples[2]),
+                       t_prop = median(samples[3]);
+          int best = 0;
+          for (int i = 1; i < 4; ++i) best = t_k[i] < t_k[best] ? i : best;
           const double ideal = std::max(t_p, t_d);
           r.ms = t_pod;
           double pairs = double(chunk) * (context - chunk) + double(chunk) * (chunk + 1) / 2;
@@ -267,16 +277,21 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
                      {"two_stream_ms", t_two},
                      {"batched_ms", t_batched},
                      {"fused_ms", t_prop},
-                     {"fused_5050_ms", t_5050},
-                     {"fused_static_ms", t_static},
-                     {"fused_split_ms", t_split},
-                     {"fused_prefill_only_ms", t_fpre},
-                     {"fused_decode_only_ms", t_fdec},
+                     {"partition_ms", t_part},
+                     {"partition_speedup_vs_serial", t_serial / t_part},
+                     {"partition_free_sms", double(pinfo.free_sms)},
+                     {"partition_prefill_grid", double(pinfo.prefill_grid)},
+                     {"predicted_partition_us", pinfo.predicted_partition_us},
+                     {"part_k16_ms", t_k[0]},
+                     {"part_k32_ms", t_k[1]},
+                     {"part_k48_ms", t_k[2]},
+                     {"part_k64_ms", t_k[3]},
+                     {"part_best_k", double(kSweep[best])},
                      {"fused_prefill_items", double(finfo.prefill_items)},
-                     {"split_prefill_items", double(sinfo.prefill_items)},
-                     {"split_prefill_merges", double(sinfo.prefill_merges)},
                      {"fused_speedup_vs_serial", t_serial / t_prop},
                      {"pod_fused", info.fused ? 1.0 : 0.0},
+                     {"pod_partition", info.partition ? 1.0 : 0.0},
+                     {"pod_free_sms", double(info.free_sms)},
                      {"fused_prefill_ctas", double(finfo.prefill_ctas)},
                      {"fused_decode_ctas", double(finfo.decode_ctas)},
                      {"ctas_per_sm", double(finfo.ctas_per_sm)},
@@ -291,9 +306,9 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
           sum.within10 += t_pod <= 1.10 * ideal;
           sum.sum_ideal_speedup += t_serial / ideal;
           sum.sum_fused += t_serial / t_prop;
-          sum.sum_5050 += t_serial / t_5050;
-          sum.sum_static += t_serial / t_static;
-          sum.sum_split += t_serial / t_split;
+          sum.sum_part += t_serial / t_part;
+          sum.sum_best_k += t_serial / std::min(t_part, t_k[best]);
+          sum.partition += info.partition;
           sum.sum_two += t_serial / t_two;
           sum.sum_batched += t_serial / t_batched;
         } catch (const weft::Error& e) {
@@ -324,9 +339,9 @@ WEFT_BENCH_GROUP(pod) {
              {"mean_ideal_speedup", sum.sum_ideal_speedup / n},
              {"share_fused", sum.fused / n},
              {"mean_fused_speedup_vs_serial", sum.sum_fused / n},
-             {"mean_fused_5050_speedup_vs_serial", sum.sum_5050 / n},
-             {"mean_fused_static_speedup_vs_serial", sum.sum_static / n},
-             {"mean_fused_split_speedup_vs_serial", sum.sum_split / n},
+             {"share_partition", sum.partition / n},
+             {"mean_partition_speedup_vs_serial", sum.sum_part / n},
+             {"mean_partition_best_k_speedup_vs_serial", sum.sum_best_k / n},
              {"mean_two_stream_speedup_vs_serial", sum.sum_two / n},
              {"mean_batched_speedup_vs_serial", sum.sum_batched / n},
              {"batches_kept", double(sum.kept)},

@@ -65,8 +65,6 @@ def main(argv):
             "mean_ideal_speedup": sum(e("ideal_speedup")) / n,
             "share_fused": sum(e("pod_fused")) / n,
             "mean_fused_speedup_vs_serial": sum(e("fused_speedup_vs_serial")) / n,
-            "mean_fused_5050_speedup_vs_serial": sum(c["extra"]["serial_ms"] / c["extra"]["fused_5050_ms"] for c in kept) / n,
-            "mean_fused_static_speedup_vs_serial": sum(c["extra"]["serial_ms"] / c["extra"]["fused_static_ms"] for c in kept) / n,
             "mean_two_stream_speedup_vs_serial": sum(c["extra"]["serial_ms"] / c["extra"]["two_stream_ms"] for c in kept) / n,
             "mean_batched_speedup_vs_serial": sum(c["extra"]["serial_ms"] / c["extra"]["batched_ms"] for c in kept) / n,
             "batches_kept": float(len(kept)), "batches_skipped": float(skipped),
@@ -75,6 +73,21 @@ def main(argv):
     ex = summary["extra"]
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0
     has = lambda k: [c for c in kept if k in c["extra"]]
+    # Ablation rows (each variant's mean speedup over serial), where this run timed them: the
+    # fused bindings and splits (6d33c1b / 76f083f), the SM partition and its k sweep (later runs).
+    for k in ("fused_5050_ms", "fused_static_ms", "partition_ms", "part_k16_ms", "part_k32_ms", "part_k48_ms",
+              "part_k64_ms"):
+        if kept and k in kept[0]["extra"]:
+            ex["mean_" + k[:-3] + "_speedup_vs_serial"] = mean([c["extra"]["serial_ms"] / c["extra"][k] for c in kept])
+    if kept and "partition_ms" in kept[0]["extra"]:
+        ks = ("partition_ms", "part_k16_ms", "part_k32_ms", "part_k48_ms", "part_k64_ms")
+        best = [c["extra"]["serial_ms"] / min(c["extra"][k] for k in ks) for c in kept]
+        ex["mean_partition_best_of_sweep_speedup_vs_serial"] = mean(best)
+        ex["min_partition_best_of_sweep_speedup_vs_serial"] = min(best)
+        ex["share_partition"] = sum(c["extra"].get("pod_partition", 0) for c in kept) / n
+        ex["min_partition_speedup_vs_serial"] = min(c["extra"]["partition_speedup_vs_serial"] for c in kept)
+        ex["share_partition_within_10pct_of_ideal"] = sum(
+            1 for c in kept if c["extra"]["partition_ms"] <= 1.10 * max(c["extra"]["prefill_ms"], c["extra"]["decode_ms"])) / n
     for k in ("fused_nosplit_ms", "fused_split_ms"):
         if kept and k in kept[0]["extra"]:
             ex["mean_" + k[:-3] + "_speedup_vs_serial"] = mean([c["extra"]["serial_ms"] / c["extra"][k] for c in kept])
@@ -107,9 +120,14 @@ def main(argv):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-        s5050 = [c["extra"]["serial_ms"] / c["extra"]["fused_5050_ms"] for c in kept]
+        other = "partition_ms" if "partition_ms" in kept[0]["extra"] else "fused_5050_ms"
+        other_label = "SM partition (planner's k)" if other == "partition_ms" else "fused kernel, 50:50"
+        s_other = [c["extra"]["serial_ms"] / c["extra"][other] for c in kept]
         series = [sp, e("fused_speedup_vs_serial"), e("ideal_speedup")]
         labels = ["POD wrapper (auto)", "fused kernel, proportional", "ideal overlap bound"]
+        if other == "partition_ms":
+            series.insert(1, s_other)
+            labels.insert(1, other_label)
         if w:
             series.append([c["extra"]["serial_ms"] / c["extra"]["fi_pod_ms"] for c in w])
             labels.append("FlashInfer POD wrapper")
@@ -119,7 +137,7 @@ def main(argv):
         ax[0].set_ylabel("batches")
         ax[0].legend(fontsize=8)
         share = e("prefill_share")
-        ax[1].scatter(share, s5050, s=10, label="fused kernel, 50:50")
+        ax[1].scatter(share, s_other, s=10, label=other_label)
         ax[1].scatter(share, sp, s=10, label="POD wrapper (auto)")
         ax[1].scatter(share, e("ideal_speedup"), s=6, marker="x", label="ideal")
         ax[1].axhline(1.0, color="k", lw=0.8)

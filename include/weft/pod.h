@@ -20,11 +20,12 @@
 // [total_q, Hq] and [batch, Hq] f32. Both tables index the same cache (pools, layout NHD or HND).
 // Variant: sm_scale, causal (prefill), logits_soft_cap, window_left; no ALiBi, no custom mask.
 //
-// How a step runs (PodPlanInfo::fused): the planner estimates the serial time (the fastest
-// prefill -- the Hopper sm90 kernel where eligible -- then decode) and the fused time; when the
-// fused kernel is not predicted faster (one side tiny, GQA group > 8, ...), run() launches the
-// standard prefill and decode kernels back to back on the stream (never slower than serial, up to
-// the prediction). PodOptions::mode pins either.
+// How a step runs (PodPlanInfo::fused / partition): the planner estimates the serial time (the
+// fastest prefill -- the Hopper sm90 kernel where eligible -- then decode), the fused time and the
+// SM partition's (PodMode::kPartition); kAuto runs the fastest predicted, and when neither overlap
+// is predicted faster (one side tiny, GQA group > 8, ...), run() launches the standard prefill and
+// decode kernels back to back on the stream (never slower than serial, up to the prediction).
+// PodOptions::mode pins any of them.
 //
 // CUDA graphs: run() in fused mode is one launch of the fused kernel with a FIXED grid (resident
 // CTA slots of the device; with PodOptions::prefill_split, then the small merge of split prefill
@@ -64,6 +65,14 @@ enum class PodMode : int32_t {
   kAuto = 0,    // the planner's prediction per step
   kFused = 1,   // always the fused kernel (weft::Error when the batch has no fused kernel)
   kSerial = 2,  // always the standard prefill kernel then the decode kernel
+  // SM partition: the standard prefill kernel with its persistent grid capped at SMs - k CTAs,
+  // launched first, and the decode kernel on a second stream forked from the caller's (events,
+  // joined before run() returns; graph capturable), so decode CTAs run on the k SMs the prefill
+  // leaves free and on every SM once it ends. A partition proper with the Hopper sm90 prefill
+  // (one CTA per SM; kAuto partitions only then); with the FA2 prefill (other GPUs, page sizes
+  // the sm90 kernel does not tile) it runs correctly on the capped grid. The prefill runs its
+  // 128-row query tile in this mode (a fixed kernel across re-plans, for graphs).
+  kPartition = 3,
 };
 
 // How the fused kernel's CTAs pick their first side (attention/scheduler.cuh); every CTA then
@@ -86,6 +95,11 @@ struct PodOptions {
   // 5-20% slower on the chunk-512 batches it splits -- more prefill CTAs share SMs instead of one
   // prefill item per SM beside decode). false: every query tile is one item.
   bool prefill_split = false;
+  // SM partition (kPartition, and kAuto when it chooses the partition): the k SMs left to decode.
+  // 0: the planner's cost model picks k per step among 8, 16, .. 64 (at most half the SMs);
+  // else one of those values, fixed. A graph captured around a partition run() replays after
+  // re-plans only while k stays the same: pin it (and PodMode::kPartition) for graph use.
+  int32_t partition_free_sms = 0;
 };
 
 struct PodPlanInfo {
@@ -98,6 +112,10 @@ struct PodPlanInfo {
   int32_t prefill_items = 0, decode_items = 0;
   int32_t prefill_merges = 0;  // fused: split query tiles merged after the fused kernel
   double predicted_serial_us = 0, predicted_fused_us = 0;
+  bool partition = false;      // the SM partition runs (PodMode::kPartition)
+  int32_t free_sms = 0;        // its k: SMs left to decode while the prefill runs
+  int32_t prefill_grid = 0;    // its prefill CTAs (SMs - k)
+  double predicted_partition_us = 0;  // 0 when the prefill is not the sm90 kernel
 };
 
 class BatchPODAttention {

@@ -65,6 +65,11 @@ struct PrefillPlanOptions {
   // FA2 mainloop, or the Hopper one with mainloop = kSm90; not with ALiBi or run-time compiled
   // variants). Empty: q's dtype.
   std::optional<DType> kv_dtype;
+  // Cap on the persistent grid (0: none): the plan is balanced over min(grid, max_ctas) CTAs and
+  // the launch has that many. With the sm90 mainloop (one CTA per SM) a cap of P leaves the other
+  // SMs free for a kernel on another stream (BatchPODAttention's SM partition). The workspace
+  // must then be sized by workspace_size(bounds, max_ctas).
+  int32_t max_ctas = 0;
 };
 
 // Device copy of a custom mask (run time).
@@ -91,6 +96,9 @@ class BatchPrefillWrapper {
   BatchPrefillWrapper& operator=(const BatchPrefillWrapper&) = delete;
 
   static std::size_t workspace_size(const PrefillBounds& bounds);
+  // Bytes for plans of either grid: the full one or one capped at max_ctas
+  // (PrefillPlanOptions::max_ctas; the head fold of a capped grid can need more plan metadata).
+  static std::size_t workspace_size(const PrefillBounds& bounds, int32_t max_ctas);
 
   // qo_indptr_host[batch + 1]; table: host mirrors are read (device pointers are used at run).
   // mask_indptr_host[batch + 1]: required iff variant.mask == kCustom (checked against lengths).

@@ -12,7 +12,9 @@
 # FI_WEFT_JSON=<weft pod JSON of an earlier run>: FlashInfer times that run's kept batches WHILE
 #   weft builds (FI_BUDGET s, default 110), instead of after weft's bench (a shorter call).
 # TESTS_FILTER: gtest filter of the POD GPU tests before the bench (default all); the rest
-#   (PodRandom) then runs after the bench when time is left. NO_SANITIZER=1 skips the sanitizers.
+#   (PodRandom) then runs after the bench when time is left. NO_SANITIZER=1 skips the sanitizers,
+#   NO_RACECHECK=1 racecheck alone; SANITIZER_LAST=1 runs them after the bench (the bench first).
+# WEFT_DISABLE: components left out of the build (default comm;tp;norm: POD needs none of them).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -41,7 +43,7 @@ log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/log.txt"; }
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv | tee -a "$OUT/log.txt"
 log "configure"
 cmake -S . -B build-pod -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_BUILD_TESTS=ON -DWEFT_WITH_COMM=OFF \
-  -DCMAKE_CUDA_ARCHITECTURES=90a >"$TMP/build.log" 2>&1 || { log "configure failed"; tail -30 "$TMP/build.log"; exit 1; }
+  -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_DISABLE="${WEFT_DISABLE:-comm;tp;norm}" >"$TMP/build.log" 2>&1 || { log "configure failed"; tail -30 "$TMP/build.log"; exit 1; }
 log "build"
 targets="weft_gpu_pod weft_host_pod weft-bench"
 [ "${SUITES:-0}" = 1 ] && targets="$targets weft_gpu_decode weft_gpu_prefill"
@@ -59,15 +61,18 @@ if [ "${SUITES:-0}" = 1 ]; then
   timeout 60 build-pod/tests/weft_gpu_prefill --gtest_brief=1 --gtest_filter=-*Large*:*large* >"$TMP/t.txt" 2>&1; echo "rc=$?" >>"$TMP/t.txt"
   tail -4 "$TMP/t.txt" | tee -a "$OUT/log.txt"
 fi
+sanitizers() {
 if [ "${NO_SANITIZER:-0}" != 1 ]; then
 log "memcheck"
-timeout 90 compute-sanitizer --tool memcheck --print-limit 20 build-pod/tests/weft_gpu_pod --gtest_brief=1 \
+timeout ${MEMCHECK_S:-90} compute-sanitizer --tool memcheck --print-limit 20 build-pod/tests/weft_gpu_pod --gtest_brief=1 \
   --gtest_filter='PodEdges.*:PodNegative.*' >"$TMP/t.txt" 2>&1; echo "rc=$?" >>"$TMP/t.txt"
 tail -5 "$TMP/t.txt" | tee -a "$OUT/log.txt"
+if [ "${NO_RACECHECK:-0}" != 1 ]; then
 log "racecheck"
 timeout 90 compute-sanitizer --tool racecheck --print-limit 20 build-pod/tests/weft_gpu_pod --gtest_brief=1 \
   --gtest_filter='PodEdges.*:PodNegative.*' >"$TMP/t.txt" 2>&1; echo "rc=$?" >>"$TMP/t.txt"
 tail -5 "$TMP/t.txt" | tee -a "$OUT/log.txt"
+fi  # NO_RACECHECK
 if [ "${MEMCHECK_RANDOM:-0}" = 1 ]; then
   log "memcheck PodRandom/0 (split prefill + merge path)"
   timeout 60 compute-sanitizer --tool memcheck --print-limit 20 build-pod/tests/weft_gpu_pod --gtest_brief=1 \
@@ -75,6 +80,8 @@ if [ "${MEMCHECK_RANDOM:-0}" = 1 ]; then
   tail -5 "$TMP/t.txt" | tee -a "$OUT/log.txt"
 fi
 fi  # NO_SANITIZER
+}
+[ "${SANITIZER_LAST:-0}" = 1 ] || sanitizers
 # FlashInfer (parallel mode) must be done before weft's bench shares the GPU with it.
 if [ -n "${FI_PID:-}" ]; then log "waiting for flashinfer"; wait "$FI_PID"; log "flashinfer done"; fi
 jsons=""
@@ -111,6 +118,7 @@ if [ -n "${TESTS_FILTER:-}" ] && [ "$(left)" -gt 30 ]; then
     --gtest_filter="-${TESTS_FILTER}" >"$TMP/t.txt" 2>&1; echo "rc=$?" >>"$TMP/t.txt"
   grep -v "^\[ info" "$TMP/t.txt" | tail -6 | tee -a "$OUT/log.txt"
 fi
+[ "${SANITIZER_LAST:-0}" = 1 ] && sanitizers
 if [ -n "$jsons" ]; then
   log "merge + plot"
   python3 bench/pod_merge.py "$OUT/bench_pod.json" $jsons --plot "$OUT/pod_speedup.png" $fiarg 2>&1 | tee -a "$OUT/log.txt"

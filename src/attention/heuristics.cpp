@@ -134,7 +134,17 @@ const PodCost& pod_cost() {
   //   So kAuto fuses at <= 1 item per SM and r >= 0.8: replayed on the 145 rows it picks the 15
   //   winners and no row where fused lost (mean 1.007, min 1.00 over serial). The chunk-1K class
   //   is left serial: its gains (mean ~1.04) are within the timing spread of its losers.
-  static const PodCost c{351.0, 96.0, 554.0, 31.0, 3064.0, 14.0, 0.46, 0.0, 1, 0.8, 0.0};
+  //
+  // SM partition (PodMode::kPartition), PRIORS until bench pod measures it (its part_k* rows
+  // sweep k): the decode kernel on k SMs reads at min(decode_gbps, k x 50 GB/s) -- one SM reads
+  // ~70 GB/s alone and copies ~50 GB/s (bench/results/h200x2_nvlink_probe_82a6494.json,
+  // docs/performance.md), so ~60 SMs would carry decode at the full 3 TB/s; the sm90 prefill on
+  // P = SMs - k CTAs slows by SMs / P (one 128x128 CTA per SM, compute bound) and by 5% for the
+  // HBM it shares with decode; 5 us for the fork/join and the tail; k in 8, 16, .. 64 (at most
+  // half the SMs: the workspace is sized for these grids). kAuto partitions when that predicts
+  // >= 5% below serial.
+  static const PodCost c{351.0, 96.0, 554.0, 31.0, 3064.0, 14.0, 0.46, 0.0, 1, 0.8, 0.0,
+                         50.0, 1.05, 5.0, 0.05, 8, 64};
   return c;
 }
 

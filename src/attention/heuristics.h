@@ -94,6 +94,13 @@ struct PodCost {
   int32_t max_items_per_sm = 0;
   double min_decode_over_prefill = 0;
   double min_gain = 0;       // and the predicted fused time at least this much below serial
+  // SM partition (PodMode::kPartition; pod_plan.h): the sm90 prefill on SMs - k CTAs, the decode
+  // kernel forked on a second stream, landing on the k SMs left free, then on all of them.
+  double decode_gbps_per_sm = 0;   // decode's read rate per SM when it runs on few SMs
+  double partition_prefill_slowdown = 0;  // the sm90 prefill beside decode vs alone (same grid)
+  double partition_us = 0;         // fork/join + the decode tail after the prefill
+  double partition_min_gain = 0;   // kAuto partitions only when predicted this much below serial
+  int32_t partition_step = 0, partition_max_free = 0;  // candidate k: step, 2 step, .. max_free
 };
 const PodCost& pod_cost();
 

@@ -62,8 +62,37 @@ double fused_time_us(const PlanInput& in) {
   return std::max(p, d) + c.overlap * std::min(p, d) + c.fused_us;
 }
 
+std::vector<int32_t> partition_candidates(int32_t num_sms) {
+  const heuristics::PodCost& c = heuristics::pod_cost();
+  std::vector<int32_t> v;
+  for (int32_t k = c.partition_step; k <= std::min(c.partition_max_free, num_sms / 2); k += c.partition_step)
+    v.push_back(k);
+  return v;
+}
+
+double partition_time_us(const PlanInput& in, int32_t k) {
+  const heuristics::PodCost& c = heuristics::pod_cost();
+  const double wp = prefill_flops(in), wd = decode_bytes(in);
+  const int32_t n = in.num_sms, p = n - k;
+  const double rd = c.decode_gbps * 1e3;                                           // bytes per us
+  const double rk = std::min(rd, double(k) * c.decode_gbps_per_sm * 1e3);
+  const double tp = wp > 0 ? c.partition_prefill_slowdown * wp / (c.sm90_tflops * 1e6 * p / n) + c.sm90_us : 0.0;
+  if (wd <= 0) return tp + c.partition_us;
+  // Decode reads on the k free SMs while the prefill runs (after its own start-up), then what is
+  // left of it on every SM.
+  const double left = wd - rk * std::max(0.0, tp - c.decode_us);
+  if (left <= 0) return tp + c.partition_us;  // decode ended first: hidden
+  return std::max(tp, c.decode_us) + left / rd + c.partition_us;
+}
+
 Decision decide(const PlanInput& in) {
   check_input(in);
+  const std::vector<int32_t> ks = partition_candidates(in.num_sms);
+  WEFT_CHECK_ARG(in.partition_free_sms == 0 || std::count(ks.begin(), ks.end(), in.partition_free_sms) == 1,
+                 "partition_free_sms",
+                 in.partition_free_sms << " is not one of the candidates (multiples of "
+                                       << heuristics::pod_cost().partition_step << " up to "
+                                       << (ks.empty() ? 0 : ks.back()) << ")");
   const heuristics::PodCost& c = heuristics::pod_cost();
   Decision d;
   const int32_t G = in.num_sms * in.ctas_per_sm;
@@ -88,8 +117,27 @@ Decision decide(const PlanInput& in) {
   }
   d.first0 = static_cast<int32_t>(int64_t(G) * d.ratio_prefill / (d.ratio_prefill + d.ratio_decode));
 
+  // SM partition: the pinned k, or the model's best candidate.
+  double t_part = 0;
+  int32_t k_best = in.partition_free_sms;
+  if (k_best > 0) {
+    t_part = partition_time_us(in, k_best);
+  } else {
+    for (int32_t k : ks) {
+      const double t = partition_time_us(in, k);
+      if (k_best == 0 || t < t_part) k_best = k, t_part = t;
+    }
+  }
+  d.free_sms = k_best;
+  d.prefill_grid = in.num_sms - k_best;
+  d.t_partition_us = in.sm90_prefill ? t_part : 0.0;
+
   switch (in.mode) {
     case Mode::kSerial: d.fused = false; break;
+    case Mode::kPartition:
+      WEFT_CHECK_ARG(k_best > 0, "num_sms", in.num_sms << " SMs leave no partition candidate");
+      d.partition = true;
+      break;
     case Mode::kFused:
       WEFT_CHECK_ARG(in.fused_supported, "mode", "PodMode::kFused: no fused kernel for this batch "
                                                  "(head_dim 64/128, GQA group <= 8, no ALiBi)");
@@ -102,6 +150,13 @@ Decision decide(const PlanInput& in) {
                 int64_t(in.prefill_items) <= int64_t(c.max_items_per_sm) * in.num_sms &&
                 d.t_decode_us >= c.min_decode_over_prefill * p_fa2 &&
                 d.t_fused_us < d.t_serial_us * (1.0 - c.min_gain);
+      // The partition where it is predicted faster than serial by partition_min_gain (and than
+      // fused, where that runs): it needs the sm90 prefill (one CTA per SM) and both sides.
+      if (in.sm90_prefill && k_best > 0 && wp > 0 && wd > 0 &&
+          t_part < d.t_serial_us * (1.0 - c.partition_min_gain) && (!d.fused || t_part < d.t_fused_us)) {
+        d.fused = false;
+        d.partition = true;
+      }
       break;
   }
   return d;

@@ -17,6 +17,15 @@
 //   kAuto fuses when a fused kernel exists (head_dim 64/128, GQA group <= 8), both sides have
 //   work, prefill_items <= max_items_per_sm * num_sms, D >= min_decode_over_prefill * P and
 //   t_f < t_s * (1 - min_gain): the region where the fused kernel measurably beat serial.
+//   partition     (PodMode::kPartition) the sm90 prefill capped at P = N - k CTAs (N SMs, one CTA
+//                 per SM) and the decode kernel on a forked stream: decode reads on the k free SMs
+//                 at r_k = min(R_d, k * r_sm) while the prefill runs t_P = slowdown * (W_p / (R_p
+//                 * P / N)) + fixed_p, then what is left of it on every SM at R_d:
+//                   left = W_d - r_k * max(0, t_P - fixed_d)
+//                   t = (left <= 0 ? t_P : max(t_P, fixed_d) + left / R_d) + partition_us
+//                 k from partition_candidates() minimizing t. Only with the sm90 prefill.
+//   kAuto runs the fastest predicted of serial, fused (in its region) and partition (when
+//   >= partition_min_gain below serial).
 // Per-SM ratio: r0 : r1 = 1 : 1 for kFiftyFifty and kStatic; kProportional rounds the prefill
 // share P / (P + D) to ctas_per_sm slots, keeping one slot per side (so 1 : 1 at 2 CTAs per SM).
 // kStatic starts CTAs below first0 = G * r0 / (r0 + r1) on prefill.
@@ -26,7 +35,7 @@
 
 namespace weft::pod {
 
-enum class Mode : int32_t { kAuto = 0, kFused = 1, kSerial = 2 };
+enum class Mode : int32_t { kAuto = 0, kFused = 1, kSerial = 2, kPartition = 3 };
 enum class Binding : int32_t { kProportional = 0, kFiftyFifty = 1, kStatic = 2 };
 
 struct PlanInput {
@@ -38,6 +47,7 @@ struct PlanInput {
   bool sm90_prefill = false;                    // serial prefill runs the Hopper kernel
   bool fused_supported = true;                  // a fused kernel exists for this batch
   int32_t prefill_items = 0;                    // work items of the fused prefill plan (no split)
+  int32_t partition_free_sms = 0;               // kPartition: k fixed (a candidate); 0: the model's
   Mode mode = Mode::kAuto;
   Binding binding = Binding::kProportional;
 };
@@ -50,14 +60,24 @@ struct Decision {
   int32_t first0 = 0;                           // kStatic: CTAs starting on prefill
   double t_prefill_us = 0, t_decode_us = 0;     // each side alone (serial)
   double t_serial_us = 0, t_fused_us = 0;
+  bool partition = false;                       // the SM partition runs (then fused is false)
+  int32_t free_sms = 0;                         // its k (the model's best, or the pinned one)
+  int32_t prefill_grid = 0;                     // its prefill grid N - k
+  double t_partition_us = 0;                    // predicted at free_sms (0 without sm90 prefill)
 };
 
 double prefill_flops(const PlanInput& in);
 double decode_bytes(const PlanInput& in);
 // Predicted fused time (the co-run + switch-over model above).
 double fused_time_us(const PlanInput& in);
+// Candidate k of the SM partition on num_sms SMs: partition_step, 2 step, .. up to
+// min(partition_max_free, num_sms / 2) (heuristics::pod_cost; the workspace covers these grids).
+std::vector<int32_t> partition_candidates(int32_t num_sms);
+// Predicted partition time with k free SMs (the model above; the sm90 prefill's rates).
+double partition_time_us(const PlanInput& in, int32_t free_sms);
 // Throws weft::Error naming the field on bad input (negative lengths, q > kv, zero heads/SMs),
-// and ("mode") for Mode::kFused when !fused_supported.
+// and ("mode") for Mode::kFused when !fused_supported, ("partition_free_sms") for a pinned k that
+// is not a candidate.
 Decision decide(const PlanInput& in);
 
 // CTA count the fused prefill side is planned for (prefill::PlanRequest::num_ctas). With splits:

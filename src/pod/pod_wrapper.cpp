@@ -11,7 +11,8 @@
 //                with prefill_split the lists' partial slots and merges hold the split tiles)
 //   [off_dec]    fused decode plan: plan::WorkspaceLayout of pod::decode_lists(grid) item lists
 //                (16-row items)
-//   [off_spre]   serial prefill wrapper's workspace (BatchPrefillWrapper::workspace_size)
+//   [off_spre]   serial prefill wrapper's workspace (BatchPrefillWrapper::workspace_size over the
+//                full grid and every SM-partition grid, pod::partition_candidates)
 //   [off_sdec]   serial decode wrapper's workspace (BatchDecodeWrapper::workspace_size)
 #include <cuda_runtime_api.h>
 
@@ -117,6 +118,8 @@ Layout make_layout(const PodBounds& b, const Geometry& g, bool prefill_split) {
   l.dec = plan::WorkspaceLayout(decode::plan_bounds(b.max_decode_batch, b.num_qo_heads, b.num_kv_heads, b.head_dim,
                                                     pod::decode_lists(g.grid), decode::kPlanTileQ));
   l.spre_bytes = BatchPrefillWrapper::workspace_size(serial_prefill_bounds(b));
+  for (int32_t k : pod::partition_candidates(g.sms))
+    l.spre_bytes = std::max(l.spre_bytes, BatchPrefillWrapper::workspace_size(serial_prefill_bounds(b), g.sms - k));
   l.sdec_bytes = BatchDecodeWrapper::workspace_size(b.max_decode_batch, b.num_qo_heads, b.num_kv_heads, b.head_dim);
   l.off_pre = align_up(kOffCounters + sizeof(attn::sched::Counters));
   l.off_dec = align_up(l.off_pre + l.pre.total_bytes);
@@ -135,6 +138,12 @@ std::vector<int32_t> kv_lens(const PageTable& t, int64_t page_size) {
 }  // namespace
 
 struct BatchPODAttention::Impl {
+  ~Impl() {
+    // Destructors do not throw: a failed destroy leaves the handle to the context's teardown.
+    if (join != nullptr) cudaEventDestroy(join);
+    if (fork != nullptr) cudaEventDestroy(fork);
+    if (side != nullptr) cudaStreamDestroy(side);
+  }
   PodBounds bounds;
   PodOptions options;
   Geometry geo;
@@ -149,8 +158,11 @@ struct BatchPODAttention::Impl {
   plan::BatchShape dshape;
   plan::Plan dplan;
   std::vector<unsigned char> meta_pre, extra_pre, meta_dec, head;
+  // SM partition: the decode kernel's stream and the fork/join events (created at construction).
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
   // The current plan.
-  bool planned = false, fused = false;
+  bool planned = false, fused = false, partition = false;
   DType dtype = DType::kBFloat16;
   int32_t page_size = 0, pre_batch = 0, dec_batch = 0;
   int64_t total_q = 0;
@@ -167,7 +179,8 @@ std::size_t BatchPODAttention::workspace_size(const PodBounds& bounds) {
 
 BatchPODAttention::BatchPODAttention(const PodBounds& bounds, const PodOptions& options) : impl_(new Impl()) {
   check_bounds(bounds);
-  WEFT_CHECK_ARG(options.mode == PodMode::kAuto || options.mode == PodMode::kFused || options.mode == PodMode::kSerial,
+  WEFT_CHECK_ARG(options.mode == PodMode::kAuto || options.mode == PodMode::kFused || options.mode == PodMode::kSerial ||
+                     options.mode == PodMode::kPartition,
                  "options.mode", "unknown mode " << static_cast<int>(options.mode));
   WEFT_CHECK_ARG(options.binding == PodBinding::kProportional || options.binding == PodBinding::kFiftyFifty ||
                      options.binding == PodBinding::kStatic,
@@ -179,6 +192,17 @@ BatchPODAttention::BatchPODAttention(const PodBounds& bounds, const PodOptions& 
   im.layout = make_layout(bounds, im.geo, options.prefill_split);
   im.serial_decode = std::make_unique<BatchDecodeWrapper>(bounds.max_decode_batch, bounds.num_qo_heads,
                                                           bounds.num_kv_heads, bounds.head_dim);
+  if (options.partition_free_sms != 0) {
+    const std::vector<int32_t> ks = pod::partition_candidates(im.geo.sms);
+    WEFT_CHECK_ARG(std::count(ks.begin(), ks.end(), options.partition_free_sms) == 1, "options.partition_free_sms",
+                   options.partition_free_sms << " is not a partition candidate (multiples of 8 up to "
+                                              << (ks.empty() ? 0 : ks.back()) << " on " << im.geo.sms << " SMs)");
+  }
+  // Non-blocking (no implicit order with the legacy stream: the events order it); the default
+  // priority, as a caller's stream has.
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&im.side, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.fork, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.join, cudaEventDisableTiming));
 }
 
 BatchPODAttention::~BatchPODAttention() = default;
@@ -252,6 +276,7 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
   in.sm90_prefill = avg_rows > 64 && prefill::sm90::eligible(im.geo.device, b.head_dim, dtype, group, true, page_size, dtype);
   in.fused_supported = pod::supported(b.head_dim, group);
   in.prefill_items = tiles;
+  in.partition_free_sms = im.options.partition_free_sms;
   in.mode = static_cast<pod::Mode>(im.options.mode);
   in.binding = static_cast<pod::Binding>(im.options.binding);
   const pod::Decision d = pod::decide(in);
@@ -294,9 +319,16 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
     info_.prefill_merges = im.sp.plan.num_merges();
     info_.decode_items = im.dplan.num_items();
   } else {
+    // Serial: the prefill wrapper's own choices. Partition: its grid capped at SMs - k, and the
+    // 128-row tile (the sm90 kernel's; one kernel whatever the mix, for graphs).
+    PrefillPlanOptions popt;
+    if (d.partition) {
+      popt.max_ctas = d.prefill_grid;
+      popt.cta_q = 128;
+    }
     im.serial_prefill.plan_paged(qo_indptr, ptable, page_size, b.num_qo_heads, b.num_kv_heads, b.head_dim, dtype,
                                  variant, ws + im.layout.off_spre, im.layout.spre_bytes,
-                                 serial_prefill_bounds(b), stream);
+                                 serial_prefill_bounds(b), stream, nullptr, popt);
     im.serial_decode->plan(dtable, b.num_qo_heads, b.num_kv_heads, b.head_dim, page_size, dtype, b.kv_layout,
                            variant, ws + im.layout.off_sdec, im.layout.sdec_bytes, stream);
     info_.prefill_items = im.serial_prefill.plan_info().num_items;
@@ -305,6 +337,7 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
   }
   im.planned = true;
   im.fused = d.fused;
+  im.partition = d.partition;
   im.dtype = dtype;
   im.page_size = page_size;
   im.pre_batch = ptable.batch_size;
@@ -323,6 +356,10 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
   info_.ratio_decode = d.ratio_decode;
   info_.predicted_serial_us = d.t_serial_us;
   info_.predicted_fused_us = d.t_fused_us;
+  info_.partition = d.partition;
+  info_.free_sms = d.partition ? d.free_sms : 0;
+  info_.prefill_grid = d.partition ? im.serial_prefill.plan_info().num_ctas : 0;
+  info_.predicted_partition_us = d.t_partition_us;
 }
 
 namespace {
@@ -382,6 +419,19 @@ void BatchPODAttention::run(const TensorView& pq, const TensorView& dq, const Pa
   check_table_matches(ptable, "prefill_table", im.pre_batch, im.page_size, im.pre_kv);
   check_table_matches(dtable, "decode_table", im.dec_batch, im.page_size, im.dec_kv);
 
+  if (im.partition) {
+    // Fork: the decode stream waits for the work before run(); the prefill (SMs - k persistent
+    // CTAs) is issued first, then decode on the side stream fills the k free SMs; join: the
+    // caller's stream waits for decode. Under stream capture the events make the side stream
+    // part of the graph (two parallel branches).
+    WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.side, im.fork, 0));
+    im.serial_prefill.run_paged(pq, cache, ptable, pout, plse, stream);
+    im.serial_decode->run(dq, cache, dtable, dout, dlse, im.side);
+    WEFT_CUDA_CHECK(cudaEventRecord(im.join, im.side));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.join, 0));
+    return;
+  }
   if (!im.fused) {
     im.serial_prefill.run_paged(pq, cache, ptable, pout, plse, stream);
     im.serial_decode->run(dq, cache, dtable, dout, dlse, stream);

@@ -110,10 +110,19 @@ prefill::PrefillWorkspaceLayout layout_for(const PrefillBounds& b, const TileCon
 BatchPrefillWrapper::BatchPrefillWrapper() : s_(new State) {}
 BatchPrefillWrapper::~BatchPrefillWrapper() { delete s_; }
 
-std::size_t BatchPrefillWrapper::workspace_size(const PrefillBounds& b) {
+std::size_t BatchPrefillWrapper::workspace_size(const PrefillBounds& b) { return workspace_size(b, 0); }
+
+std::size_t BatchPrefillWrapper::workspace_size(const PrefillBounds& b, int32_t max_ctas) {
   prefill::check_bounds(b);
+  WEFT_CHECK_ARG(max_ctas >= 0, "max_ctas", "must be >= 0, got " << max_ctas);
   const int device = device_of(b.device);
   std::size_t need = 0;
+  // Each grid a plan may run on: the persistent grid, and the capped one (max_ctas) below it.
+  const auto grids = [&](int32_t full) {
+    std::vector<int32_t> g{full};
+    if (max_ctas > 0 && max_ctas < full) g.push_back(max_ctas);
+    return g;
+  };
   // Any configuration of this head_dim may be chosen at plan time: size for the largest. The
   // occupancy (hence the grid) does not depend on the dtype: both dtypes compile alike; take the
   // max anyway (fp8-KV kernels too, where instantiated).
@@ -122,8 +131,8 @@ std::size_t BatchPrefillWrapper::workspace_size(const PrefillBounds& b) {
     for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
       for (DType kv : {dt, DType::kFloat8E4M3, DType::kFloat8E5M2}) {
         if (kv != dt && prefill::lookup_kernel(c, dt, kv).launch == nullptr) continue;
-        const int32_t ctas = num_ctas_for(c, dt, kv, device);
-        need = std::max(need, layout_for(b, c, ctas).total_bytes);
+        for (int32_t ctas : grids(num_ctas_for(c, dt, kv, device)))
+          need = std::max(need, layout_for(b, c, ctas).total_bytes);
       }
     }
   }
@@ -132,8 +141,8 @@ std::size_t BatchPrefillWrapper::workspace_size(const PrefillBounds& b) {
     // (fp8 pools run the same plan shape: eligible only where the 16-bit kernel is.)
     if (!prefill::sm90::eligible(device, b.head_dim, dt, b.num_qo_heads / b.num_kv_heads, false, 0, dt)) continue;
     const TileConfig c{b.head_dim, prefill::sm90::kBlockM, prefill::sm90::block_n(b.head_dim)};
-    need = std::max(need, prefill::sm90::workspace_bytes(layout_for(b, c, sm_count(device)).total_bytes,
-                                                         sm_count(device)));
+    for (int32_t ctas : grids(sm_count(device)))
+      need = std::max(need, prefill::sm90::workspace_bytes(layout_for(b, c, ctas).total_bytes, ctas));
   }
   return need;
 }
@@ -200,6 +209,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   WEFT_CHECK_ARG(opt.cta_q == 0 || opt.cta_q == 16 || opt.cta_q == 64 || opt.cta_q == 128,
                  "opt.cta_q", "expected 0, 16, 64 or 128, got " << opt.cta_q);
   WEFT_CHECK_ARG(opt.min_chunk >= 0, "opt.min_chunk", "must be >= 0, got " << opt.min_chunk);
+  WEFT_CHECK_ARG(opt.max_ctas >= 0, "opt.max_ctas", "must be >= 0, got " << opt.max_ctas);
   // fp8 K/V pools (opt.kv_dtype): the FA2 kernel's fp8 instances (src/instances.txt: bf16 q / out,
   // head_dim 128, paged; the built-in variants without ALiBi).
   const DType kv_dtype = opt.kv_dtype.value_or(dtype);
@@ -296,7 +306,9 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   const prefill::sm90::Entry sm90_kernel = use_sm90 ? prefill::sm90::find(head_dim, dtype, kv_dtype) : prefill::sm90::Entry{};
   const prefill::KernelEntry kernel = use_sm90 ? prefill::KernelEntry{} : prefill::find_kernel(cfg, dtype, kv_dtype);
   // (sm90: one CTA per SM; eligible() checked that it fits.)
-  const int32_t num_ctas = use_sm90 ? sm_count(device) : num_ctas_for(cfg, dtype, kv_dtype, device);
+  // opt.max_ctas caps the grid (an SM partition with a kernel on another stream).
+  const int32_t full_grid = use_sm90 ? sm_count(device) : num_ctas_for(cfg, dtype, kv_dtype, device);
+  const int32_t num_ctas = opt.max_ctas > 0 ? std::min(full_grid, opt.max_ctas) : full_grid;
   prefill::PrefillWorkspaceLayout layout = layout_for(bounds, cfg, num_ctas);
   const std::size_t plan_bytes = layout.total_bytes;
   if (use_sm90) layout.total_bytes = prefill::sm90::workspace_bytes(plan_bytes, num_ctas);

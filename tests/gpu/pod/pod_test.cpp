@@ -298,14 +298,18 @@ TEST_P(PodRandom, MatchesReferenceInEveryMode) {
     PodBinding binding;
     const char* name;
     bool split = true;
+    int32_t free_sms = 0;  // kPartition: pinned k (0: the planner's)
   };
   const M modes[] = {{PodMode::kFused, PodBinding::kProportional, "fused/proportional"},
                      {PodMode::kFused, PodBinding::kFiftyFifty, "fused/50:50"},
                      {PodMode::kFused, PodBinding::kStatic, "fused/static"},
                      {PodMode::kFused, PodBinding::kProportional, "fused/no-split", false},
                      {PodMode::kSerial, PodBinding::kProportional, "serial"},
+                     {PodMode::kPartition, PodBinding::kProportional, "partition", false},
+                     {PodMode::kPartition, PodBinding::kProportional, "partition/k64", false, 64},
                      {PodMode::kAuto, PodBinding::kProportional, "auto"}};
   int32_t split_merges = 0;  // merges of the split fused plans: the split + merge path ran
+  int32_t partition_runs = 0;  // partition plans whose prefill is the sm90 kernel (a partition proper)
   for (int iter = 0; iter < 2; ++iter) {
     const Mix mix = random_mix(rng, c.max_chunk, c.max_hist, max_dec, c.max_dkv);
     h.load(mix, rng);
@@ -315,10 +319,19 @@ TEST_P(PodRandom, MatchesReferenceInEveryMode) {
       o.mode = md.mode;
       o.binding = md.binding;
       o.prefill_split = md.split;
+      o.partition_free_sms = md.free_sms;
       BatchPODAttention pod(b, o);
       h.poison();
       h.plan(pod, var, ws, ws.bytes());
-      if (md.mode != PodMode::kAuto) EXPECT_EQ(pod.plan_info().fused, md.mode == PodMode::kFused);
+      if (md.mode != PodMode::kAuto) {
+        EXPECT_EQ(pod.plan_info().fused, md.mode == PodMode::kFused);
+        EXPECT_EQ(pod.plan_info().partition, md.mode == PodMode::kPartition);
+      }
+      if (md.mode == PodMode::kPartition) {
+        partition_runs += pod.plan_info().predicted_partition_us > 0;  // the sm90 prefill ran
+        if (md.free_sms > 0) EXPECT_EQ(pod.plan_info().free_sms, md.free_sms);
+        EXPECT_EQ(pod.plan_info().prefill_grid + pod.plan_info().free_sms, pod.plan_info().grid / pod.plan_info().ctas_per_sm);
+      }
       if (md.mode == PodMode::kFused) {
         if (md.split) split_merges += pod.plan_info().prefill_merges;
         else EXPECT_EQ(pod.plan_info().prefill_merges, 0);
@@ -329,11 +342,27 @@ TEST_P(PodRandom, MatchesReferenceInEveryMode) {
     }
   }
   // Informational (the mixes are random); PodEdges pins a split plan.
-  std::printf("[ info ] %s: %d split prefill tiles merged over the fused plans\n", c.shape.describe().c_str(),
-              split_merges);
+  std::printf("[ info ] %s: %d split prefill tiles merged over the fused plans, %d sm90 partition runs\n",
+              c.shape.describe().c_str(), split_merges, partition_runs);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PodRandom, ::testing::Range(0, int(sizeof(kConfigs) / sizeof(kConfigs[0]))));
+
+// The named edge cases (FusedEdgeCases, PartitionEdgeCases).
+std::vector<std::pair<Mix, AttentionVariant>> edge_cases() {
+  AttentionVariant nc;
+  nc.return_lse = true;
+  return {
+      {Mix{{1, 1}, {0, 16}, {0, 1, 17, 0}}, causal_lse()},
+      {Mix{{129, 63}, {255, 1}, {33, 0, 4097 - 4000, 1}}, causal_lse()},
+      {Mix{{77}, {300}, {31, 65}}, nc},
+      {Mix{{}, {}, {100, 2000, 0}}, causal_lse()},
+      {Mix{{200, 31}, {1000, 0}, {}}, causal_lse()},
+      // A 128-token chunk after 4000 keys: with PodOptions::prefill_split its 32 tiles of ~4100
+      // keys on the 2-CTA/SM grid are split and merged after the fused kernel.
+      {Mix{{128}, {4000}, {64, 3000}}, causal_lse()},
+  };
+}
 
 // Named edge cases in the fused kernel: q_len 1 with kv_len 1, kv_len 0 decodes (O = 0, LSE =
 // -inf), lengths off every tile, a non-causal chunk, an empty prefill side, an empty decode side.
@@ -344,18 +373,7 @@ TEST(PodEdges, FusedEdgeCases) {
   Hybrid h(s, 512, 600, 3, 8);
   const PodBounds b = bounds_of(s, 512, 3, 8);
   DeviceBuffer ws(BatchPODAttention::workspace_size(b));
-  AttentionVariant nc;
-  nc.return_lse = true;
-  const std::pair<Mix, AttentionVariant> cases[] = {
-      {Mix{{1, 1}, {0, 16}, {0, 1, 17, 0}}, causal_lse()},
-      {Mix{{129, 63}, {255, 1}, {33, 0, 4097 - 4000, 1}}, causal_lse()},
-      {Mix{{77}, {300}, {31, 65}}, nc},
-      {Mix{{}, {}, {100, 2000, 0}}, causal_lse()},
-      {Mix{{200, 31}, {1000, 0}, {}}, causal_lse()},
-      // A 128-token chunk after 4000 keys: with PodOptions::prefill_split its 32 tiles of ~4100
-      // keys on the 2-CTA/SM grid are split and merged after the fused kernel.
-      {Mix{{128}, {4000}, {64, 3000}}, causal_lse()},
-  };
+  const std::vector<std::pair<Mix, AttentionVariant>> cases = edge_cases();
   for (const bool split : {false, true}) {  // the default (whole tiles) and limited splits
     PodOptions o;
     o.mode = PodMode::kFused;
@@ -377,11 +395,45 @@ TEST(PodEdges, FusedEdgeCases) {
   }
 }
 
-// One graph captured around run() in fused mode, replayed after re-plans with other mixes (the
-// kernel resets its own counters): every replay matches the reference; 20 replays of one plan are
-// bitwise identical.
-TEST(PodGraph, ReplayAcrossMixesAndDeterminism) {
+// The same edge cases in the SM partition (the planner's k and a pinned one): the capped prefill
+// (sm90 where it tiles the pages) and the decode kernel on the forked stream, empty sides included.
+TEST(PodEdges, PartitionEdgeCases) {
   WEFT_REQUIRE_GPU();
+  const Shape s{32, 8, 128, DType::kBFloat16, 16};
+  Rng rng = Rng::for_current_test();
+  Hybrid h(s, 512, 600, 3, 8);
+  const PodBounds b = bounds_of(s, 512, 3, 8);
+  DeviceBuffer ws(BatchPODAttention::workspace_size(b));
+  const std::vector<std::pair<Mix, AttentionVariant>> cases = edge_cases();
+  for (const int32_t k : {0, 64}) {
+    PodOptions o;
+    o.mode = PodMode::kPartition;
+    o.partition_free_sms = k;
+    BatchPODAttention pod(b, o);
+    for (const auto& [mix, var] : cases) {
+      h.load(mix, rng);
+      h.poison();
+      h.plan(pod, var, ws, ws.bytes());
+      ASSERT_TRUE(pod.plan_info().partition);
+      ASSERT_FALSE(pod.plan_info().fused);
+      if (k > 0) EXPECT_EQ(pod.plan_info().free_sms, k);
+      h.run(pod);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      h.check(var, "partition k " + std::to_string(pod.plan_info().free_sms) + " edge " + describe(mix));
+    }
+  }
+  // A k that is not a candidate is rejected at construction.
+  PodOptions bad;
+  bad.mode = PodMode::kPartition;
+  bad.partition_free_sms = 13;
+  EXPECT_EQ(test::thrown_argument([&] { BatchPODAttention x(b, bad); }), "options.partition_free_sms");
+}
+
+// One graph captured around run() in fused mode (the kernel resets its own counters) or in the SM
+// partition with a pinned k (two branches: the capped prefill and the forked decode), replayed
+// after re-plans with other mixes: every replay matches the reference; 20 replays of one plan are
+// bitwise identical.
+void graph_replay(PodMode mode) {
   const Shape s{32, 8, 128, DType::kBFloat16, 16};
   Rng rng = Rng::for_current_test();
   const int64_t tokens = 600;
@@ -390,7 +442,8 @@ TEST(PodGraph, ReplayAcrossMixesAndDeterminism) {
   const PodBounds b = bounds_of(s, tokens, max_pre, max_dec);
   DeviceBuffer ws(BatchPODAttention::workspace_size(b));
   PodOptions o;
-  o.mode = PodMode::kFused;
+  o.mode = mode;
+  if (mode == PodMode::kPartition) o.partition_free_sms = 32;
   BatchPODAttention pod(b, o);
   const AttentionVariant var = causal_lse();
   cudaStream_t stream;
@@ -433,6 +486,16 @@ TEST(PodGraph, ReplayAcrossMixesAndDeterminism) {
   WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
   WEFT_TEST_CUDA(cudaGraphDestroy(graph));
   WEFT_TEST_CUDA(cudaStreamDestroy(stream));
+}
+
+TEST(PodGraph, ReplayAcrossMixesAndDeterminism) {
+  WEFT_REQUIRE_GPU();
+  graph_replay(PodMode::kFused);
+}
+
+TEST(PodGraph, PartitionReplayAcrossMixesAndDeterminism) {
+  WEFT_REQUIRE_GPU();
+  graph_replay(PodMode::kPartition);
 }
 
 // Bad input: weft::Error naming the argument, nothing written (outputs keep their poison).

@@ -62,7 +62,7 @@ TEST(PodPlan, DecisionInvariants) {
     for (int i = 0; i < nd; ++i) in.dec_kv_len.push_back(static_cast<int32_t>(rng.randint(1, 32768)));
     in.prefill_items = np == 0 ? 0 : static_cast<int32_t>(rng.randint(1, 600));
     in.binding = static_cast<Binding>(iter % 3);
-    in.mode = static_cast<Mode>(iter % 2 == 0 ? 0 : 1);
+    in.mode = static_cast<Mode>(iter % 3 == 0 ? 0 : iter % 3 == 1 ? 1 : 3);
     in.sm90_prefill = iter % 5 == 0;
     const Decision d = decide(in);
     const int32_t S = in.ctas_per_sm;
@@ -77,10 +77,17 @@ TEST(PodPlan, DecisionInvariants) {
     ASSERT_EQ(d.first0, d.grid * d.ratio_prefill / (d.ratio_prefill + d.ratio_decode));
     ASSERT_NEAR(d.t_serial_us, d.t_prefill_us + d.t_decode_us, 1e-9);
     if (in.mode == Mode::kFused) ASSERT_TRUE(d.fused);
+    if (in.mode == Mode::kPartition) ASSERT_TRUE(d.partition && !d.fused);
     if (in.mode == Mode::kAuto && d.fused) {
       ASSERT_LT(d.t_fused_us, d.t_serial_us);
       ASSERT_TRUE(np > 0 && nd > 0);
     }
+    ASSERT_FALSE(d.fused && d.partition);
+    if (in.mode == Mode::kAuto && d.partition) {
+      ASSERT_TRUE(in.sm90_prefill && np > 0 && nd > 0);
+      ASSERT_LT(d.t_partition_us, d.t_serial_us * (1.0 - heuristics::pod_cost().partition_min_gain));
+    }
+    ASSERT_EQ(d.free_sms + d.prefill_grid, in.num_sms);
   }
 }
 
@@ -109,7 +116,7 @@ TEST(PodPlan, BalancedBatchFusesLopsidedBatchFallsBack) {
   Decision d = decide(in);
   EXPECT_GT(d.t_prefill_us, 0.2 * d.t_serial_us);
   EXPECT_GT(d.t_decode_us, 0.2 * d.t_serial_us);
-  EXPECT_TRUE(d.fused);
+  EXPECT_TRUE(d.fused || d.partition);  // an overlap (the partition where predicted faster still)
   // The same with 8 decodes (decode < 0.8 x the FA2 prefill: fused measured 0.70x): serial.
   in = hybrid(512, 15872, 8, 16384);
   in.sm90_prefill = true;
@@ -168,10 +175,105 @@ TEST(PodPlan, AutoFusesInTheMeasuredRegion) {
           in.dec_kv_len.assign(nb, ctx);
           in.prefill_items = (chunk * (m.hq / m.hkv) + 127) / 128 * m.hkv;
           in.sm90_prefill = true;
+          // Where fused measured faster, kAuto overlaps (fused, or the partition where that is
+          // predicted faster still); elsewhere it never runs the fused kernel.
           const bool expect = chunk == 512 && nb >= m.first_fused_batch;
-          EXPECT_EQ(decide(in).fused, expect) << m.hq << "/" << m.hkv << " ctx " << ctx << " chunk " << chunk
-                                              << " b" << nb;
+          const Decision d = decide(in);
+          if (expect)
+            EXPECT_TRUE(d.fused || d.partition) << m.hq << "/" << m.hkv << " ctx " << ctx << " b" << nb;
+          else
+            EXPECT_FALSE(d.fused) << m.hq << "/" << m.hkv << " ctx " << ctx << " chunk " << chunk << " b" << nb;
         }
+}
+
+// The SM partition's candidates: multiples of partition_step up to partition_max_free, at most
+// half the SMs (the workspace is sized for exactly these prefill grids).
+TEST(PodPlan, PartitionCandidates) {
+  const heuristics::PodCost& c = heuristics::pod_cost();
+  const std::vector<int32_t> k132 = partition_candidates(132);
+  ASSERT_FALSE(k132.empty());
+  EXPECT_EQ(k132.front(), c.partition_step);
+  EXPECT_EQ(k132.back(), c.partition_max_free);
+  for (std::size_t i = 1; i < k132.size(); ++i) EXPECT_EQ(k132[i] - k132[i - 1], c.partition_step);
+  for (int32_t sms : {1, 10, 20, 78, 114, 132, 144})
+    for (int32_t k : partition_candidates(sms)) EXPECT_LE(2 * k, sms) << sms;
+  EXPECT_TRUE(partition_candidates(2 * c.partition_step - 1).empty());
+}
+
+// The partition model: never faster than either side alone on the whole GPU, never slower than
+// the capped prefill then decode back to back; more work never takes less time; and decide()
+// takes the candidate k of least predicted time (or the pinned one).
+TEST(PodPlan, PartitionModelAndKChoice) {
+  const heuristics::PodCost& c = heuristics::pod_cost();
+  for (int32_t nd : {1, 8, 32, 128, 256})
+    for (int32_t chunk : {128, 512, 2048})
+      for (int32_t k : partition_candidates(132)) {
+        const PlanInput in = hybrid(chunk, 8192, nd, 8192);
+        const double p_all = prefill_flops(in) / (c.sm90_tflops * 1e6) + c.sm90_us;
+        const double p_cap = c.partition_prefill_slowdown * prefill_flops(in) / (c.sm90_tflops * 1e6 * (132 - k) / 132) +
+                             c.sm90_us;
+        const double dd = decode_bytes(in) / (c.decode_gbps * 1e3) + c.decode_us;
+        const double t = partition_time_us(in, k);
+        EXPECT_GE(t, std::max(p_all, decode_bytes(in) / (c.decode_gbps * 1e3))) << nd << " " << chunk << " k" << k;
+        EXPECT_LE(t, p_cap + dd + c.partition_us + 1e-9) << nd << " " << chunk << " k" << k;
+        EXPECT_LE(t, partition_time_us(hybrid(chunk, 8192, nd + 8, 8192), k) + 1e-9);
+        EXPECT_LE(t, partition_time_us(hybrid(chunk + 64, 8192, nd, 8192), k) + 1e-9);
+      }
+  // More decode work wants more free SMs (the prefill is the same): k never shrinks.
+  int32_t last_k = 0;
+  for (int32_t nd : {8, 16, 32, 64, 128, 256}) {
+    PlanInput in = hybrid(2048, 14336, nd, 16384);
+    in.sm90_prefill = true;
+    const Decision d = decide(in);
+    double best = 1e30;
+    int32_t arg = 0;
+    for (int32_t k : partition_candidates(132))
+      if (partition_time_us(in, k) < best) best = partition_time_us(in, k), arg = k;
+    EXPECT_EQ(d.free_sms, arg) << nd;
+    EXPECT_EQ(d.prefill_grid, 132 - arg);
+    EXPECT_NEAR(d.t_partition_us, best, 1e-9);
+    EXPECT_GE(d.free_sms, last_k) << nd;
+    last_k = d.free_sms;
+    // Pinned k.
+    in.mode = Mode::kPartition;
+    in.partition_free_sms = 48;
+    const Decision p = decide(in);
+    EXPECT_TRUE(p.partition);
+    EXPECT_EQ(p.free_sms, 48);
+    EXPECT_NEAR(p.t_partition_us, partition_time_us(in, 48), 1e-9);
+  }
+  PlanInput in = hybrid(2048, 14336, 64, 16384);
+  in.partition_free_sms = 13;  // not a candidate
+  EXPECT_EQ(error_arg(in), "partition_free_sms");
+  in.partition_free_sms = 0;
+  in.mode = Mode::kPartition;
+  in.num_sms = 12;  // no candidate k on 12 SMs
+  EXPECT_EQ(error_arg(in), "num_sms");
+}
+
+// kAuto partitions a balanced batch when the prefill is the sm90 kernel, never without it, never
+// when a side is tiny or absent.
+TEST(PodPlan, AutoPartitionsBalancedSm90Batches) {
+  // Llama-3-8B ctx 16K, chunk 2K, 32 decodes: prefill and decode each ~half the serial time.
+  PlanInput in = hybrid(2048, 14336, 32, 16384);
+  in.sm90_prefill = true;
+  Decision d = decide(in);
+  EXPECT_GT(d.t_prefill_us, 0.3 * d.t_serial_us);
+  EXPECT_GT(d.t_decode_us, 0.3 * d.t_serial_us);
+  EXPECT_TRUE(d.partition);
+  EXPECT_FALSE(d.fused);
+  EXPECT_LT(d.t_partition_us, d.t_serial_us);
+  in.sm90_prefill = false;
+  EXPECT_FALSE(decide(in).partition);
+  in = hybrid(2048, 16384, 1, 64);  // one short decode
+  in.sm90_prefill = true;
+  EXPECT_FALSE(decide(in).partition);
+  in = hybrid(2048, 16384, 0, 0);  // no decode
+  in.sm90_prefill = true;
+  EXPECT_FALSE(decide(in).partition);
+  in.mode = Mode::kSerial;
+  in.dec_kv_len.assign(32, 16384);
+  EXPECT_FALSE(decide(in).partition);
 }
 
 TEST(PodPlan, SerialUsesTheFasterPrefillWhenEligible) {
