@@ -94,6 +94,7 @@ for m in $MODELS; do
     --commit "${WEFT_COMMIT:-unknown}" --json "$TMP/bench_$m.json" >"$TMP/b.txt" 2>&1
   echo "rc=$?" >>"$TMP/b.txt"; cat "$TMP/b.txt" >>"$OUT/bench_tables.txt"; tail -4 "$TMP/b.txt" | tee -a "$OUT/log.txt"
   [ -f "$TMP/bench_$m.json" ] && jsons="$jsons $TMP/bench_$m.json"
+  [ -f "$TMP/bench_$m.json" ] && [ -n "${KEEP_RAW:-}" ] && cp "$TMP/bench_$m.json" "$OUT/"
 done
 fiarg=""
 if [ -n "${FI_PID:-}" ]; then
