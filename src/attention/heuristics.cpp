@@ -135,17 +135,40 @@ const PodCost& pod_cost() {
   //   winners and no row where fused lost (mean 1.007, min 1.00 over serial). The chunk-1K class
   //   is left serial: its gains (mean ~1.04) are within the timing spread of its losers.
   //
-  // SM partition (PodMode::kPartition), PRIORS until bench pod measures it (its part_k* rows
-  // sweep k): the decode kernel on k SMs reads at min(decode_gbps, k x 50 GB/s) -- one SM reads
-  // ~70 GB/s alone and copies ~50 GB/s (bench/results/h200x2_nvlink_probe_82a6494.json,
-  // docs/performance.md), so ~60 SMs would carry decode at the full 3 TB/s; the sm90 prefill on
-  // P = SMs - k CTAs slows by SMs / P (one 128x128 CTA per SM, compute bound) and by 5% for the
-  // HBM it shares with decode; 5 us for the fork/join and the tail; k in 8, 16, .. 64 (at most
-  // half the SMs: the workspace is sized for these grids). kAuto partitions when that predicts
-  // >= 5% below serial.
+  // SM partition (PodMode::kPartition), time model fitted to bench/results/h100_pod_merged_d488864.json
+  // (H100, the 145 batches, each pinned at k = 16, 32, 48, 64), least mean |pred/meas - 1| over
+  // the 115 tensor-core-decode rows (0.074): decode 42.5 GB/s per SM on few SMs, the capped prefill 1.12x slower
+  // than SMs / P alone predicts, and 20 us of fork/join + tail. k in 8, 16, .. 64 (at most half
+  // the SMs: the workspace is sized for these grids).
   static const PodCost c{351.0, 96.0, 554.0, 31.0, 3064.0, 14.0, 0.46, 0.0, 1, 0.8, 0.0,
-                         50.0, 1.05, 5.0, 0.05, 8, 64};
+                         42.5, 1.12, 20.0, 8, 64};
   return c;
+}
+
+// Measured (bench/results/h100_pod_merged_d488864.json: 145 batches, serial vs the partition at
+// k = 16, 32, 48, 64; x = decode alone / sm90 prefill alone, tiles = 128-row prefill tiles / SM):
+//   tensor-core decode (Llama-3-8B 32/8, Yi-6B 32/4):
+//     x < 0.5 (0.37..0.43): loses (0.67..0.95) except chunk 2K (3.9 tiles/SM) at k 16
+//       (0.98..1.15): left serial;
+//     x 0.64..0.9: k 16 wins 1.05..1.17 where tiles >= 1.9 per SM (chunk 1K/2K); chunk 512
+//       (0.97 tiles per SM: each of P < 128 CTAs then carries a split tile) loses at every k
+//       (0.82..0.93);
+//     x 1.16..1.6: k 32 1.12..1.23 at chunk 512/1K; chunk 2K (3.9 tiles/SM) k 48 1.24..1.37;
+//     x 2.2..3.1: k 48 1.10..1.22 (k 64 1.0..1.15, k 32 1.07..1.19).
+//   CUDA-core decode (Llama-2-7B 32/32): gains are smaller: x < 2.2 at most 1.09 and as low as
+//     0.90..0.99 at x 1.3..1.6 (chunk 2K); x 2.2..3.2: k 48 1.01..1.12.
+// Replayed on the 145 batches with the predicted x (the rate lines above): mean 1.100, min 1.000
+// over serial (the per-batch best of serial and the four k: 1.112); the thresholds moved by 10%
+// (x 0.5 -> 0.6, 1.0 -> 1.1, 2.3 -> 2.5) change the mean by <= 0.001 and keep the minimum.
+bool pod_partition_pays(double x, double tiles_per_sm, bool tensor_core_decode) {
+  if (!tensor_core_decode) return x >= 2.3;
+  return x >= (tiles_per_sm >= 1.5 ? 0.5 : 1.0);
+}
+
+int32_t pod_partition_free_sms(double x, double tiles_per_sm, bool tensor_core_decode) {
+  if (!tensor_core_decode || x >= 2.0) return 48;
+  if (x < 1.0) return 16;
+  return tiles_per_sm >= 3.0 ? 48 : 32;
 }
 
 }  // namespace weft::heuristics

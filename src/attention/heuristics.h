@@ -95,13 +95,21 @@ struct PodCost {
   double min_decode_over_prefill = 0;
   double min_gain = 0;       // and the predicted fused time at least this much below serial
   // SM partition (PodMode::kPartition; pod_plan.h): the sm90 prefill on SMs - k CTAs, the decode
-  // kernel forked on a second stream, landing on the k SMs left free, then on all of them.
+  // kernel forked on a second stream, landing on the k SMs left free, then on all of them. Its
+  // time model (PodPlanInfo::predicted_partition_us; fitted, ~7% mean error):
   double decode_gbps_per_sm = 0;   // decode's read rate per SM when it runs on few SMs
-  double partition_prefill_slowdown = 0;  // the sm90 prefill beside decode vs alone (same grid)
+  double partition_prefill_slowdown = 0;  // the capped sm90 prefill beyond SMs / P
   double partition_us = 0;         // fork/join + the decode tail after the prefill
-  double partition_min_gain = 0;   // kAuto partitions only when predicted this much below serial
   int32_t partition_step = 0, partition_max_free = 0;  // candidate k: step, 2 step, .. max_free
 };
 const PodCost& pod_cost();
+
+// The SM partition's choices (kAuto), from the predicted ratio x = decode alone / sm90 prefill
+// alone (PodCost's rate lines), the prefill's 128-row query tiles per SM, and the decode path
+// (tensor cores, or CUDA cores: GQA group < kTensorCoreMinGroup at head_dim 128). Bands measured
+// on H100 (heuristics.cpp). The time model above is too coarse (~7%) to choose between gains of
+// 5-30% and k's a few percent apart, so the choice is the measured bands'.
+bool pod_partition_pays(double x, double tiles_per_sm, bool tensor_core_decode);
+int32_t pod_partition_free_sms(double x, double tiles_per_sm, bool tensor_core_decode);
 
 }  // namespace weft::heuristics

@@ -76,13 +76,27 @@ double partition_time_us(const PlanInput& in, int32_t k) {
   const int32_t n = in.num_sms, p = n - k;
   const double rd = c.decode_gbps * 1e3;                                           // bytes per us
   const double rk = std::min(rd, double(k) * c.decode_gbps_per_sm * 1e3);
-  const double tp = wp > 0 ? c.partition_prefill_slowdown * wp / (c.sm90_tflops * 1e6 * p / n) + c.sm90_us : 0.0;
+  const double tp = wp > 0 ? c.partition_prefill_slowdown * wp / (c.sm90_tflops * 1e6) * n / p + c.sm90_us : 0.0;
   if (wd <= 0) return tp + c.partition_us;
   // Decode reads on the k free SMs while the prefill runs (after its own start-up), then what is
   // left of it on every SM.
   const double left = wd - rk * std::max(0.0, tp - c.decode_us);
   if (left <= 0) return tp + c.partition_us;  // decode ended first: hidden
   return std::max(tp, c.decode_us) + left / rd + c.partition_us;
+}
+
+int64_t sm90_tiles(const PlanInput& in) {
+  const int64_t group = in.num_qo_heads / in.num_kv_heads;
+  int64_t t = 0;
+  for (int32_t q : in.pre_qo_len) t += (int64_t(q) * group + 127) / 128;
+  return t * in.num_kv_heads;
+}
+
+double partition_ratio(const PlanInput& in) {
+  const heuristics::PodCost& c = heuristics::pod_cost();
+  const double wp = prefill_flops(in), wd = decode_bytes(in);
+  if (wp <= 0) return 0.0;
+  return decode_alone_us(in, c) / (us(wp, c.sm90_tflops * 1e6) + c.sm90_us);
 }
 
 Decision decide(const PlanInput& in) {
@@ -117,20 +131,20 @@ Decision decide(const PlanInput& in) {
   }
   d.first0 = static_cast<int32_t>(int64_t(G) * d.ratio_prefill / (d.ratio_prefill + d.ratio_decode));
 
-  // SM partition: the pinned k, or the model's best candidate.
-  double t_part = 0;
+  // SM partition: the pinned k, or the measured bands' (heuristics::pod_partition_free_sms, the
+  // largest candidate not above it on a small GPU).
+  const double x = partition_ratio(in);
+  const double tiles_per_sm = double(sm90_tiles(in)) / in.num_sms;
   int32_t k_best = in.partition_free_sms;
-  if (k_best > 0) {
-    t_part = partition_time_us(in, k_best);
-  } else {
-    for (int32_t k : ks) {
-      const double t = partition_time_us(in, k);
-      if (k_best == 0 || t < t_part) k_best = k, t_part = t;
-    }
+  if (k_best == 0 && !ks.empty()) {
+    const int32_t want = heuristics::pod_partition_free_sms(x, tiles_per_sm, in.tensor_core_decode);
+    k_best = ks.front();
+    for (int32_t k : ks)
+      if (k <= want) k_best = k;
   }
   d.free_sms = k_best;
   d.prefill_grid = in.num_sms - k_best;
-  d.t_partition_us = in.sm90_prefill ? t_part : 0.0;
+  d.t_partition_us = in.sm90_prefill && k_best > 0 ? partition_time_us(in, k_best) : 0.0;
 
   switch (in.mode) {
     case Mode::kSerial: d.fused = false; break;
@@ -150,10 +164,10 @@ Decision decide(const PlanInput& in) {
                 int64_t(in.prefill_items) <= int64_t(c.max_items_per_sm) * in.num_sms &&
                 d.t_decode_us >= c.min_decode_over_prefill * p_fa2 &&
                 d.t_fused_us < d.t_serial_us * (1.0 - c.min_gain);
-      // The partition where it is predicted faster than serial by partition_min_gain (and than
-      // fused, where that runs): it needs the sm90 prefill (one CTA per SM) and both sides.
+      // The partition in its measured bands (heuristics::pod_partition_pays; there it measured
+      // above the fused kernel too): it needs the sm90 prefill (one CTA per SM) and both sides.
       if (in.sm90_prefill && k_best > 0 && wp > 0 && wd > 0 &&
-          t_part < d.t_serial_us * (1.0 - c.partition_min_gain) && (!d.fused || t_part < d.t_fused_us)) {
+          heuristics::pod_partition_pays(x, tiles_per_sm, in.tensor_core_decode)) {
         d.fused = false;
         d.partition = true;
       }

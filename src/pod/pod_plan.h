@@ -23,9 +23,10 @@
 //                 * P / N)) + fixed_p, then what is left of it on every SM at R_d:
 //                   left = W_d - r_k * max(0, t_P - fixed_d)
 //                   t = (left <= 0 ? t_P : max(t_P, fixed_d) + left / R_d) + partition_us
-//                 k from partition_candidates() minimizing t. Only with the sm90 prefill.
-//   kAuto runs the fastest predicted of serial, fused (in its region) and partition (when
-//   >= partition_min_gain below serial).
+//                 (PodPlanInfo::predicted_partition_us; fitted, ~7% error). k and whether kAuto
+//                 partitions come from the measured bands (heuristics::pod_partition_free_sms /
+//                 _pays) of x = partition_ratio() and the sm90 tiles per SM. Only with the sm90 prefill.
+//   kAuto: the partition in its bands, else fused in its region, else serial.
 // Per-SM ratio: r0 : r1 = 1 : 1 for kFiftyFifty and kStatic; kProportional rounds the prefill
 // share P / (P + D) to ctas_per_sm slots, keeping one slot per side (so 1 : 1 at 2 CTAs per SM).
 // kStatic starts CTAs below first0 = G * r0 / (r0 + r1) on prefill.
@@ -47,7 +48,8 @@ struct PlanInput {
   bool sm90_prefill = false;                    // serial prefill runs the Hopper kernel
   bool fused_supported = true;                  // a fused kernel exists for this batch
   int32_t prefill_items = 0;                    // work items of the fused prefill plan (no split)
-  int32_t partition_free_sms = 0;               // kPartition: k fixed (a candidate); 0: the model's
+  int32_t partition_free_sms = 0;               // kPartition: k fixed (a candidate); 0: the bands'
+  bool tensor_core_decode = true;               // the decode kernel's path (partition bands)
   Mode mode = Mode::kAuto;
   Binding binding = Binding::kProportional;
 };
@@ -75,6 +77,10 @@ double fused_time_us(const PlanInput& in);
 std::vector<int32_t> partition_candidates(int32_t num_sms);
 // Predicted partition time with k free SMs (the model above; the sm90 prefill's rates).
 double partition_time_us(const PlanInput& in, int32_t free_sms);
+// 128-row query tiles of the prefill side (the sm90 kernel's work items before splits).
+int64_t sm90_tiles(const PlanInput& in);
+// x = decode alone / sm90 prefill alone, predicted (0 without prefill work).
+double partition_ratio(const PlanInput& in);
 // Throws weft::Error naming the field on bad input (negative lengths, q > kv, zero heads/SMs),
 // and ("mode") for Mode::kFused when !fused_supported, ("partition_free_sms") for a pinned k that
 // is not a candidate.

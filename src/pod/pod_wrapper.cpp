@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/heuristics.h"
 #include "attention/plan/balance.h"
 #include "attention/variant_host.h"
 #include "common/cuda_check.h"
@@ -277,6 +278,7 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
   in.fused_supported = pod::supported(b.head_dim, group);
   in.prefill_items = tiles;
   in.partition_free_sms = im.options.partition_free_sms;
+  in.tensor_core_decode = !heuristics::decode_prefers_cuda_cores(group, b.head_dim);  // the decode wrapper's kAuto path
   in.mode = static_cast<pod::Mode>(im.options.mode);
   in.binding = static_cast<pod::Binding>(im.options.binding);
   const pod::Decision d = pod::decide(in);
