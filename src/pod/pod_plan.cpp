@@ -94,7 +94,7 @@ int64_t sm90_tiles(const PlanInput& in) {
 
 double partition_ratio(const PlanInput& in) {
   const heuristics::PodCost& c = heuristics::pod_cost();
-  const double wp = prefill_flops(in), wd = decode_bytes(in);
+  const double wp = prefill_flops(in);
   if (wp <= 0) return 0.0;
   return decode_alone_us(in, c) / (us(wp, c.sm90_tflops * 1e6) + c.sm90_us);
 }
