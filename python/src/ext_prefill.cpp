@@ -131,7 +131,7 @@ class Pod {
       int32_t mode, OptArray workspace)
       : max_prefill_batch_hint_(max_prefill_batch), max_prefill_tokens_hint_(max_prefill_tokens),
         max_decode_batch_hint_(max_decode_batch), max_pages_hint_(max_num_pages) {
-    WEFT_CHECK_ARG(mode >= 0 && mode <= 2, "mode", "must be \"auto\", \"fused\" or \"serial\"");
+    WEFT_CHECK_ARG(mode >= 0 && mode <= 3, "mode", "must be \"auto\", \"fused\", \"serial\" or \"partition\"");
     opt_.mode = static_cast<weft::PodMode>(mode);
     ws_.set_user(workspace);
   }
@@ -216,6 +216,10 @@ class Pod {
     d["decode_items"] = i.decode_items;
     d["predicted_serial_us"] = i.predicted_serial_us;
     d["predicted_fused_us"] = i.predicted_fused_us;
+    d["partition"] = i.partition;
+    d["free_sms"] = i.free_sms;
+    d["prefill_grid"] = i.prefill_grid;
+    d["predicted_partition_us"] = i.predicted_partition_us;
     return d;
   }
   size_t workspace_bytes() const { return ws_.bytes; }

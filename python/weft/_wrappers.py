@@ -487,7 +487,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillBase):
 
 
 
-_POD_MODES = {"auto": 0, "fused": 1, "serial": 2}
+_POD_MODES = {"auto": 0, "fused": 1, "serial": 2, "partition": 3}
 
 
 class PODWithPagedKVCacheWrapper:
@@ -506,8 +506,9 @@ class PODWithPagedKVCacheWrapper:
     cache: a prefill request with q_len queries and kv_len keys is the chunk of the last q_len
     positions of its sequence (chunked prefill; ``causal`` masks it bottom-right). q_p / out_p
     ``[total_q, num_qo_heads, head_dim]``, q_d / out_d ``[decode_batch, num_qo_heads, head_dim]``;
-    head_dim 64 or 128. ``mode`` ("auto", "fused", "serial") pins the launch for CUDA graphs
-    (a re-plan that switches between fused and serial changes the launches). ``plan_info()`` says
+    head_dim 64 or 128. ``mode`` ("auto", "fused", "serial", "partition": the SM partition of
+    ``weft::PodMode::kPartition``) pins the launch for CUDA graphs (a re-plan that switches
+    between them changes the launches). ``plan_info()`` says
     which ran and the predicted times.
     """
 
@@ -516,7 +517,7 @@ class PODWithPagedKVCacheWrapper:
                  max_num_pages: int = 0):
         self._layout = _layout_code(kv_layout)
         if mode not in _POD_MODES:
-            raise _error("mode", f'must be "auto", "fused" or "serial", got {mode!r}')
+            raise _error("mode", f'must be "auto", "fused", "serial" or "partition", got {mode!r}')
         self._impl = _weft.Pod(int(max_prefill_batch), int(max_prefill_tokens), int(max_decode_batch),
                                int(max_num_pages), _POD_MODES[mode], float_workspace_buffer)
         self._return_lse = False
