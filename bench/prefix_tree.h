@@ -63,7 +63,8 @@ inline PrefixTreeBatch make_prefix_tree_batch(const std::vector<int32_t>& fan, c
 }
 
 // The pack plan config and workspace bounds BatchDecodeWrapper uses for such a batch (its
-// share_bounds and pack_max_chunk with decode's 256-key minimum chunk and 16-key tile), for
+// share_bounds, pack_max_chunk with decode's 256-key minimum chunk and 16-key tile, its head
+// fold), for
 // the host-side plan timings.
 inline weft::plan::PackPlanConfig pack_bench_config(const PrefixTreeBatch& t, int32_t page_size, int32_t num_ctas,
                                                     int32_t num_kv_heads, int32_t group_size, int32_t head_dim) {
@@ -77,6 +78,7 @@ inline weft::plan::PackPlanConfig pack_bench_config(const PrefixTreeBatch& t, in
   int64_t keys = 0;
   for (int32_t l : t.kv_len) keys += l;
   pc.max_chunk = weft::plan::pack_max_chunk(keys, num_kv_heads, num_ctas, 256, 16);
+  pc.head_fold = weft::decode::decode_head_fold(num_kv_heads, num_ctas);
   return pc;
 }
 inline weft::plan::WorkPlanBounds pack_bench_bounds(int32_t batch, int32_t num_ctas, int32_t num_kv_heads,

@@ -185,6 +185,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     pc.page_size = page_size;
     pc.kv_granularity = decode::kPlanKVTile;
     pc.max_chunk = plan::pack_max_chunk(keys, num_kv_heads, im.grid, decode::kMinChunk, decode::kPlanKVTile);
+    pc.head_fold = im.head_fold;  // plan one head class, replicated (PackPlanConfig::head_fold)
     plan::set_pack_traffic(pc, head_dim, 2);  // the profit model: 16-bit KV (fp8 pools are refused with sharing)
     bool lazy = false;
     if (im.cascade != nullptr) {  // plan_cascade: the stated levels' forest, planned fully

@@ -1,5 +1,6 @@
 // make_pack_plan: decode work plan with prefix packs (work_plan.h).
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <utility>
 
@@ -42,12 +43,17 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   WEFT_CHECK_ARG(cfg.min_sharers >= 2, "cfg.min_sharers", "must be >= 2, got " << cfg.min_sharers);
   constexpr int kCtaBits = 21;  // the deal's heap keys (below)
   WEFT_CHECK_ARG(cfg.num_ctas < (1 << kCtaBits), "cfg.num_ctas", "must be < 2^21, got " << cfg.num_ctas);
-  const int32_t B = forest.num_requests(), g = cfg.group_size, H = cfg.num_kv_heads, TR = cfg.tile_rows;
+  WEFT_CHECK_ARG(cfg.head_fold >= 1 && cfg.num_kv_heads % cfg.head_fold == 0 && cfg.num_ctas % cfg.head_fold == 0,
+                 "cfg.head_fold", "must divide num_kv_heads " << cfg.num_kv_heads << " and num_ctas " << cfg.num_ctas
+                                                              << ", got " << cfg.head_fold);
+  // The folded plan: H heads (one head class) on C0 CTAs; written out replicated head_fold times.
+  const int32_t B = forest.num_requests(), g = cfg.group_size, f = cfg.head_fold, H = cfg.num_kv_heads / f,
+                TR = cfg.tile_rows;
   for (int32_t b = 0; b < B; ++b)
     WEFT_CHECK_ARG(kv_len[b] >= 0, "kv_len", "entry " << b << " is negative: " << kv_len[b]);
   p.version = kWorkPlanVersion;
   p.num_ctas = cfg.num_ctas;
-  p.num_kv_heads = H;
+  p.num_kv_heads = cfg.num_kv_heads;
   p.group_size = g;
   p.tile_rows = TR;
   p.batch = B;
@@ -165,17 +171,18 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
     sc.group_begin[x + 1] = sc.group_begin[x] + sc.group_sources[x];
     num_merges += sc.group_sources[x] > 0;
   }
-  p.src_slot.resize(ns);
-  p.src_row.resize(ns);
+  // Folded plan first (merge m, source e), then its copies k = 1 .. f - 1 (replicate below).
+  const size_t M0 = num_merges;
+  for (auto* v : {&p.merge_request, &p.merge_kv_head, &p.merge_row_begin, &p.merge_row_end}) v->resize(M0 * f);
+  p.merge_src_indptr.resize(M0 * f + 1);
+  p.src_slot.resize(ns * f);
+  p.src_row.resize(ns * f);
   sc.fill.assign(sc.group_begin.begin(), sc.group_begin.end() - 1);
   for (size_t e = 0; e < ns; ++e) {
     const int32_t at = sc.fill[sc.src_group[e]]++;
     p.src_slot[at] = sc.src_slot[e];
     p.src_row[at] = sc.src_row[e];
   }
-  // The merge arrays sized once and written in place (as the items: no push_back).
-  for (auto* v : {&p.merge_request, &p.merge_kv_head, &p.merge_row_begin, &p.merge_row_end}) v->resize(num_merges);
-  p.merge_src_indptr.resize(num_merges + 1);
   p.merge_src_indptr[0] = 0;
   size_t m = 0;
   for (int32_t b = 0; b < B; ++b)
@@ -189,6 +196,41 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
         p.merge_row_end[m] = std::min(g, t * TR + TR);
         p.merge_src_indptr[++m] = sc.group_begin[grp + 1];
       }
+  // Copy k of the folded plan's first n0 entries of v: v + k * step (slots: -1 stays -1).
+  // Blocks of 8 through a local array: no aliasing between d and out for the compiler to fear, a
+  // fixed trip count it vectorizes at -O2 (the plain loop ran scalar: ~5 us of a 256-request plan).
+  auto replicate = [f](std::vector<int32_t>& v, size_t n0, int32_t step, bool keep_negative = false) {
+    int32_t* d = v.data();
+    for (int32_t k = 1; k < f; ++k) {
+      int32_t* out = d + k * n0;
+      const int32_t add = k * step;
+      if (add == 0) {
+        std::copy_n(d, n0, out);
+        continue;
+      }
+      const int32_t keep = keep_negative ? -1 : 0;  // x < 0 stays x when keep_negative
+      size_t i = 0;
+      for (; i + 8 <= n0; i += 8) {
+        int32_t t[8];
+        std::memcpy(t, d + i, sizeof t);
+        for (int j = 0; j < 8; ++j) t[j] += add & ~((t[j] >> 31) & keep);
+        std::memcpy(out + i, t, sizeof t);
+      }
+      for (; i < n0; ++i) out[i] = d[i] + (add & ~((d[i] >> 31) & keep));
+    }
+  };
+  const int32_t S0 = next_slot;  // the folded plan's slots
+  replicate(p.merge_request, M0, 0);
+  replicate(p.merge_kv_head, M0, H);
+  replicate(p.merge_row_begin, M0, 0);
+  replicate(p.merge_row_end, M0, 0);
+  if (f > 1) {  // merge_src_indptr[1 ..]: M0 entries per copy, offset by the copy's sources
+    std::vector<int32_t>& v = p.merge_src_indptr;
+    for (int32_t k = 1; k < f; ++k)
+      for (size_t i = 1; i <= M0; ++i) v[k * M0 + i] = v[i] + static_cast<int32_t>(k * ns);
+  }
+  replicate(p.src_slot, ns, S0);
+  replicate(p.src_row, ns, 0);
 
   // Deal: longest first (cost = rows + keys, as balance.h's chunk_cost with alpha = beta = 1),
   // stable, each to the least loaded CTA (ties: the lower index).
@@ -210,7 +252,14 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   {
     int bits = 0;
     while (bits < 32 && (max_cost >> bits) != 0) ++bits;  // max_cost - cost < 2^bits
-    const int passes = (bits + 11) / 12;
+    // Passes p of ceil(bits / p)-bit digits, p minimising p (2 n + 2^digit): each pass counts and
+    // scatters the n items and scans its buckets (a folded plan has few items: 288 for
+    // Llama-3-8B x 256 requests, where one pass's 2048-bucket scan cost more than the items).
+    int passes = 0;
+    for (int q = (bits + 11) / 12; q <= bits; ++q)
+      if (passes == 0 || int64_t(q) * (2 * int64_t(n) + (int64_t(1) << ((bits + q - 1) / q))) <
+                             int64_t(passes) * (2 * int64_t(n) + (int64_t(1) << ((bits + passes - 1) / passes))))
+        passes = q;
     const int digit_bits = passes ? (bits + passes - 1) / passes : 0;
     const uint32_t mask = (uint32_t(1) << digit_bits) - 1;
     sc.count.resize((size_t(1) << digit_bits) + 1);
@@ -228,13 +277,13 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   // 4-ary with the unused slots holding max keys: half the levels of a binary heap and no bounds
   // checks in the branchless min of 4 (the deal was ~40% of a 256-request x 3-level plan with a
   // binary heap).
-  const size_t C = static_cast<size_t>(cfg.num_ctas);
+  const size_t C = static_cast<size_t>(cfg.num_ctas / f);  // the folded plan's CTAs
   constexpr uint64_t kMax = ~uint64_t(0);
   sc.heap.assign(4 * C + 5, kMax);
   for (size_t c = 0; c < C; ++c) sc.heap[c] = uint64_t(c);  // all loads 0: already a heap
   sc.ring.resize(C);
   sc.cta_of.resize(n);
-  sc.cta_count.assign(cfg.num_ctas + 1, 0);
+  sc.cta_count.assign(C + 1, 0);
   const uint64_t cta_mask = (uint64_t(1) << kCtaBits) - 1;
   uint64_t* heap = sc.heap.data();
   uint64_t* ring = sc.ring.data();
@@ -300,13 +349,12 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
     }
     for (size_t v = C >= 2 ? (C - 2) / 4 + 1 : 0; v-- > 0;) sift_down(v, heap[v]);
   }
-  // Flatten by CTA: item arrays permuted into CTA order, each CTA's items in deal order (slots
-  // keep their numbers).
-  p.cta_indptr.assign(cfg.num_ctas + 1, 0);
-  for (int32_t c = 0; c < cfg.num_ctas; ++c) p.cta_indptr[c + 1] = p.cta_indptr[c] + sc.cta_count[c + 1];
-  // The items in CTA order (each CTA's in deal order): positions from the deal, then the nine
-  // arrays written sequentially from the generated records.
-  sc.fill.assign(p.cta_indptr.begin(), p.cta_indptr.end() - 1);
+  // Flatten by CTA: the folded items in CTA order (each CTA's in deal order; slots keep their
+  // numbers), written sequentially from the generated records, then its copies (replicate).
+  const int32_t C0 = static_cast<int32_t>(C);
+  sc.cta0_indptr.assign(C0 + 1, 0);
+  for (int32_t c = 0; c < C0; ++c) sc.cta0_indptr[c + 1] = sc.cta0_indptr[c] + sc.cta_count[c + 1];
+  sc.fill.assign(sc.cta0_indptr.begin(), sc.cta0_indptr.end() - 1);
   sc.dest.resize(n);
   sc.tmp.resize(n);
   for (int32_t i : sc.order) {
@@ -314,9 +362,13 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
     sc.dest[i] = at;
     sc.tmp[at] = i;
   }
+  p.cta_indptr.resize(size_t(cfg.num_ctas) + 1);
+  for (int32_t k = 0; k < f; ++k)
+    for (int32_t c = 0; c < C0; ++c) p.cta_indptr[size_t(k) * C0 + c] = k * n + sc.cta0_indptr[c];
+  p.cta_indptr[cfg.num_ctas] = f * n;
   for (auto* v : {&p.item_req_begin, &p.item_num_reqs, &p.item_kv_head, &p.item_row_begin, &p.item_row_end,
                   &p.item_page_base, &p.item_kv_begin, &p.item_kv_end, &p.item_slot})
-    v->resize(n);
+    v->resize(size_t(n) * f);
   for (int32_t at = 0; at < n; ++at) {
     const PackPlanScratch::Item& it = sc.items[sc.tmp[at]];
     p.item_req_begin[at] = it.req_begin;
@@ -329,6 +381,19 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
     p.item_kv_end[at] = it.kv_end;
     p.item_slot[at] = it.slot;
   }
+  replicate(p.item_req_begin, n, 0);
+  replicate(p.item_num_reqs, n, 0);
+  replicate(p.item_kv_head, n, H);
+  replicate(p.item_row_begin, n, 0);
+  replicate(p.item_row_end, n, 0);
+  expand_item_kv(f, p);
+  replicate(p.item_slot, n, S0, /*keep_negative=*/true);
+}
+
+void expand_item_kv(int32_t f, WorkPlan& p) {
+  const size_t n0 = p.item_page_base.size() / f;
+  for (int32_t k = 1; k < f; ++k)
+    for (auto* v : {&p.item_page_base, &p.item_kv_begin, &p.item_kv_end}) std::copy_n(v->data(), n0, v->data() + k * n0);
 }
 
 }  // namespace weft::plan

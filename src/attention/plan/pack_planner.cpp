@@ -15,7 +15,8 @@ namespace {
 bool same_config(const PackPlanConfig& a, const PackPlanConfig& b) {
   return a.num_ctas == b.num_ctas && a.num_kv_heads == b.num_kv_heads && a.group_size == b.group_size &&
          a.tile_rows == b.tile_rows && a.page_size == b.page_size && a.max_chunk == b.max_chunk &&
-         a.kv_granularity == b.kv_granularity && a.min_sharers == b.min_sharers;
+         a.kv_granularity == b.kv_granularity && a.min_sharers == b.min_sharers && a.head_fold == b.head_fold &&
+         a.kv_bytes_per_key == b.kv_bytes_per_key && a.partial_bytes_per_row == b.partial_bytes_per_row;
 }
 
 // Chunks of a private suffix of `len` keys (make_pack_plan: one, possibly empty, when uncut).
@@ -35,7 +36,7 @@ PackPlanner::Update PackPlanner::plan(const int32_t* indptr, const int32_t* indi
                                       int32_t batch, const PackPlanConfig& cfg) {
   if (lazy_ok_ && try_lazy(indptr, indices, kv_len, batch, cfg)) return Update::kLazy;
   lazy_ok_ = false;
-  forest_ = build_prefix_forest(indptr, indices, kv_len, batch, cfg.page_size);
+  forest_builder_.build(indptr, indices, kv_len, batch, cfg.page_size, forest_);
   make_pack_plan(forest_, indptr, kv_len, cfg, plan_, scratch_);
   cfg_ = cfg;
   // The structural key: each request's first t_b = min(full pages, shared pages + 1) page ids.
@@ -74,7 +75,8 @@ void PackPlanner::index_private_items() {
   priv_items_.resize(priv_ptr_[B]);
   for (int32_t j = 0; j < priv_ptr_[B]; ++j) priv_items_[j] = scratch_.dest[first + j];
   priv_chunks_.resize(B);
-  const int32_t per_chunk = p.num_kv_heads * ((p.group_size + p.tile_rows - 1) / p.tile_rows);
+  // Private items per chunk of a request: one per (folded KV head, row tile).
+  const int32_t per_chunk = p.num_kv_heads / cfg_.head_fold * ((p.group_size + p.tile_rows - 1) / p.tile_rows);
   for (int32_t b = 0; b < B; ++b) priv_chunks_[b] = (priv_ptr_[b + 1] - priv_ptr_[b]) / per_chunk;
 }
 
@@ -102,7 +104,8 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
     keys += len;
   }
   if (std::llabs(keys - keys_at_full_) * 8 > keys_at_full_) return false;  // the deal drifted
-  // Rewrite: private key ranges, every page base, the lengths.
+  // Rewrite, in the folded plan (the first items of the plan: make_pack_plan, head_fold): private
+  // key ranges, every page base; then its copies.
   WorkPlan& p = plan_;
   for (int32_t b = 0; b < batch; ++b) {
     const int32_t n = priv_chunks_[b];
@@ -115,7 +118,9 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
       p.item_kv_end[i] = static_cast<int32_t>(std::min<int64_t>(kv_len[b], start + (c + 1) * clen));
     }
   }
-  for (int32_t i = 0, n = p.num_items(); i < n; ++i) p.item_page_base[i] = indptr[p.req_list[p.item_req_begin[i]]];
+  for (int32_t i = 0, n = p.num_items() / cfg.head_fold; i < n; ++i)
+    p.item_page_base[i] = indptr[p.req_list[p.item_req_begin[i]]];
+  expand_item_kv(cfg.head_fold, p);
   std::copy(kv_len, kv_len + batch, p.kv_len.begin());
   return true;
 }

@@ -64,6 +64,7 @@ class PackPlanner {
   WorkPlan plan_;
   PackPlanScratch scratch_;
   PrefixForest forest_;
+  PrefixForestBuilder forest_builder_;
   PackPlanConfig cfg_{};
   bool lazy_ok_ = false;
   int64_t keys_at_full_ = 0;

@@ -34,7 +34,7 @@ uint64_t child_key(int32_t node, int32_t page) {
 // never grows. A key is never all ones (node ids are < 2^31).
 class ChildMap {
  public:
-  explicit ChildMap(size_t max_entries) {
+  void reset(size_t max_entries) {  // empty, sized for max_entries (keeps its memory)
     size_t cap = 16;
     while (cap < 2 * max_entries) cap *= 2;
     keys_.assign(cap, kEmpty);
@@ -62,17 +62,42 @@ class ChildMap {
   size_t mask_ = 0;
 };
 
+struct Frame {
+  int32_t node, next_child, forest_parent;  // next_child: a child id or -1
+};
+
 }  // namespace
+
+// The builder's buffers, kept between builds (a warm build allocates nothing).
+struct PrefixForestBuilder::State {
+  std::vector<RadixNode> t;
+  std::vector<int32_t> full, next_end, range_begin, range_end, shared_end, path;
+  std::vector<Frame> stack;
+  ChildMap child_of;
+};
+
+PrefixForestBuilder::PrefixForestBuilder() : s_(new State) {}
+PrefixForestBuilder::~PrefixForestBuilder() = default;
 
 PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len,
                                   int32_t batch, int32_t page_size) {
+  PrefixForest f;
+  PrefixForestBuilder().build(indptr, indices, kv_len, batch, page_size, f);
+  return f;
+}
+
+void PrefixForestBuilder::build(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len,
+                                int32_t batch, int32_t page_size, PrefixForest& f) {
   WEFT_CHECK_ARG(batch >= 0, "batch", "must be >= 0, got " << batch);
   WEFT_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got " << page_size);
-  PrefixForest f;
+  f.nodes.clear();
+  f.order.clear();
   f.shared_pages.assign(batch, 0);
-  if (batch == 0) return f;
+  if (batch == 0) return;
   WEFT_CHECK_ARG(indptr != nullptr && kv_len != nullptr, "indptr", "host arrays required for batch " << batch);
-  std::vector<int32_t> full(batch);
+  State& st = *s_;
+  std::vector<int32_t>& full = st.full;
+  full.resize(batch);
   for (int32_t b = 0; b < batch; ++b) {
     WEFT_CHECK_ARG(kv_len[b] >= 0, "kv_len", "entry " << b << " is negative: " << kv_len[b]);
     const int64_t pages = int64_t(indptr[b + 1]) - indptr[b];
@@ -83,9 +108,11 @@ PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, 
   auto page = [&](int32_t req, int32_t pos) { return indices[indptr[req] + pos]; };
 
   const size_t max_nodes = 2 * static_cast<size_t>(batch) + 1;  // each insertion adds a leaf and a split
-  std::vector<RadixNode> t(1);                                   // t[0]: the root (empty label)
+  std::vector<RadixNode>& t = st.t;
+  t.assign(1, RadixNode{});  // t[0]: the root (empty label)
   t.reserve(max_nodes);
-  std::vector<int32_t> next_end(batch, -1);
+  std::vector<int32_t>& next_end = st.next_end;
+  next_end.assign(batch, -1);
   auto add_end = [&](int32_t node, int32_t r) {
     if (t[node].last_end < 0) t[node].first_end = r;
     else next_end[t[node].last_end] = r;
@@ -98,13 +125,32 @@ PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, 
     else t[t[node].last_child].next_sibling = c;
     t[node].last_child = c;
   };
-  ChildMap child_of(max_nodes);
+  ChildMap& child_of = st.child_of;
+  child_of.reset(max_nodes);
+  // The previous request's path (its tree nodes from the root's child down): requests that share
+  // a prefix usually come one after another, so a request first follows that path while it
+  // matches whole labels (one memcmp per node, no lookup), and only looks children up below it.
+  // The node it reaches is the one the lookups would find (same first page under the same node).
+  std::vector<int32_t>& path = st.path;
+  path.clear();
   for (int32_t b = 0; b < batch; ++b) {
     int32_t cur = 0, pos = 0;
     const int32_t n = full[b];
+    if (b > 0) {
+      const int32_t* mine = indices + indptr[b];
+      const int32_t* prev = indices + indptr[b - 1];
+      for (int32_t x : path) {
+        const int32_t e = t[x].end;
+        if (e > n || std::memcmp(mine + pos, prev + pos, size_t(e - pos) * sizeof(int32_t)) != 0) break;
+        cur = x;
+        pos = e;
+      }
+    }
+    int32_t end_node = -1;
     while (true) {
       if (pos == n) {
         add_end(cur, b);
+        end_node = cur;
         break;
       }
       const uint64_t key = child_key(cur, page(b, pos));
@@ -119,6 +165,7 @@ PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, 
         add_end(id, b);
         child_of.set(key, id);
         add_child(cur, id);
+        end_node = id;
         break;
       }
       // Common length of b's pages from pos and c's label (the first page matches by the key).
@@ -161,18 +208,22 @@ PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, 
       cur = mid;
       pos += l;
     }
+    path.clear();
+    for (int32_t x = end_node; x != 0; x = t[x].parent) path.push_back(x);
+    std::reverse(path.begin(), path.end());
   }
 
   // Pass 1, depth-first (iterative: a page-size-1 cache makes paths deep): the request order
   // (requests ending at a node before those below it, children in creation order) and each
   // tree node's range of it.
   const int32_t N = static_cast<int32_t>(t.size());
-  std::vector<int32_t> range_begin(N, 0), range_end(N, 0);
+  std::vector<int32_t>& range_begin = st.range_begin;
+  std::vector<int32_t>& range_end = st.range_end;
+  range_begin.assign(N, 0);
+  range_end.assign(N, 0);
   f.order.reserve(batch);
-  struct Frame {
-    int32_t node, next_child, forest_parent;  // next_child: a child id or -1
-  };
-  std::vector<Frame> stack{{0, t[0].first_child, -1}};
+  std::vector<Frame>& stack = st.stack;
+  stack.assign(1, {0, t[0].first_child, -1});
   for (int32_t r = t[0].first_end; r >= 0; r = next_end[r]) f.order.push_back(r);
   while (!stack.empty()) {
     Frame& fr = stack.back();
@@ -189,7 +240,8 @@ PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, 
   }
   // Pass 2, preorder: forest nodes are the tree nodes (not the root) with >= 2 requests in
   // their range; a request's shared pages end where its deepest forest node ends.
-  std::vector<int32_t> shared_end(N, 0);
+  std::vector<int32_t>& shared_end = st.shared_end;
+  shared_end.assign(N, 0);
   stack.assign(1, {0, t[0].first_child, -1});
   while (!stack.empty()) {
     Frame& fr = stack.back();
@@ -215,7 +267,6 @@ PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, 
     for (int32_t r = t[c].first_end; r >= 0; r = next_end[r]) f.shared_pages[r] = shared_end[c];
     stack.push_back({c, t[c].first_child, forest_parent});
   }
-  return f;
 }
 
 }  // namespace weft::plan

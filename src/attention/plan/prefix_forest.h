@@ -17,6 +17,7 @@
 //            there: keys [shared_pages[b] * page_size, kv_len[b])).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace weft::plan {
@@ -39,5 +40,21 @@ struct PrefixForest {
 // inconsistent input (a list shorter than its length needs, negative lengths).
 PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len,
                                  int32_t batch, int32_t page_size);
+
+// The same forest built into `out` by a builder that keeps its buffers between builds (a warm
+// build allocates nothing; PackPlanner keeps one).
+class PrefixForestBuilder {
+ public:
+  PrefixForestBuilder();
+  ~PrefixForestBuilder();
+  PrefixForestBuilder(const PrefixForestBuilder&) = delete;
+  PrefixForestBuilder& operator=(const PrefixForestBuilder&) = delete;
+  void build(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
+             int32_t page_size, PrefixForest& out);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 }  // namespace weft::plan

@@ -66,6 +66,17 @@ struct PackPlanConfig {
   // >= min_sharers sharers is packed over its own pages (the first planner).
   int32_t kv_bytes_per_key = 0;
   int32_t partial_bytes_per_row = 0;
+  // Head folding (as decode::decode_head_fold for the balanced plans): every KV head sees the
+  // same rows, keys and packs, so the plan is made for num_kv_heads / head_fold heads on
+  // num_ctas / head_fold CTAs and replicated head_fold times when written out (1: none; it must
+  // divide num_kv_heads and num_ctas). The written plan holds exactly the items and merges of the
+  // unfolded plan (same fields; only the deal and the slot numbers differ), dealt as evenly: the
+  // generation, sort and deal handle 1 / head_fold of the items (8x fewer for Llama-3-8B on 264
+  // CTAs). Copy k (0 .. head_fold - 1) of the folded plan (H0 = num_kv_heads / head_fold heads,
+  // C0 CTAs, n0 items, M0 merges, S0 slots) is its CTAs k C0 + c, items k n0 + i, KV heads
+  // k H0 + h, slots k S0 + s, merges k M0 + m: every array is the folded one plus a constant per
+  // copy, written by copies (a 256-request plan's 2304 items were ~10 us as per-item records).
+  int32_t head_fold = 1;
 };
 
 // Where the keys of each forest node are read (schedule_packs, the memory-centric profit model):
@@ -117,9 +128,14 @@ struct PackPlanScratch {
   std::vector<uint32_t> cost;
   std::vector<uint64_t> heap, ring;
   PackSchedule sched;
+  std::vector<int32_t> cta0_indptr;  // the folded plan's CTA ranges
 };
 void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                     const PackPlanConfig& cfg, WorkPlan& out, PackPlanScratch& scratch);
+
+// A folded plan's items are out's first num_items / head_fold (make_pack_plan); copies its page
+// bases and key ranges into the other copies: what a lazy update (PackPlanner) rewrites.
+void expand_item_kv(int32_t head_fold, WorkPlan& out);
 
 // Keys per chunk when a range of `len` keys is cut for max_chunk (make_pack_plan's rule: near-equal
 // chunks, a multiple of gran except the last); len itself when it is not cut (max_chunk 0 or

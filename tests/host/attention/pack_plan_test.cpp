@@ -3,6 +3,7 @@
 // its rows' own pages, merges list their sources in key order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -51,6 +52,54 @@ TEST(PackPlan, RandomPrefixForestsCoverEveryKeyOnce) {
   }
   EXPECT_GT(packs, 500) << "the generator must produce sharing";
   EXPECT_GT(multi_level, 50) << "and nested prefixes";
+}
+
+// The forest builder reused over batches (PrefixForestBuilder keeps its buffers) gives the
+// one-shot build's forest, also on batches whose requests come grouped by prefix (sorted page
+// lists: each request first follows the previous one's path), which random_batch's shuffle rarely
+// produces.
+TEST(PackPlan, ReusedForestBuilderOnGroupedRequests) {
+  Rng rng = Rng::for_current_test();
+  PrefixForestBuilder builder;
+  PrefixForest reused;
+  int64_t nodes = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    const int32_t ps = iter % 3 == 0 ? 1 : 16;
+    Batch bt = random_batch(rng, ps, 1 + iter % 3, 1 + static_cast<int>(rng.randint(1, 8)), ps == 1 ? 300 : 60);
+    if (iter % 2 == 0) {  // requests sorted by their page lists: prefix groups are consecutive
+      std::vector<std::vector<int32_t>> lists(bt.batch());
+      std::vector<int32_t> order(bt.batch());
+      for (int32_t b = 0; b < bt.batch(); ++b) {
+        lists[b].assign(bt.indices.begin() + bt.indptr[b], bt.indices.begin() + bt.indptr[b + 1]);
+        order[b] = b;
+      }
+      std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return lists[a] < lists[b]; });
+      Batch sorted;
+      sorted.page_size = ps;
+      for (int32_t b : order) {
+        sorted.indices.insert(sorted.indices.end(), lists[b].begin(), lists[b].end());
+        sorted.indptr.push_back(static_cast<int32_t>(sorted.indices.size()));
+        sorted.kv_len.push_back(bt.kv_len[b]);
+      }
+      bt = sorted;
+    }
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << bt.batch());
+    builder.build(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ps, reused);
+    ASSERT_NO_FATAL_FAILURE(check_forest(bt, reused));
+    const PrefixForest fresh = build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ps);
+    ASSERT_EQ(reused.order, fresh.order);
+    ASSERT_EQ(reused.shared_pages, fresh.shared_pages);
+    ASSERT_EQ(reused.nodes.size(), fresh.nodes.size());
+    for (size_t n = 0; n < fresh.nodes.size(); ++n) {
+      ASSERT_EQ(reused.nodes[n].parent, fresh.nodes[n].parent);
+      ASSERT_EQ(reused.nodes[n].page_begin, fresh.nodes[n].page_begin);
+      ASSERT_EQ(reused.nodes[n].page_end, fresh.nodes[n].page_end);
+      ASSERT_EQ(reused.nodes[n].req_begin, fresh.nodes[n].req_begin);
+      ASSERT_EQ(reused.nodes[n].req_end, fresh.nodes[n].req_end);
+    }
+    nodes += static_cast<int64_t>(fresh.nodes.size());
+  }
+  EXPECT_GT(nodes, 200);
 }
 
 // Two requests sharing a 2-level prefix read each shared key once: the packs' keys plus the

@@ -90,6 +90,11 @@ TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
     PackPlanConfig cfg;
     cfg.num_ctas = static_cast<int32_t>(rng.randint(1, 132));
     cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 2));
+    if (iter % 4 >= 2) {  // head folding (PackPlanConfig::head_fold) on half the cases
+      cfg.head_fold = static_cast<int32_t>(1 << rng.randint(1, 2));
+      cfg.num_kv_heads = cfg.head_fold * static_cast<int32_t>(rng.randint(1, 2));
+      cfg.num_ctas = cfg.head_fold * static_cast<int32_t>(rng.randint(1, 40));
+    }
     cfg.group_size = static_cast<int32_t>(rng.randint(0, 1) ? 1 : 4 * rng.randint(1, 2));
     cfg.page_size = ps;
     cfg.max_chunk = rng.randint(0, 1) ? 0 : static_cast<int32_t>(16 * rng.randint(4, 64));
@@ -130,6 +135,61 @@ TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
   EXPECT_GT(lazy, 200) << "most decode steps must re-plan lazily";
   EXPECT_GT(full, 40) << "lazy " << lazy << " full " << full;
   RecordProperty("lazy_updates", static_cast<int>(lazy));
+}
+
+// Head folding (PackPlanConfig::head_fold): the plan of one head class replicated holds exactly
+// the items and merges of the unfolded plan, passes the property checks, and its deal is as
+// balanced (the folded deal is the unfolded deal's greedy on C / f CTAs, replicated: its
+// makespan in cost units rows + keys is checked against the unfolded one's).
+TEST(PackPlanner, HeadFoldHoldsTheUnfoldedPlan) {
+  Rng rng = Rng::for_current_test();
+  const int32_t page_sizes[] = {1, 16, 64};
+  int64_t folded_items = 0;
+  for (int iter = 0; iter < 60; ++iter) {
+    const int32_t ps = page_sizes[iter % 3];
+    const Batch bt = random_batch(rng, ps, 1 + iter % 3, 1 + static_cast<int>(rng.randint(1, 8)),
+                                  ps == 1 ? 300 : (ps == 16 ? 100 : 30));
+    PackPlanConfig cfg;
+    const int32_t f = static_cast<int32_t>(1 << rng.randint(1, 3));
+    cfg.num_kv_heads = f * static_cast<int32_t>(rng.randint(1, 2));
+    cfg.num_ctas = f * static_cast<int32_t>(rng.randint(1, 40));
+    cfg.group_size = static_cast<int32_t>(1 << rng.randint(0, 3));
+    cfg.tile_rows = rng.randint(0, 1) ? 32 : 16;
+    cfg.page_size = ps;
+    cfg.max_chunk = rng.randint(0, 1) ? 0 : static_cast<int32_t>(16 * rng.randint(4, 64));
+    if (iter % 2) set_pack_traffic(cfg, 128, 2);
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " fold " << f << " heads " << cfg.num_kv_heads << " ctas "
+                                      << cfg.num_ctas);
+    const PrefixForest forest =
+        build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ps);
+    const WorkPlan plain = make_pack_plan(forest, bt.indptr.data(), bt.kv_len.data(), cfg);
+    cfg.head_fold = f;
+    const WorkPlan folded = make_pack_plan(forest, bt.indptr.data(), bt.kv_len.data(), cfg);
+    ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, folded));
+    ASSERT_EQ(items_of(folded), items_of(plain));
+    ASSERT_EQ(merges_of(folded), merges_of(plain));
+    ASSERT_EQ(folded.req_list, plain.req_list);
+    ASSERT_EQ(folded.num_slots(), plain.num_slots());
+    auto makespan = [](const WorkPlan& p) {
+      int64_t worst = 0;
+      for (int32_t c = 0; c < p.num_ctas; ++c) {
+        int64_t load = 0;
+        for (int32_t i = p.cta_indptr[c]; i < p.cta_indptr[c + 1]; ++i)
+          load += (p.item_row_end[i] - p.item_row_begin[i]) + (p.item_kv_end[i] - p.item_kv_begin[i]);
+        worst = std::max(worst, load);
+      }
+      return worst;
+    };
+    // Greedy longest-first on identical head classes: the folded makespan is the unfolded one's
+    // within one item's cost (the greedy bound), here checked as at most the unfolded + max item.
+    int64_t max_item = 0;
+    for (int32_t i = 0; i < plain.num_items(); ++i)
+      max_item = std::max<int64_t>(max_item, (plain.item_row_end[i] - plain.item_row_begin[i]) +
+                                                 (plain.item_kv_end[i] - plain.item_kv_begin[i]));
+    EXPECT_LE(makespan(folded), makespan(plain) + max_item);
+    folded_items += folded.num_items();
+  }
+  EXPECT_GT(folded_items, 1000);
 }
 
 // Structural changes are never taken lazily: the result is a full plan equal to a fresh one.
