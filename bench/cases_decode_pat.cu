@@ -113,7 +113,9 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
                    ctx.warm_up_once(launch);
                    r.ms = ctx.time_ms(launch);
                  });
-      r.extra = {{"items", double(w.plan_info().num_items)}, {"packs", double(w.plan_info().num_packs)}};
+      r.extra = {{"items", double(w.plan_info().num_items)},
+                 {"packs", double(w.plan_info().num_packs)},
+                 {"prefix_fallback", double(w.plan_info().prefix_fallback)}};  // DecodeOptions::prefix_fallback
       const double frac =
           ctx.ceilings().read_gbps > 0 ? r.bytes / (r.ms * 1e-3) / 1e9 / ctx.ceilings().read_gbps : 0.0;
       r.extra.push_back({"unique_fraction_of_ceiling", frac});

@@ -66,6 +66,8 @@ struct DecodePlanInfo {
   int32_t num_packs = 0;    // items holding several requests' rows (DecodeOptions::share_prefixes)
   bool lazy_update = false; // share_prefixes: the previous plan updated in place (only private
                             // suffixes grew; its key ranges and page bases copied, not the plan)
+  bool prefix_fallback = false;  // share_prefixes: the table had no pack, the standard decode plan
+                                 // and kernel run instead (DecodeOptions::prefix_fallback)
   bool split = false;
   DecodePath path = DecodePath::kAuto;  // resolved path
   int32_t route = 0;        // DecodeRoute of this plan (kAuto resolved: kBalanced, kWorkQueue or kNoSplit)
@@ -111,6 +113,14 @@ struct DecodeOptions {
   // time, only those arrays copied); it gives the same output bits as a full plan.
   bool share_prefixes = false;
   int32_t max_pack_items = 0;
+  // With share_prefixes: a plan() whose table yields no pack (no two requests share a full page,
+  // or the profit model packs none) plans and runs exactly what a wrapper without share_prefixes
+  // would (balanced plan, kernel and path; plan_info().prefix_fallback), instead of the
+  // work-plan kernel (~2% slower on such batches, docs/perf-notes-decode.md). The two are
+  // different kernels: a CUDA graph captured around run() then replays only plans of the same
+  // kind (re-capture when plan_info().prefix_fallback changes), or set this to false to keep the
+  // work-plan kernel for every plan. The workspace holds either plan (workspace_size()).
+  bool prefix_fallback = true;
   // Route (DecodeRoute). The work-queue routes and kAuto plan from a native block table
   // (plan(BlockTable) / run(BlockTable)); plan(PageTable) and plan_lengths() with kAuto plan the
   // balanced route, with kWorkQueue / kNoSplit they throw. A work-queue plan's grid follows the

@@ -32,7 +32,7 @@ fi
 if has build; then
   say build
   cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_BUILD_TESTS=ON \
-    -DWEFT_BUILD_BENCH=ON -DWEFT_WITH_COMM=OFF -DWEFT_DISABLE="comm;prefill;tp" > "$OUT/build.log" 2>&1 || { say "configure failed"; tail -30 "$OUT/build.log"; }
+    -DWEFT_BUILD_BENCH=ON -DWEFT_WITH_COMM=OFF -DWEFT_DISABLE="comm;prefill;tp;pod;norm" > "$OUT/build.log" 2>&1 || { say "configure failed"; tail -30 "$OUT/build.log"; }
   timeout 240 ninja -C "$B" -j16 weft_gpu_decode weft-bench >> "$OUT/build.log" 2>&1
   rc=$?
   say "build rc=$rc"
@@ -42,9 +42,9 @@ fi
 PACK_TESTS='DecodeSmall.WorkPlanPacksMatchReference:DecodeSmall.SharePrefixes*:DecodeSmall.CascadeLevelsMatchReference'
 if has tests; then
   say tests
-  # The prefix-sharing tests three times (bitwise repeatability across processes is checked
+  # The prefix-sharing tests twice (bitwise repeatability across processes is checked
   # inside each; repeats catch order-dependent state), then the whole decode suite once.
-  timeout 60 "$B/tests/weft_gpu_decode" --gtest_brief=1 --gtest_filter="$PACK_TESTS" --gtest_repeat=3 > "$OUT/tests_pat.log" 2>&1
+  timeout 60 "$B/tests/weft_gpu_decode" --gtest_brief=1 --gtest_filter="$PACK_TESTS" --gtest_repeat=2 > "$OUT/tests_pat.log" 2>&1
   echo "pat tests rc=$?" | tee -a "$OUT/steps.log"
   grep -E "PASSED|FAILED|Failure" "$OUT/tests_pat.log" | head -20
   say "pat tests done"
@@ -106,3 +106,16 @@ if has san; then
   fi
 fi
 say "all done"
+# At most 8 files come back from a device call: the two JSONs and one text file with the logs'
+# summaries (check.txt); the full logs are dropped.
+{
+  cat "$OUT/env.txt" "$OUT/steps.log"
+  for f in build tests_pat memcheck bench fi_install fi_pat tests_decode racecheck; do
+    [ -f "$OUT/$f.log" ] || continue
+    echo "----- $f.log (filtered)"
+    grep -E "error|FAILED|Failure|PASSED|SUMMARY|rc=|tests ran|summary|nosharing|Expected|Which is|actual|OK \]" "$OUT/$f.log" | head -60
+  done
+  echo "----- bench.log"
+  tail -n 120 "$OUT/bench.log" 2>/dev/null
+} > "$OUT/check.txt"
+rm -f "$OUT"/*.log "$OUT/env.txt"

@@ -134,10 +134,10 @@ std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo
   check::head_dim_supported(head_dim, "head_dim");
   const Tuning t = resolve_tuning(head_dim, options);
   const int32_t grid = grid_for(head_dim, t.stages, t.warps);
-  const std::size_t bytes =
-      options.share_prefixes
-          ? plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, grid, options)).total_bytes()
-          : balanced_bytes(max_batch, num_qo_heads, num_kv_heads, head_dim, grid);
+  // share_prefixes: the work plan's layout, or the balanced plan's (DecodeOptions::prefix_fallback).
+  std::size_t bytes = balanced_bytes(max_batch, num_qo_heads, num_kv_heads, head_dim, grid);
+  if (options.share_prefixes)
+    bytes = std::max(bytes, plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, grid, options)).total_bytes());
   if (options.route == DecodeRoute::kBalanced) return bytes;
   const std::size_t with_wq =
       align256(bytes) + decode::WorkQueueDecode::workspace_size(max_batch, num_kv_heads, head_dim,
@@ -169,6 +169,7 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
   impl_->grid = grid_for(head_dim, impl_->stages, impl_->warps);
   impl_->tile_rows = decode::decode_tile_rows(num_qo_heads / std::max(1, num_kv_heads), head_dim,
                                               path == DecodePath::kCudaCore);
+  impl_->balanced_tile_rows = impl_->tile_rows;
   impl_->head_fold = decode::decode_head_fold(num_kv_heads, impl_->grid);
   impl_->layout = plan::WorkspaceLayout(decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim,
                                                             impl_->grid, impl_->tile_rows, impl_->head_fold));
@@ -178,9 +179,10 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
                    "options.share_prefixes",
                    "needs the tensor-core path and a GQA group <= " << decode::kPlanTileQ);
     impl_->share = true;
+    impl_->prefix_fallback = options.prefix_fallback;
     impl_->tile_rows = decode::pack_tile_rows(head_dim);
     impl_->wlayout = plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, impl_->grid, options));
-    staging_bytes = impl_->wlayout.metadata_bytes();
+    staging_bytes = std::max(staging_bytes, impl_->wlayout.metadata_bytes());
     decode::prepare_decode_work_plan(head_dim);
   }
   if (options.route != DecodeRoute::kBalanced) {
@@ -215,9 +217,8 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
     }
     im.wq = std::make_unique<decode::WorkQueueDecode>(max_batch, num_qo_heads, num_kv_heads, head_dim, im.max_tasks);
     // The work queue's region follows the balanced (or prefix-sharing) plan's (workspace_size).
-    im.wq_offset = align256(options.share_prefixes
-                                ? im.wlayout.total_bytes()
-                                : balanced_bytes(max_batch, num_qo_heads, num_kv_heads, head_dim, im.grid));
+    im.wq_offset = align256(std::max(options.share_prefixes ? im.wlayout.total_bytes() : 0,
+                                     balanced_bytes(max_batch, num_qo_heads, num_kv_heads, head_dim, im.grid)));
     if (has_twin(options)) {  // the balanced plan of unshared steps, its region after the work queue's
       im.twin_offset = align256(im.wq_offset + decode::WorkQueueDecode::workspace_size(max_batch, num_kv_heads,
                                                                                       head_dim, im.max_tasks));
@@ -300,7 +301,7 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   // dereference null after a re-plan; it replays nothing instead. (last_page_len's device copy is
   // never read by a kernel: lengths come from the plan.)
   const bool bound = table.indptr.device != nullptr && table.indices.device != nullptr;
-  if ((im.share ? im.planned_items : im.plan.num_items()) == 0 && !bound) return;
+  if ((im.work_plan_active() ? im.planned_items : im.plan.num_items()) == 0 && !bound) return;
   im.launch(q, cache, &table, nullptr, out, lse, stream);
 }
 
@@ -322,7 +323,7 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   // As above: an empty plan whose block table has no storage launches nothing. (seq_lens'
   // device copy is never read by a kernel: lengths come from the plan.)
   const bool bound = table.block_ids.device != nullptr;
-  if ((im.share ? im.planned_items : im.plan.num_items()) == 0 && !bound) return;
+  if ((im.work_plan_active() ? im.planned_items : im.plan.num_items()) == 0 && !bound) return;
   im.launch(q, cache, nullptr, &table, out, lse, stream);
 }
 
@@ -331,7 +332,7 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
                                       cudaStream_t stream) {
   const bool bound = q.data != nullptr && out.data != nullptr && (lse == nullptr || lse->data != nullptr) &&
                      cache.k_pages.data != nullptr && cache.v_pages.data != nullptr;
-  if ((share ? planned_items : plan.num_items()) == 0 && !bound) return;
+  if ((work_plan_active() ? planned_items : plan.num_items()) == 0 && !bound) return;
 
   const plan::PlanPointers ptrs = layout.pointers(workspace);
   decode::LaunchArgs a;
@@ -351,8 +352,8 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
   a.grid = grid;
   a.stages = stages;
   a.warps = warps;
-  a.tile_rows = tile_rows;
-  if (share) {
+  a.tile_rows = work_plan_active() ? tile_rows : balanced_tile_rows;
+  if (work_plan_active()) {
     decode::launch_decode_work_plan(a, wlayout.pointers(workspace), stream);
     return;
   }

@@ -60,6 +60,12 @@ struct BatchDecodeWrapper::Impl {
   // DecodeOptions::share_prefixes: plans are work plans with packs (attention/plan/work_plan.h)
   // in their own layout; plan() passes the table it plans from (plan_lengths cannot share).
   bool share = false;
+  // DecodeOptions::prefix_fallback, and whether the current plan is that fallback (the balanced
+  // plan in `plan`, launched as without share_prefixes, with balanced_tile_rows).
+  bool prefix_fallback = true;
+  bool share_fallback = false;
+  int32_t balanced_tile_rows = 16;
+  bool work_plan_active() const { return share && !share_fallback; }
   plan::WorkPlanLayout wlayout;
   const PageTable* share_table = nullptr;
   plan::PackPlanner packer;            // keeps the last plan for lazy updates

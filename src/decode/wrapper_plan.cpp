@@ -148,7 +148,8 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   // ALiBi slopes (null: off) are loaded as floats by the kernels: a misaligned pointer would fault
   // the launch (sticky error).
   check::aligned(variant.alibi_slopes, "variant.alibi_slopes", sizeof(float));
-  check::workspace(workspace, workspace_bytes, im.share ? im.wlayout.total_bytes() : im.layout.total_bytes(),
+  check::workspace(workspace, workspace_bytes,
+                   im.share ? std::max(im.wlayout.total_bytes(), im.layout.total_bytes()) : im.layout.total_bytes(),
                    "workspace");
   WEFT_CHECK_ARG(batch == 0 || kv_lens != nullptr, "kv_lens", "must not be null");
   jit_detail::check_jit_variant(variant);
@@ -170,6 +171,9 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   };
   std::size_t copy_bytes = 0, copy_offset = 0;
   DecodePath path = DecodePath::kTensorCore;
+  bool balanced = !im.share, lazy = false;
+  int32_t pack_chunk = 0;
+  info_.prefix_fallback = false;
   if (im.share) {
     // The prefix forest of the table, packs over its shared pages, the work plan copied into the
     // workspace; or, when only the private suffixes grew (PackPlanner's structural key), the
@@ -187,7 +191,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     pc.max_chunk = plan::pack_max_chunk(keys, num_kv_heads, im.grid, decode::kMinChunk, decode::kPlanKVTile);
     pc.head_fold = im.head_fold;  // plan one head class, replicated (PackPlanConfig::head_fold)
     plan::set_pack_traffic(pc, head_dim, 2);  // the profit model: 16-bit KV (fp8 pools are refused with sharing)
-    bool lazy = false;
+    pack_chunk = pc.max_chunk;
     if (im.cascade != nullptr) {  // plan_cascade: the stated levels' forest, planned fully
       std::vector<plan::CascadeLevelSpec> specs;
       for (const CascadeLevel& lv : *im.cascade) {
@@ -205,8 +209,21 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
              im.share_image_ws == workspace;
     }
     const plan::WorkPlan& wp = im.packer.current();
+    int32_t packs = 0;
+    for (int32_t i = 0, n = wp.num_items() / std::max(1, pc.head_fold); i < n; ++i) packs += wp.item_num_reqs[i] >= 2;
+    packs *= pc.head_fold;  // the folded plan's copies (PackPlanConfig::head_fold)
+    // No pack (DecodeOptions::prefix_fallback): the standard decode plan and kernel below.
+    balanced = im.prefix_fallback && packs == 0;
+    info_.num_packs = packs;
+    info_.prefix_fallback = balanced;
+    info_.lazy_update = false;
+    if (balanced) im.share_image_ws = nullptr;  // the balanced image replaces the work plan's
+  }
+  if (!balanced) {
+    const plan::WorkPlan& wp = im.packer.current();
     staging_free();
     im.share_image_ws = nullptr;  // until the copy below is queued
+    im.staging_image.valid = false;  // the staging buffer no longer holds a balanced image
     if (lazy) {
       im.wlayout.serialize_item_kv(wp, im.staging);
       copy_offset = im.wlayout.item_kv_offset();
@@ -219,19 +236,16 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     im.plan.batch = batch;  // what run() validates against
     im.plan.kv_len.assign(kv_lens, kv_lens + batch);
     im.planned_items = wp.num_items();
-    int32_t packs = 0;
-    for (int32_t n : wp.item_num_reqs) packs += n >= 2;
     info_.num_items = wp.num_items();
     info_.num_merges = wp.num_merges();
-    info_.num_packs = packs;
-    info_.max_chunk = pc.max_chunk;
+    info_.max_chunk = pack_chunk;
     info_.tile_rows = im.tile_rows;
     info_.split = wp.num_merges() > 0;
   } else {
     decode::batch_shape(kv_lens, batch, variant.window_left, im.shape);
     const plan::BatchShape& shape = im.shape;
     const int32_t rows =
-        decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.tile_rows);
+        decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.balanced_tile_rows);
     const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows, im.head_fold);
     decode::plan_decode(shape, cfg, im.planner, im.next);
     staging_free();
@@ -276,12 +290,13 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   im.planned = true;
   im.wq_planned = false;
   im.twin_planned = false;
+  im.share_fallback = im.share && balanced;  // which kernel run() launches (set once the copy is queued)
   info_.batch = batch;
   info_.num_ctas = im.grid;
   info_.path = im.path;
   info_.route = static_cast<int32_t>(DecodeRoute::kBalanced);
   info_.route_chunk = 0;
-  info_.prefix_sharing = im.share;
+  info_.prefix_sharing = im.work_plan_active();  // not when it fell back (prefix_fallback)
 }
 
 void BatchDecodeWrapper::Impl::plan_work_queue(DecodePlanInfo& info, const BlockTable& table, int32_t chunk,

@@ -24,6 +24,7 @@ using test::Rng;
 using test_decode::Batch;
 using test_decode::Case;
 using test_decode::check_against_reference;
+using test_decode::plan_for;
 using test_decode::run_for;
 using test_decode::share_pages;
 using test_decode::Workspace;
@@ -373,6 +374,83 @@ TEST(DecodeSmall, SharePrefixesWrapper) {
   }
 }
 
+// DecodeOptions::prefix_fallback: a table without any shared full page runs exactly the standard
+// decode (plan_info().prefix_fallback, num_packs 0): output and LSE bitwise equal to a wrapper
+// without share_prefixes on the same batch (group 1 takes the CUDA-core path there, group 4 the
+// tensor cores). Then sharing appears (the work plan, against the reference), disappears (the
+// fallback again, bitwise equal again), and with prefix_fallback = false the work-plan kernel
+// runs the unshared batch (against the reference).
+TEST(DecodeSmall, SharePrefixesNoSharingFallsBack) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (int32_t group : {1, 4}) {
+    Case c;
+    c.hkv = 2;
+    c.hq = 2 * group;
+    c.d = 128;
+    c.dtype = DType::kBFloat16;
+    c.lens = {40 * 16 + 5, 33 * 16 + 11, 24 * 16 + 3, 700, 0, 10 * 16, 1, 17};
+    SCOPED_TRACE(c.describe());
+    const int32_t B = int32_t(c.lens.size());
+    DecodeOptions opt;
+    opt.share_prefixes = true;
+    const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
+    ASSERT_GE(ws_bytes, BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d)) << "holds the standard plan too";
+    DeviceBuffer ws(ws_bytes);
+    BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
+    Workspace std_ws(B, c);
+    BatchDecodeWrapper standard(B, c.hq, c.hkv, c.d);
+    Batch bt(c, rng);  // page ids all distinct: no sharing
+    auto plan_share = [&] {
+      w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+    };
+    auto expect_standard = [&] {
+      plan_share();
+      EXPECT_TRUE(w.plan_info().prefix_fallback);
+      EXPECT_EQ(w.plan_info().num_packs, 0);
+      bt.dout.poison();
+      bt.dlse.poison();
+      run_for(w, bt);
+      WEFT_TEST_CUDA(cudaDeviceSynchronize());
+      const std::vector<float> o = bt.out(), l = bt.lse();
+      plan_for(standard, bt, std_ws);
+      EXPECT_EQ(w.plan_info().path, standard.plan_info().path);
+      bt.dout.poison();
+      bt.dlse.poison();
+      run_for(standard, bt);
+      WEFT_TEST_CUDA(cudaDeviceSynchronize());
+      EXPECT_EQ(o, bt.out()) << "the fallback is not the standard decode";
+      EXPECT_EQ(l, bt.lse());
+      check_against_reference(bt);
+    };
+    expect_standard();
+    const std::vector<int32_t> unshared = bt.indices;
+    share_pages(bt.indices, bt.indptr, 1, 0, 33);
+    share_pages(bt.indices, bt.indptr, 2, 0, 24);
+    bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
+    plan_share();
+    EXPECT_FALSE(w.plan_info().prefix_fallback);
+    EXPECT_GT(w.plan_info().num_packs, 0);
+    bt.dout.poison();
+    bt.dlse.poison();
+    run_for(w, bt);
+    WEFT_TEST_CUDA(cudaDeviceSynchronize());
+    check_against_reference(bt);
+    bt.indices = unshared;
+    bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
+    expect_standard();
+    DecodeOptions keep = opt;
+    keep.prefix_fallback = false;
+    BatchDecodeWrapper wk(B, c.hq, c.hkv, c.d, keep);
+    wk.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+    EXPECT_FALSE(wk.plan_info().prefix_fallback);
+    bt.dout.poison();
+    bt.dlse.poison();
+    run_for(wk, bt);
+    WEFT_TEST_CUDA(cudaDeviceSynchronize());
+    check_against_reference(bt);
+  }
+}
 
 // Random prefix forests (issue 21): a root of 0-24 shared pages, 1..64 children of 0-12 more
 // shared pages each, 1-3 requests per child with private tails of 1..3 pages' worth of keys, plus
