@@ -89,9 +89,10 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
     const int32_t len = kv_len[b];
     // The page table must hold the keys (build_prefix_forest's check, which a full plan throws
     // on: refuse the lazy path and let it).
-    if (len < priv_start_[b] || int64_t(indptr[b + 1]) - indptr[b] < (int64_t(len) + ps - 1) / ps) return false;
+    const int32_t full = len / ps, pages = full + (full * ps < len);  // one division per request
+    if (len < priv_start_[b] || int64_t(indptr[b + 1]) - indptr[b] < pages) return false;
     const int32_t t = trunc_ptr_[b + 1] - trunc_ptr_[b];
-    if (std::min(len / ps, forest_.shared_pages[b] + 1) != t) return false;
+    if (std::min(full, forest_.shared_pages[b] + 1) != t) return false;
     if (std::memcmp(indices + indptr[b], trunc_ids_.data() + trunc_ptr_[b], size_t(t) * sizeof(int32_t)) != 0)
       return false;
     // Same number of private chunks, and whether it has any: a request with shared pages has no
@@ -99,7 +100,9 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
     const int32_t plen = len - priv_start_[b];
     const int32_t items = priv_ptr_[b + 1] - priv_ptr_[b];
     if (items == 0 ? plen != 0 : (priv_start_[b] > 0 && plen == 0)) return false;
-    if (items > 0 && chunk_count(plen, chunk_keys(plen, cfg.max_chunk, cfg.kv_granularity)) != priv_chunks_[b])
+    const bool uncut = cfg.max_chunk <= 0 || plen <= cfg.max_chunk;  // one chunk (chunk_keys), no division
+    if (items > 0 && (uncut ? 1 : chunk_count(plen, chunk_keys(plen, cfg.max_chunk, cfg.kv_granularity))) !=
+                         priv_chunks_[b])
       return false;
     keys += len;
   }
@@ -112,7 +115,7 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
     if (n == 0 || kv_len[b] == p.kv_len[b]) continue;
     const int32_t start = priv_start_[b];
     const int64_t clen = chunk_keys(kv_len[b] - start, cfg.max_chunk, cfg.kv_granularity);
-    for (int32_t j = priv_ptr_[b], c = 0; j < priv_ptr_[b + 1]; ++j, c = (c + 1) % n) {
+    for (int32_t j = priv_ptr_[b], c = 0; j < priv_ptr_[b + 1]; ++j, c = c + 1 == n ? 0 : c + 1) {
       const int32_t i = priv_items_[j];
       p.item_kv_begin[i] = static_cast<int32_t>(start + c * clen);
       p.item_kv_end[i] = static_cast<int32_t>(std::min<int64_t>(kv_len[b], start + (c + 1) * clen));

@@ -49,14 +49,15 @@ WorkPlanLayout::WorkPlanLayout(const WorkPlanBounds& b) : bounds_(b) {
 
 void WorkPlanLayout::serialize(const WorkPlan& p, void* dst) const {
   const WorkPlanBounds& b = bounds_;
+  const int32_t slots = p.num_slots();  // once: a scan of every item (~1 us for 2304 items)
   WEFT_CHECK_ARG(p.version == kWorkPlanVersion, "plan", "version " << p.version << " != " << kWorkPlanVersion);
   WEFT_CHECK_ARG(p.num_ctas == b.num_ctas, "plan", "num_ctas " << p.num_ctas << " != bound " << b.num_ctas);
   WEFT_CHECK_ARG(p.tile_rows <= b.tile_rows, "plan", "tile_rows " << p.tile_rows << " > bound " << b.tile_rows);
   WEFT_CHECK_ARG(p.batch <= b.max_batch && p.num_items() <= b.max_items && p.num_merges() <= b.max_merges &&
-                     static_cast<int64_t>(p.src_slot.size()) <= b.max_sources && p.num_slots() <= b.max_slots,
+                     static_cast<int64_t>(p.src_slot.size()) <= b.max_sources && slots <= b.max_slots,
                  "plan",
                  "batch/items/merges/sources/slots " << p.batch << "/" << p.num_items() << "/" << p.num_merges() << "/"
-                                                     << p.src_slot.size() << "/" << p.num_slots()
+                                                     << p.src_slot.size() << "/" << slots
                                                      << " exceed the workspace bounds");
   unsigned char* d = static_cast<unsigned char*>(dst);
   WorkPlanHeader h{};
@@ -68,7 +69,7 @@ void WorkPlanLayout::serialize(const WorkPlan& p, void* dst) const {
   h.tile_rows = b.tile_rows;  // the partial slots' row stride
   h.group_size = p.group_size;
   h.num_kv_heads = p.num_kv_heads;
-  h.num_slots = p.num_slots();
+  h.num_slots = slots;
   std::memcpy(d, &h, sizeof h);
   auto put = [&](std::size_t at, const std::vector<int32_t>& v) {
     if (!v.empty()) std::memcpy(d + at, v.data(), v.size() * sizeof(int32_t));
