@@ -304,50 +304,58 @@ int64_t Planner::prepare(const BatchShape& shape, const BalanceConfig& cfg) {
   cfg_ = cfg;
   whole_valid_ = false;
   batch_ = static_cast<int32_t>(shape.kv_len.size());
+  // Integral alpha / beta below 2^20: with rows and keys below 2^31 every cost is an integer below
+  // 2^53, computed exactly either way (the integer path's result is the double path's, bit for bit).
+  auto whole = [](double x, uint64_t* out) {
+    if (!(x >= 0 && x < 1048576.0) || x != static_cast<double>(static_cast<int64_t>(x))) return false;
+    *out = static_cast<uint64_t>(x);
+    return true;
+  };
+  int_costs_ = whole(cfg.alpha, &ia_) && whole(cfg.beta, &ib_);
+
+  // One pass: query offsets, tile counts, total keys and the longest range. A request's rows fit
+  // one tile in decode (the GQA group) and in prefill segments: no division then.
+  const int32_t* qo = shape.qo_len.data();
+  const int32_t* kv = shape.kv_len.data();
+  const int32_t* ks = shape.kv_start.empty() ? nullptr : shape.kv_start.data();
+  const int64_t tq = cfg.tile_q, H = cfg.num_kv_heads;
   qo_indptr_.resize(batch_ + 1);
   qo_indptr_[0] = 0;
+  int64_t next = 0, num_tiles = 0, total = 0;
+  int32_t longest = 0;
   for (int32_t b = 0; b < batch_; ++b) {
-    const int64_t next = int64_t(qo_indptr_[b]) + shape.qo_len[b];
+    next += qo[b];
     WEFT_CHECK_ARG(next <= INT32_MAX, "shape.qo_len", "total query tokens overflow int32");
     qo_indptr_[b + 1] = static_cast<int32_t>(next);
+    const int64_t rows = int64_t(qo[b]) * cfg.group_size;
+    WEFT_CHECK_ARG(rows <= INT32_MAX, "shape.qo_len", "rows of request " << b << " overflow int32");
+    const int64_t nt = rows <= tq ? (rows > 0) : (rows + tq - 1) / tq;
+    num_tiles += nt;
+    if (nt > 0) {
+      const int32_t len = kv[b] - (ks ? ks[b] : 0);
+      total += int64_t(len) * nt;
+      longest = std::max(longest, len);
+    }
   }
-  kv_len_.assign(shape.kv_len.begin(), shape.kv_len.end());
+  kv_len_.assign(kv, kv + batch_);
+  total_kv_ = total * H;
+  longest_ = longest;
 
   // Tiles in generation order (request, kv_head, tile).
-  std::size_t num_tiles = 0;
+  tiles_.resize(static_cast<std::size_t>(num_tiles * H));
+  Tile* t = tiles_.data();
   for (int32_t b = 0; b < batch_; ++b) {
-    const int64_t rows = int64_t(shape.qo_len[b]) * cfg.group_size;
-    WEFT_CHECK_ARG(rows <= INT32_MAX, "shape.qo_len", "rows of request " << b << " overflow int32");
-    num_tiles += static_cast<std::size_t>(tiles_per_head(shape.qo_len[b], cfg.group_size, cfg.tile_q)) *
-                 static_cast<std::size_t>(cfg.num_kv_heads);
-  }
-  for (auto* v : {&t_request_, &t_kv_head_, &t_row_begin_, &t_row_end_, &t_kv_begin_, &t_kv_end_})
-    v->resize(num_tiles);
-  total_kv_ = 0;
-  longest_ = 0;
-  std::size_t t = 0;
-  for (int32_t b = 0; b < batch_; ++b) {
-    const int64_t rows = int64_t(shape.qo_len[b]) * cfg.group_size;
-    const int64_t nt = tiles_per_head(shape.qo_len[b], cfg.group_size, cfg.tile_q);
-    const int32_t kb = shape.kv_start.empty() ? 0 : shape.kv_start[b];
-    const int32_t ke = shape.kv_len[b];
-    if (nt > 0) {
-      total_kv_ += int64_t(ke - kb) * nt * cfg.num_kv_heads;
-      longest_ = std::max(longest_, ke - kb);
+    const int32_t rows = qo[b] * cfg.group_size;
+    if (rows == 0) continue;
+    const int32_t kb = ks ? ks[b] : 0, ke = kv[b];
+    if (rows <= tq) {
+      for (int32_t h = 0; h < cfg.num_kv_heads; ++h) *t++ = {b, h, 0, rows, kb, ke};
+      continue;
     }
-    for (int32_t h = 0; h < cfg.num_kv_heads; ++h) {
-      for (int64_t k = 0; k < nt; ++k, ++t) {
-        const int32_t r0 = static_cast<int32_t>(k * cfg.tile_q);
-        t_request_[t] = b;
-        t_kv_head_[t] = h;
-        t_row_begin_[t] = r0;
-        t_row_end_[t] = static_cast<int32_t>(std::min<int64_t>(rows, r0 + int64_t(cfg.tile_q)));
-        t_kv_begin_[t] = kb;
-        t_kv_end_[t] = ke;
-      }
-    }
+    for (int32_t h = 0; h < cfg.num_kv_heads; ++h)
+      for (int64_t r0 = 0; r0 < rows; r0 += tq)
+        *t++ = {b, h, static_cast<int32_t>(r0), static_cast<int32_t>(std::min<int64_t>(rows, r0 + tq)), kb, ke};
   }
-
   return chunk_bound(cfg.min_chunk);
 }
 
@@ -361,12 +369,11 @@ int64_t Planner::chunk_bound(int64_t min_chunk) const {
 
 double Planner::max_chunk_cost(int64_t L) const {
   double m = 0;
-  const std::size_t T = t_request_.size();
-  for (std::size_t t = 0; t < T; ++t) {
-    const int64_t len = t_kv_end_[t] - t_kv_begin_[t];
+  for (const Tile& t : tiles_) {
+    const int64_t len = t.kv_end - t.kv_begin;
     const Cut cut = cut_tile(len, true, L, cfg_.kv_granularity);
     const int64_t first = cut.n_used == 1 ? len : cut.clen;  // the first chunk is the longest
-    m = std::max(m, chunk_cost(cfg_, t_row_end_[t] - t_row_begin_[t], static_cast<int32_t>(first)));
+    m = std::max(m, chunk_cost(cfg_, t.row_end - t.row_begin, static_cast<int32_t>(first)));
   }
   return m;
 }
@@ -375,14 +382,13 @@ double Planner::makespan(bool split, int64_t L) {
   if (!split && whole_valid_) return whole_ms_;
   // The multiset of chunk costs as runs (cost, count); the deal depends on nothing else.
   runs_.clear();
-  const std::size_t T = t_request_.size();
   auto add = [&](double cost, int64_t count) {
     if (!runs_.empty() && runs_.back().first == cost) runs_.back().second += count;
     else runs_.push_back({cost, count});
   };
-  for (std::size_t t = 0; t < T; ++t) {
-    const int32_t rows = t_row_end_[t] - t_row_begin_[t];
-    const int64_t len = t_kv_end_[t] - t_kv_begin_[t];
+  for (const Tile& t : tiles_) {
+    const int32_t rows = t.row_end - t.row_begin;
+    const int64_t len = t.kv_end - t.kv_begin;
     const Cut cut = cut_tile(len, split, L, cfg_.kv_granularity);
     if (cut.n_used == 1) {
       add(chunk_cost(cfg_, rows, static_cast<int32_t>(len)), 1);
@@ -447,6 +453,49 @@ bool Planner::choose_split(int64_t L, double* ms_split, double* ms_whole) {
   return ms_with <= (1.0 - cfg_.min_gain) * ms_without;
 }
 
+// The integer queue for loads up to `total` (the sum of every cost dealt): keys (load << shift) |
+// cta stay below 2^63.
+bool Planner::int_keys_for_total(double total) {
+  int shift = 1;
+  while ((int64_t(1) << shift) < cfg_.num_ctas) ++shift;
+  if (!(total < std::ldexp(1.0, 62 - shift))) return false;
+  key_shift_ = shift;
+  return true;
+}
+
+// Step 4 for integral costs: order_ (the tie order) stably sorted by c_icost_ descending. Costs of
+// one plan span a short range (prefill: rows + keys of a segment, a few hundred values; decode:
+// the chunk lengths): a counting sort over [min_cost, max_cost] (one counting and one scatter
+// pass) where the range is short against n, else the LSD radix sort on max_cost - cost (only the
+// bytes that differ); nothing when the costs are already in order.
+void Planner::sort_int_desc(std::size_t n, uint64_t min_cost, uint64_t max_cost) {
+  if (n < 2 || min_cost == max_cost) return;
+  const uint64_t* cost = c_icost_.data();
+  uint32_t* ord = order_.data();
+  bool sorted = true;
+  for (std::size_t i = 1; i < n && sorted; ++i) sorted = cost[ord[i - 1]] >= cost[ord[i]];
+  if (sorted) return;
+  const uint64_t range = max_cost - min_cost + 1;
+  if (range <= 65536 && range <= 4 * n + 256) {
+    hist_.assign(static_cast<std::size_t>(range), 0);
+    uint32_t* h = hist_.data();
+    for (std::size_t i = 0; i < n; ++i) ++h[max_cost - cost[ord[i]]];
+    uint32_t sum = 0;
+    for (std::size_t k = 0; k < range; ++k) {
+      const uint32_t c = h[k];
+      h[k] = sum;
+      sum += c;
+    }
+    uint32_t* out = order_tmp_.data();
+    for (std::size_t i = 0; i < n; ++i) out[h[max_cost - cost[ord[i]]]++] = ord[i];
+    order_.swap(order_tmp_);
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) keys_[i] = max_cost - cost[ord[i]];
+  hist_.resize(256);
+  radix_sort(keys_.data(), ord, keys_tmp_.data(), order_tmp_.data(), n, hist_.data());
+}
+
 void Planner::build(bool split, int64_t L, Plan& p) {
   const BalanceConfig& cfg = cfg_;
   p.version = kPlanVersion;
@@ -458,97 +507,135 @@ void Planner::build(bool split, int64_t L, Plan& p) {
   p.batch = batch_;
   p.qo_indptr.assign(qo_indptr_.begin(), qo_indptr_.end());
   p.kv_len.assign(kv_len_.begin(), kv_len_.end());
-  const std::size_t T = t_request_.size();
+  const std::size_t T = tiles_.size();
+  const Tile* tiles = tiles_.data();
   p.num_tiles = static_cast<int32_t>(T);
   p.max_chunk = T == 0 ? 0 : static_cast<int32_t>(split ? L : longest_);
-
-  // Step 3: chunks (generation order), partial slots and merges.
   for (auto* v : {&p.merge_request, &p.merge_kv_head, &p.merge_row_begin, &p.merge_row_end}) v->clear();
   p.merge_indptr.assign(1, 0);
-  std::size_t n = 0;
-  for (std::size_t t = 0; t < T; ++t)
-    n += static_cast<std::size_t>(cut_tile(t_kv_end_[t] - t_kv_begin_[t], split, L, cfg.kv_granularity).n_used);
-  for (auto* v : {&c_tile_, &c_kv_begin_, &c_kv_end_, &c_slot_}) v->resize(n);
-  t_chunk0_.resize(T + 1);
-  c_cost_.resize(n);
-  bool several_tiles_per_head = false;
-  std::size_t w = 0;
-  for (std::size_t t = 0; t < T; ++t) {
-    const int32_t rows = t_row_end_[t] - t_row_begin_[t];
-    const int32_t kb = t_kv_begin_[t], ke = t_kv_end_[t];
-    const Cut cut = cut_tile(ke - kb, split, L, cfg.kv_granularity);
-    const int32_t slot0 = p.merge_indptr.back();
-    t_chunk0_[t] = static_cast<int32_t>(w);
-    for (int64_t c = 0; c < cut.n_used; ++c, ++w) {
-      const int32_t b0 = static_cast<int32_t>(kb + c * cut.clen);
-      const int32_t b1 = cut.n_used == 1 ? ke : static_cast<int32_t>(std::min<int64_t>(ke, b0 + cut.clen));
-      c_tile_[w] = static_cast<int32_t>(t);
-      c_kv_begin_[w] = b0;
-      c_kv_end_[w] = b1;
-      c_cost_[w] = chunk_cost(cfg, rows, b1 - b0);
-      c_slot_[w] = cut.n_used == 1 ? -1 : slot0 + static_cast<int32_t>(c);
-    }
-    if (cut.n_used > 1) {
-      p.merge_request.push_back(t_request_[t]);
-      p.merge_kv_head.push_back(t_kv_head_[t]);
-      p.merge_row_begin.push_back(t_row_begin_[t]);
-      p.merge_row_end.push_back(t_row_end_[t]);
-      p.merge_indptr.push_back(slot0 + static_cast<int32_t>(cut.n_used));
-    }
-    if (t > 0 && t_request_[t] == t_request_[t - 1] && t_kv_head_[t] == t_kv_head_[t - 1])
-      several_tiles_per_head = true;
+
+  // Step 3: chunks (generation order), partial slots and merges, and each chunk's cost. Unsplit,
+  // chunk t is tile t (its whole range, no slot): no chunk records.
+  const bool whole = !split || longest_ <= L;
+  std::size_t n = T;
+  if (!whole) {
+    n = 0;
+    for (std::size_t t = 0; t < T; ++t)
+      n += static_cast<std::size_t>(cut_tile(tiles[t].kv_end - tiles[t].kv_begin, true, L, cfg.kv_granularity).n_used);
   }
-
-  t_chunk0_[T] = static_cast<int32_t>(w);
-
-  // Step 4: the tie order, then a stable sort by cost, descending.
   order_.resize(n);
   order_tmp_.resize(n);
   keys_.resize(n);
   keys_tmp_.resize(n);
-  hist_.resize(256);
-  if (cfg.row_tiles_together && several_tiles_per_head) {
-    // (request, kv_head, chunk index, tile): chunk c of every tile of one (request, kv head)
-    // before chunk c + 1. Tiles of one (request, kv head) are consecutive, their chunks too.
-    std::size_t o = 0;
-    for (std::size_t t = 0; t < T;) {
-      std::size_t te = t + 1;
-      int32_t max_n = t_chunk0_[t + 1] - t_chunk0_[t];
-      while (te < T && t_request_[te] == t_request_[t] && t_kv_head_[te] == t_kv_head_[t]) {
-        max_n = std::max(max_n, t_chunk0_[te + 1] - t_chunk0_[te]);
-        ++te;
-      }
-      for (int32_t c = 0; c < max_n; ++c)
-        for (std::size_t u = t; u < te; ++u)
-          if (c < t_chunk0_[u + 1] - t_chunk0_[u]) order_[o++] = static_cast<uint32_t>(t_chunk0_[u] + c);
-      t = te;
+  uint64_t min_ic = ~uint64_t(0), max_ic = 0;
+  double total_cost = 0;
+  if (int_costs_) c_icost_.resize(n);
+  else c_cost_.resize(n);
+  auto put_cost = [&](std::size_t w, int32_t rows, int32_t len) {
+    if (int_costs_) {
+      const uint64_t c = ia_ * static_cast<uint64_t>(rows) + ib_ * static_cast<uint64_t>(len);
+      c_icost_[w] = c;
+      min_ic = std::min(min_ic, c);
+      max_ic = std::max(max_ic, c);
+      total_cost += static_cast<double>(c);
+    } else {
+      c_cost_[w] = chunk_cost(cfg, rows, len);
+    }
+  };
+  bool several_tiles_per_head = false;
+  if (whole) {
+    for (std::size_t t = 0; t < T; ++t) {
+      put_cost(t, tiles[t].row_end - tiles[t].row_begin, tiles[t].kv_end - tiles[t].kv_begin);
+      order_[t] = static_cast<uint32_t>(t);
     }
   } else {
-    for (std::size_t i = 0; i < n; ++i) order_[i] = static_cast<uint32_t>(i);
+    chunks_.resize(n);
+    t_chunk0_.resize(T + 1);
+    std::size_t w = 0;
+    for (std::size_t t = 0; t < T; ++t) {
+      const Tile& tl = tiles[t];
+      const int32_t rows = tl.row_end - tl.row_begin;
+      const int32_t kb = tl.kv_begin, ke = tl.kv_end;
+      const Cut cut = cut_tile(ke - kb, true, L, cfg.kv_granularity);
+      const int32_t slot0 = p.merge_indptr.back();
+      t_chunk0_[t] = static_cast<int32_t>(w);
+      for (int64_t c = 0; c < cut.n_used; ++c, ++w) {
+        const int32_t b0 = static_cast<int32_t>(kb + c * cut.clen);
+        const int32_t b1 = cut.n_used == 1 ? ke : static_cast<int32_t>(std::min<int64_t>(ke, b0 + cut.clen));
+        chunks_[w] = {static_cast<int32_t>(t), b0, b1, cut.n_used == 1 ? -1 : slot0 + static_cast<int32_t>(c)};
+        put_cost(w, rows, b1 - b0);
+      }
+      if (cut.n_used > 1) {
+        p.merge_request.push_back(tl.request);
+        p.merge_kv_head.push_back(tl.kv_head);
+        p.merge_row_begin.push_back(tl.row_begin);
+        p.merge_row_end.push_back(tl.row_end);
+        p.merge_indptr.push_back(slot0 + static_cast<int32_t>(cut.n_used));
+      }
+      if (t > 0 && tl.request == tiles[t - 1].request && tl.kv_head == tiles[t - 1].kv_head)
+        several_tiles_per_head = true;
+    }
+    t_chunk0_[T] = static_cast<int32_t>(w);
+    // Step 4's tie order. With row_tiles_together: (request, kv_head, chunk index, tile), chunk
+    // c of every tile of one (request, kv head) before chunk c + 1 (tiles of one (request, kv
+    // head) are consecutive, their chunks too). Otherwise generation order. (Unsplit, every tile
+    // has one chunk and both orders are generation order.)
+    if (cfg.row_tiles_together && several_tiles_per_head) {
+      std::size_t o = 0;
+      for (std::size_t t = 0; t < T;) {
+        std::size_t te = t + 1;
+        int32_t max_n = t_chunk0_[t + 1] - t_chunk0_[t];
+        while (te < T && tiles[te].request == tiles[t].request && tiles[te].kv_head == tiles[t].kv_head) {
+          max_n = std::max(max_n, t_chunk0_[te + 1] - t_chunk0_[te]);
+          ++te;
+        }
+        for (int32_t c = 0; c < max_n; ++c)
+          for (std::size_t u = t; u < te; ++u)
+            if (c < t_chunk0_[u + 1] - t_chunk0_[u]) order_[o++] = static_cast<uint32_t>(t_chunk0_[u] + c);
+        t = te;
+      }
+    } else {
+      for (std::size_t i = 0; i < n; ++i) order_[i] = static_cast<uint32_t>(i);
+    }
   }
-  for (std::size_t i = 0; i < n; ++i) keys_[i] = desc_key(c_cost_[order_[i]]);
-  radix_sort(keys_.data(), order_.data(), keys_tmp_.data(), order_tmp_.data(), n, hist_.data());
 
-  // Step 5: deal, lowest (load, CTA index) first.
+  // Steps 4-5: a stable sort by cost, descending; deal, lowest (load, CTA index) first.
   const int32_t C = cfg.num_ctas;
   assigned_.resize(n);
   p.cta_cost.assign(C, 0.0);
-  if (use_int_keys(c_cost_.data(), n, nullptr)) {
+  if (int_costs_ && n > 0 && int_keys_for_total(total_cost)) {
+    sort_int_desc(n, min_ic, max_ic);
     reset_deal_int();
-    for (std::size_t k = 0; k < n; ++k) assigned_[k] = deal_int(static_cast<uint64_t>(c_cost_[order_[k]]));
+    const uint64_t* ic = c_icost_.data();
+    const uint32_t* ord = order_.data();
+    for (std::size_t k = 0; k < n; ++k) assigned_[k] = deal_int(ic[ord[k]]);
     loads_int(p.cta_cost.data());
-  } else {
-    reset_deal();
-    for (std::size_t k = 0; k < n; ++k) assigned_[k] = deal_one(c_cost_[order_[k]]);
-    const Slot* q = heap_mode_ ? heap_.data() : ring_.data() + head_;
-    for (int32_t i = 0; i < C; ++i) p.cta_cost[q[i].cta] = q[i].load;
+  } else if (n > 0) {
+    if (int_costs_) {  // integral but too large for the integer keys: the double queue
+      c_cost_.resize(n);
+      for (std::size_t i = 0; i < n; ++i) c_cost_[i] = static_cast<double>(c_icost_[i]);
+    }
+    for (std::size_t i = 0; i < n; ++i) keys_[i] = desc_key(c_cost_[order_[i]]);
+    hist_.resize(256);
+    radix_sort(keys_.data(), order_.data(), keys_tmp_.data(), order_tmp_.data(), n, hist_.data());
+    if (use_int_keys(c_cost_.data(), n, nullptr)) {
+      reset_deal_int();
+      for (std::size_t k = 0; k < n; ++k) assigned_[k] = deal_int(static_cast<uint64_t>(c_cost_[order_[k]]));
+      loads_int(p.cta_cost.data());
+    } else {
+      reset_deal();
+      for (std::size_t k = 0; k < n; ++k) assigned_[k] = deal_one(c_cost_[order_[k]]);
+      const Slot* q = heap_mode_ ? heap_.data() : ring_.data() + head_;
+      for (int32_t i = 0; i < C; ++i) p.cta_cost[q[i].cta] = q[i].load;
+    }
   }
 
   // Flatten by CTA (each CTA's items in the order dealt).
   p.cta_indptr.assign(C + 1, 0);
-  for (std::size_t k = 0; k < n; ++k) ++p.cta_indptr[assigned_[k] + 1];
-  for (int32_t c = 0; c < C; ++c) p.cta_indptr[c + 1] += p.cta_indptr[c];
-  cursor_.assign(p.cta_indptr.begin(), p.cta_indptr.end() - 1);
+  int32_t* const ci = p.cta_indptr.data();
+  for (std::size_t k = 0; k < n; ++k) ++ci[assigned_[k] + 1];
+  for (int32_t c = 0; c < C; ++c) ci[c + 1] += ci[c];
+  cursor_.assign(ci, ci + C);
   for (auto* v : {&p.item_request, &p.item_kv_head, &p.item_row_begin, &p.item_row_end, &p.item_kv_begin,
                   &p.item_kv_end, &p.item_partial_slot})
     v->resize(n);
@@ -559,17 +646,35 @@ void Planner::build(bool split, int64_t L, Plan& p) {
   int32_t* const ikb = p.item_kv_begin.data();
   int32_t* const ike = p.item_kv_end.data();
   int32_t* const isl = p.item_partial_slot.data();
-  for (std::size_t k = 0; k < n; ++k) {
-    const uint32_t ch = order_[k];
-    const int32_t i = cursor_[assigned_[k]]++;
-    const int32_t t = c_tile_[ch];
-    ir[i] = t_request_[t];
-    ih[i] = t_kv_head_[t];
-    irb[i] = t_row_begin_[t];
-    ire[i] = t_row_end_[t];
-    ikb[i] = c_kv_begin_[ch];
-    ike[i] = c_kv_end_[ch];
-    isl[i] = c_slot_[ch];
+  int32_t* const cur = cursor_.data();
+  const int32_t* const as = assigned_.data();
+  const uint32_t* const ord = order_.data();
+  if (whole) {
+    for (std::size_t k = 0; k < n; ++k) {
+      const Tile& t = tiles[ord[k]];
+      const int32_t i = cur[as[k]]++;
+      ir[i] = t.request;
+      ih[i] = t.kv_head;
+      irb[i] = t.row_begin;
+      ire[i] = t.row_end;
+      ikb[i] = t.kv_begin;
+      ike[i] = t.kv_end;
+      isl[i] = -1;
+    }
+  } else {
+    const Chunk* chunks = chunks_.data();
+    for (std::size_t k = 0; k < n; ++k) {
+      const Chunk& ch = chunks[ord[k]];
+      const Tile& t = tiles[ch.tile];
+      const int32_t i = cur[as[k]]++;
+      ir[i] = t.request;
+      ih[i] = t.kv_head;
+      irb[i] = t.row_begin;
+      ire[i] = t.row_end;
+      ikb[i] = ch.kv_begin;
+      ike[i] = ch.kv_end;
+      isl[i] = ch.slot;
+    }
   }
   p.split = p.num_merges() > 0;
 }

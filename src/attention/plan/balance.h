@@ -182,7 +182,8 @@ class Planner {
   int32_t deal_int(uint64_t cost);
   int32_t deal_int_slow(uint64_t add);
   void loads_int(double* loads) const;
-  void sort_chunks_desc(std::size_t n);
+  void sort_int_desc(std::size_t n, uint64_t min_cost, uint64_t max_cost);
+  bool int_keys_for_total(double total);
 
   BalanceConfig cfg_{};
   int32_t batch_ = 0;
@@ -190,13 +191,28 @@ class Planner {
   int32_t longest_ = 0;
   bool whole_valid_ = false;
   double whole_ms_ = 0;
+  // Integral costs (alpha and beta whole numbers, as decode and the sm90 prefill use): a chunk's
+  // cost is computed as the integer icost = ia * rows + ib * keys (the same value as the double
+  // formula, exactly: every term is below 2^53), sorted by a counting sort on it and dealt with the
+  // integer queue without the per-call scan that checks the doubles.
+  bool int_costs_ = false;
+  uint64_t ia_ = 0, ib_ = 0;
   std::vector<int32_t> qo_indptr_, kv_len_;
-  // Tiles in generation order (request, kv_head, tile), struct of arrays.
-  std::vector<int32_t> t_request_, t_kv_head_, t_row_begin_, t_row_end_, t_kv_begin_, t_kv_end_;
-  // Chunks of build() in generation order.
-  std::vector<int32_t> c_tile_, c_kv_begin_, c_kv_end_, c_slot_;
+  // Tiles in generation order (request, kv_head, tile), one 24-byte record each (one write stream
+  // in prepare(), one read per chunk in build()).
+  struct Tile {
+    int32_t request, kv_head, row_begin, row_end, kv_begin, kv_end;
+  };
+  std::vector<Tile> tiles_;
+  // Chunks of a split build() in generation order (an unsplit build reads the tiles directly:
+  // chunk t = tile t, whole range, no slot).
+  struct Chunk {
+    int32_t tile, kv_begin, kv_end, slot;
+  };
+  std::vector<Chunk> chunks_;
   std::vector<int32_t> t_chunk0_;  // tile t's chunks: [t_chunk0_[t], t_chunk0_[t + 1])
   std::vector<double> c_cost_;
+  std::vector<uint64_t> c_icost_;
   // Step 4/5 scratch.
   std::vector<uint32_t> order_, order_tmp_;
   std::vector<uint64_t> keys_, keys_tmp_;
