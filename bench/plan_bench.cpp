@@ -18,7 +18,10 @@
 // --copy (needs a GPU): per decode case also times what plan() enqueues after planning, on an idle
 // stream: cudaMemcpyAsync of the layout's whole metadata region from a pinned staging buffer + the
 // staging event's record (column "copy+event"; the host side of plan() = plan+serialize + this +
-// the wrapper's validation). The stream is synchronized outside the timed calls.
+// the wrapper's validation); at batch 1 and 256 also its parts (copy alone, event record alone,
+// cudaEventSynchronize on a landed copy's event: what the next plan() calls before reusing the
+// staging buffer); and rows "staging/<n>KiB": the copy's host cost by size. The stream is
+// synchronized outside the timed calls.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -106,8 +109,11 @@ bool same_bytes(const std::vector<unsigned char>& a, const std::vector<unsigned 
 }
 
 // What plan() enqueues once the image is in the staging buffer: the H2D copy of the whole metadata
-// region (pinned -> device) and the staging event's record, timed on an idle stream.
-Stats time_copy(const unsigned char* image, std::size_t bytes) {
+// region (pinned -> device) and the staging event's record, timed on an idle stream. what:
+// 0 = copy + event record (the wrapper's sequence), 1 = the copy alone, 2 = the event record
+// alone, 3 = cudaEventSynchronize on the staging event of a copy that has landed (what the
+// next plan() calls first: no wait on the GPU, the call's own cost).
+Stats time_copy(const unsigned char* image, std::size_t bytes, int what = 0) {
   auto ok = [](cudaError_t e, const char* what) {
     if (e != cudaSuccess) {
       std::fprintf(stderr, "weft-plan-bench --copy: %s: %s\n", what, cudaGetErrorString(e));
@@ -123,10 +129,12 @@ Stats time_copy(const unsigned char* image, std::size_t bytes) {
   ok(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
   std::memcpy(staging, image, bytes);
   const Stats st = time_calls([&] {
+    if (what == 3) ok(cudaEventRecord(ev, s), "cudaEventRecord");
     ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");  // idle stream, as the bench's plan_us
     const auto t0 = Clock::now();
-    ok(cudaMemcpyAsync(dev, staging, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
-    ok(cudaEventRecord(ev, s), "cudaEventRecord");
+    if (what <= 1) ok(cudaMemcpyAsync(dev, staging, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    if (what == 0 || what == 2) ok(cudaEventRecord(ev, s), "cudaEventRecord");
+    if (what == 3) ok(cudaEventSynchronize(ev), "cudaEventSynchronize");
     return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   });
   ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
@@ -208,6 +216,14 @@ void decode_cases(const std::string& filter) {
           char cnote[64];
           std::snprintf(cnote, sizeof cnote, "%zu bytes", img_new.size());
           print_row(name, "copy+event", c, c, cnote);
+          if (batch == 1 || batch == 256) {  // the parts, at the two batch sizes
+            const Stats c1 = time_copy(img_new.data(), img_new.size(), 1);
+            print_row(name, "copy alone", c1, c1, cnote);
+            const Stats c2 = time_copy(img_new.data(), img_new.size(), 2);
+            print_row(name, "event alone", c2, c2, "");
+            const Stats c3 = time_copy(img_new.data(), img_new.size(), 3);
+            print_row(name, "sync (landed)", c3, c3, "cudaEventSynchronize, copy done");
+          }
         }
       }
 }
@@ -339,6 +355,22 @@ void pack_cases(const std::string& filter) {
 
 }  // namespace
 
+// --copy: the pinned -> device copy's host cost by size (the driver may take a different route for
+// small copies), alone and with the event record.
+void copy_sweep(const std::string& filter) {
+  if (!g_copy || (!filter.empty() && std::string("staging/").find(filter) == std::string::npos &&
+                  filter.find("staging") == std::string::npos))
+    return;
+  for (std::size_t kb : {2, 4, 8, 12, 16, 20, 24, 28, 32, 48, 64, 128}) {
+    std::vector<unsigned char> img(kb * 1024, 1);
+    const std::string name = "staging/" + std::to_string(kb) + "KiB";
+    const Stats a = time_copy(img.data(), img.size(), 1);
+    print_row(name, "copy alone", a, a, "");
+    const Stats b = time_copy(img.data(), img.size(), 0);
+    print_row(name, "copy+event", b, b, "");
+  }
+}
+
 int main(int argc, char** argv) {
   std::string filter;
   for (int i = 1; i < argc; ++i) {
@@ -355,5 +387,6 @@ int main(int argc, char** argv) {
   decode_cases(filter);
   prefill_cases(filter);
   pack_cases(filter);
+  copy_sweep(filter);
   return 0;
 }

@@ -12,7 +12,8 @@ constexpr int kWarps = 4;  // one warp per output row; 4 rows in flight per CTA
 
 // One merge entry's metadata (plan data, written by plan() before the producer kernel ran).
 // Head-folded plans (plan::Plan::head_fold = y): entry e is plan merge e / y for sub-head e % y;
-// its KV head and first slot are expanded (plan::fold_expand) and its n slots lie y slots apart.
+// its KV head and first slot are expanded (plan::fold_expand, plan::fold_slot: its n slots stay
+// consecutive).
 struct MergeEntry {
   int token0, kv_head, r0, r1, s0, n, step;
 };
@@ -25,8 +26,8 @@ __device__ __forceinline__ MergeEntry load_entry(const plan::PlanPointers& p, in
   x.r1 = p.merge_row_end[m];
   const int s0 = p.merge_indptr[m];
   x.n = p.merge_indptr[m + 1] - s0;
-  x.s0 = plan::fold_expand(s0, fold);
-  x.step = y;
+  x.s0 = plan::fold_slot(s0, fold, p.slot_stride);
+  x.step = 1;
   return x;
 }
 

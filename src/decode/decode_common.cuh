@@ -111,13 +111,14 @@ __device__ __forceinline__ Item load_work_item(const plan::WorkPlanPointers& w, 
   return it;
 }
 
-// Head-folded plans (plan::Plan::head_fold): a launched CTA runs the items of plan CTA
-// c / head_fold for sub-head j = c % head_fold. Its CtaRecord carries the fold word
-// (plan::fold_word; 0 without folding: every mapping below is then the identity); an item's KV head is
-// item_kv_head * head_fold + j, its partial slot s * head_fold + j, its merge counter
-// m * head_fold + j, and the slots of one merge lie head_fold slots apart.
+// Head-folded plans (plan::Plan::head_fold): launched CTA c runs the items of plan CTA c % P
+// (P = PlanPointers::num_ctas) for sub-head j = c / P, its fold word (plan::fold_word; 0 without
+// folding: every mapping below is then the identity). An item's KV head is
+// item_kv_head * head_fold + j, its partial slot j * S + s (S = PlanPointers::slot_stride, so one
+// merge's slots stay consecutive), its merge counter m * head_fold + j.
 using plan::fold_count;
 using plan::fold_expand;
+using plan::fold_slot;
 
 // A split item's tile: its first partial slot (expanded for the CTA's sub-head), slot count
 // (merge_indptr) and the distance between its slots in slots. Loaded when the item's KV loop
@@ -131,8 +132,7 @@ __device__ __forceinline__ MergeRange load_merge_range(const plan::PlanPointers&
   if (it.merge >= 0) {
     const int s0 = p.merge_indptr[it.merge];
     r.n = p.merge_indptr[it.merge + 1] - s0;
-    r.s0 = fold_expand(s0, fold);
-    r.step = fold_count(fold);
+    r.s0 = fold_slot(s0, fold, p.slot_stride);
   }
   return r;
 }
@@ -149,30 +149,33 @@ __device__ __forceinline__ Item load_item(const plan::PlanPointers& p, int i, in
   it.kv_begin = p.item_kv_begin[i];
   it.kv_end = p.item_kv_end[i];
   const int slot = p.item_partial_slot[i];
-  it.slot = slot < 0 ? -1 : fold_expand(slot, fold);
+  it.slot = slot < 0 ? -1 : fold_slot(slot, fold, p.slot_stride);
   it.token0 = p.qo_indptr[it.req];
   it.merge = p.item_merge[i];
   return it;
 }
 
-// Launched CTA c's item range and first item from its CtaRecord (already expanded for its
-// sub-head; *fold receives the record's fold word): three independent 16-byte loads, one load
+// Launched CTA c's item range and first item from its plan CTA's CtaRecord, expanded for its
+// sub-head (*fold receives the CTA's fold word): three independent 16-byte loads, one load
 // round, where cta_indptr -> item arrays -> qo_indptr took three dependent rounds at the start
-// of every CTA (each a DRAM round trip after the plan's lines left L2).
+// of every CTA (each a DRAM round trip after the plan's lines left L2). The plan CTA and the
+// sub-head come from the layout's constants (kernel parameters), not from memory.
 __device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int c, int* i0, int* i1, int* fold) {
-  const int4* rec = reinterpret_cast<const int4*>(p.cta_first + c);
+  const int pc = plan::plan_cta_of(c, p.num_ctas);
+  const int word = plan::fold_word_of_cta(c, p.num_ctas, p.head_fold);
+  const int4* rec = reinterpret_cast<const int4*>(p.cta_first + pc);
   const int4 a = __ldg(rec), b = __ldg(rec + 1), d = __ldg(rec + 2);
   *i0 = a.x;
   *i1 = a.y;
-  *fold = d.w;
+  *fold = word;
   Item it;
   it.req = a.z;
-  it.kv_head = a.w;
+  it.kv_head = fold_expand(a.w, word);
   it.row_begin = b.x;
   it.nrows = b.y - b.x;
   it.kv_begin = b.z;
   it.kv_end = b.w;
-  it.slot = d.x;
+  it.slot = d.x < 0 ? -1 : fold_slot(d.x, word, p.slot_stride);
   it.token0 = d.y;
   it.merge = d.z;
   return it;
@@ -476,7 +479,7 @@ __device__ __forceinline__ void merge_tile_if_last(const P& p, const Item& it, M
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int i = warp; i < it.nrows; i += W) {
     const RowPos rp = row_pos(p, it, it.row_begin + i);
-    // The merge's slots are mr.step slots (mr.step * QR rows) apart.
+    // The merge's slots are mr.step slots (mr.step * QR rows) apart (consecutive: 1).
     attn::merge_row_warp<T>(p.plan.partial_lse + int64_t(mr.s0) * QR + i,
                             p.plan.partial_o + (int64_t(mr.s0) * QR + i) * D, mr.n, QR * mr.step, D,
                             p.o + rp.token * p.o_stride_token + rp.head * p.o_stride_head,

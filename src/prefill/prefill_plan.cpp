@@ -26,21 +26,31 @@ void PrefillPlanner::make_plan(const PlanRequest& r, SegmentedPlan& out) {
   WEFT_CHECK_ARG(r.qo_len.size() == r.kv_len.size(), "kv_len",
                  "size " << r.kv_len.size() << " differs from qo_len size " << r.qo_len.size());
   const int32_t seg = segment_tokens(r.cta_q, r.group_size, r.causal, r.window_left);
-  out.seg_request.clear();
-  out.seg_token0.clear();
-  out.seg_pos0.clear();
   plan::BatchShape& shape = shape_;
-  shape.qo_len.clear();
-  shape.kv_len.clear();
-  shape.kv_start.clear();
   attn::VariantParams vp;
   vp.causal = r.causal ? 1 : 0;
   vp.window_left = r.window_left;
   const attn::DefaultVariant variant(vp);
   const int32_t batch = static_cast<int32_t>(r.qo_len.size());
+  // Segment count first (one division per request), then every array written through a pointer
+  // (sized once; no allocation when warm).
+  int64_t nseg = 0;
   for (int32_t b = 0; b < batch; ++b) {
     const int32_t ql = r.qo_len[b], kl = r.kv_len[b];
     WEFT_CHECK_ARG(ql >= 0 && kl >= 0, "qo_len/kv_len", "negative length for request " << b);
+    nseg += seg > 0 && ql > seg ? (ql + seg - 1) / seg : 1;
+  }
+  for (auto* v : {&out.seg_request, &out.seg_token0, &out.seg_pos0, &shape.qo_len, &shape.kv_len, &shape.kv_start})
+    v->resize(static_cast<std::size_t>(nseg));
+  int32_t* const sreq = out.seg_request.data();
+  int32_t* const stok = out.seg_token0.data();
+  int32_t* const spos = out.seg_pos0.data();
+  int32_t* const qo = shape.qo_len.data();
+  int32_t* const kv = shape.kv_len.data();
+  int32_t* const ks = shape.kv_start.data();
+  std::size_t i = 0;
+  for (int32_t b = 0; b < batch; ++b) {
+    const int32_t ql = r.qo_len[b], kl = r.kv_len[b];
     const int32_t step = seg > 0 ? seg : std::max(ql, 1);
     int32_t t0 = 0;
     do {
@@ -49,13 +59,13 @@ void PrefillPlanner::make_plan(const PlanRequest& r, SegmentedPlan& out) {
       // Keys this segment's rows (positions pos0 .. pos0 + n - 1) can see: [lo, hi), from the
       // variant's KV-range hook (attention/variant.cuh), the same the kernel trims items with.
       const attn::KVRange kr = variant.kv_range<int64_t>(pos0, pos0 + n - 1, kl);
-      const int64_t hi = kr.end, lo = kr.begin;
-      out.seg_request.push_back(b);
-      out.seg_token0.push_back(t0);
-      out.seg_pos0.push_back(static_cast<int32_t>(pos0));
-      shape.qo_len.push_back(n);
-      shape.kv_len.push_back(static_cast<int32_t>(hi));
-      shape.kv_start.push_back(static_cast<int32_t>(lo));
+      sreq[i] = b;
+      stok[i] = t0;
+      spos[i] = static_cast<int32_t>(pos0);
+      qo[i] = n;
+      kv[i] = static_cast<int32_t>(kr.end);
+      ks[i] = static_cast<int32_t>(kr.begin);
+      ++i;
       t0 += n;
     } while (t0 < ql);
   }

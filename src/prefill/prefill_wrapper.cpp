@@ -64,6 +64,35 @@ struct BatchPrefillWrapper::State {
   std::size_t staging_bytes = 0;
   cudaEvent_t staging_done = nullptr;
   bool staging_pending = false;
+  // The launch-topology facts plan() needs, per device (constant for a process): whether the sm90
+  // mainloop can take a call shape, and each FA2 tile's persistent grid. Each is several runtime
+  // calls (device attributes, cudaFuncSetAttribute, the occupancy calculator), measured as most
+  // of prefill/plan/b64's plan_us on the lent H100's host (420-516 us at 5b2fcc8 / 340773c
+  // against ~110 us of planning): asked once, then looked up.
+  struct Sm90Key {
+    int device;
+    int32_t head_dim;
+    DType dtype, kv_dtype;
+    int32_t group;
+    bool paged;
+    int64_t page_size;
+    bool operator==(const Sm90Key& o) const {
+      return device == o.device && head_dim == o.head_dim && dtype == o.dtype && kv_dtype == o.kv_dtype &&
+             group == o.group && paged == o.paged && page_size == o.page_size;
+    }
+  };
+  struct GridKey {
+    int device;
+    TileConfig cfg;
+    DType dtype, kv_dtype;
+    bool operator==(const GridKey& o) const {
+      return device == o.device && cfg.head_dim == o.cfg.head_dim && cfg.cta_q == o.cfg.cta_q &&
+             cfg.cta_kv == o.cfg.cta_kv && dtype == o.dtype && kv_dtype == o.kv_dtype;
+    }
+  };
+  std::vector<std::pair<Sm90Key, bool>> sm90_eligible;
+  std::vector<std::pair<GridKey, int32_t>> fa2_grid;
+  std::vector<std::pair<int, int>> sms;  // (device, SM count)
   ~State() {
     if (staging_done != nullptr) {
       cudaEventSynchronize(staging_done);
@@ -269,6 +298,15 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
         if (c.head_dim == head_dim && c.cta_q == 64) cfg = c;
   }
   const int device = device_of(bounds.device);
+  State& st = *s_;
+  auto cached = [](auto& table, const auto& key, auto compute) {
+    for (const auto& e : table)
+      if (e.first == key) return e.second;
+    const auto v = compute();
+    table.push_back({key, v});
+    return v;
+  };
+  const auto sm_count_of = [&] { return cached(st.sms, device, [&] { return sm_count(device); }); };
   // Mainloop: the sm90 kernel (wgmma + TMA, 128 x 128 tiles, one CTA per SM) where the heuristic
   // chose the 128-row tile and the device/arguments allow it; the FA2 kernel otherwise.
   // ALiBi and run-time compiled variants run on the FA2 kernel only (the sm90 mainloop has no
@@ -287,8 +325,10 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   const bool wide_tile = cfg.cta_q == prefill::sm90::kBlockM || (head_dim == 256 && opt.cta_q == 0 && avg_rows > 64);
   const bool want_sm90 =
       force_sm90 || (opt.mainloop == PrefillMainloop::kAuto && heuristics::prefill_auto_prefers_sm90(wide_tile, fp8));
-  const bool use_sm90 = want_sm90 && variant.alibi_slopes == nullptr && !jit &&
-                        prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size, kv_dtype);
+  const bool use_sm90 =
+      want_sm90 && variant.alibi_slopes == nullptr && !jit &&
+      cached(st.sm90_eligible, State::Sm90Key{device, head_dim, dtype, kv_dtype, group, paged, page_size},
+             [&] { return prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size, kv_dtype); });
   WEFT_CHECK_ARG(!force_sm90 || use_sm90, "opt.mainloop",
                  "kSm90: the Hopper mainloop cannot run this call (compute capability 9.0 with sm_90a code, "
                  "head_dim / dtype / kv_dtype instances, GQA group dividing 128, page size tiling "
@@ -307,7 +347,9 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   const prefill::KernelEntry kernel = use_sm90 ? prefill::KernelEntry{} : prefill::find_kernel(cfg, dtype, kv_dtype);
   // (sm90: one CTA per SM; eligible() checked that it fits.)
   // opt.max_ctas caps the grid (an SM partition with a kernel on another stream).
-  const int32_t full_grid = use_sm90 ? sm_count(device) : num_ctas_for(cfg, dtype, kv_dtype, device);
+  const int32_t full_grid = use_sm90 ? sm_count_of()
+                                     : cached(st.fa2_grid, State::GridKey{device, cfg, dtype, kv_dtype},
+                                              [&] { return num_ctas_for(cfg, dtype, kv_dtype, device); });
   const int32_t num_ctas = opt.max_ctas > 0 ? std::min(full_grid, opt.max_ctas) : full_grid;
   prefill::PrefillWorkspaceLayout layout = layout_for(bounds, cfg, num_ctas);
   const std::size_t plan_bytes = layout.total_bytes;

@@ -96,10 +96,11 @@ struct Plan {
   // each of its items stands for head_fold items that differ only in the KV head. All KV heads of
   // a request have the same rows and keys, so the plan of one head class, replicated, is a plan
   // of all of them: the planner's work and the metadata a plan() copies shrink head_fold times
-  // (issue 19: plan() cost O(batch + splits), not O(batch x heads)). The layout expands it:
-  // launched CTA c runs plan CTA c / head_fold with sub-head j = c % head_fold, i.e. KV head
-  // item_kv_head * head_fold + j, partial slot s * head_fold + j, merge counter m * head_fold + j
-  // (so the slots of one merge are head_fold apart; CtaRecord::fold carries j and head_fold).
+  // (issue 19: plan() cost O(batch + splits), not O(batch x heads)). The kernels expand it:
+  // launched CTA c runs plan CTA c % P (P = num_ctas) with sub-head j = c / P (plan_cta_of,
+  // fold_word_of_cta), i.e. KV head item_kv_head * head_fold + j, partial slot j * S + s (S: the
+  // layout's max_slots, PlanPointers::slot_stride; so one merge's slots stay consecutive, fold_slot)
+  // and merge counter m * head_fold + j.
   int32_t head_fold = 1;
 
   std::vector<int32_t> cta_indptr;  // num_ctas + 1
@@ -275,21 +276,29 @@ constexpr int32_t fold_word_of_cta(int32_t c, int32_t plan_ctas, int32_t head_fo
 }
 constexpr int32_t fold_count(int32_t word) { return (word >> 16) + 1; }
 constexpr int32_t fold_sub_head(int32_t word) { return word & 0xffff; }
-// A plan index (KV head, partial slot, merge counter) expanded for the CTA's sub-head.
+// A plan index (KV head, merge counter) expanded for the CTA's sub-head.
 constexpr int32_t fold_expand(int32_t index, int32_t word) { return index * fold_count(word) + fold_sub_head(word); }
+// A plan partial slot expanded for the CTA's sub-head: sub-head j owns slots [j * S, (j + 1) * S)
+// (S = slot_stride, the layout's max_slots), so the slots of one merge stay consecutive as in an
+// unfolded plan. (The interleaved s * head_fold + j put one merge's slots head_fold slots apart;
+// issue 19's A/B at 88e4a79 left split single-request decodes 1-4% slower, this is its remedy.)
+constexpr int32_t fold_slot(int32_t slot, int32_t word, int32_t slot_stride) {
+  return fold_sub_head(word) * slot_stride + slot;
+}
 
-// Per-CTA copy of the CTA's item range and FIRST item (written by serialize, derived from the
-// arrays above): a persistent kernel reads it with one round of independent 16-byte loads
+// Per-plan-CTA copy of the CTA's item range and FIRST item (written by serialize, derived from
+// the arrays above): a persistent kernel reads it with one round of independent 16-byte loads
 // instead of the dependent chain cta_indptr -> item arrays -> qo_indptr. 48 bytes: three int4.
+// One record per PLAN CTA (num_ctas), as the plan holds it: a head-folded launch's head_fold
+// CTAs of plan CTA c read the same record and expand kv_head and partial_slot for their sub-head
+// (decode_common.cuh load_first_item), so the records a plan() writes and copies do not grow
+// with the fold (8 x fewer bytes for Llama-3-8B's 264-CTA decode grid).
 struct CtaRecord {
   int32_t item_begin, item_end;  // cta_indptr[c], cta_indptr[c + 1]
   int32_t request, kv_head, row_begin, row_end, kv_begin, kv_end, partial_slot;  // item item_begin
   int32_t token0;                // qo_indptr[request]: the request's first query token
   int32_t merge;                 // item_merge of item item_begin (the PLAN's merge index)
-  // This launched CTA's place in a head-folded plan (Plan::head_fold): j | (head_fold - 1) << 16
-  // (0 without folding). The fields above are already expanded for sub-head j (kv_head, slot);
-  // later items are expanded by the kernel (decode_common.cuh fold_*).
-  int32_t fold;
+  int32_t fold;                  // fold_word(0, head_fold): the plan's fold (0 without folding)
 };
 static_assert(sizeof(CtaRecord) == 48, "CtaRecord is read as three 16-byte vectors");
 
@@ -297,8 +306,8 @@ static_assert(sizeof(CtaRecord) == 48, "CtaRecord is read as three 16-byte vecto
 struct PlanPointers {
   const PlanHeader* header;
   const int32_t* cta_indptr;
-  const CtaRecord* cta_first;  // num_ctas * head_fold records (one per launched CTA), 16-byte
-                               // aligned (fields of an empty CTA's first item are 0)
+  const CtaRecord* cta_first;  // num_ctas records (one per plan CTA), 16-byte aligned (fields
+                               // of an empty CTA's first item are 0)
   const int32_t* item_request;
   const int32_t* item_kv_head;
   const int32_t* item_row_begin;
@@ -321,6 +330,11 @@ struct PlanPointers {
   // [max_slots * head_fold, tile_q, head_dim]: slot s row i at (s * tile_q + i) * head_dim
   float* partial_o;
   float* partial_lse;  // [max_slots * head_fold, tile_q], BASE-2 log-sum-exp (kernels work in log2)
+  // The layout's constants a folded launch needs (fixed per layout: graph safe): plan CTAs (the
+  // launch has num_ctas * head_fold), the fold, and the slots per sub-head (max_slots; fold_slot).
+  int32_t num_ctas;
+  int32_t head_fold;
+  int32_t slot_stride;
 };
 
 #if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)

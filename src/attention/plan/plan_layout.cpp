@@ -25,7 +25,8 @@ WorkspaceLayout::WorkspaceLayout(const PlanBounds& b) : bounds_(b) {
                  "must be a positive multiple of 4, got " << b.head_dim);
   WEFT_CHECK_ARG(b.head_fold >= 1 && b.head_fold <= 65536, "head_fold", "must be in [1, 65536], got " << b.head_fold);
   max_items_ = b.max_tiles + b.num_ctas;
-  // Per launched CTA (folded plans: num_ctas * head_fold): records, merge counters, slots.
+  // Per launched CTA (folded plans: num_ctas * head_fold): merge counters and partial slots;
+  // CTA records per plan CTA.
   const std::size_t fold = static_cast<std::size_t>(b.head_fold);
   max_merges_ = b.num_ctas;
   max_slots_ = 2 * b.num_ctas;
@@ -33,7 +34,7 @@ WorkspaceLayout::WorkspaceLayout(const PlanBounds& b) : bounds_(b) {
   off_cta_ = off;
   off = align_up(off + sizeof(int32_t) * (b.num_ctas + 1), kAlign);
   off_first_ = off;
-  off = align_up(off + sizeof(CtaRecord) * std::size_t(b.num_ctas) * fold, kAlign);
+  off = align_up(off + sizeof(CtaRecord) * std::size_t(b.num_ctas), kAlign);
   off_items_ = off;
   off = align_up(off + sizeof(int32_t) * kItemArrays * std::size_t(max_items_), kAlign);
   off_merges_ = off;
@@ -80,6 +81,9 @@ PlanPointers WorkspaceLayout::pointers(void* base) const {
   v.kv_len = i32(off_kv_, 0);
   v.partial_o = reinterpret_cast<float*>(p + off_po_);
   v.partial_lse = reinterpret_cast<float*>(p + off_plse_);
+  v.num_ctas = bounds_.num_ctas;
+  v.head_fold = bounds_.head_fold;
+  v.slot_stride = max_slots_;
   return v;
 }
 
@@ -164,10 +168,9 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
     item_merge[i] = m;
   }
   put_n(v.item_merge, nullptr, static_cast<std::size_t>(num_items));  // clears the excess only
-  // One record per LAUNCHED CTA: plan CTA c's first item, expanded for sub-head j, at launched CTA
-  // j * num_ctas + c (sub-head major: plan_cta_of / fold_word_of_cta in balance.h).
+  // One record per plan CTA, as the plan holds it (a folded launch's CTAs expand it).
   CtaRecord* first = const_cast<CtaRecord*>(v.cta_first);
-  const int32_t fold = plan.head_fold;
+  const int32_t fold0 = fold_word(0, plan.head_fold);
   for (int32_t c = 0; c < plan.num_ctas; ++c) {
     CtaRecord r{};
     r.item_begin = plan.cta_indptr[c];
@@ -184,15 +187,8 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
       r.token0 = plan.qo_indptr[r.request];
       r.merge = item_merge[i];
     }
-    for (int32_t j = 0; j < fold; ++j) {
-      CtaRecord e = r;
-      e.fold = fold_word(j, fold);
-      if (r.item_begin < r.item_end) {
-        e.kv_head = fold_expand(r.kv_head, e.fold);
-        e.partial_slot = r.partial_slot < 0 ? -1 : fold_expand(r.partial_slot, e.fold);
-      }
-      first[std::size_t(j) * plan.num_ctas + c] = e;
-    }
+    r.fold = fold0;
+    first[c] = r;
   }
   if (image != nullptr) image->valid = true;
 }

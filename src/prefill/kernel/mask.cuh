@@ -161,7 +161,7 @@ __device__ __forceinline__ CtaItems cta_items(const PrefillParams& p) {
 // Work item w of the plan: its segment, request, rows, output slot and the key range the variant
 // leaves it (trim_kv_range). Shared by the FA2 and the Hopper (sm90) prefill kernels. fold: the
 // launched CTA's fold word (plan::fold_word_of_cta; 0 for unfolded plans): the item's KV head
-// and partial slot are expanded for the CTA's sub-head.
+// and partial slot are expanded for the CTA's sub-head (plan::fold_expand, plan::fold_slot).
 __device__ __forceinline__ ItemGeom item_geometry(const PrefillParams& p, int w, int fold) {
   ItemGeom g;
   const plan::PlanPointers& pl = p.plan;
@@ -170,7 +170,7 @@ __device__ __forceinline__ ItemGeom item_geometry(const PrefillParams& p, int w,
   g.row_begin = pl.item_row_begin[w];
   g.row_end = pl.item_row_end[w];
   const int slot = pl.item_partial_slot[w];
-  g.slot = slot < 0 ? -1 : plan::fold_expand(slot, fold);
+  g.slot = slot < 0 ? -1 : plan::fold_slot(slot, fold, pl.slot_stride);
   g.request = p.seg_request[g.seg];
   g.token_abs0 = pl.qo_indptr[g.seg];
   g.pos0 = p.seg_pos0[g.seg];

@@ -235,21 +235,30 @@ TEST(DecodePlan, HeadFoldExpandsToEveryHeadOnce) {
     std::vector<int> slot_used(size_t(slots_cap), 0);
     std::vector<double> load(grid, 0.0);
     double biggest_fold = 0;
+    // One record per plan CTA; the launch's layout constants give each launched CTA its plan CTA
+    // and sub-head (what decode_common.cuh load_first_item does).
+    ASSERT_EQ(v.num_ctas, grid / fold);
+    ASSERT_EQ(v.head_fold, fold);
+    ASSERT_EQ(v.slot_stride, layout.max_slots());
+    const int32_t S = v.slot_stride;
     for (int32_t c = 0; c < grid; ++c) {
-      const plan::CtaRecord& r = v.cta_first[c];
-      ASSERT_EQ(r.fold, plan::fold_word_of_cta(c, grid / fold, fold));
-      ASSERT_EQ(r.item_begin, p.cta_indptr[plan::plan_cta_of(c, grid / fold)]);
-      const int32_t j = r.fold & 0xffff, y = (r.fold >> 16) + 1;
+      const int32_t pc = plan::plan_cta_of(c, v.num_ctas);
+      const plan::CtaRecord& r = v.cta_first[pc];
+      ASSERT_EQ(r.fold, plan::fold_word(0, fold));
+      ASSERT_EQ(r.item_begin, p.cta_indptr[pc]);
+      const int32_t word = plan::fold_word_of_cta(c, v.num_ctas, v.head_fold);
+      const int32_t j = plan::fold_sub_head(word), y = plan::fold_count(word);
       ASSERT_EQ(y, fold);
       ASSERT_EQ(j, c / (grid / fold));  // sub-head major (plan::fold_word_of_cta)
       for (int32_t i = r.item_begin; i < r.item_end; ++i) {
         int32_t req = v.item_request[i], kvh = v.item_kv_head[i] * y + j, rb = v.item_row_begin[i];
         int32_t re = v.item_row_end[i], kb = v.item_kv_begin[i], ke = v.item_kv_end[i];
-        int32_t slot = v.item_partial_slot[i] < 0 ? -1 : v.item_partial_slot[i] * y + j;
-        if (i == r.item_begin) {  // the record holds the expanded first item
+        int32_t slot = v.item_partial_slot[i] < 0 ? -1 : j * S + v.item_partial_slot[i];
+        ASSERT_EQ(slot, v.item_partial_slot[i] < 0 ? -1 : plan::fold_slot(v.item_partial_slot[i], word, S));
+        if (i == r.item_begin) {  // the record holds the first item, as the plan does
           ASSERT_EQ(r.request, req);
-          ASSERT_EQ(r.kv_head, kvh);
-          ASSERT_EQ(r.partial_slot, slot);
+          ASSERT_EQ(plan::fold_expand(r.kv_head, word), kvh);
+          ASSERT_EQ(r.partial_slot < 0 ? -1 : plan::fold_slot(r.partial_slot, word, S), slot);
           ASSERT_EQ(r.kv_begin, kb);
           ASSERT_EQ(r.merge, v.item_merge[i]);
         }
@@ -260,10 +269,10 @@ TEST(DecodePlan, HeadFoldExpandsToEveryHeadOnce) {
           ASSERT_EQ(slot_used[slot]++, 0);
           const int32_t m = v.item_merge[i];
           ASSERT_GE(m, 0);
-          // The merge's expanded slots are s0 * y + j + k * y: this item's slot is one of them.
+          // The merge's expanded slots are j * S + s0 + k, k < n: this item's slot is one of them.
           const int32_t s0 = v.merge_indptr[m], n = v.merge_indptr[m + 1] - s0;
-          ASSERT_EQ((slot - (s0 * y + j)) % y, 0);
-          ASSERT_LT((slot - (s0 * y + j)) / y, n);
+          ASSERT_GE(slot - (j * S + s0), 0);
+          ASSERT_LT(slot - (j * S + s0), n);
           ASSERT_EQ(v.merge_request[m], req);
           ASSERT_EQ(v.merge_kv_head[m] * y + j, kvh);
         }
@@ -286,7 +295,7 @@ TEST(DecodePlan, HeadFoldExpandsToEveryHeadOnce) {
         ASSERT_EQ(at, lens[b]);
         // Split rows: their slots are consecutive expanded slots of one merge, in key order.
         if (pcs.size() > 1)
-          for (size_t k = 1; k < pcs.size(); ++k) ASSERT_EQ(pcs[k].slot, pcs[k - 1].slot + fold);
+          for (size_t k = 1; k < pcs.size(); ++k) ASSERT_EQ(pcs[k].slot, pcs[k - 1].slot + 1);
       }
     // Folding replicates a plan of the same quality: the makespan per launched CTA is within the
     // largest chunk of the unfolded plan's (LPT's bound on both).
