@@ -9,6 +9,10 @@
 # Usage (repo root of the NEW tree on the device; the old tree made locally with
 #   `git archive <sha> | tar -x -C .ab-base` and carried):
 #   OUT=... WEFT_COMMIT=<new sha> BASE_COMMIT=<old sha> PAIRS=2 scripts/diag/core-ab.sh .ab-base [bench args]
+# SKIP_BUILD=1: use weft-bench already built in /tmp/ab-old and /tmp/ab-new (plan-check.sh builds
+# them together with the tests). Each process gets an equal share of the time left before
+# DEADLINE (so an early process cannot starve the later ones of their rows). Rows whose new (and
+# old) JSON cases carry extra.plan_us get extra.plan_us_new / plan_us_old (median over processes).
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 BASE_SRC=${1:?usage: core-ab.sh <old source tree> [weft-bench args]}
@@ -20,20 +24,25 @@ build_bench() {  # <source dir> <build dir> <log>
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE="norm;comm" -DWEFT_WITH_COMM=OFF \
     -DWEFT_BUILD_TESTS=OFF > "$3" 2>&1 && ninja -C "$2" -j8 weft-bench >> "$3" 2>&1
 }
-build_bench "$BASE_SRC" /tmp/ab-old "$OUT/build_old.log" &
-OLD_PID=$!
-build_bench . /tmp/ab-new "$OUT/build_new.log" || { tail -30 "$OUT/build_new.log"; exit 1; }
-wait $OLD_PID || { tail -30 "$OUT/build_old.log"; exit 1; }
-echo "build $SECONDS s"
+if [ -z "${SKIP_BUILD:-}" ]; then
+  build_bench "$BASE_SRC" /tmp/ab-old "$OUT/build_old.log" &
+  OLD_PID=$!
+  build_bench . /tmp/ab-new "$OUT/build_new.log" || { tail -30 "$OUT/build_new.log"; exit 1; }
+  wait $OLD_PID || { tail -30 "$OUT/build_old.log"; exit 1; }
+  echo "build $SECONDS s"
+fi
 # DEADLINE (seconds since the start, default 540): no run starts after it, and each run is cut
 # at it (timeout), so one device call (600 s) always ends with a summary of the rows measured.
 # Rows are read from the logs (printed as each row ends), so a cut run still counts its rows.
 DEADLINE=${DEADLINE:-540}
+runs_left=$((2 * ${PAIRS:-2}))
 for i in $(seq 1 "${PAIRS:-2}"); do
   for tree in old new; do
     left=$((DEADLINE - SECONDS))
-    if [ "$left" -lt 20 ]; then echo "$tree run $i: skipped (deadline)"; continue; fi
-    timeout "$left" stdbuf -oL /tmp/ab-$tree/bench/weft-bench --group decode --group prefill "$@" \
+    share=$((left / runs_left))
+    runs_left=$((runs_left - 1))
+    if [ "$share" -lt 10 ]; then echo "$tree run $i: skipped (deadline)"; continue; fi
+    timeout "$share" stdbuf -oL /tmp/ab-$tree/bench/weft-bench --group decode --group prefill "$@" \
       --commit "${WEFT_COMMIT:-unknown}" --json "/tmp/ab_${tree}_$i.json" > "/tmp/ab_${tree}_$i.log" 2>&1 ||
       tail -3 "/tmp/ab_${tree}_$i.log"
     echo "$tree run $i: $(grep -cE '^(decode|prefill)/' "/tmp/ab_${tree}_$i.log") rows ($SECONDS s)"
@@ -59,6 +68,15 @@ for t in ms:
                     order.append(m.group(1))
 jsons = sorted(glob.glob("/tmp/ab_new_*.json")) + sorted(glob.glob("/tmp/ab_old_*.json"))
 first = json.load(open(jsons[0])) if jsons else {"command": "weft-bench --group decode --group prefill"}
+plan_us = {t: {} for t in ("old", "new")}
+for t in plan_us:
+    for js in sorted(glob.glob(f"/tmp/ab_{t}_*.json")):
+        try:
+            for c in json.load(open(js)).get("cases", []):
+                if "plan_us" in c.get("extra", {}):
+                    plan_us[t].setdefault(c["name"], []).append(c["extra"]["plan_us"])
+        except Exception:
+            pass  # a process cut at the deadline leaves no JSON: its rows come from the log
 cases, ratios = [], []
 for name in order:
     if name not in ms["old"] or name not in ms["new"]:
@@ -66,8 +84,18 @@ for name in order:
     o, n = statistics.median(ms["old"][name]), statistics.median(ms["new"][name])
     r = o / n
     ratios.append((r, name))
-    cases.append({"name": "ab/" + name, "ms": n, "extra": {"old_ms": o, "new_ms": n, "speedup_new_vs_old": r,
-                  "old_runs_ms": ms["old"][name], "new_runs_ms": ms["new"][name]}})
+    extra = {"old_ms": o, "new_ms": n, "speedup_new_vs_old": r,
+             "old_runs_ms": ms["old"][name], "new_runs_ms": ms["new"][name]}
+    for t in ("old", "new"):
+        if name in plan_us[t]:
+            extra["plan_us_" + t] = statistics.median(plan_us[t][name])
+    cases.append({"name": "ab/" + name, "ms": n, "extra": extra})
+# Rows only the new tree has (e.g. the plan-cost rows): their plan_us, no ratio.
+for name in order:
+    if name in ms["old"] or name not in plan_us["new"]:
+        continue
+    cases.append({"name": "new/" + name, "ms": statistics.median(ms["new"][name]),
+                  "extra": {"plan_us": statistics.median(plan_us["new"][name]), "plan_us_runs": plan_us["new"][name]}})
 rs = sorted(r for r, _ in ratios)
 summary = {"name": "ab/summary", "ms": None, "extra": {
     "rows": len(rs), "median_speedup_new_vs_old": statistics.median(rs) if rs else None,
