@@ -70,6 +70,15 @@ bool prefill_auto_prefers_sm90(bool wide_tile, bool fp8_kv);
 
 // ---- both ----
 
+// The smallest host -> device copy a plan() enqueues from its pinned staging buffer: a decode
+// plan's metadata region below it is copied together with the start of the (scratch) partial
+// states after it. Measured on the lent H100 machine (driver 580.159.04, weft-plan-bench --copy,
+// bench/results/h100_plan_bench_copy_39bac1c.txt, host time of cudaMemcpyAsync from pinned
+// memory): 2 to 24 KiB cost 2.0-3.1 us (the driver writes such copies into its command stream
+// from the CPU), 28 KiB to 128 KiB 1.3 us (a DMA transfer). Llama-3-8B's batch-1 decode plan is
+// 6 KiB (2.0-2.9 us).
+inline constexpr std::size_t kMinPlanCopyBytes = 32 * 1024;
+
 // The fixed grid of a persistent kernel: `ctas_per_sm` resident CTAs on each of `sm_count` SMs
 // (at least one CTA per SM). Decode passes the smallest residency of all its kernels of the head
 // dim (the path is chosen at plan time, the grid at construction, for CUDA graphs); prefill the

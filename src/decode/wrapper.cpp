@@ -1,5 +1,7 @@
 // BatchDecodeWrapper: construction, workspace sizing, run (validated launch, graph safe);
 // the plan() forms are in wrapper_plan.cpp, the shared state in wrapper_impl.h.
+#include <cstring>
+
 #include "decode/wrapper_impl.h"
 
 namespace weft {
@@ -173,7 +175,9 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
   impl_->head_fold = decode::decode_head_fold(num_kv_heads, impl_->grid);
   impl_->layout = plan::WorkspaceLayout(decode::plan_bounds(max_batch, num_qo_heads, num_kv_heads, head_dim,
                                                             impl_->grid, impl_->tile_rows, impl_->head_fold));
-  std::size_t staging_bytes = impl_->layout.metadata_bytes();
+  impl_->copy_bytes = std::min(impl_->layout.total_bytes(),
+                               std::max(impl_->layout.metadata_bytes(), heuristics::kMinPlanCopyBytes));
+  std::size_t staging_bytes = impl_->copy_bytes;
   if (options.share_prefixes) {
     WEFT_CHECK_ARG(num_qo_heads / num_kv_heads <= decode::kPlanTileQ && path != DecodePath::kCudaCore,
                    "options.share_prefixes",
@@ -227,6 +231,7 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
     }
   }
   WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, staging_bytes, cudaHostAllocDefault));
+  std::memset(impl_->staging, 0, staging_bytes);  // the copy's tail past the metadata stays zero
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->staging_done, cudaEventDisableTiming));
 }
 

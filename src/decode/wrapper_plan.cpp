@@ -251,8 +251,9 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     staging_free();
     im.layout.serialize(im.next, im.staging, &im.staging_image);
     // The whole metadata region: its arrays sit at fixed offsets with max_items strides, so the
-    // bytes a smaller plan uses are not contiguous (and the region also clears the previous plan's).
-    copy_bytes = im.layout.metadata_bytes();
+    // bytes a smaller plan uses are not contiguous (and the region also clears the previous plan's);
+    // at least kMinPlanCopyBytes (im.copy_bytes: a smaller copy costs the host more).
+    copy_bytes = im.copy_bytes;
     std::swap(im.plan, im.next);
     path = im.forced == DecodePath::kAuto ? choose_decode_path(cfg.group_size, head_dim, dtype) : im.forced;
     // Counted per KV head as before head folding: the launch runs head_fold items per plan item.
