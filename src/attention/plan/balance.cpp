@@ -527,7 +527,7 @@ void Planner::build(bool split, int64_t L, Plan& p) {
   order_tmp_.resize(n);
   keys_.resize(n);
   keys_tmp_.resize(n);
-  uint64_t min_ic = ~uint64_t(0), max_ic = 0;
+  uint64_t min_ic = ~uint64_t(0), max_ic = 0, total_ic = 0;  // total_ic: wraps only past n * max_ic
   double total_cost = 0;
   if (int_costs_) c_icost_.resize(n);
   else c_cost_.resize(n);
@@ -537,7 +537,7 @@ void Planner::build(bool split, int64_t L, Plan& p) {
       c_icost_[w] = c;
       min_ic = std::min(min_ic, c);
       max_ic = std::max(max_ic, c);
-      total_cost += static_cast<double>(c);
+      total_ic += c;  // an integer sum: a double one is a 4-cycle dependency chain per chunk
     } else {
       c_cost_[w] = chunk_cost(cfg, rows, len);
     }
@@ -603,7 +603,10 @@ void Planner::build(bool split, int64_t L, Plan& p) {
   const int32_t C = cfg.num_ctas;
   assigned_.resize(n);
   p.cta_cost.assign(C, 0.0);
-  if (int_costs_ && n > 0 && int_keys_for_total(total_cost)) {
+  // The integer sum is exact unless n * max_ic could exceed 2^64 (then the double queue is used).
+  const bool total_exact = max_ic == 0 || n <= ~uint64_t(0) / max_ic;
+  if (int_costs_) total_cost = static_cast<double>(total_ic);
+  if (int_costs_ && n > 0 && total_exact && int_keys_for_total(total_cost)) {
     sort_int_desc(n, min_ic, max_ic);
     reset_deal_int();
     const uint64_t* ic = c_icost_.data();
