@@ -128,3 +128,54 @@ TEST(PlanIdentity, PlannerMatchesReferenceOnRandomBatches) {
 
 }  // namespace
 }  // namespace weft::plan
+
+namespace weft::plan {
+namespace {
+
+// The integral-cost paths of Planner::build one by one against the reference: a counting sort
+// (cost range short against the chunk count: causal prefill segments), the radix sort (a range
+// of 2^20 keys over few chunks), no sort (equal costs), the split build with its row-tile tie
+// order, and large integral costs (alpha 2^19, 2^29-2^30-key requests: keys of the integer queue
+// near its 2^(62 - shift) bound's order). One planner reused throughout.
+TEST(PlanIdentity, IntegralCostPathsMatchReference) {
+  test::Rng rng = test::Rng::for_current_test();
+  Planner planner;
+  Plan plan;
+  for (int iter = 0; iter < 120; ++iter) {
+    const int kind = iter % 5;
+    BatchShape s;
+    BalanceConfig cfg;
+    cfg.num_ctas = static_cast<int32_t>(rng.randint(1, 140));
+    cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 4));
+    cfg.group_size = 4;
+    cfg.tile_q = 16;
+    cfg.kv_granularity = 16;
+    cfg.row_tiles_together = rng.randint(0, 1) == 1;
+    const int batch = static_cast<int>(rng.randint(1, kind == 0 ? 700 : 120));
+    for (int b = 0; b < batch; ++b) {
+      int32_t kv = 0, qo = 1;
+      switch (kind) {
+        case 0: qo = static_cast<int32_t>(rng.randint(1, 4)); kv = 32 * static_cast<int32_t>(rng.randint(1, 14)); break;
+        case 1: kv = static_cast<int32_t>(rng.randint(0, 1 << 20)); break;
+        case 2: kv = 4096; break;
+        case 3: qo = static_cast<int32_t>(rng.randint(1, 40)); kv = static_cast<int32_t>(rng.randint(0, 70000)); break;
+        default: kv = static_cast<int32_t>(rng.randint(1 << 29, 1 << 30)); break;
+      }
+      s.qo_len.push_back(qo);
+      s.kv_len.push_back(kv);
+    }
+    cfg.alpha = kind == 4 ? 524288.0 : static_cast<double>(rng.randint(0, 2));
+    cfg.beta = 1.0;
+    cfg.min_chunk = kind == 3 ? 256 : 0;
+    cfg.allow_split = kind == 3 || rng.randint(0, 1) == 1;
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " kind " << kind << " batch " << batch << " ctas "
+                                      << cfg.num_ctas);
+    const Plan ref = reference::balance(s, cfg);
+    planner.balance(s, cfg, plan);
+    ASSERT_NO_FATAL_FAILURE(expect_same_plan(plan, ref));
+    if (HasFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace weft::plan
