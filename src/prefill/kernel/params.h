@@ -69,7 +69,8 @@ struct PrefillParams {
   int32_t k_scale_stride = 0, v_scale_stride = 0;
 
   // KV heads folded into one plan head class (plan::Plan::head_fold; 1: none): launched CTA c
-  // runs plan CTA c / head_fold's items for KV head item_kv_head * head_fold + c % head_fold.
+  // runs plan CTA c % P's items (P = gridDim.x / head_fold) for sub-head j = c / P: KV head
+  // item_kv_head * head_fold + j, partial slot j * max_slots + s (mask.cuh cta_items, item_geometry).
   // Last, so the fields above keep their offsets.
   int32_t head_fold = 1;
 };
