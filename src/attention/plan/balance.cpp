@@ -652,22 +652,10 @@ void Planner::build(bool split, int64_t L, Plan& p) {
   int32_t* const cur = cursor_.data();
   const int32_t* const as = assigned_.data();
   const uint32_t* const ord = order_.data();
-  if (whole) {
+  // Item k of the deal order: its chunk (unsplit: the tile's whole range, no slot) and tile.
+  auto flatten = [&](auto chunk_of) {
     for (std::size_t k = 0; k < n; ++k) {
-      const Tile& t = tiles[ord[k]];
-      const int32_t i = cur[as[k]]++;
-      ir[i] = t.request;
-      ih[i] = t.kv_head;
-      irb[i] = t.row_begin;
-      ire[i] = t.row_end;
-      ikb[i] = t.kv_begin;
-      ike[i] = t.kv_end;
-      isl[i] = -1;
-    }
-  } else {
-    const Chunk* chunks = chunks_.data();
-    for (std::size_t k = 0; k < n; ++k) {
-      const Chunk& ch = chunks[ord[k]];
+      const Chunk ch = chunk_of(ord[k]);
       const Tile& t = tiles[ch.tile];
       const int32_t i = cur[as[k]]++;
       ir[i] = t.request;
@@ -678,6 +666,12 @@ void Planner::build(bool split, int64_t L, Plan& p) {
       ike[i] = ch.kv_end;
       isl[i] = ch.slot;
     }
+  };
+  if (whole) {
+    flatten([&](uint32_t c) { return Chunk{static_cast<int32_t>(c), tiles[c].kv_begin, tiles[c].kv_end, -1}; });
+  } else {
+    const Chunk* chunks = chunks_.data();
+    flatten([&](uint32_t c) { return chunks[c]; });
   }
   p.split = p.num_merges() > 0;
 }
