@@ -247,33 +247,50 @@ int32_t choose_route(const RouterModel& m, const StepSummary& s, const RouteFilt
 int64_t shared_prefix_keys(const int32_t* ids, int64_t row_stride, const int32_t* kv_len, int32_t batch,
                            int32_t page_size) {
   if (batch < 2 || page_size < 1) return 0;
-  // Rows with at least one full page, ordered by (first page id, row) as one 64-bit key each (no
-  // indirect loads in the sort): each run of equal first ids is a group led by its lowest row.
-  std::vector<uint64_t> rows;
-  rows.reserve(size_t(batch));
-  for (int32_t b = 0; b < batch; ++b)
-    if (kv_len[b] >= page_size)
-      rows.push_back(uint64_t(uint32_t(ids[b * row_stride]) ^ 0x80000000u) << 32 | uint32_t(b));
-  std::sort(rows.begin(), rows.end());
+  // One pass over the rows in order, an open-addressing table from first page id to the group's
+  // leader (the first row seen with that id, so the lowest: the sorted reference's leader,
+  // tests/host/decode/router_reference.h); a row whose first id is taken is compared with its
+  // leader. O(batch + the shared pages compared); an unshared step (every first id distinct, the
+  // serving case without prefix caching) costs one probe per row and no page comparison.
+  // Capacity: a power of two >= 2 x batch (load <= 1/2: ~1.5 probes per row); on the stack up to
+  // kStackSlots (batch <= 2048: 32 KiB, cleared only up to cap), above that one heap array per call.
+  struct Slot {
+    int32_t id, row;  // row < 0: empty
+  };
+  constexpr int32_t kStackSlots = 4096;
+  int32_t bits = 1;
+  while (bits < 31 && (int64_t(1) << bits) < 2 * int64_t(batch)) ++bits;
+  const uint32_t cap = uint32_t(1) << bits, mask = cap - 1;
+  Slot stack_slots[kStackSlots];
+  std::vector<Slot> heap_slots;
+  Slot* slots = stack_slots;
+  if (cap > uint32_t(kStackSlots)) {
+    heap_slots.resize(cap);
+    slots = heap_slots.data();
+  }
+  for (uint32_t i = 0; i < cap; ++i) slots[i].row = -1;
   int64_t keys = 0;
-  for (size_t i = 0; i < rows.size();) {
-    size_t j = i + 1;
-    const int32_t lead = int32_t(uint32_t(rows[i]));
-    const int32_t* lp = ids + lead * row_stride;
-    while (j < rows.size() && (rows[j] >> 32) == (rows[i] >> 32)) {
-      const int32_t m = int32_t(uint32_t(rows[j]));
-      const int32_t* mp = ids + m * row_stride;
-      const int32_t full = std::min(kv_len[lead], kv_len[m]) / page_size;
-      // The first differing page: blocks of 64 ids compared with memcmp, the first unequal block
-      // scanned (a 4K-key shared prefix is 256 pages per row).
-      int32_t p = 0;
-      constexpr int32_t kBlock = 64;
-      while (p + kBlock <= full && std::memcmp(mp + p, lp + p, kBlock * sizeof(int32_t)) == 0) p += kBlock;
-      while (p < full && mp[p] == lp[p]) ++p;
-      keys += int64_t(p) * page_size;
-      ++j;
+  for (int32_t b = 0; b < batch; ++b) {
+    if (kv_len[b] < page_size) continue;  // no full page: shares nothing
+    const int32_t* mp = ids + b * row_stride;
+    const int32_t id = mp[0];
+    // Fibonacci hashing: the top bits of id x 2^32 / phi (scattered and sequential ids alike).
+    uint32_t h = (uint32_t(id) * 0x9E3779B1u) >> (32 - bits);
+    while (slots[h].row >= 0 && slots[h].id != id) h = (h + 1) & mask;
+    if (slots[h].row < 0) {
+      slots[h] = {id, b};
+      continue;
     }
-    i = j;
+    const int32_t lead = slots[h].row;
+    const int32_t* lp = ids + lead * row_stride;
+    const int32_t full = std::min(kv_len[lead], kv_len[b]) / page_size;
+    // The first differing page: blocks of 64 ids compared with memcmp, the first unequal block
+    // scanned (a 4K-key shared prefix is 256 pages per row).
+    int32_t p = 0;
+    constexpr int32_t kBlock = 64;
+    while (p + kBlock <= full && std::memcmp(mp + p, lp + p, kBlock * sizeof(int32_t)) == 0) p += kBlock;
+    while (p < full && mp[p] == lp[p]) ++p;
+    keys += int64_t(p) * page_size;
   }
   return keys;
 }

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <vector>
 
 #include "attention/plan/work_queue.h"
 #include "decode/router.h"
+#include "tests/host/decode/router_reference.h"
 #include "tests/common/test_util.h"
 #include "weft/error.h"
 
@@ -181,6 +183,59 @@ TEST(Router, SharedPrefixKeys) {
       l[r] = prefix_pages * ps + int32_t(rng.randint(1, 15 * ps));  // a private suffix of >= 1 key
     }
     EXPECT_EQ(shared_prefix_keys(t.data(), width, l.data(), m, ps), int64_t(prefix_pages) * ps * (m - 1));
+  }
+}
+
+// The hash grouping returns exactly what the sorted reference (router_reference.h) returns, on
+// random block tables: unshared rows (scattered distinct ids), groups sharing prefixes of random
+// lengths (diverging at any page, rows shorter than the prefix, partial last pages), rows with
+// equal first ids but nothing else in common, empty and sub-page rows, negative ids (unchecked
+// entries), page size 1, strides wider than the rows, and batches past the stack table (2048).
+TEST(Router, SharedPrefixKeysHashEqualsSortedReference) {
+  Rng rng(22);
+  int64_t shared_tables = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    const int32_t batch = trial % 50 == 49 ? int32_t(rng.randint(2049, 5000)) : int32_t(rng.randint(0, 300));
+    const int32_t ps = trial % 7 == 0 ? 1 : 16;
+    const int32_t max_blocks = int32_t(rng.randint(1, 40));
+    const int64_t stride = max_blocks + int32_t(rng.randint(0, 3));
+    const int32_t groups = int32_t(rng.randint(1, 6));  // prefix groups (trial % 3 == 0: none)
+    std::vector<std::vector<int32_t>> prefix(static_cast<size_t>(groups));
+    int32_t next = int32_t(rng.randint(-50, 50));
+    for (auto& g : prefix) {
+      g.resize(size_t(rng.randint(1, max_blocks)));
+      for (auto& id : g) id = next++;
+    }
+    std::vector<int32_t> ids(size_t(std::max(1, batch)) * size_t(stride), -7), lens(size_t(std::max(1, batch)));
+    for (int32_t b = 0; b < batch; ++b) {
+      const int32_t pages = int32_t(rng.randint(0, max_blocks));
+      lens[b] = pages == 0 ? int32_t(rng.randint(0, 1)) * int32_t(rng.randint(0, ps - 1))
+                           : (pages - 1) * ps + int32_t(rng.randint(1, ps));
+      int32_t* row = ids.data() + size_t(b) * size_t(stride);
+      const bool in_group = trial % 3 != 0 && rng.randint(0, 3) != 0;
+      const auto& g = prefix[size_t(rng.randint(0, groups - 1))];
+      // A grouped row lists its group's prefix (up to a random divergence point) then private
+      // pages; one in 8 takes only the first id (equal first ids, nothing else shared).
+      const int32_t keep = !in_group ? 0 : rng.randint(0, 7) == 0 ? 1 : int32_t(rng.randint(1, int64_t(g.size())));
+      for (int32_t p = 0; p < max_blocks; ++p) row[p] = p < keep ? g[size_t(p)] : next++;
+    }
+    const int64_t want = reference::shared_prefix_keys(ids.data(), stride, lens.data(), batch, ps);
+    ASSERT_EQ(shared_prefix_keys(ids.data(), stride, lens.data(), batch, ps), want)
+        << "trial " << trial << " batch " << batch << " page " << ps;
+    shared_tables += want > 0;
+  }
+  EXPECT_GT(shared_tables, 200);  // the random tables exercise the comparing path, not only the early one
+  // Every row with the same first id and the same pages: the lowest row leads; an id of INT32_MIN
+  // and INT32_MAX (the hash and the sign flip of the reference's key).
+  for (int32_t first : {INT32_MIN, -1, 0, INT32_MAX}) {
+    const int32_t batch = 33, ps = 4, width = 5;
+    std::vector<int32_t> ids(static_cast<size_t>(batch) * width), lens(static_cast<size_t>(batch));
+    for (int32_t b = 0; b < batch; ++b) {
+      for (int32_t p = 0; p < width; ++p) ids[size_t(b) * width + p] = p == 0 ? first : p;
+      lens[b] = 1 + (b * 7) % (width * ps);
+    }
+    EXPECT_EQ(shared_prefix_keys(ids.data(), width, lens.data(), batch, ps),
+              reference::shared_prefix_keys(ids.data(), width, lens.data(), batch, ps));
   }
 }
 
