@@ -62,8 +62,8 @@ WorkQueueDecode::~WorkQueueDecode() {
 
 void WorkQueueDecode::plan(const BlockTable& table, int32_t chunk, int32_t page_size, DType dtype, KVLayout layout,
                            const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
-                           cudaStream_t stream) {
-  paged::check_block_table_rows(table, page_size, -1);
+                           cudaStream_t stream, bool rows_checked) {
+  if (!rows_checked) paged::check_block_table_rows(table, page_size, -1);
   WEFT_CHECK_ARG(table.batch_size <= max_batch_, "table.batch_size",
                  "must be <= max_batch = " << max_batch_ << ", got " << table.batch_size);
   WEFT_CHECK_ARG(dtype == DType::kFloat16 || dtype == DType::kBFloat16, "dtype",

@@ -31,8 +31,11 @@ class WorkQueueDecode {
   WorkQueueDecode& operator=(const WorkQueueDecode&) = delete;
 
   // chunk: keys per split (a multiple of 16), 0 for no split (one task per row and head).
+  // rows_checked: the caller has run paged::check_block_table_rows(table, page_size, -1) on this
+  // table (BatchDecodeWrapper's kAuto route); the rows are then not checked a second time.
   void plan(const BlockTable& table, int32_t chunk, int32_t page_size, DType dtype, KVLayout layout,
-            const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+            const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes, cudaStream_t stream,
+            bool rows_checked = false);
   void run(const TensorView& q, const PagedKVCache& cache, const BlockTable& table, const TensorView& out,
            const TensorView* lse, cudaStream_t stream);
 

@@ -312,8 +312,9 @@ void BatchDecodeWrapper::Impl::plan_work_queue(DecodePlanInfo& info, const Block
                  "needs BatchDecodeWrapper::workspace_size(..., options) bytes, got " << ws_bytes);
   check::not_null(ws, "workspace");
   // The work queue's own checks (lengths, variant, workspace, max_tasks) come before any copy.
+  // (The rows were checked by plan(BlockTable), the caller: rows_checked.)
   wq->plan(table, chunk, page_size, dtype, kv, var, static_cast<unsigned char*>(ws) + wq_offset, ws_bytes - wq_offset,
-           stream);
+           stream, /*rows_checked=*/true);
   const plan::WorkPlan& wp = wq->work_plan();
   wq_planned = true;
   twin_planned = false;
@@ -341,9 +342,11 @@ void BatchDecodeWrapper::Impl::plan_twin(DecodePlanInfo& info, const BlockTable&
                  "needs BatchDecodeWrapper::workspace_size(..., options) bytes, got " << ws_bytes);
   check::not_null(ws, "workspace");
   // The twin's own checks (shapes, lengths, variant, its workspace region) come before any copy; a
-  // throw leaves this wrapper's current plan as it was.
-  twin->plan(table, hq, hkv, d, page_size, dtype, kv, var, static_cast<unsigned char*>(ws) + twin_offset,
-             ws_bytes - twin_offset, stream);
+  // throw leaves this wrapper's current plan as it was. The rows were checked by plan(BlockTable)
+  // (the caller): the twin plans from the lengths directly (what its plan(BlockTable) does after
+  // the same check, a kBalanced wrapper without share_prefixes), not checking them twice.
+  twin->plan_lengths(table.seq_lens.host, table.batch_size, hq, hkv, d, page_size, dtype, kv, var,
+                     static_cast<unsigned char*>(ws) + twin_offset, ws_bytes - twin_offset, stream);
   twin_planned = true;
   wq_planned = false;
   planned = true;
