@@ -377,7 +377,8 @@ void pack_cases(const std::string& filter) {
 // Cases: b1 (one 32K row), b8 (bimodal), b32-shared (a 4096-key prefix shared by all), b256
 // (512..4096 keys, unshared).
 void route_cases(const std::string& filter, const std::string& router_path) {
-  if (!filter.empty() && std::string("route/").find(filter) == std::string::npos && filter.find("route") == std::string::npos)
+  if (!filter.empty() && std::string("route/").find(filter) == std::string::npos &&
+      filter.find("route") == std::string::npos)
     return;
   std::string text;
   if (FILE* f = std::fopen(router_path.c_str(), "rb")) {
@@ -404,7 +405,7 @@ void route_cases(const std::string& filter, const std::string& router_path) {
     auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     std::vector<int32_t> lens(c.batch);
     for (int32_t b = 0; b < c.batch; ++b)
-      lens[b] = c.batch == 1 ? 32768
+      lens[b] = c.batch == 1   ? 32768
                 : c.batch == 8 ? (b % 4 == 0 ? uni(32768, 65536) : uni(1024, 4096))
                                : c.shared_prefix + uni(c.shared_prefix ? 256 : 512, 4096);
     const int32_t shared_pages = c.shared_prefix / kPage;
@@ -437,13 +438,16 @@ void route_cases(const std::string& filter, const std::string& router_path) {
       weft::paged::check_block_table_rows(t, kPage, -1);
     });
     print_row(c.name, "rows check", chk2, chk1, "ref: outer + twin, new: once");
-    const int64_t shared_ref = weft::decode::reference::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage);
+    const int64_t shared_ref =
+        weft::decode::reference::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage);
     const int64_t shared_new = weft::decode::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage);
     const Stats sk_ref = time_calls([&] {
-      g_sink = int32_t(weft::decode::reference::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage));
+      g_sink =
+          int32_t(weft::decode::reference::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage));
     });
-    const Stats sk_new = time_calls(
-        [&] { g_sink = int32_t(weft::decode::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage)); });
+    const Stats sk_new = time_calls([&] {
+      g_sink = int32_t(weft::decode::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage));
+    });
     char note[160];
     std::snprintf(note, sizeof note, "shared keys %lld %s", static_cast<long long>(shared_new),
                   shared_ref == shared_new ? "(same)" : "DIFFERS FROM THE REFERENCE");
@@ -451,8 +455,9 @@ void route_cases(const std::string& filter, const std::string& router_path) {
     // What the kAuto wrapper decides (wrapper_plan.cpp): share_prefixes on, the task capacity of
     // the harness's routed wrapper.
     auto decide = [&](bool ref) {
-      const int64_t sh = ref ? weft::decode::reference::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage)
-                             : weft::decode::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage);
+      const int64_t sh =
+          ref ? weft::decode::reference::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage)
+              : weft::decode::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage);
       weft::decode::RouteFilter filter;
       filter.balanced = sh <= 0;
       filter.max_tasks = 65536;
@@ -462,7 +467,9 @@ void route_cases(const std::string& filter, const std::string& router_path) {
     weft::decode::RouteFilter f0;
     f0.balanced = shared_new <= 0;
     f0.max_tasks = 65536;
-    const Stats ch = time_calls([&] { g_sink = weft::decode::choose_route(model, {lens.data(), c.batch, shared_new}, f0); });
+    const Stats ch = time_calls([&] {
+      g_sink = weft::decode::choose_route(model, {lens.data(), c.batch, shared_new}, f0);
+    });
     std::snprintf(note, sizeof note, "pick %s", pick >= 0 ? model.options[pick].name.c_str() : "none");
     print_row(c.name, "choose_route", ch, ch, note);
     const Stats d_ref = time_calls([&] { g_sink = decide(true); });

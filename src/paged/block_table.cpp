@@ -75,8 +75,9 @@ void paged::check_block_table_rows(const BlockTable& t, int64_t page_size, int64
   check::not_null(t.seq_lens.host, "table.seq_lens.host");
   if (needed > 0) check::not_null(t.block_ids.host, "table.block_ids.host");
   // A row fits iff 0 <= len <= max_blocks x page_size (ceil(len / page_size) <= max_blocks): one
-  // unsigned compare per row, no division (every plan(BlockTable) calls this; 256 rows: 0.42 us -> 0.14 us on the dev box,
-  // weft-plan-bench route/ "rows check"); the messages are worked out only on a failure.
+  // unsigned compare per row, no division (every plan(BlockTable) calls this; 256 rows: 0.42 ->
+  // 0.14 us on the dev box, weft-plan-bench route/ "rows check"); the messages are worked out only
+  // on a failure.
   const uint64_t max_len = uint64_t(t.max_blocks) * uint64_t(page_size);  // < 2^62
   for (int64_t r = 0; r < b; ++r) {
     const int64_t len = t.seq_lens.host[r];
