@@ -154,7 +154,7 @@ std::vector<std::pair<std::string, double>> plan_times(weft::bench::Context& ctx
   DeviceArray ws(ws_bytes);
   weft::BatchDecodeWrapper w(batch, hq, hkv, kD, opt);
   // The planner alone, with the wrapper's grid.
-  const weft::plan::PackPlanConfig pc = weft::bench::pack_bench_config(t, kPage, w.num_ctas(), hkv, hq / hkv, kD);
+  const weft::plan::PackPlanConfig pc = weft::bench::pack_bench_config(kPage, w.num_ctas(), hkv, hq / hkv, kD);
   const weft::plan::WorkPlanLayout layout(weft::bench::pack_bench_bounds(batch, w.num_ctas(), hkv, kD));
   std::vector<unsigned char> image(layout.metadata_bytes());
   weft::plan::PackPlanner planner;

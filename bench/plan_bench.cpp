@@ -329,7 +329,7 @@ void pack_cases(const std::string& filter) {
   const int32_t ps = 16;
   weft::bench::PrefixTreeBatch t = weft::bench::make_prefix_tree_batch({1, 4, 16, 256}, {2048, 512, 256, 123}, ps);
   const int32_t batch = t.batch();
-  const weft::plan::PackPlanConfig pc = weft::bench::pack_bench_config(t, ps, 264, 8, 4, 128);
+  const weft::plan::PackPlanConfig pc = weft::bench::pack_bench_config(ps, 264, 8, 4, 128);
   const weft::plan::WorkPlanLayout layout(weft::bench::pack_bench_bounds(batch, 264, 8, 128));
   std::vector<unsigned char> image(layout.metadata_bytes());
   weft::plan::PackPlanner planner;

@@ -63,11 +63,10 @@ inline PrefixTreeBatch make_prefix_tree_batch(const std::vector<int32_t>& fan, c
 }
 
 // The pack plan config and workspace bounds BatchDecodeWrapper uses for such a batch (its
-// share_bounds, pack_max_chunk with decode's 256-key minimum chunk and 16-key tile, its head
-// fold), for
-// the host-side plan timings.
-inline weft::plan::PackPlanConfig pack_bench_config(const PrefixTreeBatch& t, int32_t page_size, int32_t num_ctas,
-                                                    int32_t num_kv_heads, int32_t group_size, int32_t head_dim) {
+// share_bounds; chunks from the packed work, at least decode's 256-key minimum chunk, 16-key
+// tile; its head fold), for the host-side plan timings.
+inline weft::plan::PackPlanConfig pack_bench_config(int32_t page_size, int32_t num_ctas, int32_t num_kv_heads,
+                                                    int32_t group_size, int32_t head_dim) {
   weft::plan::PackPlanConfig pc;
   pc.num_ctas = num_ctas;
   pc.num_kv_heads = num_kv_heads;
@@ -75,9 +74,7 @@ inline weft::plan::PackPlanConfig pack_bench_config(const PrefixTreeBatch& t, in
   pc.tile_rows = weft::decode::pack_tile_rows(head_dim);
   pc.page_size = page_size;
   weft::plan::set_pack_traffic(pc, head_dim, 2);
-  int64_t keys = 0;
-  for (int32_t l : t.kv_len) keys += l;
-  pc.max_chunk = weft::plan::pack_max_chunk(keys, num_kv_heads, num_ctas, 256, 16);
+  pc.auto_chunk_min = weft::decode::kMinChunk;  // chunks from the packed work (PackPlanConfig::auto_chunk_min)
   pc.head_fold = weft::decode::decode_head_fold(num_kv_heads, num_ctas);
   return pc;
 }

@@ -179,8 +179,6 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     // workspace; or, when only the private suffixes grew (PackPlanner's structural key), the
     // previous plan with new key ranges and page bases, of which only those arrays are copied.
     const PageTable& t = *im.share_table;
-    int64_t keys = 0;
-    for (int32_t b = 0; b < batch; ++b) keys += kv_lens[b];
     plan::PackPlanConfig pc;
     pc.num_ctas = im.grid;
     pc.num_kv_heads = num_kv_heads;
@@ -188,10 +186,12 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     pc.tile_rows = im.tile_rows;  // decode::pack_tile_rows
     pc.page_size = page_size;
     pc.kv_granularity = decode::kPlanKVTile;
-    pc.max_chunk = plan::pack_max_chunk(keys, num_kv_heads, im.grid, decode::kMinChunk, decode::kPlanKVTile);
+    // Chunks from the work after packing (each shared node's keys once per pack, plus the private
+    // suffixes), keys per CTA as the balanced plan cuts, at least kMinChunk
+    // (PackPlanConfig::auto_chunk_min): a long root shared by few packs is split over the grid.
+    pc.auto_chunk_min = decode::kMinChunk;
     pc.head_fold = im.head_fold;  // plan one head class, replicated (PackPlanConfig::head_fold)
     plan::set_pack_traffic(pc, head_dim, 2);  // the profit model: 16-bit KV (fp8 pools are refused with sharing)
-    pack_chunk = pc.max_chunk;
     if (im.cascade != nullptr) {  // plan_cascade: the stated levels' forest, planned fully
       std::vector<plan::CascadeLevelSpec> specs;
       for (const CascadeLevel& lv : *im.cascade) {
@@ -209,6 +209,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
              im.share_image_ws == workspace;
     }
     const plan::WorkPlan& wp = im.packer.current();
+    pack_chunk = im.packer.max_chunk();
     int32_t packs = 0;
     for (int32_t i = 0, n = wp.num_items() / std::max(1, pc.head_fold); i < n; ++i) packs += wp.item_num_reqs[i] >= 2;
     packs *= pc.head_fold;  // the folded plan's copies (PackPlanConfig::head_fold)

@@ -1,5 +1,6 @@
 // make_pack_plan: decode work plan with prefix packs (work_plan.h).
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <numeric>
 #include <utility>
@@ -22,6 +23,21 @@ int64_t chunk_keys(int64_t len, int32_t max_chunk, int32_t gran) {
   return (clen + gran - 1) / gran * gran;
 }
 
+int32_t pack_max_chunk(int64_t keys, int32_t num_kv_heads, int32_t num_ctas, int32_t min_chunk, int32_t kv_tile) {
+  const int64_t per_cta = std::max<int64_t>(min_chunk, (keys * num_kv_heads + num_ctas - 1) / std::max(1, num_ctas));
+  int64_t pow2 = 1;
+  while (pow2 * 2 <= per_cta) pow2 *= 2;
+  const int64_t step = std::max<int64_t>(kv_tile, pow2 / 8);
+  return static_cast<int32_t>(std::min<int64_t>(INT32_MAX / 2, (per_cta + step - 1) / step * step));
+}
+
+int32_t pack_work_chunk(int64_t keys, int64_t dup, const PackPlanConfig& cfg) {
+  const int64_t c = pack_max_chunk(std::max<int64_t>(0, keys - dup), cfg.num_kv_heads, cfg.num_ctas,
+                                   cfg.auto_chunk_min, cfg.kv_granularity);
+  const int64_t gran = std::max(1, cfg.kv_granularity);  // a multiple of it (pack_max_chunk's step is one for 2^k)
+  return static_cast<int32_t>(std::min<int64_t>(INT32_MAX / 2 / gran * gran, (c + gran - 1) / gran * gran));
+}
+
 WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                         const PackPlanConfig& cfg) {
   WorkPlan p;
@@ -31,13 +47,16 @@ WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const
 }
 
 void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
-                    const PackPlanConfig& cfg, WorkPlan& p, PackPlanScratch& sc) {
+                    const PackPlanConfig& cfg_in, WorkPlan& p, PackPlanScratch& sc) {
+  PackPlanConfig cfg = cfg_in;  // with auto_chunk_min: max_chunk from the packed work (below)
   WEFT_CHECK_ARG(cfg.num_ctas >= 1, "cfg.num_ctas", "must be >= 1, got " << cfg.num_ctas);
   WEFT_CHECK_ARG(cfg.num_kv_heads >= 1, "cfg.num_kv_heads", "must be >= 1, got " << cfg.num_kv_heads);
   WEFT_CHECK_ARG(cfg.group_size >= 1, "cfg.group_size", "must be >= 1, got " << cfg.group_size);
   WEFT_CHECK_ARG(cfg.tile_rows >= 1, "cfg.tile_rows", "must be >= 1, got " << cfg.tile_rows);
   WEFT_CHECK_ARG(cfg.page_size >= 1, "cfg.page_size", "must be >= 1, got " << cfg.page_size);
-  WEFT_CHECK_ARG(cfg.kv_granularity >= 1 && cfg.max_chunk >= 0 && cfg.max_chunk % cfg.kv_granularity == 0,
+  WEFT_CHECK_ARG(cfg.auto_chunk_min >= 0, "cfg.auto_chunk_min", "must be >= 0, got " << cfg.auto_chunk_min);
+  WEFT_CHECK_ARG(cfg.kv_granularity >= 1 && (cfg.auto_chunk_min > 0 ||
+                                             (cfg.max_chunk >= 0 && cfg.max_chunk % cfg.kv_granularity == 0)),
                  "cfg.max_chunk", "must be >= 0 and a multiple of kv_granularity " << cfg.kv_granularity
                                                                                    << ", got " << cfg.max_chunk);
   WEFT_CHECK_ARG(cfg.min_sharers >= 2, "cfg.min_sharers", "must be >= 2, got " << cfg.min_sharers);
@@ -49,8 +68,17 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   // The folded plan: H heads (one head class) on C0 CTAs; written out replicated head_fold times.
   const int32_t B = forest.num_requests(), g = cfg.group_size, f = cfg.head_fold, H = cfg.num_kv_heads / f,
                 TR = cfg.tile_rows;
-  for (int32_t b = 0; b < B; ++b)
+  int64_t keys = 0;
+  for (int32_t b = 0; b < B; ++b) {
     WEFT_CHECK_ARG(kv_len[b] >= 0, "kv_len", "entry " << b << " is negative: " << kv_len[b]);
+    keys += kv_len[b];
+  }
+  sc.dup_keys = 0;
+  if (cfg.auto_chunk_min > 0) {  // PackPlanConfig::auto_chunk_min: cut at the packed work's keys per CTA
+    sc.dup_keys = pack_duplicate_keys(forest, cfg);
+    cfg.max_chunk = pack_work_chunk(keys, sc.dup_keys, cfg);
+  }
+  sc.max_chunk = cfg.max_chunk;
   p.version = kWorkPlanVersion;
   p.num_ctas = cfg.num_ctas;
   p.num_kv_heads = cfg.num_kv_heads;

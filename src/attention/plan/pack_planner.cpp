@@ -16,21 +16,14 @@ bool same_config(const PackPlanConfig& a, const PackPlanConfig& b) {
   return a.num_ctas == b.num_ctas && a.num_kv_heads == b.num_kv_heads && a.group_size == b.group_size &&
          a.tile_rows == b.tile_rows && a.page_size == b.page_size && a.max_chunk == b.max_chunk &&
          a.kv_granularity == b.kv_granularity && a.min_sharers == b.min_sharers && a.head_fold == b.head_fold &&
-         a.kv_bytes_per_key == b.kv_bytes_per_key && a.partial_bytes_per_row == b.partial_bytes_per_row;
+         a.kv_bytes_per_key == b.kv_bytes_per_key && a.partial_bytes_per_row == b.partial_bytes_per_row &&
+         a.auto_chunk_min == b.auto_chunk_min;
 }
 
 // Chunks of a private suffix of `len` keys (make_pack_plan: one, possibly empty, when uncut).
 int32_t chunk_count(int64_t len, int64_t clen) { return len == 0 ? 1 : static_cast<int32_t>((len + clen - 1) / clen); }
 
 }  // namespace
-
-int32_t pack_max_chunk(int64_t keys, int32_t num_kv_heads, int32_t num_ctas, int32_t min_chunk, int32_t kv_tile) {
-  const int64_t per_cta = std::max<int64_t>(min_chunk, (keys * num_kv_heads + num_ctas - 1) / std::max(1, num_ctas));
-  int64_t pow2 = 1;
-  while (pow2 * 2 <= per_cta) pow2 *= 2;
-  const int64_t step = std::max<int64_t>(kv_tile, pow2 / 8);
-  return static_cast<int32_t>(std::min<int64_t>(INT32_MAX / 2, (per_cta + step - 1) / step * step));
-}
 
 PackPlanner::Update PackPlanner::plan(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len,
                                       int32_t batch, const PackPlanConfig& cfg) {
@@ -39,6 +32,8 @@ PackPlanner::Update PackPlanner::plan(const int32_t* indptr, const int32_t* indi
   forest_builder_.build(indptr, indices, kv_len, batch, cfg.page_size, forest_);
   make_pack_plan(forest_, indptr, kv_len, cfg, plan_, scratch_);
   cfg_ = cfg;
+  chunk_ = scratch_.max_chunk;
+  dup_keys_ = scratch_.dup_keys;
   // The structural key: each request's first t_b = min(full pages, shared pages + 1) page ids.
   trunc_ptr_.assign(1, 0);
   trunc_ptr_.reserve(batch + 1);
@@ -61,6 +56,8 @@ void PackPlanner::plan_forest(const PrefixForest& forest, const int32_t* indptr,
   forest_ = forest;
   make_pack_plan(forest_, indptr, kv_len, cfg, plan_, scratch_);
   cfg_ = cfg;
+  chunk_ = scratch_.max_chunk;
+  dup_keys_ = scratch_.dup_keys;
 }
 
 // Each request's private items in generation order (kv head, row tile, key), as make_pack_plan
@@ -85,6 +82,12 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
   if (batch != plan_.batch || !same_config(cfg, cfg_) || batch == 0) return false;
   const int32_t ps = cfg.page_size;
   int64_t keys = 0;
+  // The chunk bound this plan would be cut at: with auto_chunk_min it follows the packed work,
+  // which for the same forest (checked below) moves only with the batch's keys (dup_keys_ fixed);
+  // pack_max_chunk's coarse rounding keeps it over most decode steps.
+  for (int32_t b = 0; b < batch; ++b) keys += kv_len[b];
+  const int32_t max_chunk = cfg.auto_chunk_min > 0 ? pack_work_chunk(keys, dup_keys_, cfg) : cfg.max_chunk;
+  if (max_chunk != chunk_) return false;
   for (int32_t b = 0; b < batch; ++b) {
     const int32_t len = kv_len[b];
     // The page table must hold the keys (build_prefix_forest's check, which a full plan throws
@@ -100,11 +103,10 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
     const int32_t plen = len - priv_start_[b];
     const int32_t items = priv_ptr_[b + 1] - priv_ptr_[b];
     if (items == 0 ? plen != 0 : (priv_start_[b] > 0 && plen == 0)) return false;
-    const bool uncut = cfg.max_chunk <= 0 || plen <= cfg.max_chunk;  // one chunk (chunk_keys), no division
-    if (items > 0 && (uncut ? 1 : chunk_count(plen, chunk_keys(plen, cfg.max_chunk, cfg.kv_granularity))) !=
+    const bool uncut = max_chunk <= 0 || plen <= max_chunk;  // one chunk (chunk_keys), no division
+    if (items > 0 && (uncut ? 1 : chunk_count(plen, chunk_keys(plen, max_chunk, cfg.kv_granularity))) !=
                          priv_chunks_[b])
       return false;
-    keys += len;
   }
   if (std::llabs(keys - keys_at_full_) * 8 > keys_at_full_) return false;  // the deal drifted
   // Rewrite, in the folded plan (the first items of the plan: make_pack_plan, head_fold): private
@@ -114,7 +116,7 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
     const int32_t n = priv_chunks_[b];
     if (n == 0 || kv_len[b] == p.kv_len[b]) continue;
     const int32_t start = priv_start_[b];
-    const int64_t clen = chunk_keys(kv_len[b] - start, cfg.max_chunk, cfg.kv_granularity);
+    const int64_t clen = chunk_keys(kv_len[b] - start, max_chunk, cfg.kv_granularity);
     for (int32_t j = priv_ptr_[b], c = 0; j < priv_ptr_[b + 1]; ++j, c = c + 1 == n ? 0 : c + 1) {
       const int32_t i = priv_items_[j];
       p.item_kv_begin[i] = static_cast<int32_t>(start + c * clen);

@@ -22,6 +22,10 @@
 // roles, merges in key order), only their CTA deal and slot numbers differ, which changes no
 // output bit (each item's math depends on its fields only; merges sum in key order).
 //
+// With PackPlanConfig::auto_chunk_min the chunk bound is part of the key too: recomputed from the
+// batch's keys and the cached forest's pack_duplicate_keys, it must equal the cached plan's
+// (pack_max_chunk's coarse rounding keeps it over most steps; a change plans fully).
+//
 // The deal was balanced for the lengths of the last full plan, so a lazy update is refused once
 // the batch's keys moved by more than 1/8 of that plan's keys (a full plan then re-deals).
 #pragma once
@@ -33,12 +37,7 @@
 
 namespace weft::plan {
 
-// Keys per item at most in the decode wrapper's prefix-sharing plans: max(min_chunk, the batch's
-// keys per CTA), as the balanced planner cuts, so the items stay within the unsplit items + the
-// grid; rounded UP to a coarse step (1/8 of its power of two, at least kv_tile): appending tokens
-// moves the keys per CTA a little every step, and an unchanged max_chunk is what lets a plan be
-// updated lazily (chunks at most 12.5% longer than the exact split).
-int32_t pack_max_chunk(int64_t keys, int32_t num_kv_heads, int32_t num_ctas, int32_t min_chunk, int32_t kv_tile);
+// pack_max_chunk, pack_work_chunk: work_plan.h.
 
 class PackPlanner {
  public:
@@ -54,6 +53,9 @@ class PackPlanner {
   void plan_forest(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len, const PackPlanConfig& cfg);
   const WorkPlan& current() const { return plan_; }
   const PrefixForest& forest() const { return forest_; }
+  // The keys per item at most of the current plan (cfg.max_chunk, or the bound derived from the
+  // packed work with PackPlanConfig::auto_chunk_min).
+  int32_t max_chunk() const { return chunk_; }
   void reset() { lazy_ok_ = false; }
 
  private:
@@ -68,6 +70,8 @@ class PackPlanner {
   PackPlanConfig cfg_{};
   bool lazy_ok_ = false;
   int64_t keys_at_full_ = 0;
+  int32_t chunk_ = 0;      // the current plan's max_chunk (PackPlanScratch::max_chunk)
+  int64_t dup_keys_ = 0;   // pack_duplicate_keys of forest_ (with auto_chunk_min)
   std::vector<int32_t> trunc_ptr_, trunc_ids_;  // key: per request the first t_b page ids
   std::vector<int32_t> priv_start_;             // keys: where each private suffix starts
   std::vector<int32_t> priv_chunks_;            // private chunks per (request, kv head, row tile)

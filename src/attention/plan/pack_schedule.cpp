@@ -33,6 +33,17 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
+int64_t pack_duplicate_keys(const PrefixForest& forest, const PackPlanConfig& cfg) {
+  const int64_t P = cfg.tile_rows / std::max(1, cfg.group_size);
+  if (P < 2) return 0;  // no packs: every request reads its keys itself
+  int64_t dup = 0;
+  for (const PrefixNode& n : forest.nodes) {
+    const int64_t s = n.req_end - n.req_begin;
+    if (s >= std::max(2, cfg.min_sharers)) dup += int64_t(n.page_end - n.page_begin) * cfg.page_size * (s - ceil_div(s, P));
+  }
+  return dup;
+}
+
 void schedule_packs(const PrefixForest& forest, const PackPlanConfig& cfg, PackSchedule& s) {
   const int32_t N = static_cast<int32_t>(forest.nodes.size());
   const int32_t g = cfg.group_size, P = cfg.tile_rows / cfg.group_size, ps = cfg.page_size;

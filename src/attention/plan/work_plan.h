@@ -77,6 +77,15 @@ struct PackPlanConfig {
   // k H0 + h, slots k S0 + s, merges k M0 + m: every array is the folded one plus a constant per
   // copy, written by copies (a 256-request plan's 2304 items were ~10 us as per-item records).
   int32_t head_fold = 1;
+  // Chunks sized from the work AFTER packing (> 0; the decode wrapper's prefix-sharing plans):
+  // make_pack_plan then ignores max_chunk and cuts at pack_work_chunk(), the keys per CTA of
+  // the packed plan's reads (each forest node's keys once per pack that would read it, plus the
+  // private suffixes: pack_duplicate_keys), at least this many keys, rounded as pack_max_chunk.
+  // Sizing from every request's keys instead (sharers' copies counted) left a long root shared
+  // by few packs unsplit: 32 requests on a 4096-key root, heads 32x8, ran 32 items of 4096 keys
+  // on 32 of 264 CTAs (189.7 vs 94.6 us for standard decode, bench/results/h100_pat_4c99f6c.json).
+  // 0: max_chunk as given.
+  int32_t auto_chunk_min = 0;
 };
 
 // Where the keys of each forest node are read (schedule_packs, the memory-centric profit model):
@@ -97,6 +106,23 @@ inline void set_pack_traffic(PackPlanConfig& c, int32_t head_dim, int32_t kv_ele
   c.kv_bytes_per_key = 2 * head_dim * kv_elem_bytes;
   c.partial_bytes_per_row = 2 * (head_dim + 1) * 4;
 }
+
+// Keys per KV head that packing can save at best: each node u of >= min_sharers sharers s_u read
+// by ceil(s_u / P) packs (P = tile_rows / group_size >= 2) instead of s_u times, summed as
+// len_u * (s_u - ceil(s_u / P)); 0 when P < 2 (no packs). Any plan of the forest reads node u's
+// keys at least ceil(s_u / P) times (an item holds <= P of its sharers), so keys - this is a
+// LOWER bound on the packed plan's reads. Depends on the forest and cfg only (not kv_len).
+int64_t pack_duplicate_keys(const PrefixForest& forest, const PackPlanConfig& cfg);
+// max_chunk of a plan with PackPlanConfig::auto_chunk_min: pack_max_chunk of the packed reads
+// (keys = the batch's keys, every request's copy; dup = pack_duplicate_keys).
+int32_t pack_work_chunk(int64_t keys, int64_t dup, const PackPlanConfig& cfg);
+// Keys per item at most in the decode wrapper's prefix-sharing plans: max(min_chunk, keys per
+// CTA), as the balanced planner cuts, so the items stay within the unsplit items + the grid;
+// rounded UP to a coarse step (1/8 of its power of two, at least kv_tile): appending tokens moves
+// the keys per CTA a little every step, and an unchanged max_chunk is what lets a plan be updated
+// lazily (chunks at most 12.5% longer than the exact split). `keys`: the keys the plan reads per
+// KV head (pack_work_chunk passes the packed reads).
+int32_t pack_max_chunk(int64_t keys, int32_t num_kv_heads, int32_t num_ctas, int32_t min_chunk, int32_t kv_tile);
 
 // Decides the packs of a forest (PAT's TreeHeuristic, Alg. 1, with the profit measured in bytes
 // for weft's items): for each node u top-down and each member c of it (a child node with s_c
@@ -129,6 +155,10 @@ struct PackPlanScratch {
   std::vector<uint64_t> heap, ring;
   PackSchedule sched;
   std::vector<int32_t> cta0_indptr;  // the folded plan's CTA ranges
+  // Also outputs: the max_chunk the plan was cut at (cfg.max_chunk, or pack_work_chunk with
+  // auto_chunk_min) and pack_duplicate_keys of the forest (set with auto_chunk_min, else 0).
+  int32_t max_chunk = 0;
+  int64_t dup_keys = 0;
 };
 void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                     const PackPlanConfig& cfg, WorkPlan& out, PackPlanScratch& scratch);

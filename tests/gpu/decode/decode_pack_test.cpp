@@ -513,5 +513,47 @@ TEST(DecodeSmall, SharePrefixesRandomForests) {
     EXPECT_EQ(bt.out(), first) << "not bitwise deterministic";
   }
 }
+
+// A long root shared by few packs (issue 21): 16 requests (group 4: 8 per 32-row pack, so 2 packs
+// per KV head) on a 4096-key root, 8 KV heads. The chunk bound now follows the work after packing
+// (PackPlanConfig::auto_chunk_min): 2 x 4096 + the private keys per KV head, so the root is cut into
+// several chunks per pack (sizing it from every request's copy gave ~2048-key chunks here, and
+// with 32 requests none at all); against the float64 reference, bitwise equal over a second run.
+TEST(DecodeSmall, SharePrefixesLongRootFewPacks) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  Case c;
+  c.hq = 32;
+  c.hkv = 8;
+  c.d = 128;
+  c.dtype = DType::kBFloat16;
+  const int32_t B = 16, root_pages = 256;  // 4096 keys
+  for (int32_t b = 0; b < B; ++b) c.lens.push_back(root_pages * 16 + static_cast<int32_t>(rng.randint(1, 48)));
+  SCOPED_TRACE(c.describe());
+  DecodeOptions opt;
+  opt.share_prefixes = true;
+  const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
+  DeviceBuffer ws(ws_bytes);
+  BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
+  Batch bt(c, rng);
+  for (int r = 1; r < B; ++r) share_pages(bt.indices, bt.indptr, r, 0, root_pages);
+  bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
+  w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+  const DecodePlanInfo& info = w.plan_info();
+  ASSERT_FALSE(info.prefix_fallback);
+  EXPECT_GE(info.num_packs, 2 * c.hkv * 4) << "2 packs per KV head, each cut into >= 4 chunks";
+  EXPECT_LE(info.max_chunk, root_pages * 16 / 4) << "the root must be cut into >= 4 chunks per pack";
+  EXPECT_GE(info.num_items, w.num_ctas() / 2) << "the grid must be filled";
+  bt.dout.poison();
+  bt.dlse.poison();
+  run_for(w, bt);
+  WEFT_TEST_CUDA(cudaDeviceSynchronize());
+  check_against_reference(bt);
+  const std::vector<float> first = bt.out();
+  bt.dout.poison();
+  run_for(w, bt);
+  WEFT_TEST_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(bt.out(), first) << "not bitwise deterministic";
+}
 }  // namespace
 }  // namespace weft

@@ -98,6 +98,9 @@ TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
     cfg.group_size = static_cast<int32_t>(rng.randint(0, 1) ? 1 : 4 * rng.randint(1, 2));
     cfg.page_size = ps;
     cfg.max_chunk = rng.randint(0, 1) ? 0 : static_cast<int32_t>(16 * rng.randint(4, 64));
+    if (iter % 3 == 1) {  // chunks from the packed work (auto_chunk_min; max_chunk then ignored)
+      cfg.auto_chunk_min = static_cast<int32_t>(16 * rng.randint(1, 16));
+    }
     if (iter % 2) {  // the profit model (pack_schedule.cpp) and 32-row tiles on every other case
       set_pack_traffic(cfg, 128, 2);
       cfg.tile_rows = 32;
