@@ -16,6 +16,8 @@
 // (decode: unfolded).
 //   weft-plan-bench [--filter SUBSTR] [--min-ms MS] [--copy] [--router FILE]
 // (route/ rows: route_cases below.)
+// --filter pat-shape (only when asked for: no timing): the "pat" trees' chunk bound, items and
+// deal makespan, prefix-sharing plans with chunks from the packed work vs the previous bound.
 // --copy (needs a GPU): per decode case also times what plan() enqueues after planning, on an idle
 // stream: cudaMemcpyAsync of the layout's whole metadata region from a pinned staging buffer + the
 // staging event's record (column "copy+event"; the host side of plan() = plan+serialize + this +
@@ -503,6 +505,64 @@ void route_cases(const std::string& filter, const std::string& router_path) {
   }
 }
 
+// The "pat" bench's trees (bench/cases_decode_pat.cu) x its head configs, d128, page 16, 264 CTAs:
+// the chunk bound, items and deal makespan (in the deal's cost units, rows + keys per CTA; mean in
+// brackets) of the wrapper's prefix-sharing plan (chunks from the packed work,
+// PackPlanConfig::auto_chunk_min) against the previous bound from every request's keys
+// (pack_max_chunk of the batch's keys). No timing: rows "pat-shape/<heads>/B<fan>/L<len>".
+void pat_shape_cases(const std::string& filter) {
+  if (filter.find("pat-shape") == std::string::npos) return;
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> trees;
+  for (auto fan : {std::vector<int32_t>{1, 4, 16}, {1, 8, 64}})
+    for (auto keys : {std::vector<int32_t>{128, 256, 1024}, {512, 512, 512}}) trees.push_back({fan, keys});
+  for (auto fan : {std::vector<int32_t>{1, 32}, {1, 256}, {4, 64}})
+    for (auto keys : {std::vector<int32_t>{2048, 512}, {4096, 128}}) trees.push_back({fan, keys});
+  for (auto keys : {std::vector<int32_t>{128, 256, 1024, 128}, {512, 512, 512, 512}})
+    trees.push_back({{1, 4, 16, 64}, keys});
+  const int32_t heads[][2] = {{32, 32}, {16, 8}, {32, 8}, {64, 8}};
+  auto join = [](const std::vector<int32_t>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "-" : "") + std::to_string(v[i]);
+    return s;
+  };
+  auto makespan = [](const weft::plan::WorkPlan& p, int64_t& mean) {
+    int64_t worst = 0, total = 0;
+    for (int32_t c = 0; c < p.num_ctas; ++c) {
+      int64_t load = 0;
+      for (int32_t i = p.cta_indptr[c]; i < p.cta_indptr[c + 1]; ++i)
+        load += (p.item_row_end[i] - p.item_row_begin[i]) + (p.item_kv_end[i] - p.item_kv_begin[i]);
+      worst = std::max(worst, load);
+      total += load;
+    }
+    mean = total / p.num_ctas;
+    return worst;
+  };
+  for (const auto& h : heads)
+    for (const auto& tr : trees) {
+      const std::string name = "pat-shape/" + std::to_string(h[0]) + "x" + std::to_string(h[1]) + "/B" +
+                               join(tr.first) + "/L" + join(tr.second);
+      const weft::bench::PrefixTreeBatch t = weft::bench::make_prefix_tree_batch(tr.first, tr.second, 16);
+      const weft::plan::PackPlanConfig now = weft::bench::pack_bench_config(16, 264, h[1], h[0] / h[1], 128);
+      weft::plan::PackPlanConfig before = now;
+      int64_t keys = 0;
+      for (int32_t l : t.kv_len) keys += l;
+      before.auto_chunk_min = 0;
+      before.max_chunk = weft::plan::pack_max_chunk(keys, h[1], 264, weft::decode::kMinChunk, weft::decode::kPlanKVTile);
+      const weft::plan::PrefixForest f =
+          weft::plan::build_prefix_forest(t.indptr.data(), t.indices.data(), t.kv_len.data(), t.batch(), 16);
+      weft::plan::PackPlanScratch sc;
+      weft::plan::WorkPlan pn, pb;
+      weft::plan::make_pack_plan(f, t.indptr.data(), t.kv_len.data(), now, pn, sc);
+      const int32_t chunk = sc.max_chunk;
+      weft::plan::make_pack_plan(f, t.indptr.data(), t.kv_len.data(), before, pb, sc);
+      int64_t mb = 0, mn = 0;
+      const int64_t wb = makespan(pb, mb), wn = makespan(pn, mn);
+      std::printf("%-44s chunk %6d -> %5d  items %5d -> %5d  makespan %6lld -> %5lld  (mean %lld -> %lld)\n",
+                  name.c_str(), before.max_chunk, chunk, pb.num_items(), pn.num_items(), (long long)wb,
+                  (long long)wn, (long long)mb, (long long)mn);
+    }
+}
+
 }  // namespace
 
 // --copy: the pinned -> device copy's host cost by size (the driver may take a different route for
@@ -539,6 +599,7 @@ int main(int argc, char** argv) {
   prefill_cases(filter);
   pack_cases(filter);
   route_cases(filter, router);
+  pat_shape_cases(filter);
   copy_sweep(filter);
   return 0;
 }
