@@ -220,23 +220,14 @@ std::vector<std::pair<std::string, double>> plan_times(weft::bench::Context& ctx
 
 WEFT_BENCH_GROUP(pat) {
   const Heads heads[] = {{32, 32}, {16, 8}, {32, 8}, {64, 8}};
-  struct Tree {
-    std::vector<int32_t> fan, keys;
-  };
-  std::vector<Tree> trees;
-  for (auto fan : {std::vector<int32_t>{1, 4, 16}, {1, 8, 64}})
-    for (auto keys : {std::vector<int32_t>{128, 256, 1024}, {512, 512, 512}}) trees.push_back({fan, keys});
-  for (auto fan : {std::vector<int32_t>{1, 32}, {1, 256}, {4, 64}})
-    for (auto keys : {std::vector<int32_t>{2048, 512}, {4096, 128}}) trees.push_back({fan, keys});
-  for (auto keys : {std::vector<int32_t>{128, 256, 1024, 128}, {512, 512, 512, 512}})
-    trees.push_back({{1, 4, 16, 64}, keys});
+  const std::vector<weft::bench::PatTree> trees = weft::bench::pat_trees();
   double min_shared8 = std::numeric_limits<double>::infinity(), min_nosharing = std::numeric_limits<double>::infinity();
   for (const Heads& h : heads)
     for (weft::DType dt : {weft::DType::kBFloat16, weft::DType::kFloat16}) {
       if (dt == weft::DType::kFloat16 && !(h.hq == 32 && h.hkv == 8)) continue;  // fp16 at one head config
       const std::string hs = std::to_string(h.hq) + "x" + std::to_string(h.hkv);
       const std::string dn = weft::dtype_name(dt);
-      for (const Tree& tr : trees) {
+      for (const weft::bench::PatTree& tr : trees) {
         const PrefixTreeBatch t = weft::bench::make_prefix_tree_batch(tr.fan, tr.keys, kPage);
         const size_t n = tr.fan.size();
         const int32_t sharers = tr.fan[n - 1] / tr.fan[n - 2];  // per node of the deepest shared level

@@ -512,13 +512,6 @@ void route_cases(const std::string& filter, const std::string& router_path) {
 // (pack_max_chunk of the batch's keys). No timing: rows "pat-shape/<heads>/B<fan>/L<len>".
 void pat_shape_cases(const std::string& filter) {
   if (filter.find("pat-shape") == std::string::npos) return;
-  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> trees;
-  for (auto fan : {std::vector<int32_t>{1, 4, 16}, {1, 8, 64}})
-    for (auto keys : {std::vector<int32_t>{128, 256, 1024}, {512, 512, 512}}) trees.push_back({fan, keys});
-  for (auto fan : {std::vector<int32_t>{1, 32}, {1, 256}, {4, 64}})
-    for (auto keys : {std::vector<int32_t>{2048, 512}, {4096, 128}}) trees.push_back({fan, keys});
-  for (auto keys : {std::vector<int32_t>{128, 256, 1024, 128}, {512, 512, 512, 512}})
-    trees.push_back({{1, 4, 16, 64}, keys});
   const int32_t heads[][2] = {{32, 32}, {16, 8}, {32, 8}, {64, 8}};
   auto join = [](const std::vector<int32_t>& v) {
     std::string s;
@@ -538,10 +531,10 @@ void pat_shape_cases(const std::string& filter) {
     return worst;
   };
   for (const auto& h : heads)
-    for (const auto& tr : trees) {
+    for (const weft::bench::PatTree& tr : weft::bench::pat_trees()) {
       const std::string name = "pat-shape/" + std::to_string(h[0]) + "x" + std::to_string(h[1]) + "/B" +
-                               join(tr.first) + "/L" + join(tr.second);
-      const weft::bench::PrefixTreeBatch t = weft::bench::make_prefix_tree_batch(tr.first, tr.second, 16);
+                               join(tr.fan) + "/L" + join(tr.keys);
+      const weft::bench::PrefixTreeBatch t = weft::bench::make_prefix_tree_batch(tr.fan, tr.keys, 16);
       const weft::plan::PackPlanConfig now = weft::bench::pack_bench_config(16, 264, h[1], h[0] / h[1], 128);
       weft::plan::PackPlanConfig before = now;
       int64_t keys = 0;

@@ -62,6 +62,22 @@ inline PrefixTreeBatch make_prefix_tree_batch(const std::vector<int32_t>& fan, c
   return t;
 }
 
+// The "pat" bench's trees (PAT's synthetic configurations, bench/cases_decode_pat.cu): {fan, keys}
+// per tree, 12 of them.
+struct PatTree {
+  std::vector<int32_t> fan, keys;
+};
+inline std::vector<PatTree> pat_trees() {
+  std::vector<PatTree> trees;
+  for (auto fan : {std::vector<int32_t>{1, 4, 16}, {1, 8, 64}})
+    for (auto keys : {std::vector<int32_t>{128, 256, 1024}, {512, 512, 512}}) trees.push_back({fan, keys});
+  for (auto fan : {std::vector<int32_t>{1, 32}, {1, 256}, {4, 64}})
+    for (auto keys : {std::vector<int32_t>{2048, 512}, {4096, 128}}) trees.push_back({fan, keys});
+  for (auto keys : {std::vector<int32_t>{128, 256, 1024, 128}, {512, 512, 512, 512}})
+    trees.push_back({{1, 4, 16, 64}, keys});
+  return trees;
+}
+
 // The pack plan config and workspace bounds BatchDecodeWrapper uses for such a batch (its
 // share_bounds; chunks from the packed work, at least decode's 256-key minimum chunk, 16-key
 // tile; its head fold), for the host-side plan timings.

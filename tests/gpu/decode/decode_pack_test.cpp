@@ -452,6 +452,21 @@ TEST(DecodeSmall, SharePrefixesNoSharingFallsBack) {
   }
 }
 
+// Runs the planned wrapper on bt (outputs poisoned) against the float64 reference, then once more:
+// bitwise the same output.
+void expect_reference_twice(BatchDecodeWrapper& w, Batch& bt) {
+  bt.dout.poison();
+  bt.dlse.poison();
+  run_for(w, bt);
+  WEFT_TEST_CUDA(cudaDeviceSynchronize());
+  check_against_reference(bt);
+  const std::vector<float> first = bt.out();
+  bt.dout.poison();
+  run_for(w, bt);
+  WEFT_TEST_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(bt.out(), first) << "not bitwise deterministic";
+}
+
 // Random prefix forests (issue 21): a root of 0-24 shared pages, 1..64 children of 0-12 more
 // shared pages each, 1-3 requests per child with private tails of 1..3 pages' worth of keys, plus
 // unrelated and empty requests; GQA groups 1-8, head dims 64/128, page sizes 4/16. The wrapper
@@ -501,16 +516,7 @@ TEST(DecodeSmall, SharePrefixesRandomForests) {
     }
     bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
     w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
-    bt.dout.poison();
-    bt.dlse.poison();
-    run_for(w, bt);
-    WEFT_TEST_CUDA(cudaDeviceSynchronize());
-    check_against_reference(bt);
-    const std::vector<float> first = bt.out();
-    bt.dout.poison();
-    run_for(w, bt);
-    WEFT_TEST_CUDA(cudaDeviceSynchronize());
-    EXPECT_EQ(bt.out(), first) << "not bitwise deterministic";
+    ASSERT_NO_FATAL_FAILURE(expect_reference_twice(w, bt));
   }
 }
 
@@ -544,16 +550,7 @@ TEST(DecodeSmall, SharePrefixesLongRootFewPacks) {
   EXPECT_GE(info.num_packs, 2 * c.hkv * 4) << "2 packs per KV head, each cut into >= 4 chunks";
   EXPECT_LE(info.max_chunk, root_pages * 16 / 4) << "the root must be cut into >= 4 chunks per pack";
   EXPECT_GE(info.num_items, w.num_ctas() / 2) << "the grid must be filled";
-  bt.dout.poison();
-  bt.dlse.poison();
-  run_for(w, bt);
-  WEFT_TEST_CUDA(cudaDeviceSynchronize());
-  check_against_reference(bt);
-  const std::vector<float> first = bt.out();
-  bt.dout.poison();
-  run_for(w, bt);
-  WEFT_TEST_CUDA(cudaDeviceSynchronize());
-  EXPECT_EQ(bt.out(), first) << "not bitwise deterministic";
+  ASSERT_NO_FATAL_FAILURE(expect_reference_twice(w, bt));
 }
 }  // namespace
 }  // namespace weft

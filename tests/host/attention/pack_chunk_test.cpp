@@ -110,30 +110,27 @@ TEST(PackChunk, LongRootWithFewPacksFillsTheGrid) {
 
 // The PAT bench's trees x its head configs (264 CTAs): coverage, balance, the workspace bound.
 TEST(PackChunk, BenchTreesAreBalanced) {
-  const std::vector<std::vector<int32_t>> fans = {{1, 4, 16}, {1, 8, 64}, {1, 32}, {1, 256}, {4, 64}, {1, 4, 16, 64}};
-  const std::vector<std::vector<int32_t>> lens = {{128, 256, 1024}, {512, 512, 512}, {2048, 512},
-                                                  {4096, 128},      {128, 256, 1024, 128}, {512, 512, 512, 512}};
   const int32_t heads[][2] = {{32, 32}, {16, 8}, {32, 8}, {64, 8}};
   int cases = 0;
-  for (const auto& fan : fans)
-    for (const auto& len : lens) {
-      if (len.size() != fan.size()) continue;
-      const bench::PrefixTreeBatch t = bench::make_prefix_tree_batch(fan, len, 16);
-      const Batch bt = batch_of(t, 16);
-      for (const auto& h : heads) {
-        SCOPED_TRACE(::testing::Message() << "levels " << fan.size() << " leaves " << fan.back() << " L0 " << len[0]
-                                          << " heads " << h[0] << "x" << h[1]);
-        const PackPlanConfig cfg = wrapper_config(264, h[1], h[0] / h[1]);
-        PackPlanner planner;
-        planner.plan(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), cfg);
-        const WorkPlan& p = planner.current();
-        if (h[0] * bt.batch() <= 64 * 32)  // coverage on the smaller ones (the check is O(rows x keys))
-          ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, p));
-        ASSERT_NO_FATAL_FAILURE(expect_balanced(p, cfg));
-        EXPECT_LE(p.num_items(), 4 * bt.batch() * h[1] + 2 * 264) << "DecodeOptions::max_pack_items' default";
-        ++cases;
-      }
+  for (const bench::PatTree& tree : bench::pat_trees()) {
+    const std::vector<int32_t>& fan = tree.fan;
+    const std::vector<int32_t>& len = tree.keys;
+    const bench::PrefixTreeBatch t = bench::make_prefix_tree_batch(fan, len, 16);
+    const Batch bt = batch_of(t, 16);
+    for (const auto& h : heads) {
+      SCOPED_TRACE(::testing::Message() << "levels " << fan.size() << " leaves " << fan.back() << " L0 " << len[0]
+                                        << " heads " << h[0] << "x" << h[1]);
+      const PackPlanConfig cfg = wrapper_config(264, h[1], h[0] / h[1]);
+      PackPlanner planner;
+      planner.plan(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), cfg);
+      const WorkPlan& p = planner.current();
+      if (h[0] * bt.batch() <= 64 * 32)  // coverage on the smaller ones (the check is O(rows x keys))
+        ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, p));
+      ASSERT_NO_FATAL_FAILURE(expect_balanced(p, cfg));
+      EXPECT_LE(p.num_items(), 4 * bt.batch() * h[1] + 2 * 264) << "DecodeOptions::max_pack_items' default";
+      ++cases;
     }
+  }
   EXPECT_EQ(cases, 48);
 }
 
@@ -142,15 +139,15 @@ TEST(PackChunk, BenchTreesAreBalanced) {
 TEST(PackChunk, RandomForestsAreBalancedAndBounded) {
   Rng rng = Rng::for_current_test();
   const int32_t page_sizes[] = {1, 16, 64};
-  for (int iter = 0; iter < 40; ++iter) {
+  for (int iter = 0; iter < 30; ++iter) {
     const int32_t ps = page_sizes[iter % 3];
     const Batch bt = random_batch(rng, ps, 1 + iter % 3, 1 + static_cast<int>(rng.randint(1, 12)),
-                                  ps == 1 ? 600 : (ps == 16 ? 100 : 30));
+                                  ps == 1 ? 300 : (ps == 16 ? 60 : 20));
     PackPlanConfig cfg;
     cfg.head_fold = static_cast<int32_t>(1 << rng.randint(0, 2));
     cfg.num_kv_heads = cfg.head_fold * static_cast<int32_t>(rng.randint(1, 2));
     cfg.num_ctas = cfg.head_fold * static_cast<int32_t>(rng.randint(1, 66));
-    cfg.group_size = static_cast<int32_t>(1 << rng.randint(0, 4));
+    cfg.group_size = static_cast<int32_t>(1 << rng.randint(0, 3));
     cfg.tile_rows = rng.randint(0, 1) ? 32 : 16;
     cfg.page_size = ps;
     cfg.auto_chunk_min = 16 * static_cast<int32_t>(rng.randint(1, 16));
