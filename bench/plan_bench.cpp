@@ -540,7 +540,8 @@ void pat_shape_cases(const std::string& filter) {
       int64_t keys = 0;
       for (int32_t l : t.kv_len) keys += l;
       before.auto_chunk_min = 0;
-      before.max_chunk = weft::plan::pack_max_chunk(keys, h[1], 264, weft::decode::kMinChunk, weft::decode::kPlanKVTile);
+      before.max_chunk =
+          weft::plan::pack_max_chunk(keys, h[1], 264, weft::decode::kMinChunk, weft::decode::kPlanKVTile);
       const weft::plan::PrefixForest f =
           weft::plan::build_prefix_forest(t.indptr.data(), t.indices.data(), t.kv_len.data(), t.batch(), 16);
       weft::plan::PackPlanScratch sc;

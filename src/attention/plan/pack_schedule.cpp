@@ -39,7 +39,8 @@ int64_t pack_duplicate_keys(const PrefixForest& forest, const PackPlanConfig& cf
   int64_t dup = 0;
   for (const PrefixNode& n : forest.nodes) {
     const int64_t s = n.req_end - n.req_begin;
-    if (s >= std::max(2, cfg.min_sharers)) dup += int64_t(n.page_end - n.page_begin) * cfg.page_size * (s - ceil_div(s, P));
+    if (s >= std::max(2, cfg.min_sharers))
+      dup += int64_t(n.page_end - n.page_begin) * cfg.page_size * (s - ceil_div(s, P));
   }
   return dup;
 }
