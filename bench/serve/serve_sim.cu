@@ -11,6 +11,9 @@
 //   weft-serve-sim --router data/router/h100.json --seed 20260623 [--steps 40] --out serve.json
 //   weft-serve-sim --dump-steps steps.json --seed 20260623      (host only: the traces as JSON)
 //   weft-serve-sim --refit walls.txt --seed 20260622 --gpu ... --slots 264 ...   (host only)
+//   weft-serve-sim --families hybrid --seed 20260623 [--steps 40] --out hybrid.json
+//       (chunked prefill + decodes through POD's modes, kAuto as "router": serve/hybrid.h; not in
+//        `all`: not decode routes, so not in the decode router's table or summary)
 //
 // Calibration fits each route option's coefficients (router.h) to the wall times of the
 // calibration seed and measures the router's decision time; the held-out run reports, per family,
@@ -35,6 +38,8 @@
 #include "decode/work_queue_decode.h"
 #include "json.h"
 #include "reference/attention.h"
+#include "serve/hybrid.h"
+#include "serve/sim_util.h"
 #include "serve/trace.h"
 #include "weft/decode.h"
 #include "weft/error.h"
@@ -46,57 +51,10 @@ using weft::decode::RouteOption;
 using weft::decode::RouterFeatures;
 using weft::decode::RouterModel;
 using weft::decode::StepSummary;
-using Clock = std::chrono::steady_clock;
+using namespace weft::serve::sim;  // CK, the step shape, fill_kernel, statistics (sim_util.h)
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(3);                                                                            \
-    }                                                                                          \
-  } while (0)
-
-// Decode shape of Llama-3-8B: 32 query heads, 8 KV heads, head_dim 128, bf16, pages of 16.
-constexpr int32_t kHq = 32, kHkv = 8, kD = 128, kPage = 16;
-constexpr double kHole = 0.25;  // a quarter of the physical page ids unassigned
 constexpr int32_t kMaxBatch = 256;
 constexpr int32_t kMaxTasks = 1 << 16;
-
-double us_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
-
-__global__ void fill_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t x = (uint64_t(i) + seed) * 0x9E3779B97F4A7C15ull;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    p[i] = __float2bfloat16(float(int64_t(x % 2001) - 1000) * 1e-3f);  // [-1, 1]
-  }
-}
-
-float bf16_to_float(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double idx = p * (v.size() - 1);
-  const size_t lo = size_t(idx);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
-}
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / v.size();
-}
 
 constexpr int32_t kRouterNeighbours = 8;  // a fifth of a 40-step family: the vote averages over
                                           // several similar steps (replay of 46595fb: 5..10 alike)
@@ -331,28 +289,8 @@ RefRows reference_rows(Engine& e, Family& f, const weft::serve::Step& st, const 
   const int32_t B = int32_t(st.req.size());
   std::vector<uint16_t> q(size_t(B) * kHq * kD);
   CK(cudaMemcpy(q.data(), e.q, q.size() * 2, cudaMemcpyDeviceToHost));
-  const size_t page_elems = size_t(kPage) * kHkv * kD;
   for (int32_t row : rows) {
-    const int32_t len = st.kv_len[row];
-    const auto& pages = f.trace.requests[st.req[row]].pages;
-    const int32_t np = (len + kPage - 1) / kPage;
-    std::vector<uint16_t> kb(size_t(np) * page_elems), vb(size_t(np) * page_elems);
-    for (int32_t p = 0; p < np; ++p) {
-      CK(cudaMemcpy(kb.data() + p * page_elems, static_cast<uint16_t*>(f.k) + size_t(pages[p]) * page_elems,
-                    page_elems * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(vb.data() + p * page_elems, static_cast<uint16_t*>(f.v) + size_t(pages[p]) * page_elems,
-                    page_elems * 2, cudaMemcpyDeviceToHost));
-    }
-    weft::ref::OwnedKV kv;
-    kv.num_kv_heads = kHkv;
-    kv.head_dim = kD;
-    kv.kv_indptr = {0, len};
-    kv.k.resize(size_t(len) * kHkv * kD);
-    kv.v.resize(kv.k.size());
-    for (size_t i = 0; i < kv.k.size(); ++i) {  // NHD pages are token-major: the first len tokens
-      kv.k[i] = bf16_to_float(kb[i]);
-      kv.v[i] = bf16_to_float(vb[i]);
-    }
+    const weft::ref::OwnedKV kv = gather_request_kv(f.k, f.v, f.trace.requests[st.req[row]].pages, st.kv_len[row]);
     std::vector<float> qf(size_t(kHq) * kD);
     for (size_t i = 0; i < qf.size(); ++i) qf[i] = bf16_to_float(q[size_t(row) * kHq * kD + i]);
     weft::ref::RaggedQ rq{qf.data(), kHq, kD, {0, 1}};
@@ -382,9 +320,7 @@ CheckResult check_rows(Engine& e, const weft::serve::Step& st, const RefRows& re
     for (int h = 0; h < kHq; ++h)
       r.max_lse_err = std::max(r.max_lse_err, std::fabs(double(lse[size_t(row) * kHq + h]) - ref.lse[k][h]));
   }
-  // bf16 output: |O| <= 1, so half an ulp is <= 2^-9; the bound allows a few ulps of the
-  // accumulated rounding of P (bf16 in the P.V product) over long rows. LSE is fp32.
-  r.ok = r.max_o_err <= 1.5e-2 && r.max_lse_err <= 2e-3;
+  r.ok = within_tolerance(r.max_o_err, r.max_lse_err);  // sim_util.h: its reasons
   return r;
 }
 
@@ -434,6 +370,7 @@ struct FamilyResult {
   std::map<std::string, CheckResult> checks;
   std::vector<double> router_decide_us, bal_plan_us_b256;
   std::vector<weft::decode::StepFeatures> step_x;  // per measured step (the router table's steps)
+  std::vector<std::vector<int64_t>> step_shape;     // hybrid: per step (hybrid.h)
   // Calibration samples per option: features, wall time.
   std::map<std::string, std::pair<std::vector<RouterFeatures>, std::vector<double>>> samples;
 };
@@ -538,6 +475,28 @@ FamilyResult run_family(Engine& e, const std::string& name, const Args& a, const
     std::fprintf(stderr, "\r[%s] step %zu/%zu", name.c_str(), si + 1, f.steps.size());
   }
   std::fprintf(stderr, "\n");
+  return fr;
+}
+
+// The hybrid family (hybrid.h): POD's modes pinned and kAuto as "router", as a FamilyResult.
+FamilyResult hybrid_family(Engine& e, const Args& a) {
+  FamilyResult fr;
+  fr.name = "hybrid";
+#ifdef WEFT_SERVE_POD
+  const weft::serve::HybridResult hr =
+      weft::serve::run_hybrid(e.stream, [&] { e.flush_l2(); }, a.seed, a.steps, a.reps, a.check);
+  fr.max_active = hr.max_active;
+  fr.steps = hr.steps;
+  for (const auto& [k, s] : hr.routes) fr.routes[k] = RouteStats{s.wall, s.gpu, s.plan};
+  fr.picks = hr.picks;
+  for (const auto& [k, c] : hr.checks) fr.checks[k] = CheckResult{c.max_o_err, c.max_lse_err, c.ok};
+  fr.step_shape = hr.step_shape;
+#else
+  (void)e;
+  (void)a;
+  std::fprintf(stderr, "[hybrid] weft-serve-sim was built without the pod component\n");
+  fr.checks["error"].ok = false;
+#endif
   return fr;
 }
 
@@ -793,7 +752,7 @@ int main(int argc, char** argv) {
     std::vector<FamilyResult> results;
     for (const std::string& fam : fams) {
       try {
-        results.push_back(run_family(e, fam, a, routed ? &model : nullptr));
+        results.push_back(fam == "hybrid" ? hybrid_family(e, a) : run_family(e, fam, a, routed ? &model : nullptr));
       } catch (const weft::Error& err) {  // report the family, keep the others
         std::fprintf(stderr, "\n[%s] weft::Error: %s\n", fam.c_str(), err.what());
         FamilyResult fr;
@@ -815,7 +774,7 @@ int main(int argc, char** argv) {
     j.key("shape").value("Hq 32, Hkv 8, D 128, bf16, page 16, NHD, hole fraction 0.25");
     j.key("grid_slots").value(grid_slots(e));
     j.key("families").begin_array();
-    double worst_ratio = 1e30;
+    double worst_ratio = 1e30, hybrid_ratio = -1;
     std::vector<double> plan256;
     bool all_ok = true;
     for (const FamilyResult& fr : results) {
@@ -865,12 +824,26 @@ int main(int argc, char** argv) {
       j.end_object();
       j.key("best_fixed").value(best);
       j.key("best_fixed_wall_us_mean").value(best_mean);
-      if (routed) {
+      const bool hybrid = fr.name == "hybrid";
+      if (hybrid) {  // its routes are POD's modes; the router is POD's kAuto planner (hybrid.h)
+        j.key("routes_are").value("weft::BatchPODAttention: serial, fused, partition = PodMode pinned (partition: "
+                                  "the planner's k); router = PodMode::kAuto");
+        j.key("step_shape_is").value("[prefill requests, prefill query tokens, decode requests, decode keys]");
+        j.key("step_shape").begin_array();
+        for (const auto& x : fr.step_shape) {
+          j.begin_array();
+          for (int64_t v : x) j.value(static_cast<long long>(v));
+          j.end_array();
+        }
+        j.end_array();
+      }
+      if (fr.routes.count("router")) {  // decode families: with --router only; hybrid: always
         const double rm = mean(fr.routes.at("router").wall);
         j.key("router_wall_us_mean").value(rm);
         j.key("router_vs_best_fixed").value(best_mean / rm);
-        worst_ratio = std::min(worst_ratio, best_mean / rm);
-        j.key("router_decide_us_p50").value(percentile(fr.router_decide_us, 0.5));
+        if (hybrid) hybrid_ratio = best_mean / rm;
+        else worst_ratio = std::min(worst_ratio, best_mean / rm);  // the decode router's summary
+        if (!fr.router_decide_us.empty()) j.key("router_decide_us_p50").value(percentile(fr.router_decide_us, 0.5));
         j.key("tbt_us_p50").value(percentile(fr.routes.at("router").wall, 0.5));
         j.key("tbt_us_p99").value(percentile(fr.routes.at("router").wall, 0.99));
         j.key("picks").begin_object();
@@ -901,6 +874,7 @@ int main(int argc, char** argv) {
     j.key("group").value("serve");
     j.key("extra").begin_object();
     if (routed) j.key("router_vs_best_fixed_min").value(worst_ratio);
+    if (hybrid_ratio >= 0) j.key("hybrid_router_vs_best_fixed").value(hybrid_ratio);  // POD kAuto / best mode
     if (!plan256.empty()) j.key("decode_plan_us_p50_256").value(percentile(plan256, 0.5));
     j.key("correct").value(all_ok);
     j.end_object();
@@ -943,6 +917,7 @@ int main(int argc, char** argv) {
       // The router's own decision time on the calibration steps (median over repeats).
       std::vector<double> d;
       for (const std::string& fam : fams) {
+        if (fam == "hybrid") continue;  // POD's modes: not decode routes, not in the table
         const auto tr = weft::serve::make_trace(fam, a.seed, kPage, kHole, a.steps);
         for (const auto& st : weft::serve::simulate_steps(tr, a.steps)) {
           if (st.req.empty()) continue;

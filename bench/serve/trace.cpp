@@ -31,6 +31,34 @@ FamilySpec spec_of(const std::string& f) {
   throw std::invalid_argument("unknown trace family " + f);
 }
 
+// Pages: the reserved length (prompt + decode) of every request; the shared prefix's pages are
+// allocated once and listed first by every sharer.
+void assign_pages(Trace& t, int32_t shared_pages, double hole, std::mt19937_64& rng) {
+  const int32_t page_size = t.page_size;
+  int64_t logical = shared_pages;
+  std::vector<int32_t> own(t.requests.size());
+  for (size_t i = 0; i < t.requests.size(); ++i) {
+    const Request& r = t.requests[i];
+    const int32_t pages = (r.prompt + r.decode + page_size - 1) / page_size;
+    own[i] = pages - r.shared_pages;
+    logical += own[i];
+    t.max_blocks = std::max(t.max_blocks, pages);
+  }
+  t.num_pages = static_cast<int64_t>(std::ceil(double(logical) / (1.0 - hole)));
+  std::vector<int32_t> perm(size_t(t.num_pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  int64_t next = 0;
+  const std::vector<int32_t> shared(perm.begin(), perm.begin() + shared_pages);
+  next += shared_pages;
+  for (size_t i = 0; i < t.requests.size(); ++i) {
+    Request& r = t.requests[i];
+    r.pages.assign(shared.begin(), shared.begin() + r.shared_pages);
+    r.pages.insert(r.pages.end(), perm.begin() + next, perm.begin() + next + own[i]);
+    next += own[i];
+  }
+}
+
 }  // namespace
 
 Trace make_trace(const std::string& family, uint64_t seed, int32_t page_size, double hole, int32_t steps) {
@@ -78,31 +106,7 @@ Trace make_trace(const std::string& family, uint64_t seed, int32_t page_size, do
     }
     t.requests.push_back(std::move(r));
   }
-  // Pages: the reserved length (prompt + decode) of every request; the shared prefix's pages are
-  // allocated once and listed first by every sharer.
-  const int32_t shared_pages = fs.shared_prefix / page_size;
-  int64_t logical = shared_pages;
-  std::vector<int32_t> own(t.requests.size());
-  for (size_t i = 0; i < t.requests.size(); ++i) {
-    const Request& r = t.requests[i];
-    const int32_t pages = (r.prompt + r.decode + page_size - 1) / page_size;
-    own[i] = pages - r.shared_pages;
-    logical += own[i];
-    t.max_blocks = std::max(t.max_blocks, pages);
-  }
-  t.num_pages = static_cast<int64_t>(std::ceil(double(logical) / (1.0 - hole)));
-  std::vector<int32_t> perm(size_t(t.num_pages));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  int64_t next = 0;
-  const std::vector<int32_t> shared(perm.begin(), perm.begin() + shared_pages);
-  next += shared_pages;
-  for (size_t i = 0; i < t.requests.size(); ++i) {
-    Request& r = t.requests[i];
-    r.pages.assign(shared.begin(), shared.begin() + r.shared_pages);
-    r.pages.insert(r.pages.end(), perm.begin() + next, perm.begin() + next + own[i]);
-    next += own[i];
-  }
+  assign_pages(t, fs.shared_prefix / page_size, hole, rng);
   return t;
 }
 
@@ -133,6 +137,44 @@ std::vector<Step> simulate_steps(const Trace& t, int32_t steps) {
     running.swap(still);
   }
   return out;
+}
+
+Trace make_hybrid_trace(uint64_t seed, int32_t page_size, double hole, int32_t steps, std::vector<HybridStep>* out) {
+  std::mt19937_64 rng(seed * 1000003ull + std::hash<std::string>{}("hybrid"));
+  auto uni = [&](int32_t lo, int32_t hi) { return std::uniform_int_distribution<int32_t>(lo, hi)(rng); };
+  Trace t;
+  t.family = "hybrid";
+  t.max_active = kHybridMaxPrefill + kHybridMaxDecode;
+  t.page_size = page_size;
+  // The decode pool: prompts 1K .. 32K - steps, so no decoder passes 32K keys within the trace.
+  for (int32_t i = 0; i < kHybridMaxDecode; ++i) {
+    Request r;
+    r.prompt = uni(1024, 32768 - std::max(steps, 1));
+    r.decode = std::max(steps, 1);
+    t.requests.push_back(std::move(r));
+  }
+  out->assign(size_t(std::max(steps, 0)), HybridStep{});
+  for (int32_t s = 0; s < steps; ++s) {
+    HybridStep& st = (*out)[s];
+    const int32_t np = uni(1, kHybridMaxPrefill);
+    for (int32_t p = 0; p < np; ++p) {
+      const int32_t chunk = 512 << uni(0, 2);  // 512, 1024 or 2048 (kHybridMaxChunk)
+      Request r;
+      r.arrival = s;
+      r.prompt = uni(0, 16384) + chunk;  // history + the chunk: the chunk's keys are in the cache
+      st.pre_req.push_back(int32_t(t.requests.size()));
+      st.pre_chunk.push_back(chunk);
+      st.pre_kv.push_back(r.prompt);
+      t.requests.push_back(std::move(r));
+    }
+    const int32_t nd = uni(8, kHybridMaxDecode);
+    for (int32_t d = 0; d < nd; ++d) {
+      st.dec_req.push_back(d);
+      st.dec_kv.push_back(t.requests[d].prompt + s + 1);
+    }
+  }
+  assign_pages(t, 0, hole, rng);
+  return t;
 }
 
 }  // namespace weft::serve

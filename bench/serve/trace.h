@@ -53,4 +53,20 @@ Trace make_trace(const std::string& family, uint64_t seed, int32_t page_size, do
 // every running request decodes one token per step and leaves after its decode length.
 std::vector<Step> simulate_steps(const Trace& t, int32_t steps);
 
+// The hybrid family (not in family_names(): its steps mix prefill chunks with decodes, so the
+// decode routes and the decode router's calibration do not apply; weft-serve-sim runs it through
+// weft::BatchPODAttention on --families hybrid). Per step 1..2 requests in chunked prefill (a
+// chunk of 512, 1024 or 2048 new tokens on a history of 0..16K, the chunk attending to all of its
+// history and causally to itself: its kv_len is history + chunk) beside 8..64 decoding requests
+// (kv 1K..32K). The decoders are a pool of 64 requests whose first `decode batch` run at a step
+// (each one token longer per step); every prefill chunk is its own request (its page list holds
+// history + chunk tokens). Pages as make_trace's (holes, one scattered permutation).
+struct HybridStep {
+  std::vector<int32_t> pre_req, pre_chunk, pre_kv;  // prefill: request, new tokens, history + chunk
+  std::vector<int32_t> dec_req, dec_kv;             // decode: request, kv_len
+};
+constexpr int32_t kHybridMaxPrefill = 2, kHybridMaxChunk = 2048, kHybridMaxDecode = 64;
+Trace make_hybrid_trace(uint64_t seed, int32_t page_size, double hole_fraction, int32_t steps,
+                        std::vector<HybridStep>* out_steps);
+
 }  // namespace weft::serve
