@@ -43,6 +43,7 @@ const Option kOptions[] = {{"serial", PodMode::kSerial},
                            {"partition", PodMode::kPartition},
                            {"router", PodMode::kAuto}};
 constexpr size_t kNumOptions = sizeof(kOptions) / sizeof(kOptions[0]);
+constexpr size_t kPartitionOpt = 2, kRouterOpt = 3;  // their indices in kOptions
 
 struct Sample {
   double wall_us = 0, gpu_us = 0, plan_us = 0;
@@ -273,7 +274,8 @@ HybridResult run_hybrid(cudaStream_t stream, const std::function<void()>& flush_
       std::shuffle(order.begin(), order.end(), shuffle_rng);
       for (size_t i : order) samples[i].push_back(h.exec(i, flush_l2));
     }
-    ++hr.picks[pick_of(h.pod[kNumOptions - 1]->plan_info())];  // the router: kAuto, last in kOptions
+    ++hr.picks[pick_of(h.pod[kRouterOpt]->plan_info())];  // what kAuto ran at this step
+    ++hr.partition_k["k" + std::to_string(h.pod[kPartitionOpt]->plan_info().free_sms)];
     for (size_t i = 0; i < kNumOptions; ++i) {
       std::vector<double> w, g, p;
       for (const Sample& s : samples[i]) w.push_back(s.wall_us), g.push_back(s.gpu_us), p.push_back(s.plan_us);

@@ -24,6 +24,7 @@ struct HybridResult {
   // "serial", "fused", "partition" (PodMode pinned, the planner's own k) and "router" (kAuto).
   std::map<std::string, HybridOptionStats> routes;
   std::map<std::string, int> picks;  // what kAuto ran per step: serial, fused, partition/k<free SMs>
+  std::map<std::string, int> partition_k;  // the pinned partition option's k per step: k<free SMs>
   std::map<std::string, HybridCheck> checks;  // per option, over the first and the last step
   // Per step: prefill requests, prefill query tokens, decode requests, decode keys.
   std::vector<std::vector<int64_t>> step_shape;

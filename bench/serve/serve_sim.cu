@@ -371,6 +371,7 @@ struct FamilyResult {
   std::vector<double> router_decide_us, bal_plan_us_b256;
   std::vector<weft::decode::StepFeatures> step_x;  // per measured step (the router table's steps)
   std::vector<std::vector<int64_t>> step_shape;     // hybrid: per step (hybrid.h)
+  std::map<std::string, int> partition_k;           // hybrid: the partition option's k per step
   // Calibration samples per option: features, wall time.
   std::map<std::string, std::pair<std::vector<RouterFeatures>, std::vector<double>>> samples;
 };
@@ -491,6 +492,7 @@ FamilyResult hybrid_family(Engine& e, const Args& a) {
   fr.picks = hr.picks;
   for (const auto& [k, c] : hr.checks) fr.checks[k] = CheckResult{c.max_o_err, c.max_lse_err, c.ok};
   fr.step_shape = hr.step_shape;
+  fr.partition_k = hr.partition_k;
 #else
   (void)e;
   (void)a;
@@ -836,6 +838,9 @@ int main(int argc, char** argv) {
           j.end_array();
         }
         j.end_array();
+        j.key("partition_k").begin_object();  // the pinned partition option's k (planner's) per step
+        for (const auto& [k, c] : fr.partition_k) j.key(k).value(c);
+        j.end_object();
       }
       if (fr.routes.count("router")) {  // decode families: with --router only; hybrid: always
         const double rm = mean(fr.routes.at("router").wall);
