@@ -70,7 +70,8 @@ inline double mean(const std::vector<double>& v) {
 
 // The first `len` tokens of a request (its page ids `pages`, in logical order) copied back from
 // the bf16 NHD pools k / v [num_pages, kPage, kHkv, kD], as the reference's one-request KV.
-inline weft::ref::OwnedKV gather_request_kv(const void* k, const void* v, const std::vector<int32_t>& pages, int32_t len) {
+inline weft::ref::OwnedKV gather_request_kv(const void* k, const void* v, const std::vector<int32_t>& pages,
+                                            int32_t len) {
   const size_t page_elems = size_t(kPage) * kHkv * kD;
   const int32_t np = (len + kPage - 1) / kPage;
   std::vector<uint16_t> kb(size_t(np) * page_elems), vb(size_t(np) * page_elems);
@@ -96,6 +97,8 @@ inline weft::ref::OwnedKV gather_request_kv(const void* k, const void* v, const 
 // The tolerance of every check of the harness: bf16 output, |O| <= 1, so half an ulp is <= 2^-9;
 // the bound allows a few ulps of the accumulated rounding of P (bf16 in the P.V product) over long
 // rows. LSE is fp32.
-inline bool within_tolerance(double max_o_err, double max_lse_err) { return max_o_err <= 1.5e-2 && max_lse_err <= 2e-3; }
+inline bool within_tolerance(double max_o_err, double max_lse_err) {
+  return max_o_err <= 1.5e-2 && max_lse_err <= 2e-3;
+}
 
 }  // namespace weft::serve::sim
