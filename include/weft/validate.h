@@ -39,6 +39,13 @@ void device_index_array(const void* p, int64_t size, const char* name);
 // every entry in [0, bound). Host memory.
 void indices_below(const int32_t* values_host, int64_t n, const char* name, int64_t bound);
 void not_null(const void* p, const char* name);
+// The byte ranges of a's and b's elements (first to last byte, by their strides; empty views
+// cover nothing) do not intersect. Throws naming b. Non-negative strides (writable checks them).
+bool overlaps(const TensorView& a, const TensorView& b);
+void disjoint(const TensorView& a, const char* a_name, const TensorView& b, const char* b_name);
+// t can be written in parallel: strides >= 0 and no two elements share an address (each dim's
+// stride, taken in increasing order, spans at least everything the smaller ones cover).
+void writable(const TensorView& t, const char* name);
 // Workspace: at least `needed` bytes and 256-byte aligned (the plan layout assumes it).
 void workspace(const void* p, std::size_t bytes, std::size_t needed, const char* name);
 

@@ -6,6 +6,7 @@
 #include "weft/dtype.h"
 #include "weft/error.h"
 #include "weft/jit.h"
+#include "weft/merge.h"
 #include "weft/export.h"
 #include "weft/fp8.h"
 #include "weft/norm.h"

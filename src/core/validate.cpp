@@ -4,6 +4,7 @@
 // update that table and the check that enforces it.
 #include "weft/validate.h"
 
+#include <utility>
 #include <cstdint>
 
 namespace weft::check {
@@ -144,6 +145,51 @@ void workspace(const void* p, std::size_t bytes, std::size_t needed, const char*
                  "workspace of " << bytes << " bytes is smaller than the " << needed << " needed");
   if (needed > 0) not_null(p, name);
   aligned(p, name, 256);
+}
+
+namespace {
+// [first byte, one past the last byte) of t's elements; empty (or null) -> {0, 0}.
+void byte_range(const TensorView& t, std::uintptr_t& lo, std::uintptr_t& hi) {
+  if (t.numel() == 0 || t.data == nullptr) {
+    lo = hi = 0;
+    return;
+  }
+  int64_t last = 0;
+  for (int d = 0; d < t.ndim; ++d) last += (t.shape[d] - 1) * t.strides[d];
+  lo = reinterpret_cast<std::uintptr_t>(t.data);
+  hi = lo + static_cast<std::uintptr_t>((last + 1) * static_cast<int64_t>(t.element_size()));
+}
+}  // namespace
+
+bool overlaps(const TensorView& a, const TensorView& b) {
+  std::uintptr_t alo, ahi, blo, bhi;
+  byte_range(a, alo, ahi);
+  byte_range(b, blo, bhi);
+  return alo < bhi && blo < ahi;
+}
+
+void disjoint(const TensorView& a, const char* a_name, const TensorView& b, const char* b_name) {
+  WEFT_CHECK_ARG(!overlaps(a, b), b_name, "must not overlap " << a_name);
+}
+
+void writable(const TensorView& t, const char* name) {
+  if (t.numel() == 0) return;
+  int dims[TensorView::kMaxDims];
+  int n = 0;
+  for (int d = 0; d < t.ndim; ++d) {
+    WEFT_CHECK_ARG(t.strides[d] >= 0, name, "negative stride in dim " << d << " of " << t.describe());
+    if (t.shape[d] > 1) dims[n++] = d;
+  }
+  for (int i = 1; i < n; ++i)  // insertion sort by stride (at most kMaxDims entries)
+    for (int j = i; j > 0 && t.strides[dims[j]] < t.strides[dims[j - 1]]; --j) std::swap(dims[j], dims[j - 1]);
+  int64_t span = 1;  // elements covered by the dims taken so far
+  for (int i = 0; i < n; ++i) {
+    const int d = dims[i];
+    WEFT_CHECK_ARG(t.strides[d] >= span, name,
+                   "strides make elements share an address (dim " << d << ", stride " << t.strides[d]
+                                                                  << "): " << t.describe());
+    span += (t.shape[d] - 1) * t.strides[d];
+  }
 }
 
 }  // namespace weft::check

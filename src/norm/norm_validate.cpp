@@ -39,29 +39,8 @@ void check_weight(const TensorView& w, const char* name, const TensorView& like,
   check::aligned(w.data, name, 16);
 }
 
-namespace {
-// [first byte, one past last byte) of a 2-D or 1-D view's elements; empty -> {0, 0}.
-void byte_range(const TensorView& t, uintptr_t& lo, uintptr_t& hi) {
-  if (t.numel() == 0 || t.data == nullptr) {
-    lo = hi = 0;
-    return;
-  }
-  int64_t last = 0;
-  for (int d = 0; d < t.ndim; ++d) last += (t.shape[d] - 1) * t.strides[d];
-  lo = reinterpret_cast<uintptr_t>(t.data);
-  hi = lo + static_cast<uintptr_t>((last + 1) * static_cast<int64_t>(t.element_size()));
-}
-}  // namespace
-
-bool overlaps(const TensorView& a, const TensorView& b) {
-  uintptr_t alo, ahi, blo, bhi;
-  byte_range(a, alo, ahi);
-  byte_range(b, blo, bhi);
-  return alo < bhi && blo < ahi;
-}
-
 void check_disjoint(const TensorView& a, const char* a_name, const TensorView& b, const char* b_name) {
-  WEFT_CHECK_ARG(!overlaps(a, b), b_name, "must not overlap " << a_name);
+  check::disjoint(a, a_name, b, b_name);
 }
 
 }  // namespace weft::norm_detail

@@ -15,8 +15,7 @@ void check_eps(double eps, const char* name);
 void check_rows(const TensorView& t, const char* name);
 // weight: [hidden], contiguous, same dtype as `like`.
 void check_weight(const TensorView& w, const char* name, const TensorView& like, const char* like_name);
-// Byte ranges of the two tensors' elements (first to last byte) do not intersect.
-bool overlaps(const TensorView& a, const TensorView& b);
+// Byte ranges of the two tensors' elements (first to last byte) do not intersect (check::disjoint).
 void check_disjoint(const TensorView& a, const char* a_name, const TensorView& b, const char* b_name);
 
 }  // namespace weft::norm_detail

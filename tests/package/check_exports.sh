@@ -31,6 +31,7 @@ required=(
   "core|V typeinfo for weft::Error"
   "paged|T weft::append_paged_kv("
   "jit|T weft::jit::Variant::create("
+  "attention|T weft::merge_states("
   "decode|T weft::BatchDecodeWrapper::plan("
   "prefill|T weft::BatchPrefillWrapper::workspace_size("
   "pod|T weft::BatchPODAttention::plan("
