@@ -1,5 +1,5 @@
-// Shared by the binding units of weft._weft (weft_ext.cpp, ext_decode.cpp, ext_prefill.cpp):
-// DLPack arrays -> weft::TensorView, index arrays in two copies (Mirror: host mirror for
+// Shared by the binding units of weft._weft (weft_ext.cpp, ext_decode.cpp, ext_prefill.cpp,
+// ext_merge.cpp): DLPack arrays -> weft::TensorView, index arrays in two copies (Mirror: host mirror for
 // validation and planning, device copy at a fixed address for the kernels), workspaces, variant
 // and table checks. See weft_ext.cpp for what the wrapper classes keep between plan() and run().
 #pragma once
@@ -251,8 +251,10 @@ inline void check_table(const std::vector<int32_t>& indptr, const std::vector<in
   }
 }
 
-// Binding registration of the attention wrapper classes (ext_decode.cpp, ext_prefill.cpp).
+// Binding registration of the attention wrapper classes (ext_decode.cpp, ext_prefill.cpp) and of
+// the merge of attention states (ext_merge.cpp).
 void bind_decode(nb::module_& m);
 void bind_prefill(nb::module_& m);
+void bind_merge(nb::module_& m);
 
 }  // namespace weft_py

@@ -6,7 +6,8 @@
 // (a ValueError) carrying .argument.
 //
 // Units: ext_common.h (DLPack views, index mirrors, workspaces, checks), ext_decode.cpp (decode
-// wrappers), ext_prefill.cpp (prefill and POD), this file (append, norms, block tables, the module).
+// wrappers), ext_prefill.cpp (prefill and POD), ext_merge.cpp (merge of attention states), this
+// file (append, norms, block tables, the module).
 // The wrapper classes own what a FlashInfer-style Python wrapper must keep between plan()
 // and run(): the C++ plan object, the device workspace (or a caller's buffer), and the page-table
 // / indptr arrays in both copies (host mirror for validation and planning, device copy at a
@@ -166,6 +167,7 @@ NB_MODULE(_weft, m) {
   });
   bind_decode(m);
   bind_prefill(m);
+  bind_merge(m);
 
   m.def("append_paged_kv", &append_paged_kv, "append_key"_a, "append_value"_a, "batch_indices_dev"_a.none(),
         "batch_indices_host"_a.none(), "positions_dev"_a.none(), "positions_host"_a.none(), "k_cache"_a,

@@ -127,3 +127,21 @@ def test_pod_plan_validation():
     _err(lambda: w.plan(*pre, *dec, **good, q_data_type="float32"), "q_data_type")
     q = np.zeros((4, 8, 128), np.float16)
     _err(lambda: w.run(q, q, (q, q), out_p=q, out_d=q), "plan")  # run before plan
+
+
+def test_merge_validation_names_the_argument():
+    v = np.zeros((4, 2, 64), np.float16)
+    s = np.zeros((4, 2), np.float32)
+    vo, so = np.empty_like(v), np.empty_like(s)
+    _err(lambda: weft.merge_state(v, s, v.copy(), s.copy()), "v_out")  # NumPy: outputs must be given
+    e = _err(lambda: weft.merge_state(v, s, v.copy(), s.copy(), v_out=vo, s_out=so), "v_a")  # host memory
+    assert "cuda" in str(e).lower()
+    _err(lambda: weft.merge_state(v.astype(np.float64), s, v, s, v_out=vo, s_out=so), "v_a")  # dtype
+    _err(lambda: weft.merge_state(v, s, v, s.astype(np.float64), v_out=vo, s_out=so), "s_b")
+    _err(lambda: weft.merge_state(v[0], s, v, s), "v_a")  # 2-D
+    _err(lambda: weft.merge_state_in_place(v, s, v.copy(), s.copy()), "v")
+    _err(lambda: weft.merge_state_in_place(v, s, v.copy(), s.copy(), mask=np.ones(4, bool)), "v")
+    _err(lambda: weft.merge_states(v, s, v_out=vo, s_out=so), "v")  # 3-D: no num_states dim
+    v4 = np.zeros((4, 3, 2, 64), np.float16)
+    _err(lambda: weft.merge_states(v4, np.zeros((4, 3, 2), np.float32)), "v_out")
+    _err(lambda: weft.merge_states(v4, np.zeros((4, 3, 2), np.float32), v_out=vo, s_out=so), "v")

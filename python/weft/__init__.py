@@ -8,6 +8,8 @@ FlashInfer-style wrappers over weft's plan/run C++ API (``include/weft/``):
 * :class:`BatchPrefillWithPagedKVCacheWrapper` -- ragged queries against a paged KV cache
 * :class:`BatchPrefillWithRaggedKVCacheWrapper` -- ragged queries against contiguous K/V
 * :func:`append_paged_kv` -- write new K/V tokens into their pages
+* :func:`merge_state`, :func:`merge_state_in_place`, :func:`merge_states` -- merge attention
+  states (output + natural-log LSE) computed over disjoint KV segments
 * :func:`rmsnorm`, :func:`fused_add_rmsnorm`
 * :func:`page_table_from_block_tables` -- vLLM block tables to weft's page table (host)
 
@@ -19,8 +21,7 @@ arrays, the legacy default stream otherwise; an explicit ``stream=`` (an int ``c
 Every rejected call raises :class:`WeftError` (a ``ValueError``) whose ``argument`` names the
 offending argument (``weft::Error::argument()``), before anything is launched.
 
-weft has no public merge entry point (split-KV partial states are merged inside the decode and
-prefill kernels), so there is no ``merge_state`` here.
+LSEs (``return_lse=True``, the merge functions) are natural logs; FlashInfer's are base 2.
 """
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ __all__ = [
     "BatchPrefillWithRaggedKVCacheWrapper",
     "PODWithPagedKVCacheWrapper",
     "append_paged_kv",
+    "merge_state",
+    "merge_state_in_place",
+    "merge_states",
     "rmsnorm",
     "fused_add_rmsnorm",
     "page_table_from_block_tables",
@@ -98,6 +102,9 @@ from ._wrappers import (  # noqa: E402
     append_paged_kv,
     cuda_available,
     fused_add_rmsnorm,
+    merge_state,
+    merge_state_in_place,
+    merge_states,
     page_table_from_block_tables,
     rmsnorm,
 )

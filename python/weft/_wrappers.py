@@ -628,6 +628,78 @@ def fused_add_rmsnorm(input: Any, residual: Any, weight: Any, eps: float = 1e-6,
     _weft.fused_add_rmsnorm(input, residual, weight, float(eps), _stream_of(stream, input))
 
 
+# ---- merge of attention states ----------------------------------------------------------------
+
+def _float_dtype_name(t: Any) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _check_ndim(t: Any, ndim: int, name: str, shape: str) -> None:
+    if len(getattr(t, "shape", ())) != ndim:
+        raise _error(name, f"must be {ndim}-D {shape}, got shape {tuple(getattr(t, 'shape', ()))}")
+
+
+def _mask_bytes(mask: Any) -> Any:
+    """A boolean mask as its uint8 bytes (DLPack has no bool every framework exports)."""
+    if mask is None or not str(mask.dtype).endswith("bool"):
+        return mask
+    if _framework(mask) == "torch":
+        return mask.view(sys.modules["torch"].uint8)
+    return mask.view("uint8")  # NumPy / CuPy
+
+
+def merge_state(v_a: Any, s_a: Any, v_b: Any, s_b: Any, *, v_out: Any = None, s_out: Any = None,
+                stream: Any = None) -> Tuple[Any, Any]:
+    """Merge two attention states computed over disjoint KV segments A and B.
+
+    ``v_a`` / ``v_b``: ``[seq_len, num_heads, head_dim]`` (float16, bfloat16 or float32; the
+    outputs over each segment); ``s_a`` / ``s_b``: ``[seq_len, num_heads]`` float32, the
+    log-sum-exp of each segment's logits. Returns ``(v, s)``: the attention output and LSE over
+    ``A + B`` (``v_out`` / ``s_out`` written when given, else allocated, torch / CuPy).
+
+    LSE convention: NATURAL log, as every weft kernel returns with ``return_lse=True``
+    (``s = log(sum_j exp(logit_j))``). FlashInfer's merge functions and kernels use base-2 LSEs:
+    multiply those by ``ln 2`` (``math.log(2)``) before passing them here. A state whose ``s`` is
+    ``-inf`` covered no key and contributes nothing (its ``v`` is not read into the sum); a row
+    with both at ``-inf`` gives ``v = 0``, ``s = -inf``. fp32 accumulation, one rounding to
+    ``v``'s dtype, deterministic bits. Runs on the caller's current stream; CUDA-graph capturable
+    when the outputs are given. Rejected inputs raise :class:`WeftError` naming the argument.
+    """
+    _check_ndim(v_a, 3, "v_a", "[seq_len, num_heads, head_dim]")
+    if v_out is None:
+        v_out = _empty_like(v_a, v_a.shape, _float_dtype_name(v_a), "v_out")
+    if s_out is None:
+        s_out = _empty_like(v_a, (v_a.shape[0], v_a.shape[1]), "float32", "s_out")
+    _weft.merge_state(v_a, s_a, v_b, s_b, v_out, s_out, _stream_of(stream, v_a))
+    return v_out, s_out
+
+
+def merge_state_in_place(v: Any, s: Any, v_other: Any, s_other: Any, mask: Any = None, *,
+                         stream: Any = None) -> None:
+    """Merge ``(v_other, s_other)`` into ``(v, s)`` in place (shapes and conventions as
+    :func:`merge_state`: natural-log LSE, ``-inf`` states contribute nothing). ``mask``
+    (optional, ``[seq_len]`` bool or uint8 on the GPU): tokens whose entry is False / 0 are left
+    untouched, so a fixed-shape (CUDA-graph) batch can merge only some of its rows."""
+    _weft.merge_state_in_place(v, s, v_other, s_other, _mask_bytes(mask), _stream_of(stream, v))
+
+
+def merge_states(v: Any, s: Any, *, v_out: Any = None, s_out: Any = None, stream: Any = None) -> Tuple[Any, Any]:
+    """Merge ``num_states`` attention states of each (token, head), in state order.
+
+    ``v``: ``[seq_len, num_states, num_heads, head_dim]`` (float16, bfloat16 or float32, any
+    strides with a contiguous head_dim), ``s``: ``[seq_len, num_states, num_heads]`` float32
+    natural-log LSEs. Returns ``(v, s)`` of shapes ``[seq_len, num_heads, head_dim]`` and
+    ``[seq_len, num_heads]``. Conventions as :func:`merge_state` (FlashInfer's LSEs are base 2:
+    scale them by ``ln 2`` first)."""
+    _check_ndim(v, 4, "v", "[seq_len, num_states, num_heads, head_dim]")
+    if v_out is None:
+        v_out = _empty_like(v, (v.shape[0], v.shape[2], v.shape[3]), _float_dtype_name(v), "v_out")
+    if s_out is None:
+        s_out = _empty_like(v, (v.shape[0], v.shape[2]), "float32", "s_out")
+    _weft.merge_states(v, s, v_out, s_out, _stream_of(stream, v))
+    return v_out, s_out
+
+
 def page_table_from_block_tables(block_tables: Any, seq_lens: Any, page_size: int,
                                  num_pages: int) -> Tuple[list, list, list]:
     """vLLM block tables (host int32 ``[batch, max_blocks_per_seq]``) and sequence lengths (host
