@@ -63,6 +63,11 @@ Tolerance tolerance_from_baseline(const Comparison& baseline, double factor = 4.
 // gtest assertion helper: ASSERT_TRUE(within(cmp, tol)) << cmp.summary();
 bool within(const Comparison& cmp, const Tolerance& tol);
 
+// Validation tests: a fake, 1 MiB-aligned device address `mib` MiB in (never dereferenced: every
+// call that gets it is rejected or empty), and a pointer `bytes` further.
+inline void* fake_device_ptr(uintptr_t mib) { return reinterpret_cast<void*>(mib << 20); }
+inline void* byte_offset(void* p, int64_t bytes) { return static_cast<char*>(p) + bytes; }
+
 // The argument() of the weft::Error that f() throws, or "<no throw>". Negative tests compare
 // it with the name the caller knows the argument by.
 template <class F>

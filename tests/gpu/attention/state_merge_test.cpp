@@ -91,6 +91,24 @@ std::vector<uint8_t> v_bytes(DType dt, States& st) {
   return b;
 }
 
+// The two states of a 2-state set as separate [seq, heads, d] / [seq, heads] tensors (storage).
+void split_two(DType dt, States& st, std::vector<uint8_t>& a, std::vector<uint8_t>& b, std::vector<float>& sa,
+               std::vector<float>& sb) {
+  const std::size_t es = weft::dtype_size(dt), row = st.d * es;
+  const std::vector<uint8_t> all = v_bytes(dt, st);
+  a.assign(st.seq * st.heads * row, 0);
+  b.assign(a.size(), 0);
+  sa.assign(st.seq * st.heads, 0.f);
+  sb.assign(sa.size(), 0.f);
+  for (int64_t t = 0; t < st.seq; ++t)
+    for (int64_t h = 0; h < st.heads; ++h) {
+      std::memcpy(&a[(t * st.heads + h) * row], &all[((t * 2 + 0) * st.heads + h) * row], row);
+      std::memcpy(&b[(t * st.heads + h) * row], &all[((t * 2 + 1) * st.heads + h) * row], row);
+      sa[t * st.heads + h] = st.sat(t, 0, h);
+      sb[t * st.heads + h] = st.sat(t, 1, h);
+    }
+}
+
 // float64 merge of every (t, h) over the states in order: o [seq, heads, d], lse [seq, heads].
 weft::ref::Result reference(States& st) {
   weft::ref::Result r;
@@ -221,16 +239,9 @@ TEST(StateMergeGpu, MergeStateTwoTensorsVsReference) {
         const int64_t seq = 33, heads = 5, pad = 16 / static_cast<int64_t>(weft::dtype_size(dt));
         States st = make_states(rng, dt, seq, 2, heads, d);
         const std::size_t es = weft::dtype_size(dt);
-        const std::vector<uint8_t> all = v_bytes(dt, st);
-        std::vector<uint8_t> a(seq * heads * d * es), b(a.size());
-        std::vector<float> sa(seq * heads), sb(seq * heads);
-        for (int64_t t = 0; t < seq; ++t)
-          for (int64_t h = 0; h < heads; ++h) {
-            std::memcpy(&a[(t * heads + h) * d * es], &all[((t * 2 + 0) * heads + h) * d * es], d * es);
-            std::memcpy(&b[(t * heads + h) * d * es], &all[((t * 2 + 1) * heads + h) * d * es], d * es);
-            sa[t * heads + h] = st.sat(t, 0, h);
-            sb[t * heads + h] = st.sat(t, 1, h);
-          }
+        std::vector<uint8_t> a, b;
+        std::vector<float> sa, sb;
+        split_two(dt, st, a, b, sa, sb);
         DeviceBuffer dva = DeviceBuffer::from(a), dvb = DeviceBuffer::from(b);
         DeviceBuffer dsa = DeviceBuffer::from(sa), dsb = DeviceBuffer::from(sb);
         const int64_t row = heads * d + pad;  // padded token stride of v_out
@@ -268,16 +279,9 @@ TEST(StateMergeGpu, InPlaceWithMask) {
   auto rng = weft::test::Rng::for_current_test();
   States st = make_states(rng, dt, seq, 2, heads, d);
   const std::size_t es = weft::dtype_size(dt);
-  const std::vector<uint8_t> all = v_bytes(dt, st);
-  std::vector<uint8_t> a(seq * heads * d * es), b(a.size());
-  std::vector<float> sa(seq * heads), sb(seq * heads);
-  for (int64_t t = 0; t < seq; ++t)
-    for (int64_t h = 0; h < heads; ++h) {
-      std::memcpy(&a[(t * heads + h) * d * es], &all[((t * 2 + 0) * heads + h) * d * es], d * es);
-      std::memcpy(&b[(t * heads + h) * d * es], &all[((t * 2 + 1) * heads + h) * d * es], d * es);
-      sa[t * heads + h] = st.sat(t, 0, h);
-      sb[t * heads + h] = st.sat(t, 1, h);
-    }
+  std::vector<uint8_t> a, b;
+  std::vector<float> sa, sb;
+  split_two(dt, st, a, b, sa, sb);
   std::vector<uint8_t> mask(seq);
   for (int64_t t = 0; t < seq; ++t) mask[t] = (t % 3 == 1) ? 0 : 1;
   DeviceBuffer dv = DeviceBuffer::from(a), dvb = DeviceBuffer::from(b), ds = DeviceBuffer::from(sa),

@@ -16,9 +16,9 @@ using weft::DType;
 using weft::TensorView;
 using weft::test::thrown_argument;
 
-// Fake, 1 MiB-aligned device addresses (each tensor below fits in 1 MiB).
-void* fake(uintptr_t mib) { return reinterpret_cast<void*>(mib << 20); }
-void* plus(void* p, int64_t bytes) { return static_cast<char*>(p) + bytes; }
+// Fake device addresses 1 MiB apart (each tensor below fits in 1 MiB).
+void* fake(uintptr_t mib) { return weft::test::fake_device_ptr(mib); }
+using weft::test::byte_offset;
 
 constexpr int64_t S = 5, H = 4, D = 128;
 const DType f16 = DType::kFloat16;
@@ -41,7 +41,7 @@ TEST(StateMergeValidate, MergeStateNamesTheArgument) {
   EXPECT_EQ(call(TensorView(fake(1), f16, {S, H, 2048}), sa, vb, sb, vo, &so), "v_a");
   EXPECT_EQ(call(TensorView(fake(1), f16, {S, H, D}, weft::Device::kCPU), sa, vb, sb, vo, &so), "v_a");
   EXPECT_EQ(call(TensorView(nullptr, f16, {S, H, D}), sa, vb, sb, vo, &so), "v_a");
-  EXPECT_EQ(call(TensorView(plus(fake(1), 2), f16, {S, H, D}), sa, vb, sb, vo, &so), "v_a");
+  EXPECT_EQ(call(TensorView(byte_offset(fake(1), 2), f16, {S, H, D}), sa, vb, sb, vo, &so), "v_a");
   EXPECT_EQ(call(TensorView(fake(1), f16, {S, H, D}, {H * D + 4, D, 1}), sa, vb, sb, vo, &so), "v_a");
   EXPECT_EQ(call(TensorView(fake(1), f16, {S, H, D}, {H * D, D, 2}), sa, vb, sb, vo, &so), "v_a");
   EXPECT_EQ(call(TensorView(fake(1), f16, {S, H, D}, {-H * D, D, 1}), sa, vb, sb, vo, &so), "v_a");
@@ -50,7 +50,7 @@ TEST(StateMergeValidate, MergeStateNamesTheArgument) {
   EXPECT_EQ(call(va, TensorView(fake(4), f32, {S * H}), vb, sb, vo, &so), "s_a");
   EXPECT_EQ(call(va, TensorView(fake(4), f16, {S, H}), vb, sb, vo, &so), "s_a");
   EXPECT_EQ(call(va, TensorView(fake(4), f32, {S, H}, weft::Device::kCPU), vb, sb, vo, &so), "s_a");
-  EXPECT_EQ(call(va, TensorView(plus(fake(4), 2), f32, {S, H}), vb, sb, vo, &so), "s_a");
+  EXPECT_EQ(call(va, TensorView(byte_offset(fake(4), 2), f32, {S, H}), vb, sb, vo, &so), "s_a");
   // v_b / s_b
   EXPECT_EQ(call(va, sa, TensorView(fake(2), DType::kBFloat16, {S, H, D}), sb, vo, &so), "v_b");
   EXPECT_EQ(call(va, sa, TensorView(fake(2), f16, {S, H + 1, D}), sb, vo, &so), "v_b");
@@ -58,7 +58,7 @@ TEST(StateMergeValidate, MergeStateNamesTheArgument) {
   // v_out: dtype, shape, overlap with an input, rows sharing addresses
   EXPECT_EQ(call(va, sa, vb, sb, TensorView(fake(3), f32, {S, H, D}), &so), "v_out");
   EXPECT_EQ(call(va, sa, vb, sb, TensorView(fake(3), f16, {S, H, D / 2}), &so), "v_out");
-  EXPECT_EQ(call(va, sa, vb, sb, TensorView(plus(fake(1), 256), f16, {S, H, D}), &so), "v_out");
+  EXPECT_EQ(call(va, sa, vb, sb, TensorView(byte_offset(fake(1), 256), f16, {S, H, D}), &so), "v_out");
   EXPECT_EQ(call(va, sa, vb, sb, TensorView(fake(3), f16, {S, H, D}, {0, D, 1}), &so), "v_out");
   EXPECT_EQ(call(va, sa, vb, sb, va, &so), "v_out");  // in place is merge_state_in_place's job
   // s_out: shape, dtype, overlap with an input or v_out, rows sharing addresses
@@ -66,7 +66,7 @@ TEST(StateMergeValidate, MergeStateNamesTheArgument) {
   EXPECT_EQ(call(va, sa, vb, sb, vo, &so_bad), "s_out");
   TensorView so_f16(fake(6), f16, {S, H});
   EXPECT_EQ(call(va, sa, vb, sb, vo, &so_f16), "s_out");
-  TensorView so_on_sb(plus(fake(5), 4), f32, {S, H});
+  TensorView so_on_sb(byte_offset(fake(5), 4), f32, {S, H});
   EXPECT_EQ(call(va, sa, vb, sb, vo, &so_on_sb), "s_out");
   TensorView so_on_vo(fake(3), f32, {S, H});
   EXPECT_EQ(call(va, sa, vb, sb, vo, &so_on_vo), "s_out");
@@ -91,9 +91,9 @@ TEST(StateMergeValidate, InPlaceNamesTheArgument) {
   };
   EXPECT_EQ(call(TensorView(fake(1), f16, {S, H, D}, {0, D, 1}), s, vo, so, nullptr), "v");  // shared rows
   EXPECT_EQ(call(v, TensorView(fake(3), f32, {S, H}, {0, 1}), vo, so, nullptr), "s");
-  EXPECT_EQ(call(v, TensorView(plus(fake(1), 64), f32, {S, H}), vo, so, nullptr), "s");  // inside v
+  EXPECT_EQ(call(v, TensorView(byte_offset(fake(1), 64), f32, {S, H}), vo, so, nullptr), "s");  // inside v
   EXPECT_EQ(call(v, s, TensorView(fake(2), f32, {S, H, D}), so, nullptr), "v_other");
-  EXPECT_EQ(call(v, s, TensorView(plus(fake(1), 16), f16, {S, H, D}), so, nullptr), "v_other");  // overlaps v
+  EXPECT_EQ(call(v, s, TensorView(byte_offset(fake(1), 16), f16, {S, H, D}), so, nullptr), "v_other");  // overlaps v
   EXPECT_EQ(call(v, s, vo, TensorView(fake(3), f32, {S, H}), nullptr), "s_other");  // is s
   EXPECT_EQ(call(v, s, vo, TensorView(fake(4), f32, {H, S}), nullptr), "s_other");
   TensorView m_i32(fake(5), DType::kInt32, {S});
@@ -127,9 +127,9 @@ TEST(StateMergeValidate, MergeStatesNamesTheArgument) {
   EXPECT_EQ(call(v, s, TensorView(fake(2), DType::kBFloat16, {S, N, H, D}), &so), "v_out");
   EXPECT_EQ(call(v, s, TensorView(fake(2), f16, {S, H, D}), &so), "v_out");
   EXPECT_EQ(call(v, s, TensorView(fake(2), DType::kBFloat16, {S, H + 1, D}), &so), "v_out");
-  EXPECT_EQ(call(v, s, TensorView(plus(fake(1), S * N * H * D * 2 - 16), DType::kBFloat16, {S, H, D}), &so),
+  EXPECT_EQ(call(v, s, TensorView(byte_offset(fake(1), S * N * H * D * 2 - 16), DType::kBFloat16, {S, H, D}), &so),
             "v_out");
-  TensorView so_in_s(plus(fake(3), 8), f32, {S, H});
+  TensorView so_in_s(byte_offset(fake(3), 8), f32, {S, H});
   EXPECT_EQ(call(v, s, vo, &so_in_s), "s_out");
   // Strided (non-contiguous) inputs are fine: state dim outermost, for example.
   EXPECT_EQ(thrown_argument([&] {
