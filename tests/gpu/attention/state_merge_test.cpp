@@ -136,7 +136,8 @@ void expect_close(const std::vector<float>& got_v, const std::vector<float>& got
   const auto base = weft::test::compare(rounded, ref.o);
   const auto tol = weft::test::tolerance_from_baseline(base, 4.0, 1e-5, 1e-5);
   const auto cmp = weft::test::compare(got_v, ref.o);
-  EXPECT_TRUE(weft::test::within(cmp, tol)) << what << " v: " << cmp.summary() << " (baseline " << base.summary() << ")";
+  EXPECT_TRUE(weft::test::within(cmp, tol))
+      << what << " v: " << cmp.summary() << " (baseline " << base.summary() << ")";
   ASSERT_EQ(got_s.size(), ref.lse.size());
   for (std::size_t i = 0; i < got_s.size(); ++i) {
     if (std::isinf(ref.lse[i])) {
@@ -158,7 +159,8 @@ std::string name_of(DType dt, int64_t n, int64_t d) {
 
 // merge_states over [seq, n, heads, d] (contiguous, or with the state dim outermost in memory).
 void run_merge_states(DType dt, int64_t n, int64_t d, bool state_outer) {
-  auto rng = weft::test::Rng::for_current_test(static_cast<uint64_t>(n * 1009 + d * 7 + int(dt) + (state_outer ? 5 : 0)));
+  const int64_t salt = n * 1009 + d * 7 + int(dt) + (state_outer ? 5 : 0);
+  auto rng = weft::test::Rng::for_current_test(static_cast<uint64_t>(salt));
   const int64_t seq = 7, heads = 3;
   States st = make_states(rng, dt, seq, n, heads, d);
   const std::size_t es = weft::dtype_size(dt);
@@ -250,9 +252,9 @@ TEST(StateMergeGpu, MergeStateTwoTensorsVsReference) {
         dso.poison();
         TensorView tvo(dvo.get(), dt, {seq, heads, d}, {row, d, 1});
         TensorView tso(dso.get(), DType::kFloat32, {seq, heads});
-        weft::merge_state(TensorView(dva.get(), dt, {seq, heads, d}), TensorView(dsa.get(), DType::kFloat32, {seq, heads}),
-                          TensorView(dvb.get(), dt, {seq, heads, d}), TensorView(dsb.get(), DType::kFloat32, {seq, heads}),
-                          tvo, with_s ? &tso : nullptr, nullptr);
+        const TensorView tsa(dsa.get(), DType::kFloat32, {seq, heads}), tsb(dsb.get(), DType::kFloat32, {seq, heads});
+        const TensorView tva(dva.get(), dt, {seq, heads, d}), tvb(dvb.get(), dt, {seq, heads, d});
+        weft::merge_state(tva, tsa, tvb, tsb, tvo, with_s ? &tso : nullptr, nullptr);
         WEFT_TEST_CUDA(cudaDeviceSynchronize());
         const auto raw = dvo.to_vector<uint8_t>(dvo.bytes());
         std::vector<uint8_t> packed(seq * heads * d * es);

@@ -134,8 +134,8 @@ TEST(StateMergeValidate, MergeStatesNamesTheArgument) {
   // Strided (non-contiguous) inputs are fine: state dim outermost, for example.
   EXPECT_EQ(thrown_argument([&] {
               TensorView vt(fake(1), DType::kBFloat16, {0, N, H, D}, {H * D, S * H * D, D, 1});
-              weft::merge_states(vt, TensorView(fake(3), f32, {0, N, H}), TensorView(fake(2), DType::kBFloat16, {0, H, D}),
-                                 nullptr, kStream);
+              const TensorView vo0(fake(2), DType::kBFloat16, {0, H, D});
+              weft::merge_states(vt, TensorView(fake(3), f32, {0, N, H}), vo0, nullptr, kStream);
             }), "<no throw>");
   // f32 v: head_dim a multiple of 4 (16 bytes).
   EXPECT_EQ(call(TensorView(fake(1), f32, {S, N, H, 12}), TensorView(fake(3), f32, {S, N + 1, H}),
