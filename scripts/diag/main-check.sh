@@ -21,7 +21,7 @@ if [ -n "$KIT" ]; then
       "$KIT"/whl/*.whl > /tmp/fi_install.log 2>&1; echo "rc=$?" >> /tmp/fi_install.log ) &
 fi
 if [ -f "${PYSITE_TAR:-pysite.tar.xz}" ]; then
-  ( mkdir -p /tmp/ps && tar -xJf "${PYSITE_TAR:-pysite.tar.xz}" -C /tmp/ps && site=$(ls -d /tmp/ps/.[!.]* /tmp/ps/* 2>/dev/null | head -1) &&
+  ( mkdir -p /tmp/ps && tar -xJf "${PYSITE_TAR:-pysite.tar.xz}" -C /tmp/ps && site=$(find /tmp/ps -mindepth 1 -maxdepth 1 -type d | head -1) &&
     cd python/tests && PYTHONPATH="$site" PYTHONDONTWRITEBYTECODE=1 timeout 150 python3 -m pytest -q -rs \
       -p no:cacheprovider > "$OUT/python.log" 2>&1; echo "pytest rc=$?" >> "$OUT/python.log" ) &
 fi

@@ -82,10 +82,15 @@ plan::WorkPlanBounds share_bounds(int32_t max_batch, int32_t num_kv_heads, int32
   b.max_batch = max_batch;
   b.max_items = o.max_pack_items > 0 ? o.max_pack_items : 4 * max_batch * num_kv_heads + 2 * grid;
   b.max_merges = max_batch * num_kv_heads;
-  b.max_sources = b.max_items;
   b.max_slots = b.max_items;
   b.num_ctas = grid;
   b.tile_rows = decode::pack_tile_rows(head_dim);
+  // A merge (request, KV head) reads one source per item holding that request, and an item holds
+  // at most tile_rows requests: sources <= items x tile_rows. (items was not a bound: a long root
+  // cut into many chunks (PackPlanConfig::auto_chunk_min) gives each sharer's merge one source per
+  // chunk; 16 requests on a 4096-key root, heads 32x8: 2048 sources from 368 items, which the
+  // H100 run at 1568472 refused in DecodeSmall.SharePrefixesLongRootFewPacks.) 8 bytes each.
+  b.max_sources = b.max_items * b.tile_rows;
   b.head_dim = head_dim;
   return b;
 }

@@ -128,6 +128,8 @@ TEST(PackChunk, BenchTreesAreBalanced) {
         ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, p));
       ASSERT_NO_FATAL_FAILURE(expect_balanced(p, cfg));
       EXPECT_LE(p.num_items(), 4 * bt.batch() * h[1] + 2 * 264) << "DecodeOptions::max_pack_items' default";
+      // The wrapper's source bound (share_bounds in src/decode/wrapper.cpp): items x tile_rows.
+      EXPECT_LE(p.src_slot.size(), size_t(p.num_items()) * size_t(cfg.tile_rows));
       ++cases;
     }
   }
@@ -162,6 +164,7 @@ TEST(PackChunk, RandomForestsAreBalancedAndBounded) {
     ASSERT_GE(planner.max_chunk(), cfg.auto_chunk_min);
     ASSERT_NO_FATAL_FAILURE(expect_balanced(p, cfg));
     EXPECT_LE(p.num_items(), 4 * std::max(1, bt.batch()) * cfg.num_kv_heads + 2 * cfg.num_ctas);
+    EXPECT_LE(p.src_slot.size(), size_t(p.num_items()) * size_t(cfg.tile_rows));
   }
 }
 
