@@ -74,6 +74,12 @@ std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo
 }
 
 namespace {
+// Default options with one kernel path (the path-only constructor).
+DecodeOptions options_with_path(DecodePath path) {
+  DecodeOptions o;
+  o.path = path;
+  return o;
+}
 // Bounds of the prefix-sharing work plans of a wrapper (DecodeOptions::max_pack_items).
 plan::WorkPlanBounds share_bounds(int32_t max_batch, int32_t num_kv_heads, int32_t head_dim, int32_t grid,
                                   const DecodeOptions& o) {
@@ -156,7 +162,7 @@ std::size_t BatchDecodeWrapper::workspace_size(int32_t max_batch, int32_t num_qo
 
 BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
                                        int32_t head_dim, DecodePath path)
-    : BatchDecodeWrapper(max_batch, num_qo_heads, num_kv_heads, head_dim, DecodeOptions{path}) {}
+    : BatchDecodeWrapper(max_batch, num_qo_heads, num_kv_heads, head_dim, options_with_path(path)) {}
 
 BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, int32_t num_kv_heads,
                                        int32_t head_dim, const DecodeOptions& options)
