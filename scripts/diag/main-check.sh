@@ -36,27 +36,6 @@ done
 timeout 60 compute-sanitizer --tool racecheck --print-limit 10 "$T/weft_gpu_decode" --gtest_brief=1 \
   '--gtest_filter=DecodeSmall.SplitKVWithEmptyRequests:DecodeWorkQueueSmall.MatchesReference:DecodeSmall.SharePrefixesNoSharingFallsBack' > /tmp/race.log 2>&1
 note "racecheck weft_gpu_decode rc=$? $(grep -E 'RACECHECK SUMMARY' /tmp/race.log | tail -1)"
-B=build-gpu/bench/weft-serve-sim
-if [ -x "$B" ]; then
-  timeout 60 "$B" --calibrate "$OUT/router_h100.json" --seed 20260622 --steps 40 --out "$OUT/serve_calibration.json" > /tmp/cal.log 2>&1
-  note "calibration rc=$?"
-  timeout 60 "$B" --router "$OUT/router_h100.json" --seed 20260623 --steps 40 --out "$OUT/serve_heldout.json" > /tmp/held.log 2>&1
-  note "held-out rc=$?"
-  python3 - "$OUT/serve_heldout.json" <<'PY' 2>&1 | tee -a "$OUT/san.log"
-import json, sys
-d = json.load(open(sys.argv[1]))
-for f in d["families"]:
-    print(f"{f['name']:12s} best {f['best_fixed']:18s} {f['best_fixed_wall_us_mean']:8.1f} us  router {f.get('router_wall_us_mean', 0):8.1f} us"
-          f"  ratio {f.get('router_vs_best_fixed', 0):.3f}  decide p50 {f.get('router_decide_us_p50')}  picks {f.get('picks')}  ok {all(c['ok'] for c in f['check'].values())}")
-print([c for c in d["cases"] if c["name"] == "serve/summary"])
-PY
-  "$B" --dump-steps /tmp/steps.json --seed 20260623 --steps 40 > /dev/null 2>&1
-  if grep -q "rc=0" /tmp/fi_install.log 2>/dev/null; then
-    PYTHONPATH=/tmp/fisite timeout 100 python3 bench/serve/fi_serve.py /tmp/steps.json "$OUT/serve_heldout.json" \
-      --out "$OUT/serve_flashinfer.json" --kit "$KIT" > /tmp/fi_serve.log 2>&1
-    note "flashinfer serve rc=$? $(tail -1 /tmp/fi_serve.log)"
-    grep -E "^\[" /tmp/fi_serve.log >> "$OUT/san.log"
-  fi
-fi
+B=build-gpu/bench/weft-serve-sim KIT="$KIT" bash scripts/diag/serve-router.sh "$OUT" 2>&1 | tee -a "$OUT/san.log"
 wait
 note "done"
