@@ -114,6 +114,10 @@ TEST(PrefillSmall, NegativePlanArguments) {
   opt.mainloop = static_cast<PrefillMainloop>(7);
   EXPECT_EQ(thrown_argument([&] { plan(qo, kv, 4, 2, 128, c.dtype, c.variant, p.ws_bytes, nullptr, opt); }),
             "opt.mainloop");
+  opt = PrefillPlanOptions{};
+  opt.max_ctas = -1;
+  EXPECT_EQ(thrown_argument([&] { plan(qo, kv, 4, 2, 128, c.dtype, c.variant, p.ws_bytes, nullptr, opt); }),
+            "opt.max_ctas");
   EXPECT_FALSE(w.planned());
   // a valid plan, then a run without the mask planned as custom
   mi = {0, 13, 24};

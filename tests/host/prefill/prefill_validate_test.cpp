@@ -7,6 +7,7 @@
 
 #include "prefill/prefill_validate.h"
 #include "weft/error.h"
+#include "weft/prefill.h"
 #include "common/test_util.h"
 
 namespace weft::prefill {
@@ -86,4 +87,16 @@ TEST(PrefillValidate, PageTableHost) {
 }
 
 }  // namespace
+}  // namespace weft::prefill
+
+namespace weft::prefill {
+// The grid cap of workspace_size(bounds, max_ctas) (an SM partition's capped prefill grid) is
+// checked before any device query, so a host without a GPU sees the argument's name.
+TEST(PrefillValidate, WorkspaceGridCapNegative) {
+  const PrefillBounds b{2, 100, 8, 2, 128, -1};
+  EXPECT_EQ(weft::test::thrown_argument([&] { BatchPrefillWrapper::workspace_size(b, -1); }), "max_ctas");
+  PrefillBounds x = b;
+  x.max_batch = 0;
+  EXPECT_EQ(weft::test::thrown_argument([&] { BatchPrefillWrapper::workspace_size(x, 8); }), "bounds.max_batch");
+}
 }  // namespace weft::prefill
