@@ -1,5 +1,5 @@
 // weft._weft: the merge of attention states (weft/merge.h). Outputs are allocated by the Python
-// layer (weft/_wrappers.py); here every array becomes a TensorView named as the caller knows it.
+// layer (weft/_ops.py); here every array becomes a TensorView named as the caller knows it.
 #include "ext_common.h"
 #include "weft/merge.h"
 

@@ -93,14 +93,10 @@ _weft = _load_extension()
 _weft._set_error_class(WeftError)
 __version__ = _weft.version()
 
-from ._wrappers import (  # noqa: E402
-    BatchDecodeWithBlockTableWrapper,
-    BatchDecodeWithPagedKVCacheWrapper,
-    BatchPrefillWithPagedKVCacheWrapper,
-    BatchPrefillWithRaggedKVCacheWrapper,
-    PODWithPagedKVCacheWrapper,
+from ._common import cuda_available  # noqa: E402
+from ._decode import BatchDecodeWithBlockTableWrapper, BatchDecodeWithPagedKVCacheWrapper  # noqa: E402
+from ._ops import (  # noqa: E402
     append_paged_kv,
-    cuda_available,
     fused_add_rmsnorm,
     merge_state,
     merge_state_in_place,
@@ -108,3 +104,5 @@ from ._wrappers import (  # noqa: E402
     page_table_from_block_tables,
     rmsnorm,
 )
+from ._pod import PODWithPagedKVCacheWrapper  # noqa: E402
+from ._prefill import BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper  # noqa: E402
