@@ -6,7 +6,8 @@
 # (router calibrated on seed 20260622, reported on the held-out seed 20260623, FlashInfer's decode
 # wrapper on the same steps). At most 8 files come back: gpu-check.log, summary.txt, python.log,
 # san.log and the four serve JSONs.
-#   OUT=... WEFT_COMMIT=... [PYSITE_TAR=pysite.tar.xz] [KIT=../.baselines] [BUDGET=440] scripts/diag/main-check.sh
+# BENCH_ARGS (optional): weft-bench arguments for a few rows after the sanitizers (console into san.log).
+#   OUT=... WEFT_COMMIT=... [PYSITE_TAR=pysite.tar.xz] [KIT=../.baselines] [BUDGET=440] [BENCH_ARGS=...] scripts/diag/main-check.sh
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -36,6 +37,11 @@ done
 timeout 60 compute-sanitizer --tool racecheck --print-limit 10 "$T/weft_gpu_decode" --gtest_brief=1 \
   '--gtest_filter=DecodeSmall.SplitKVWithEmptyRequests:DecodeWorkQueueSmall.MatchesReference:DecodeSmall.SharePrefixesNoSharingFallsBack' > /tmp/race.log 2>&1
 note "racecheck weft_gpu_decode rc=$? $(grep -E 'RACECHECK SUMMARY' /tmp/race.log | tail -1)"
+if [ -n "${BENCH_ARGS:-}" ]; then  # a few weft-bench rows, console into san.log (8-file cap)
+  # shellcheck disable=SC2086
+  timeout "${BENCH_TIMEOUT:-120}" build-gpu/bench/weft-bench $BENCH_ARGS --commit "${WEFT_COMMIT:-?}" > /tmp/bench.log 2>&1
+  note "weft-bench $BENCH_ARGS rc=$?"; grep -vE '^\s*$' /tmp/bench.log | tail -n 80 >> "$OUT/san.log"
+fi
 B=build-gpu/bench/weft-serve-sim KIT="$KIT" bash scripts/diag/serve-router.sh "$OUT" 2>&1 | tee -a "$OUT/san.log"
 wait
 note "done"
