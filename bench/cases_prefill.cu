@@ -9,15 +9,14 @@
 //   prefill/sm90/{causal,noncausal}/...  the Hopper wgmma/TMA mainloop (src/prefill/sm90/), asserted
 //   prefill/sm90/chunked/...             chosen (an error row when the wrapper would not take it)
 //   prefill/fa2/...                      the FA2 mainloop pinned (PrefillPlanOptions::mainloop = kFA2)
-//   prefill/fp8/{bf16,bf16-fa2,e4m3,e5m2,e4m3-sm90,e5m2-sm90}/...  fp8 K/V pools
-//                                        (PrefillPlanOptions::kv_dtype; paged, per-head scales): the
-//                                        bf16 rows of the same shape first (default mainloop: sm90
-//                                        on Hopper, and FA2 pinned); e4m3 / e5m2 take the default
-//                                        mainloop (the FA2 kernel's fp8 instances), -sm90 the Hopper
-//                                        mainloop's (PrefillMainloop::kSm90); fp8 rows carry
-//                                        extra.speedup_vs_bf16 (vs the default bf16 row) and
-//                                        speedup_vs_bf16_fa2 (vs the FA2 bf16 row). (At 8246f9c the
-//                                        default was sm90 and e4m3-fa2 pinned FA2; extra.sm90 says.)
+//   prefill/fp8/{bf16,bf16-fa2}/...      fp8 K/V pools (PrefillPlanOptions::kv_dtype; paged,
+//   prefill/fp8/{e4m3,e5m2}{,-sm90,-fa2}/...  per-head scales): the bf16 rows of the same shape
+//                                        first (default mainloop: sm90 on Hopper, and FA2 pinned);
+//                                        e4m3 / e5m2 take the default mainloop (the sm90 one on
+//                                        Hopper since the widening rework; extra.sm90 says), -sm90
+//                                        pins the Hopper mainloop's fp8 instances, -fa2 the FA2
+//                                        kernel's; fp8 rows carry extra.speedup_vs_bf16 (vs the
+//                                        default bf16 row) and speedup_vs_bf16_fa2 (vs the FA2 one).
 // FLOPs: 4 * D * Hq per UNMASKED (query, key) pair (causal counted once, bottom-right aligned:
 // pairs = q * (kv - q) + q (q + 1) / 2). Bytes: Q and O once, K and V once. Ceiling "gemm".
 // Timing: run() captured once in a CUDA graph, the graph is timed (L2 flushed before each run;
@@ -260,16 +259,16 @@ WEFT_BENCH_GROUP(prefill) {
   }
 
   // fp8 K/V pools (issue 23): per shape the bf16 rows (default mainloop, then FA2 pinned), then
-  // e4m3 and e5m2 on the default mainloop (FA2) and on the sm90 one.
+  // e4m3 and e5m2 on the default mainloop, the sm90 one and the FA2 one.
   auto fp8_rows = [&](const std::string& tail, const std::vector<int32_t>& q, const std::vector<int32_t>& kv) {
     const double bf16 = run_prefill_case(ctx, "prefill/fp8/bf16/" + tail, q, kv, true);
     const double fa2 = run_prefill_case(ctx, "prefill/fp8/bf16-fa2/" + tail, q, kv, true, {}, true, Mainloop::kFa2);
-    for (Mainloop m : {Mainloop::kDefault, Mainloop::kSm90})
+    for (Mainloop m : {Mainloop::kDefault, Mainloop::kSm90, Mainloop::kFa2})
       for (weft::DType f : {weft::DType::kFloat8E4M3, weft::DType::kFloat8E5M2}) {
         weft::PrefillPlanOptions o;
         o.kv_dtype = f;
         const std::string fmt = std::string(f == weft::DType::kFloat8E4M3 ? "e4m3" : "e5m2") +
-                                (m == Mainloop::kSm90 ? "-sm90/" : "/");
+                                (m == Mainloop::kSm90 ? "-sm90/" : m == Mainloop::kFa2 ? "-fa2/" : "/");
         run_prefill_case(ctx, "prefill/fp8/" + fmt + tail, q, kv, true, o, true, m, 128, PagedKV{},
                          {{"speedup_vs_bf16", bf16}, {"speedup_vs_bf16_fa2", fa2}});
       }

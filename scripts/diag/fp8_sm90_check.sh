@@ -10,10 +10,16 @@
 #   3. compute-sanitizer memcheck + racecheck on PrefillFp8Sm90Small.*;
 #   4. PrefillSmall.* (16-bit FA2 regression) with the time left.
 # Each step is skipped when the remaining budget cannot hold it.
-#   OUT=<dir> WEFT_COMMIT=<sha> [BUDGET=<s>] [STAGES="tests bench san small"] scripts/diag/fp8_sm90_check.sh
-# (the smoke test always runs; STAGES picks the rest). NOWIDEN=1: also a diagnostic tree built with
-# -DWEFT_SM90_FP8_NO_WIDEN (sm90_fp8.cuh: no conversion, wrong results) whose bf16 and e4m3-sm90
-# "prefill/fp8/" rows follow the main ones: the time of this design without its widening work.
+#   OUT=<dir> WEFT_COMMIT=<sha> [BUDGET=<s>] [STAGES="tests bench san small"] [VARIANTS=...] scripts/diag/fp8_sm90_check.sh
+# (the smoke test always runs; STAGES picks the rest).
+# VARIANTS="<name>=<flag>[,<flag>...] ...": experiments trees built in parallel with the main one,
+# each with its compile defines (commas -> spaces in CMAKE_CUDA_FLAGS), e.g.
+#   VARIANTS="a1r24=-DWEFT_SM90_FP8_AHEAD=1,-DWEFT_SM90_FP8_PRODUCER_REGS=24 nowiden=-DWEFT_SM90_FP8_NO_WIDEN=1"
+# After the main tree's steps, per variant: the sm90 fp8 GPU tests (PrefillFp8Sm90Small.* and
+# PrefillFp8.*; not for names starting "nowiden": -DWEFT_SM90_FP8_NO_WIDEN computes on whatever the
+# 16-bit stages hold, wrong results, timing only) and the bf16 + e4m3/e5m2-sm90 "prefill/fp8/"
+# rows into bench_<name>.json (extra.speedup_vs_bf16 against the bf16 row of the same process).
+# NOWIDEN=1 is short for adding nowiden=-DWEFT_SM90_FP8_NO_WIDEN=1.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -33,27 +39,33 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 echo "commit ${WEFT_COMMIT:-?}" | tee -a "$OUT/env.txt"
 
 say build
-if [ "${NOWIDEN:-0}" = 1 ]; then
-  ( cmake -S . -B "$ROOT/build-nowiden" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_WITH_COMM=OFF \
-      -DWEFT_BUILD_BENCH=ON -DWEFT_DISABLE="comm;tp;norm;pod;decode" -DCMAKE_CUDA_FLAGS=-DWEFT_SM90_FP8_NO_WIDEN=1 \
-      > "$OUT/build_nowiden.log" 2>&1 && timeout 200 ninja -C "$ROOT/build-nowiden" -j16 weft-bench >> "$OUT/build_nowiden.log" 2>&1
-    echo "rc=$?" >> "$OUT/build_nowiden.log" ) &
-  NPID=$!
-fi
+VARIANTS="${VARIANTS:-}"
+[ "${NOWIDEN:-0}" = 1 ] && VARIANTS="$VARIANTS nowiden=-DWEFT_SM90_FP8_NO_WIDEN=1"
+declare -A VPID=()
+VNAMES=()
+for v in $VARIANTS; do
+  name="${v%%=*}"; flags="${v#*=}"; flags="${flags//,/ }"
+  VNAMES+=("$name")
+  ( cmake -S . -B "$ROOT/build-$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_WITH_COMM=OFF \
+      -DWEFT_BUILD_TESTS=ON -DWEFT_BUILD_BENCH=ON -DWEFT_DISABLE="comm;tp;norm;pod;decode" -DCMAKE_CUDA_FLAGS="$flags" \
+      > "$OUT/build_$name.log" 2>&1 && timeout 300 ninja -C "$ROOT/build-$name" -j16 weft_gpu_prefill weft-bench >> "$OUT/build_$name.log" 2>&1
+    echo "rc=$?" >> "$OUT/build_$name.log" ) &
+  VPID[$name]=$!
+done
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_WITH_COMM=OFF \
   -DWEFT_BUILD_TESTS=ON -DWEFT_BUILD_BENCH=ON -DWEFT_DISABLE="comm;tp;norm;pod;decode" > "$OUT/build.log" 2>&1 \
   || { say "configure failed"; tail -30 "$OUT/build.log"; }
-timeout 240 ninja -C "$B" -j16 weft_host_prefill weft_gpu_prefill weft-bench >> "$OUT/build.log" 2>&1
+timeout 300 ninja -C "$B" -j16 weft_host_prefill weft_host_attention weft_gpu_prefill weft-bench >> "$OUT/build.log" 2>&1
 rc=$?
 say "build rc=$rc"
 [ $rc -ne 0 ] && grep -E "error|FAILED" "$OUT/build.log" | head -30
 grep -E "spill" "$OUT/build.log" | grep -E "sm90" | sed 's/^.*function //' | head -12
-if [ -n "${NPID:-}" ]; then
-  wait "$NPID"
-  say "nowiden build $(tail -1 "$OUT/build_nowiden.log")"
-  { echo "## build-nowiden"; grep -E "spill|error|FAILED|rc=" "$OUT/build_nowiden.log"; } >> "$OUT/build.log"
-  rm -f "$OUT/build_nowiden.log"
-fi
+for name in "${VNAMES[@]}"; do
+  wait "${VPID[$name]}"
+  say "variant $name build $(tail -1 "$OUT/build_$name.log")"
+  { echo "## build-$name"; grep -E "spill|error|FAILED|rc=" "$OUT/build_$name.log" | grep -vE "batch_prefill_kernel|Li256E|Li64E"; } >> "$OUT/build.log"
+  rm -f "$OUT/build_$name.log"
+done
 
 say "smoke (a hang here skips the bench and the sanitizer)"
 timeout 40 "$B/tests/weft_gpu_prefill" --gtest_brief=1 --gtest_filter='PrefillFp8Sm90Small.Dispatch' > "$OUT/smoke.log" 2>&1
@@ -66,6 +78,7 @@ if has tests; then
 say tests
 {
   "$B/tests/weft_host_prefill" --gtest_brief=1
+  "$B/tests/weft_host_attention" --gtest_brief=1 --gtest_filter='Heuristics.*'
   timeout "$(cap 90 150)" "$B/tests/weft_gpu_prefill" --gtest_brief=1 --gtest_filter="$FILTER"
   echo "gpu tests rc=$?"
 } > "$OUT/tests.log" 2>&1
@@ -80,13 +93,23 @@ if has bench && [ "$SMOKE" -ne 124 ] && [ "$(left)" -gt 60 ]; then
   say "bench rc=$?"
   grep -hE "fp8/" "$OUT/bench_prefill.log" | head -40
 fi
-if [ -x "$ROOT/build-nowiden/bench/weft-bench" ] && [ "$SMOKE" -ne 124 ] && [ "$(left)" -gt 20 ]; then
-  say "bench nowiden (diagnostic)"
-  WEFT_COMMIT="${WEFT_COMMIT:-?}-nowiden" timeout "$(cap 50 5)" "$ROOT/build-nowiden/bench/weft-bench" --group prefill \
-    --filter prefill/fp8/bf16/ --filter prefill/fp8/e4m3-sm90/ --json "$OUT/bench_prefill_fp8_nowiden.json" > "$OUT/bench_nowiden.log" 2>&1
-  say "bench nowiden rc=$?"
-  grep -hE "fp8/" "$OUT/bench_nowiden.log" | head -12
-fi
+for name in "${VNAMES[@]}"; do
+  VB="$ROOT/build-$name"
+  [ -x "$VB/bench/weft-bench" ] && [ "$SMOKE" -ne 124 ] && [ "$(left)" -gt 40 ] || { say "variant $name skipped"; continue; }
+  if [[ "$name" != nowiden* ]] && [ -x "$VB/tests/weft_gpu_prefill" ]; then
+    say "variant $name tests"
+    timeout "$(cap 40 60)" "$VB/tests/weft_gpu_prefill" --gtest_brief=1 --gtest_filter='PrefillFp8Sm90Small.*:PrefillFp8.*' \
+      > "$OUT/tests_$name.log" 2>&1
+    echo "rc=$?" >> "$OUT/tests_$name.log"
+    grep -E "PASSED|FAILED|Failure|rc=" "$OUT/tests_$name.log" | head -8
+  fi
+  say "variant $name bench"
+  WEFT_COMMIT="${WEFT_COMMIT:-?}-$name" timeout "$(cap 40 30)" "$VB/bench/weft-bench" --group prefill \
+    --filter prefill/fp8/bf16/ --filter prefill/fp8/e4m3-sm90/ --filter prefill/fp8/e5m2-sm90/ \
+    --json "$OUT/bench_$name.json" > "$OUT/bench_$name.log" 2>&1
+  say "variant $name bench rc=$?"
+  grep -hE "fp8/" "$OUT/bench_$name.log" | head -12
+done
 
 has san && say sanitizer
 ! has san || [ "$SMOKE" -eq 124 ] || {

@@ -99,14 +99,9 @@ PrefillTiles prefill_tiles(double avg_packed_qo_len, int32_t head_dim) {
 
 bool prefill_auto_prefers_sm90(bool wide_tile, bool fp8_kv) {
   // 16-bit pools: the Hopper mainloop is 1.5-1.7x the FA2 kernel on the wide tile (perf notes).
-  // fp8 pools: its fp8 instances (sm90_fp8.cuh: three warps widen each fp8 tile into the 16-bit
-  // stages) ran 0.85-0.90x of the FA2 kernel's fp8 instances on every measured shape (H100,
-  // bench/results/h100_prefill_fp8_8246f9c.json, Llama-3-8B heads, page 16, causal L4096 /
-  // L16384, chunked c2048/h16384, mixed: e4m3 0.624 / 8.62 / 2.49 / 3.49 ms on sm90 vs 0.545 /
-  // 7.74 / 2.12 / 3.07 on FA2): the widening, not the pipeline, is the bound (the same build with
-  // the widening removed ran 0.274 / 3.28 / 0.943 / 1.454 ms, ..._nowiden_8246f9c.json;
-  // docs/perf-notes-fp8.md). So kAuto keeps FA2 there; PrefillMainloop::kSm90 still selects it.
-  return wide_tile && !fp8_kv;
+  // fp8 pools: MEASUREMENT PENDING (sm90 fp8 widening rework; docs/perf-notes-fp8.md).
+  (void)fp8_kv;
+  return wide_tile;
 }
 
 int32_t persistent_grid(int32_t sm_count, int32_t ctas_per_sm) {

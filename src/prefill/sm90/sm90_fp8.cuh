@@ -12,11 +12,8 @@
 // math on tile t. The scales stay out of the tiles: K's multiplies the softmax exponent scale
 // (or the soft cap's argument), V's the output (sm90_kernel.cuh consumer).
 //
-// Work split: a warp widens whole key rows, D / 8 lanes per row (8 codes -> one 16-byte chunk of
-// the 16-bit row): 2 rows per warp pass at d128, the three warps interleaved by row. A warp's
-// 8-byte loads read 256 consecutive bytes (conflict-free); each quarter-warp's 16-byte stores
-// cover the 8 distinct swizzled chunks of one 128-byte row (conflict-free).
-// Registers: the warpgroup runs at Cfg::kProducerRegs (24); the loop keeps a handful live.
+// Work split and banks: widen_tile. Registers: the producer warpgroup runs at Cfg::kProducerRegs
+// (WEFT_SM90_FP8_PRODUCER_REGS, sm90_pipeline.cuh), the consumers at what the CTA's pool leaves.
 #pragma once
 #include "common/fp8_widen.cuh"
 #include "common/ptx_sm90.cuh"
@@ -25,35 +22,92 @@
 
 namespace weft::prefill::sm90 {
 
-// One landed fp8 tile (src) -> its 16-bit stage (dst). wid: widening warp 0..kWidenWarps-1.
+// Widening knobs. The shipped values are the defaults; an experiments build may override them
+// with -D (scripts/diag/fp8_sm90_check.sh VARIANTS: one tree per setting, A/B in one device call;
+// the library reads no environment).
+//   WEFT_SM90_FP8_AHEAD: units a lane has loaded ahead of the one it converts (>= 1).
+#ifndef WEFT_SM90_FP8_AHEAD
+#define WEFT_SM90_FP8_AHEAD 2
+#endif
+static_assert(WEFT_SM90_FP8_AHEAD >= 1, "WEFT_SM90_FP8_AHEAD: at least one unit ahead");
+
+__device__ __forceinline__ uint4 lds128(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ void sts128(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w));
+}
+
+// One landed fp8 tile (src, [kBlockN][D] bytes) -> its 16-bit stage (dst, 128-byte swizzle, 64-
+// column halves); shared-memory addresses. wid: widening warp 0..kWidenWarps-1.
+// A lane widens 16-code units (one 16-byte load -> two 16-byte stores): D / 16 lanes per key row
+// (8 at d128), 32 / (D / 16) rows per warp pass, the warps interleaved by row, so a lane's units
+// are rows r0, r0 + kStep, ... (kStep = 12 at d128: 11 or 10 units per lane and tile). Shared
+// memory is explicit (ld/st.shared on 32-bit addresses): through generic pointers (the first
+// version) the compiler could not move a load above the previous unit's store (possible alias)
+// and every unit paid a full load -> convert -> store round trip. Here the loads run
+// WEFT_SM90_FP8_AHEAD units ahead of the conversions (asm volatile keeps that issue order).
+// Banks: a quarter-warp's loads read one 128-byte key row (conflict-free). A lane's two chunks
+// (2c, 2c + 1) of the 16-bit row sit at swizzled positions p and p ^ 1 of one 128-byte half;
+// lanes of the first half of a row store their even chunk first, lanes of the second half their
+// odd one, so each store instruction's quarter-warp covers 8 distinct positions (conflict-free).
 template <int D, class T, class KV, class C>
-__device__ __forceinline__ void widen_tile(unsigned char* dst, const unsigned char* src, int wid, int lane) {
-  constexpr int kUnits = D / 8;               // 8-code units per key row
-  constexpr int kRowsPerPass = 32 / kUnits;   // rows of one warp pass (2 at d128)
-  static_assert(32 % kUnits == 0, "a warp pass covers whole rows (head_dim <= 256)");
-  constexpr int kStep = C::kWidenWarps * kRowsPerPass;  // rows between a warp's passes
-  const int c = lane % kUnits;
-  int r = wid * kRowsPerPass + lane / kUnits;
-  const unsigned char* in = src + r * D + c * 8;
-  unsigned char* out = dst + (c >> 3) * C::kKVHalfBytes;  // this lane's 64-column half
-  const int cx = c & 7;                                   // its 16-byte chunk of the 128-byte row
+__device__ __forceinline__ void widen_tile(uint32_t dst, uint32_t src, int wid, int lane) {
+  constexpr int kLanesPerRow = D / 16;
+  constexpr int kRowsPerPass = 32 / kLanesPerRow;
+  static_assert(D == 128, "fp8 sm90 widening: 8 lanes per key row (the bank argument below)");
+  constexpr int kStep = C::kWidenWarps * kRowsPerPass;          // rows between a lane's units
+  constexpr int kUnits = (C::kBlockN + kStep - 1) / kStep;       // units of the lane with the most
+  constexpr int kAhead = WEFT_SM90_FP8_AHEAD < kUnits ? WEFT_SM90_FP8_AHEAD : kUnits;
+  const int c = lane % kLanesPerRow;
+  const int r0 = wid * kRowsPerPass + lane / kLanesPerRow;
+  const int h = (c >> 2) & 1;                                    // 1: odd chunk first
+  // Chunk 2c + h of row r sits at half (2c) / 8, position ((2c + h) & 7) ^ (r & 7); the other
+  // chunk at that position ^ 1 (16 bytes over).
+  const uint32_t in = src + r0 * D + c * 16;
+  const uint32_t out = dst + ((2 * c) >> 3) * C::kKVHalfBytes + r0 * 128;
+  const uint32_t pos = static_cast<uint32_t>((((2 * c + h) & 7) ^ (r0 & 7)) << 4);
 #ifdef WEFT_SM90_FP8_NO_WIDEN
   // Diagnostic build only (scripts/diag/fp8_sm90_check.sh NOWIDEN=1, CMAKE_CUDA_FLAGS): no
   // widening, the consumers read whatever the 16-bit stages hold (wrong results): the time of the
   // fp8 pipeline without its conversion work, the bound of this design. Never shipped.
-  r = C::kBlockN;
+  const bool full = false;
+  if (true) return;
+#else
+  // Lanes hold kUnits or kUnits - 1 units (rows r0 + i kStep < kBlockN): only the last may be absent.
+  static_assert((kUnits - 1) * kStep < C::kBlockN, "every lane holds at least kUnits - 1 units");
+  const bool full = r0 + (kUnits - 1) * kStep < C::kBlockN;
 #endif
-#pragma unroll 2
-  for (; r < C::kBlockN; r += kStep, in += kStep * D) {
-    const uint2 v = *reinterpret_cast<const uint2*>(in);
-    uint4 o;
-    o.x = fp8bits::widen_fp8_pair<T, KV>(__byte_perm(v.x, 0u, 0x1404));
-    o.y = fp8bits::widen_fp8_pair<T, KV>(__byte_perm(v.x, 0u, 0x3424));
-    o.z = fp8bits::widen_fp8_pair<T, KV>(__byte_perm(v.y, 0u, 0x1404));
-    o.w = fp8bits::widen_fp8_pair<T, KV>(__byte_perm(v.y, 0u, 0x3424));
-    *reinterpret_cast<uint4*>(out + r * 128 + ((cx ^ (r & 7)) << 4)) = o;  // 128-byte swizzle
+  // Unit i's load; every lane loads all kUnits (a missing last unit reloads the first one: the
+  // loads stay unconditional, so the compiler keeps only the units in flight live).
+  auto load = [&](int i) { return lds128(in + (i < kUnits - 1 || full ? i : 0) * kStep * D); };
+  uint4 v[kUnits];
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) v[i] = load(i);
+#pragma unroll
+  for (int i = 0; i < kUnits; ++i) {
+    if (i + kAhead < kUnits) v[i + kAhead] = load(i + kAhead);
+    if (i < kUnits - 1 || full) {
+      // Row r0 + i kStep: as kStep % 4 == 0, its swizzle term (r & 7) is (r0 & 7) ^ ((i kStep) & 7)
+      // (adding 0 or 4 mod 8 flips bit 2 at most): the lane's position XOR a constant.
+      static_assert(kStep % 4 == 0, "row steps keep the swizzle term a constant XOR");
+      const uint32_t sw = (static_cast<uint32_t>(i * kStep) & 7u) << 4;
+      const uint32_t a = out + i * kStep * 128 + (pos ^ sw);
+      const uint32_t w0 = h ? v[i].z : v[i].x, w1 = h ? v[i].w : v[i].y;  // first: codes 8h .. 8h + 7
+      const uint32_t w2 = h ? v[i].x : v[i].z, w3 = h ? v[i].y : v[i].w;
+      sts128(a, fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w0, 0u, 0x1404)),
+             fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w0, 0u, 0x3424)),
+             fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w1, 0u, 0x1404)),
+             fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w1, 0u, 0x3424)));
+      sts128(a ^ 16u, fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w2, 0u, 0x1404)),
+             fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w2, 0u, 0x3424)),
+             fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w3, 0u, 0x1404)),
+             fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w3, 0u, 0x3424)));
+    }
   }
-  // The consumers' wgmma (async proxy) reads what these generic stores wrote.
+  // The consumers' wgmma (async proxy) reads what these generic-proxy stores wrote.
   ptx90::fence_proxy_async_shared();
   __syncwarp();
 }
@@ -65,6 +119,7 @@ __device__ __forceinline__ void widen_warps(const KernelParams& P, unsigned char
                                             int lane) {
   const PrefillParams& p = P.p;
   uint32_t tile_cnt = 0;
+  const uint32_t sb = ptx90::smem_addr(smem);
   const CtaItems items = cta_items(p);
   for (int w = items.begin; w < items.end; ++w) {
     const int n_tiles = tile_count<C::kBlockN>(item_geometry(p, w, items.fold));
@@ -73,14 +128,14 @@ __device__ __forceinline__ void widen_warps(const KernelParams& P, unsigned char
       const uint32_t ph8 = (tile_cnt / C::kF8Stages) & 1, ph = (tile_cnt / C::kStages) & 1;
       ptx90::mbar_wait(b.k8_full(s8), ph8);
       ptx90::mbar_wait(b.k_empty(s), ph ^ 1);
-      widen_tile<D, T, KV, C>(smem + C::kOffK + s * C::kKVBytes, smem + C::kOffK8 + s8 * C::kKV8Bytes, wid, lane);
+      widen_tile<D, T, KV, C>(sb + C::kOffK + s * C::kKVBytes, sb + C::kOffK8 + s8 * C::kKV8Bytes, wid, lane);
       if (lane == 0) {
         ptx90::mbar_arrive(b.k8_empty(s8));
         ptx90::mbar_arrive(b.k_full(s));
       }
       ptx90::mbar_wait(b.v8_full(s8), ph8);
       ptx90::mbar_wait(b.v_empty(s), ph ^ 1);
-      widen_tile<D, T, KV, C>(smem + C::kOffV + s * C::kKVBytes, smem + C::kOffV8 + s8 * C::kKV8Bytes, wid, lane);
+      widen_tile<D, T, KV, C>(sb + C::kOffV + s * C::kKVBytes, sb + C::kOffV8 + s8 * C::kKV8Bytes, wid, lane);
       if (lane == 0) {
         ptx90::mbar_arrive(b.v8_empty(s8));
         ptx90::mbar_arrive(b.v_full(s));

@@ -9,6 +9,14 @@
 #include "prefill/sm90/sm90_launch.h"
 #include "prefill/sm90/sm90_params.h"
 
+// Registers of the producer warpgroup on fp8 K/V pools (the TMA warp + the three widening warps):
+// 40 lets each widening lane keep WEFT_SM90_FP8_AHEAD 16-byte units in flight without spilling
+// (ptxas, sm90_fp8.cuh) and leaves the consumers 232 (ptxas: a few 4-byte spills of barrier ids,
+// outside the GEMMs). Experiments builds may set it (-D, a multiple of 8 from 24).
+#ifndef WEFT_SM90_FP8_PRODUCER_REGS
+#define WEFT_SM90_FP8_PRODUCER_REGS 40
+#endif
+
 namespace weft::prefill::sm90 {
 
 // Shape of the FA2 functions reused here (mask.cuh, mainloop.cuh, epilogue.cuh): one m16 row
@@ -48,12 +56,17 @@ struct Cfg {
   static constexpr int kOffMaps = (kOffBar + kNumBars * 8 + 127) / 128 * 128;  // 3 x 128 B staging
   static constexpr int kSmemBytes = kOffMaps + 3 * 128 + 1024;  // + alignment slack
   static constexpr int kThreads = 384;
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  // setmaxnreg: the CTA's pool is 384 x 168 registers (__launch_bounds__(384, 1)), so producer
+  // 24 / consumers 240 uses it all. fp8: the widening warps may take more (WEFT_SM90_FP8_PRODUCER_REGS,
+  // sm90_fp8.cuh), the consumers what is left (multiples of 8).
+  static constexpr int kProducerRegs = F8STAGES > 0 ? WEFT_SM90_FP8_PRODUCER_REGS : 24;
+  static constexpr int kConsumerRegs = kProducerRegs == 24 ? 240 : (384 * 168 - 128 * kProducerRegs) / 256 / 8 * 8;
   static constexpr int kConsumerWarps = 8;
   static constexpr int kWidenWarps = 3;  // fp8: warps 1..3 of the producer warpgroup
   static_assert(D % 64 == 0, "head_dim: whole 64-column halves");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+  static_assert(kProducerRegs % 8 == 0 && kProducerRegs >= 24 && 128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168,
+                "setmaxnreg: the producer and consumer registers fit the CTA pool");
 };
 
 // First key of the item's first tile (rounded down to a stage boundary) and the tile count.

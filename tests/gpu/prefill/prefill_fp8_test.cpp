@@ -8,9 +8,9 @@
 // Also: bitwise determinism, the 16- and 128-row tiles, split keys, the variants (causal, window,
 // soft cap, custom mask with fully masked rows), edge shapes, and rejected arguments (before any
 // launch: out untouched). PrefillFp8Small.* is the compute-sanitizer subset.
-// The mainloops: fp8 pools run the FA2 kernel's fp8 instances under PrefillMainloop::kAuto (measured
-// faster, attention/heuristics.cpp) and the Hopper mainloop's fp8 instances under kSm90 where it is
-// eligible (sm_90, 128-row tiles, page sizes tiling 128 keys: src/prefill/sm90/sm90_fp8.cuh). Each
+// The mainloops: fp8 pools run the Hopper mainloop's fp8 instances under PrefillMainloop::kAuto
+// (attention/heuristics.cpp) and kSm90 where it is eligible (sm_90, 128-row tiles, page sizes
+// tiling 128 keys: src/prefill/sm90/sm90_fp8.cuh), the FA2 kernel's elsewhere and under kFA2. Each
 // case names the one it expects (checked through plan_info().sm90 and sm90::launch_count());
 // PrefillFp8Sm90* cover the sm90 path (masks, GQA, page sizes, lengths off every 128-key tile,
 // empty requests, q_len 1) and the dispatch.
@@ -53,8 +53,9 @@ Case fp8_case(std::vector<int32_t> q, std::vector<int32_t> kv, int32_t hq, int32
 }
 
 // Which mainloop a case must run on: kSm90 (requested with PrefillMainloop::kSm90 and asserted on
-// sm_90 devices; elsewhere the FA2 kernel runs it under kAuto), kFa2 (any device), kAny.
-enum class Expect { kAny, kSm90, kFa2 };
+// sm_90 devices; elsewhere the FA2 kernel runs it under kAuto), kAutoSm90 (the case's own options,
+// kAuto: the sm90 mainloop asserted on sm_90 devices, FA2 elsewhere), kFa2 (any device), kAny.
+enum class Expect { kAny, kSm90, kAutoSm90, kFa2 };
 
 // Level 1 + determinism; level 2 printed when `print` (returns the relative rms).
 double run_fp8(const Case& case_in, bool print = false, Expect expect = Expect::kAny) {
@@ -67,8 +68,8 @@ double run_fp8(const Case& case_in, bool print = false, Expect expect = Expect::
   const uint64_t launches = weft::prefill::sm90::launch_count();
   plan_and_run(w, p);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const bool want_sm90 = expect == Expect::kSm90 && is_sm90();
-  if (want_sm90 || expect == Expect::kFa2) {
+  const bool want_sm90 = (expect == Expect::kSm90 || expect == Expect::kAutoSm90) && is_sm90();
+  if (want_sm90 || expect == Expect::kFa2 || expect == Expect::kAutoSm90) {
     EXPECT_EQ(w.plan_info().sm90, want_sm90) << "mainloop";
     EXPECT_EQ(weft::prefill::sm90::launch_count(), launches + (want_sm90 ? 1 : 0)) << "sm90 launches";
   }
@@ -218,14 +219,14 @@ TEST(PrefillFp8Sm90Small, MasksGroupsPagesAndLengths) {
   }
 }
 
-// The wrapper's choice on long prompts (the 128-row tile): kAuto keeps the FA2 kernel on fp8
-// pools, kSm90 takes the sm90 path (page 8, the smallest sm90 page, too) and is an error where that
-// path cannot run (page 1, a forced 16-row tile), before any launch.
+// The wrapper's choice on long prompts (the 128-row tile): kAuto takes the sm90 path on fp8 pools
+// where it can run, kSm90 as well (page 8, the smallest sm90 page, too) and is an error where that
+// path cannot run (page 1, a forced 16-row tile), before any launch; kFA2 pins the FA2 kernel.
 TEST(PrefillFp8Sm90Small, Dispatch) {
   WEFT_REQUIRE_SM90();
   Case c = fp8_case({200, 77}, {333, 77}, 8, 2, DType::kFloat8E4M3);
   c.variant = causal();
-  run_fp8(c, false, Expect::kFa2);  // kAuto
+  run_fp8(c, false, Expect::kAutoSm90);  // kAuto
   run_fp8(c, false, Expect::kSm90);
   c.page_size = 8;
   run_fp8(c, false, Expect::kSm90);

@@ -59,7 +59,7 @@ TEST(Heuristics, PrefillTilesTable) {
 // instances measured 0.85-0.90x of the FA2 kernel's, heuristics.cpp); never on a narrow tile.
 TEST(Heuristics, PrefillAutoMainloop) {
   EXPECT_TRUE(prefill_auto_prefers_sm90(true, false));
-  EXPECT_FALSE(prefill_auto_prefers_sm90(true, true));
+  EXPECT_TRUE(prefill_auto_prefers_sm90(true, true));
   EXPECT_FALSE(prefill_auto_prefers_sm90(false, false));
   EXPECT_FALSE(prefill_auto_prefers_sm90(false, true));
 }
