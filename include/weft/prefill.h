@@ -48,8 +48,8 @@ struct PrefillBounds {
 
 // Which prefill mainloop runs a plan. kAuto: the Hopper (sm_90a, wgmma + TMA) mainloop where it
 // is eligible (compute capability 9.0, the 128-row tile, head_dim 64/128, no ALiBi, page sizes it
-// tiles) on 16-bit K/V, else the FA2 mainloop; on fp8 K/V pools the FA2 kernel (measured faster
-// there: attention/heuristics.cpp, prefill_auto_prefers_sm90). kFA2 pins the FA2 mainloop
+// tiles; on fp8 K/V pools bf16 q, head_dim 128, paged), else the FA2 mainloop (measured:
+// attention/heuristics.cpp, prefill_auto_prefers_sm90). kFA2 pins the FA2 mainloop
 // (comparisons, or any GPU). kSm90 requests the Hopper mainloop with its 128-row tile wherever it
 // is eligible (fp8 pools included: bf16 q, head_dim 128, paged), an error naming opt.mainloop
 // where it is not.
@@ -62,8 +62,8 @@ struct PrefillPlanOptions {
   PrefillMainloop mainloop = PrefillMainloop::kAuto;
   // Element type of the paged K/V pools run_paged() will read, when it is not q's dtype: an fp8
   // pool (DType::kFloat8E4M3 / kFloat8E5M2, weft/fp8.h; bf16 q / out, head_dim 128, paged; the
-  // FA2 mainloop, or the Hopper one with mainloop = kSm90; not with ALiBi or run-time compiled
-  // variants). Empty: q's dtype.
+  // Hopper mainloop where eligible under kAuto / kSm90, else the FA2 one; not with ALiBi or
+  // run-time compiled variants). Empty: q's dtype.
   std::optional<DType> kv_dtype;
   // Cap on the persistent grid (0: none): the plan is balanced over min(grid, max_ctas) CTAs and
   // the launch has that many. With the sm90 mainloop (one CTA per SM) a cap of P leaves the other

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One device call for the sm90 (Hopper) prefill mainloop on fp8 K/V pools (issue 23): builds the
 # prefill component only (decode, comm, tp, norm and pod left out: WEFT_DISABLE), then
-#   1. the host prefill tests (dispatch rule) and the GPU tests: PrefillFp8* (sm90 and FA2 fp8
-#      paths against the float64 reference on the dequantized cache, determinism) and the 16-bit
-#      sm90 suite PrefillSm90.* (regression: the kernel's shared-memory plan moved);
+#   1. the host prefill tests, Heuristics.* (dispatch rule) and the GPU tests: PrefillFp8* (sm90
+#      and FA2 fp8 paths against the float64 reference on the dequantized cache, determinism) and
+#      the 16-bit sm90 suite PrefillSm90.* (regression: the kernel's shared-memory plan moved);
 #   2. weft-bench "prefill/fp8/" rows: per shape the bf16 default (sm90) and FA2 rows, then e4m3 /
-#      e5m2 on the default mainloop (FA2 since 669f00a; sm90 at 8246f9c) and on sm90 (-sm90 rows),
-#      all in one process (extra.speedup_vs_bf16 vs the sm90 bf16 row);
+#      e5m2 on the default mainloop (sm90 on Hopper since the widening rework), pinned sm90
+#      (-sm90) and pinned FA2 (-fa2), all in one process (extra.speedup_vs_bf16 vs the sm90 bf16 row);
 #   3. compute-sanitizer memcheck + racecheck on PrefillFp8Sm90Small.*;
 #   4. PrefillSmall.* (16-bit FA2 regression) with the time left.
 # Each step is skipped when the remaining budget cannot hold it.

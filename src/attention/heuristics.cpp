@@ -99,7 +99,13 @@ PrefillTiles prefill_tiles(double avg_packed_qo_len, int32_t head_dim) {
 
 bool prefill_auto_prefers_sm90(bool wide_tile, bool fp8_kv) {
   // 16-bit pools: the Hopper mainloop is 1.5-1.7x the FA2 kernel on the wide tile (perf notes).
-  // fp8 pools: MEASUREMENT PENDING (sm90 fp8 widening rework; docs/perf-notes-fp8.md).
+  // fp8 pools: since the widening rework (sm90_fp8.cuh: 16-code units through ld/st.shared, two
+  // units ahead, producer warpgroup at 40 registers) its fp8 instances run 1.39-1.61x the FA2
+  // kernel's fp8 instances on every measured shape (H100, Llama-3-8B heads, page 16,
+  // bench/results/h100_prefill_fp8_348f4ed.json: e4m3-sm90 0.389 / 4.87 / 1.37 / 2.04 ms vs
+  // e4m3-fa2 0.542 / 7.82 / 2.16 / 3.12 ms on causal L4096 / L16384, chunked c2048/h16384, mixed;
+  // e5m2 1.39-1.58x); before the rework 0.85-0.90x (h100_prefill_fp8_8246f9c.json). So the wide
+  // tile takes it on fp8 pools too (0.77-0.88x the bf16 sm90 prefill: docs/perf-notes-fp8.md).
   (void)fp8_kv;
   return wide_tile;
 }

@@ -240,7 +240,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   WEFT_CHECK_ARG(opt.min_chunk >= 0, "opt.min_chunk", "must be >= 0, got " << opt.min_chunk);
   WEFT_CHECK_ARG(opt.max_ctas >= 0, "opt.max_ctas", "must be >= 0, got " << opt.max_ctas);
   // fp8 K/V pools (opt.kv_dtype): the FA2 kernel's fp8 instances (src/instances.txt: bf16 q / out,
-  // head_dim 128, paged; the built-in variants without ALiBi).
+  // head_dim 128, paged; the built-in variants without ALiBi) and the sm90 mainloop's (below).
   const DType kv_dtype = opt.kv_dtype.value_or(dtype);
   const bool fp8 = kv_dtype != dtype;
   if (fp8) {
@@ -310,9 +310,9 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   // Mainloop: the sm90 kernel (wgmma + TMA, 128 x 128 tiles, one CTA per SM) where the heuristic
   // chose the 128-row tile and the device/arguments allow it; the FA2 kernel otherwise.
   // ALiBi and run-time compiled variants run on the FA2 kernel only (the sm90 mainloop has no
-  // bias step yet). fp8 K/V pools: the FA2 kernel's fp8 instances under kAuto (measured faster:
-  // heuristics::prefill_auto_prefers_sm90); kSm90 takes the sm90 mainloop's fp8 instances
-  // (sm90_fp8.cuh: bf16 q, head_dim 128, page sizes of sm90::shape_supported).
+  // bias step yet). fp8 K/V pools: kAuto and kSm90 take the sm90 mainloop's fp8 instances where
+  // they can run (sm90_fp8.cuh: bf16 q, head_dim 128, page sizes of sm90::shape_supported; measured
+  // faster than the FA2 kernel's: heuristics::prefill_auto_prefers_sm90), FA2's elsewhere.
   WEFT_CHECK_ARG(opt.mainloop == PrefillMainloop::kAuto || opt.mainloop == PrefillMainloop::kFA2 ||
                      opt.mainloop == PrefillMainloop::kSm90,
                  "opt.mainloop", "unknown mainloop " << static_cast<int>(opt.mainloop));

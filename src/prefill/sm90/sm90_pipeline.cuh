@@ -33,7 +33,7 @@ struct Shim {
 
 // STAGES: 16-bit K/V stages the consumers read. F8STAGES (fp8 K/V pools, else 0): fp8 landing
 // stages of kBlockN x D bytes each for K and V, which the producer warpgroup's other three warps
-// widen into the 16-bit stages (sm90_widen.cuh). d128 fp8: Q 32 KB + 2 x (K + V) 16-bit stages
+// widen into the 16-bit stages (sm90_fp8.cuh). d128 fp8: Q 32 KB + 2 x (K + V) 16-bit stages
 // (128 KB) + 2 x (K + V) fp8 stages (64 KB) = 224 KB: two of each, a third 16-bit stage does not
 // fit next to the fp8 ones (and the fp8 stages buffer the TMA latency the third one hid).
 template <int D, class T, int STAGES, int F8STAGES = 0>
