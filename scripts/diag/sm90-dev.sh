@@ -4,101 +4,199 @@
 # d256/d64 rows in a second weft-bench run so a fault there cannot cost the others), PyTorch SDPA
 # cuDNN + FLASH on the same shapes (bench/sdpa_prefill.py), FlashInfer's sm90 backend (fi-auto,
 # when .baselines/ was carried), compute-sanitizer memcheck / racecheck on small sm90 filters, and
-# the same-call ratios (bench/sm90_compare.py -> $OUT/bench_cmp.json, extra.speedup_vs_*).
+# the same-call ratios (bench/sm90_compare.py, printed; run it again on the returned JSON files).
 # Usage (device machine, repo root): scripts/diag/sm90-dev.sh [steps]
-#   steps: a comma list of suite, test (PrefillSm90* only), bench, sdpa, fi, memcheck, racecheck,
-#   variants, pagedv (default: suite,bench,sdpa,memcheck,fi,racecheck), run in that order.
-#   pagedv: a second tree built with -DWEFT_SM90_PAGED_V_WHOLE=ON (the experimental whole-page V
-#   boxes, sm90_launch.h): its PrefillSm90* tests, a memcheck of its paged cases, then its paged
-#   and ragged rows alternated with the shipped build's (two passes each).
+#   steps: a comma list of suite, test (PrefillSm90* only), exp, bench, sdpa, fi, memcheck,
+#   racecheck, variants, pagedv (default: suite,bench,sdpa,memcheck,fi,racecheck). Order of the
+#   work: builds (all trees in parallel), suite / test, memcheck, racecheck, exp (its trees'
+#   tests, sanitizers and the alternating A/B passes), fi, bench, variants, sdpa.
+#   exp: one experiments tree per entry of EXPS, built beside the shipped one, each entry
+#   "name:flag,flag" (CMake -D flags; default "pv:-DWEFT_SM90_PAGED_V_WHOLE=ON", the whole-page V
+#   boxes of sm90_launch.h). Per tree: the weft_gpu_prefill suite (EXP_TESTS: a gtest filter,
+#   default all), memcheck (EXP_MEMCHECK), racecheck (EXP_RACECHECK, when set); then AB_PASSES
+#   passes (default 2) of the AB_FILTERS rows alternating the shipped build and each experiment
+#   (-> ab.json: every pass's rows, named <tree>/<pass>/<row>); with bench, the experiment trees
+#   named in EXP_BENCH (default all) also run the bench step's rows (bench_<name>.json).
+#   pagedv: exp with EXPS unset (the whole-page V tree alone).
 # Env: OUT, WEFT_COMMIT, DEADLINE (seconds from the start after which no new step starts; 400),
-#      SM90_VARIANTS (variants step), BENCH_ARGS, FI_ARGS, MEMCHECK_FILTER, RACECHECK_FILTER (gtest filters).
+#      DISABLE (WEFT_DISABLE of every tree; default comm), SM90_VARIANTS (variants step), BENCH_ARGS,
+#      AB_ARGS, FI_ARGS, MEMCHECK_FILTER, RACECHECK_FILTER (gtest filters).
+# Files in $OUT (at most 8 come back from the device): bench.json (shipped tree, d256/d64 rows
+# merged in), bench_<exp>.json, ab.json, fi.json, sdpa.json, logs.tar.gz (console and every log).
 set -uo pipefail
 OUT=${OUT:-/tmp/sm90-out}
-mkdir -p "$OUT"
+LOG=/tmp/sm90-logs
+mkdir -p "$OUT" "$LOG"
+exec > >(tee "$LOG/console.txt") 2>&1
 STEPS=",${1:-suite,bench,sdpa,memcheck,fi,racecheck},"
 has() { [[ "$STEPS" == *",$1,"* ]]; }
+has pagedv && STEPS="$STEPS,exp,"
 source scripts/env.sh
 BUILD=build-gpu
 DEADLINE=${DEADLINE:-400}
+DISABLE=${DISABLE:-comm}
+EXPS=${EXPS:-pv:-DWEFT_SM90_PAGED_V_WHOLE=ON}
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 # A step starts only before the deadline; its own timeout is capped by what is left.
 room() { local left=$(( DEADLINE - $(el) )); if [ "$left" -lt 15 ]; then echo "skip $1: deadline (t=$(el) s)"; return 1; fi; echo "== $1 (t=$(el) s)"; }
 cap() { local left=$(( DEADLINE + 40 - $(el) )); [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+echo "commit ${WEFT_COMMIT:-?} steps $STEPS disable '$DISABLE'"
+has exp && echo "experiments: $EXPS"
 
 if has fi && [ -d .baselines/whl ]; then
   ( python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-      .baselines/whl/*.whl > "$OUT/fi_install.log" 2>&1 ) &
+      .baselines/whl/*.whl > "$LOG/fi_install.log" 2>&1 ) &
   FI_PID=$!
 fi
-cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE=comm -DWEFT_BUILD_TESTS=ON \
-  > "$OUT/build.log" 2>&1
 targets="weft_gpu_prefill"
-if has bench || has variants; then targets="$targets weft-bench"; fi
+if has bench || has variants || has exp; then targets="$targets weft-bench"; fi
 if has variants; then
   for v in ${SM90_VARIANTS:-0 3}; do
     [ "$v" = 15 ] && continue
-    ( cmake -S . -B $BUILD-v$v -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE="comm;norm" \
+    ( cmake -S . -B $BUILD-v$v -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE="$DISABLE;norm" \
         -DWEFT_BUILD_TESTS=OFF -DWEFT_SM90_PIPELINE=$v && cmake --build $BUILD-v$v -j8 --target weft-bench ) \
-      > "$OUT/build_v$v.log" 2>&1 &
+      > "$LOG/build_v$v.log" 2>&1 &
   done
 fi
-if has pagedv; then
-  ( cmake -S . -B $BUILD-pv -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE=comm -DWEFT_BUILD_TESTS=ON \
-      -DWEFT_SM90_PAGED_V_WHOLE=ON && cmake --build $BUILD-pv -j8 --target weft_gpu_prefill weft-bench ) \
-    > "$OUT/build_pv.log" 2>&1 &
-  PV_PID=$!
-  targets="weft_gpu_prefill weft-bench"
+# Experiment trees: name -> flags; built in the background, waited for in the exp step.
+declare -A EXP_PID
+EXP_NAMES=()
+OK_EXPS=()
+if has exp; then
+  for e in $EXPS; do
+    name=${e%%:*}; flags=${e#*:}
+    EXP_NAMES+=("$name")
+    ( cmake -S . -B $BUILD-$name -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE="$DISABLE" -DWEFT_BUILD_TESTS=ON \
+        ${flags//,/ } && cmake --build $BUILD-$name -j16 --target $targets ) > "$LOG/build_$name.log" 2>&1 &
+    EXP_PID[$name]=$!
+  done
 fi
-if ! cmake --build $BUILD -j16 --target $targets >> "$OUT/build.log" 2>&1; then
-  tail -n 40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE="$DISABLE" -DWEFT_BUILD_TESTS=ON \
+  > "$LOG/build.log" 2>&1
+if ! cmake --build $BUILD -j16 --target $targets >> "$LOG/build.log" 2>&1; then
+  tail -n 40 "$LOG/build.log"; echo "BUILD FAILED"; tar -czf "$OUT/logs.tar.gz" -C "$LOG" .; exit 1
 fi
 echo "build: $(el) s"
+grep -h "spill" "$LOG/build.log" | grep sm90 | sed 's/^.*function //' | sort -u | head -8
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 T=$BUILD/tests/weft_gpu_prefill
 
-if has suite && room suite; then
-  timeout "$(cap 170)" $T --gtest_brief=1 > "$OUT/test_suite.log" 2>&1
-  echo "prefill suite rc=$?"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure|sm90 mainloop not" "$OUT/test_suite.log" | head -30
-elif has test && room test; then
-  timeout "$(cap 120)" $T --gtest_filter='PrefillSm90*' > "$OUT/test_sm90.log" 2>&1
-  echo "sm90 tests rc=$?"; grep -E "^\[  (FAILED|PASSED) |Failure" "$OUT/test_sm90.log" | head -30
-fi
-if has bench && room bench; then
-  F="--filter prefill/causal/ --filter prefill/chunked/ --filter prefill/mixed --filter prefill/plan/"
-  F="$F --filter prefill/sm90/causal/ --filter prefill/sm90/noncausal/ --filter prefill/sm90/chunked/ --filter prefill/fa2/causal/"
-  F="$F --filter prefill/fa2/noncausal/ --filter prefill/fa2/chunked/"
-  timeout "$(cap 90)" $BUILD/bench/weft-bench --group prefill $F ${BENCH_ARGS:-} --commit "${WEFT_COMMIT:-}" \
-    --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
-  echo "bench rc=$?"
-  if room bench-dims; then
-    timeout "$(cap 60)" $BUILD/bench/weft-bench --group prefill --no-ceilings --filter /d256/ --filter /d64/ \
-      --commit "${WEFT_COMMIT:-}" --json "$OUT/bench_dims.json" > "$OUT/bench_dims.log" 2>&1
-    echo "bench dims rc=$?"
-  fi
-fi
-if has sdpa && room sdpa; then
-  timeout "$(cap 110)" python3 bench/sdpa_prefill.py --budget "$(cap 80)" --out "$OUT/sdpa.json" > "$OUT/sdpa.log" 2>&1
-  echo "sdpa rc=$?"; tail -n 2 "$OUT/sdpa.log"
+# Tests of one tree: suite (all) or test (PrefillSm90*), by the step list.
+run_tests() {  # tree-dir label filter
+  local bin=$1/tests/weft_gpu_prefill lab=$2 flt=$3
+  timeout "$(cap 170)" $bin --gtest_brief=1 --gtest_filter="$flt" > "$LOG/test_$lab.log" 2>&1
+  echo "$lab tests ($flt) rc=$?"
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure|sm90 mainloop not" "$LOG/test_$lab.log" | head -20
+}
+sanitize() {  # tool tree-dir label filter
+  timeout "$(cap 60)" compute-sanitizer --tool $1 --error-exitcode 9 $2/tests/weft_gpu_prefill --gtest_filter="$4" \
+    > "$LOG/$1_$3.log" 2>&1
+  echo "$3 $1 rc=$? ($4)"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$LOG/$1_$3.log" | head -5
+}
+if has suite && room suite; then run_tests $BUILD shipped '*'
+elif has test && room test; then run_tests $BUILD shipped 'PrefillSm90*'
 fi
 if has memcheck && room memcheck; then
-  timeout "$(cap 60)" compute-sanitizer --tool memcheck --error-exitcode 9 $T \
-    --gtest_filter="${MEMCHECK_FILTER:-PrefillSm90.ChunkedSplitAndEmpty:PrefillSm90.HeadDim256Forced128OnFa2Rejected:PrefillSm90.HeadDim256DefaultTile}" \
-    > "$OUT/memcheck.log" 2>&1
-  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.log" | head -5
+  sanitize memcheck $BUILD shipped "${MEMCHECK_FILTER:-PrefillSm90.ChunkedSplitAndEmpty:PrefillSm90.HeadDim256Forced128OnFa2Rejected:PrefillSm90.HeadDim256DefaultTile}"
+fi
+if has racecheck && room racecheck; then
+  sanitize racecheck $BUILD shipped "${RACECHECK_FILTER:-PrefillSm90.HeadDim256DefaultTile}"
+fi
+
+# Experiments: tests + sanitizers per tree, then the alternating A/B passes.
+if has exp; then
+  for name in "${EXP_NAMES[@]}"; do
+    if wait "${EXP_PID[$name]}"; then
+      echo "build $name: ok (t=$(el) s)"; OK_EXPS+=("$name")
+      grep -h "spill" "$LOG/build_$name.log" | grep sm90 | sed 's/^.*function //' | sort -u | head -8
+    else
+      echo "build $name FAILED"; tail -n 20 "$LOG/build_$name.log"
+    fi
+  done
+  for name in "${OK_EXPS[@]}"; do
+    room "exp $name tests" && run_tests $BUILD-$name $name "${EXP_TESTS:-*}"
+    room "exp $name memcheck" && sanitize memcheck $BUILD-$name $name \
+      "${EXP_MEMCHECK:-PrefillSm90.BatchesPagedAndRagged:PrefillSm90.ChunkedSplitAndEmpty:PrefillSm90.HeadDim256DefaultTile}"
+    if [ -n "${EXP_RACECHECK:-}" ] && room "exp $name racecheck"; then sanitize racecheck $BUILD-$name $name "$EXP_RACECHECK"; fi
+  done
+  AB_FILTERS=${AB_FILTERS:-prefill/sm90/causal/ragged/ prefill/sm90/causal/paged/ prefill/sm90/chunked/c512/ prefill/sm90/d256/causal/paged/L8192 prefill/sm90/d64/causal/paged/L8192}
+  AF=""; for f in $AB_FILTERS; do AF="$AF --filter $f"; done
+  for pass in $(seq 1 "${AB_PASSES:-2}"); do
+    for b in shipped "${OK_EXPS[@]}"; do
+      bin=$BUILD/bench/weft-bench; [ $b = shipped ] || bin=$BUILD-$b/bench/weft-bench
+      room "ab $b $pass" || break 2
+      timeout "$(cap 60)" $bin --group prefill --no-ceilings $AF ${AB_ARGS:-} --commit "${WEFT_COMMIT:-}" \
+        --json "$LOG/ab_${b}_$pass.json" > "$LOG/ab_${b}_$pass.log" 2>&1
+      echo "ab $b $pass rc=$?"
+    done
+  done
+  python3 - "$LOG" "$OUT/ab.json" <<'EOF'
+import glob, json, os, re, sys
+log, out = sys.argv[1], sys.argv[2]
+merged, rows = None, {}
+for p in sorted(glob.glob(os.path.join(log, "ab_*_*.json"))):
+    tree, ps = re.match(r"ab_(.+)_(\d+)\.json", os.path.basename(p)).groups()
+    d = json.load(open(p))
+    if merged is None:
+        merged = {k: v for k, v in d.items() if k != "cases"}
+        merged["cases"] = []
+    for c in d["cases"]:
+        if not c.get("ms"):
+            continue
+        rows.setdefault(c["name"], {}).setdefault(tree, []).append(c["ms"])
+        c = dict(c, name=f"{tree}/{ps}/{c['name']}")
+        merged["cases"].append(c)
+if merged:
+    merged["command"] = "scripts/diag/sm90-dev.sh exp: alternating passes, rows named <tree>/<pass>/<row>"
+    json.dump(merged, open(out, "w"), indent=1)
+trees = sorted({t for r in rows.values() for t in r}, key=lambda t: (t != "shipped", t))
+print("A/B (ms per pass; x = shipped best / tree best):")
+print("%-40s " % "row" + " ".join("%-24s" % t for t in trees))
+for name, r in rows.items():
+    base = min(r.get("shipped", [0]) or [0])
+    cells = []
+    for t in trees:
+        v = r.get(t, [])
+        s = "/".join("%.4f" % x for x in v)
+        if base and v and t != "shipped":
+            s += " x%.3f" % (base / min(v))
+        cells.append("%-24s" % s)
+    print("%-40s " % name.replace("prefill/sm90/", "") + " ".join(cells))
+EOF
 fi
 if has fi && [ -n "${FI_PID:-}" ] && room fi; then
   wait $FI_PID
   PYTHONPATH=/tmp/site timeout "$(cap 100)" python3 .baselines/fi_bench.py --group prefill --variant fi-auto \
-    --budget "$(cap 70)" ${FI_ARGS:-} --out "$OUT/fi.json" > "$OUT/fi.log" 2>&1
-  echo "fi rc=$?"; tail -n 3 "$OUT/fi.log"
+    --budget "$(cap 70)" ${FI_ARGS:-} --out "$OUT/fi.json" > "$LOG/fi.log" 2>&1
+  echo "fi rc=$?"; tail -n 3 "$LOG/fi.log"
 fi
-if has racecheck && room racecheck; then
-  timeout "$(cap 60)" compute-sanitizer --tool racecheck --error-exitcode 9 $T \
-    --gtest_filter="${RACECHECK_FILTER:-PrefillSm90.HeadDim256DefaultTile}" > "$OUT/racecheck.log" 2>&1
-  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|PASSED|FAILED" "$OUT/racecheck.log" | head -5
+# The bench step's rows for one tree -> $OUT/<json> (d256 / d64 rows merged in).
+run_bench() {  # tree-dir json-name
+  local F="--filter prefill/causal/ --filter prefill/chunked/ --filter prefill/mixed --filter prefill/plan/"
+  F="$F --filter prefill/sm90/causal/ --filter prefill/sm90/noncausal/ --filter prefill/sm90/chunked/ --filter prefill/fa2/causal/"
+  F="$F --filter prefill/fa2/noncausal/ --filter prefill/fa2/chunked/"
+  local base=${2%.json}
+  timeout "$(cap 90)" $1/bench/weft-bench --group prefill $F ${BENCH_ARGS:-} --commit "${WEFT_COMMIT:-}" \
+    --json "$OUT/$2" > "$LOG/$base.log" 2>&1
+  echo "$base rc=$?"
+  if room "$base dims"; then
+    timeout "$(cap 60)" $1/bench/weft-bench --group prefill --no-ceilings --filter /d256/ --filter /d64/ \
+      --commit "${WEFT_COMMIT:-}" --json "$LOG/${base}_dims.json" > "$LOG/${base}_dims.log" 2>&1
+    echo "$base dims rc=$?"
+    python3 -c "
+import json, sys
+a = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2]))
+a['cases'] += b['cases']; a['command'] += ' ; ' + b['command']
+json.dump(a, open(sys.argv[1], 'w'), indent=1)" "$OUT/$2" "$LOG/${base}_dims.json" || true
+  fi
+}
+if has bench && room bench; then
+  run_bench $BUILD bench.json
+  for name in "${OK_EXPS[@]}"; do
+    [[ " ${EXP_BENCH:-${OK_EXPS[*]}} " == *" $name "* ]] && room "bench $name" && run_bench $BUILD-$name "bench_$name.json"
+  done
 fi
 # Same-call A/B of the sm90 pipeline variants (bit 0 overlap, bit 1 ping-pong, 15 = shipped): the
 # shipped build's weft-bench and one per experimental variant.
@@ -110,33 +208,18 @@ if has variants; then
     [ -x "$bin" ] || { echo "variant $v: build failed (see build_v$v.log)"; continue; }
     timeout 120 "$bin" --group prefill --no-ceilings \
       ${VARIANT_ARGS:---filter prefill/sm90/causal/ragged/L4096 --filter prefill/sm90/causal/ragged/L16384} \
-      --json "/tmp/variant$v.json" > "/tmp/variant$v.log" 2>&1
-    python3 -c "import json,sys; d=json.load(open('/tmp/variant$v.json')); print('variant $v', ' '.join('%s=%.1f' % (c['name'].split('sm90/')[-1], c['flops']/c['ms']/1e9) for c in d['cases'] if c.get('ms')))"
+      --json "$LOG/variant$v.json" > "$LOG/variant$v.log" 2>&1
+    python3 -c "import json,sys; d=json.load(open('$LOG/variant$v.json')); print('variant $v', ' '.join('%s=%.1f' % (c['name'].split('sm90/')[-1], c['flops']/c['ms']/1e9) for c in d['cases'] if c.get('ms')))"
   done
 fi
-if has pagedv && room pagedv; then
-  if wait $PV_PID; then
-    timeout "$(cap 90)" $BUILD-pv/tests/weft_gpu_prefill --gtest_filter='PrefillSm90*' > "$OUT/pv_tests.log" 2>&1
-    echo "pagedv tests rc=$?"; grep -E "^\[  (FAILED|PASSED) |Failure" "$OUT/pv_tests.log" | head -20
-    timeout "$(cap 60)" compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD-pv/tests/weft_gpu_prefill \
-      --gtest_filter='PrefillSm90.BatchesPagedAndRagged:PrefillSm90.HeadDim256DefaultTile' > "$OUT/pv_memcheck.log" 2>&1
-    echo "pagedv memcheck rc=$?"; grep -E "ERROR SUMMARY" "$OUT/pv_memcheck.log" | head -3
-    PF="--filter prefill/sm90/causal/ragged/L8192 --filter prefill/sm90/causal/paged/L8192 --filter prefill/sm90/causal/ragged/L16384"
-    PF="$PF --filter prefill/sm90/causal/paged/L16384 --filter prefill/sm90/d256/causal/ --filter prefill/sm90/chunked/c512/h16384"
-    for pass in 1 2; do
-      for b in shipped pv; do
-        bin=$BUILD/bench/weft-bench; [ $b = pv ] && bin=$BUILD-pv/bench/weft-bench
-        room "pagedv bench $b $pass" && timeout "$(cap 60)" $bin --group prefill --no-ceilings $PF \
-          --commit "${WEFT_COMMIT:-}" --json "$OUT/pv_${b}_$pass.json" > "$OUT/pv_${b}_$pass.log" 2>&1
-        grep -E "^prefill/" "$OUT/pv_${b}_$pass.log" | sed "s/^/$b$pass /"
-      done
-    done
-  else
-    echo "pagedv build failed"; tail -n 20 "$OUT/build_pv.log"
-  fi
+if has sdpa && room sdpa; then
+  timeout "$(cap 110)" python3 bench/sdpa_prefill.py --budget "$(cap 80)" --out "$OUT/sdpa.json" > "$LOG/sdpa.log" 2>&1
+  echo "sdpa rc=$?"; tail -n 2 "$LOG/sdpa.log"
 fi
-W="$OUT/bench.json"
-[ -f "$OUT/bench_dims.json" ] && W="$W,$OUT/bench_dims.json"
-[ -f "$OUT/bench.json" ] && python3 bench/sm90_compare.py --weft "$W" --fi "$OUT/fi.json" --sdpa "$OUT/sdpa.json" \
-  --out "$OUT/bench_cmp.json" | tee "$OUT/compare.md"
+for j in bench.json $(for n in "${OK_EXPS[@]}"; do echo "bench_$n.json"; done); do
+  [ -f "$OUT/$j" ] || continue
+  echo "== ratios: $j"
+  python3 bench/sm90_compare.py --weft "$OUT/$j" --fi "$OUT/fi.json" --sdpa "$OUT/sdpa.json" --out "$LOG/cmp_$j" || true
+done
 echo "total: $(el) s"
+tar -czf "$OUT/logs.tar.gz" -C "$LOG" .

@@ -112,6 +112,14 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const void* tmap, uint64_
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
       : "memory");
 }
+// Hint: fetch a 3D box into L2 (no shared memory, no barrier; parts outside the map's extents are
+// skipped).
+__device__ __forceinline__ void tma_prefetch_3d(const void* tmap, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(
+                   reinterpret_cast<uint64_t>(tmap)),
+               "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
 // Hint: fetch the tensor map's 128-byte descriptor into the cache before its first use.
 __device__ __forceinline__ void prefetch_tmap(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
@@ -159,6 +167,11 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
 #endif
 }
+
+// Programmatic dependent launch: the grid launched after this one with the programmatic
+// stream-serialization attribute may be scheduled once every CTA of this grid executed this (or
+// exited); it still waits (griddepcontrol.wait) for this grid's completion and memory.
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 // Named barrier over `threads` threads (multiple of 32), id 1..15 (0 is __syncthreads).
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {

@@ -87,6 +87,15 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
   const CtaItems items = cta_items(p);
   for (int w = items.begin; w < items.end; ++w, ++item_cnt) {
     const ItemGeom g = item_geometry(p, w, items.fold);
+    // kFastStart: L2 prefetch of the item's Q boxes before the wait for the Q buffer (16-bit
+    // pools: the first item's was prefetched by start_prefetch).
+    if constexpr (kFastStart) {
+      if (lane == 0 && (C::kF8Stages > 0 || item_cnt > 0)) {
+#pragma unroll
+        for (int h = 0; h < C::kHalves; ++h)
+          ptx90::tma_prefetch_3d(tm_q, h * 64, g.kv_head * gs, g.token_abs0 + g.row_begin / gs);
+      }
+    }
     // Q: 128 packed rows = 128 / group tokens x group heads, one box per 64-column half.
     ptx90::mbar_wait(b.q_empty(), (item_cnt & 1) ^ 1);
     if (lane == 0) {
@@ -179,6 +188,31 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
         __syncwarp();
         if (lane == 0) ptx90::mbar_arrive(b.v_full(s));
       }
+    }
+  }
+}
+
+// kFastStart, 16-bit pools: warp 1 of the producer warpgroup, while the TMA warp stages the
+// tensor maps (stage_maps: a chain of dependent plan loads, then the map publication), loads the
+// first item's geometry (so the TMA warp's own loads of it then hit L1) and prefetches its Q boxes
+// and, ragged, its first K/V tile into L2 through the kernel-parameter maps (boxes past the
+// captured tensors' extents are skipped: a hint only). One lane.
+template <class C>
+__device__ __forceinline__ void start_prefetch(const KernelParams& P) {
+  const PrefillParams& p = P.p;
+  const CtaItems items = cta_items(p);
+  if (items.begin >= items.end) return;
+  const ItemGeom g = item_geometry(p, items.begin, items.fold);
+  const int gs = p.group_size;
+#pragma unroll
+  for (int h = 0; h < C::kHalves; ++h)
+    ptx90::tma_prefetch_3d(&P.tm_q, h * 64, g.kv_head * gs, g.token_abs0 + g.row_begin / gs);
+  if (!p.paged && g.kv_hi > g.kv_lo) {
+    const int key = g.kv_base + first_tile_key<C::kBlockN>(g);
+#pragma unroll
+    for (int h = 0; h < C::kHalves; ++h) {
+      ptx90::tma_prefetch_3d(&P.tm_k, h * 64, g.kv_head, key);
+      ptx90::tma_prefetch_3d(&P.tm_v, h * 64, g.kv_head, key);
     }
   }
 }
@@ -489,11 +523,17 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
     ptx90::fence_mbar_init();
   }
   __syncthreads();
+  if constexpr (kFastStart) {
+    if (tid == 0) ptx90::launch_dependents();  // the merge grid (sm90_launch.h, kFastStart)
+  }
   const int wg = tid / 128;
   if (wg == 0) {
     ptx90::setmaxnreg_dec<C::kProducerRegs>();
     if (tid < 32) producer<D, T, C>(P, smem, b, tid);
     else if constexpr (kF8) widen_warps<D, T, KV, C>(P, smem, b, tid / 32 - 1, tid & 31);
+    else if constexpr (kFastStart) {
+      if (tid == 32) start_prefetch<C>(P);
+    }
   } else {
     ptx90::setmaxnreg_inc<C::kConsumerRegs>();
     consumer<D, T, C, (kVariant & 1) != 0, (kVariant & 2) != 0, (kVariant & 8) != 0>(P, smem, b, wg - 1, tid - (wg * 128));
