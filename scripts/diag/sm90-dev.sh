@@ -20,7 +20,7 @@
 #   pagedv: exp with EXPS unset (the whole-page V tree alone).
 # Env: OUT, WEFT_COMMIT, DEADLINE (seconds from the start after which no new step starts; 400),
 #      DISABLE (WEFT_DISABLE of every tree; default comm), SM90_VARIANTS (variants step), BENCH_ARGS,
-#      AB_ARGS, FI_ARGS, MEMCHECK_FILTER, RACECHECK_FILTER (gtest filters).
+#      AB_ARGS, EXP_JOBS (build jobs per experiment tree; 8), FI_ARGS, MEMCHECK_FILTER, RACECHECK_FILTER (gtest filters).
 # Files in $OUT (at most 8 come back from the device): bench.json (shipped tree, d256/d64 rows
 # merged in), bench_<exp>.json, ab.json, fi.json, sdpa.json, logs.tar.gz (console and every log).
 set -uo pipefail
@@ -69,7 +69,7 @@ if has exp; then
     name=${e%%:*}; flags=${e#*:}
     EXP_NAMES+=("$name")
     ( cmake -S . -B $BUILD-$name -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE="$DISABLE" -DWEFT_BUILD_TESTS=ON \
-        ${flags//,/ } && cmake --build $BUILD-$name -j16 --target $targets ) > "$LOG/build_$name.log" 2>&1 &
+        ${flags//,/ } && cmake --build $BUILD-$name -j${EXP_JOBS:-8} --target $targets ) > "$LOG/build_$name.log" 2>&1 &
     EXP_PID[$name]=$!
   done
 fi
