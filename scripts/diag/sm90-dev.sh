@@ -7,17 +7,17 @@
 # the same-call ratios (bench/sm90_compare.py, printed; run it again on the returned JSON files).
 # Usage (device machine, repo root): scripts/diag/sm90-dev.sh [steps]
 #   steps: a comma list of suite, test (PrefillSm90* only), exp, bench, sdpa, fi, memcheck,
-#   racecheck, variants, pagedv (default: suite,bench,sdpa,memcheck,fi,racecheck). Order of the
-#   work: builds (all trees in parallel), suite / test, memcheck, racecheck, exp (its trees'
-#   tests, sanitizers and the alternating A/B passes), fi, bench, variants, sdpa.
+#   racecheck, variants (default: suite,bench,sdpa,memcheck,fi,racecheck). Order of the work:
+#   builds (all trees in parallel), suite / test, memcheck, racecheck, exp (its trees' tests,
+#   sanitizers and the alternating A/B passes), fi, bench, variants, sdpa.
 #   exp: one experiments tree per entry of EXPS, built beside the shipped one, each entry
-#   "name:flag,flag" (CMake -D flags; default "pv:-DWEFT_SM90_PAGED_V_WHOLE=ON", the whole-page V
-#   boxes of sm90_launch.h). Per tree: the weft_gpu_prefill suite (EXP_TESTS: a gtest filter,
+#   "name:flag,flag" (CMake -D flags of an experiments-only option, e.g. "fast:-DWEFT_X=ON"; the
+#   2a5f27b run compared -DWEFT_SM90_PAGED_V_WHOLE / -DWEFT_SM90_FAST_START, both shipped since).
+#   Per tree: the weft_gpu_prefill suite (EXP_TESTS: a gtest filter,
 #   default all), memcheck (EXP_MEMCHECK), racecheck (EXP_RACECHECK, when set); then AB_PASSES
 #   passes (default 2) of the AB_FILTERS rows alternating the shipped build and each experiment
 #   (-> ab.json: every pass's rows, named <tree>/<pass>/<row>); with bench, the experiment trees
 #   named in EXP_BENCH (default all) also run the bench step's rows (bench_<name>.json).
-#   pagedv: exp with EXPS unset (the whole-page V tree alone).
 # Env: OUT, WEFT_COMMIT, DEADLINE (seconds from the start after which no new step starts; 400),
 #      DISABLE (WEFT_DISABLE of every tree; default comm), SM90_VARIANTS (variants step), BENCH_ARGS,
 #      AB_ARGS, EXP_JOBS (build jobs per experiment tree; 8), FI_ARGS, MEMCHECK_FILTER, RACECHECK_FILTER (gtest filters).
@@ -30,12 +30,12 @@ mkdir -p "$OUT" "$LOG"
 exec > >(tee "$LOG/console.txt") 2>&1
 STEPS=",${1:-suite,bench,sdpa,memcheck,fi,racecheck},"
 has() { [[ "$STEPS" == *",$1,"* ]]; }
-has pagedv && STEPS="$STEPS,exp,"
 source scripts/env.sh
 BUILD=build-gpu
 DEADLINE=${DEADLINE:-400}
 DISABLE=${DISABLE:-comm}
-EXPS=${EXPS:-pv:-DWEFT_SM90_PAGED_V_WHOLE=ON}
+EXPS=${EXPS:-}
+if has exp && [ -z "$EXPS" ]; then echo "exp: set EXPS (name:-DOPTION=ON ...)"; exit 2; fi
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 # A step starts only before the deadline; its own timeout is capped by what is left.

@@ -80,7 +80,7 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, DType kv_d
     encode(&kp.tm_q, dtype, 3, p.q, dims, strides, box, "q");
   }
   const int64_t halves = D / 64;
-  // whole_page (paged V): one box per page piece covering every 64-column half, the half as a
+  // whole_page (paged 16-bit V): one box per page piece covering every 64-column half, the half as a
   // dimension of its own (stride 128 B) between the slot and the head, so the box lands as
   // [half][slot][64] (KernelParams: the V stage layout).
   auto kv_map = [&](CUtensorMap* map, const void* base, int64_t rows, int64_t page_stride,
@@ -121,12 +121,11 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, DType kv_d
     }
   };
   kv_map(&kp.tm_k, p.k, s.k_rows, p.k_page_stride, p.k_slot_stride, p.k_head_stride, "k", false);
-  kv_map(&kp.tm_v, p.v, s.v_rows, p.v_page_stride, p.v_slot_stride, p.v_head_stride, "v",
-         kWholePageV && dtype_size(kv_dtype) == 2);
+  kv_map(&kp.tm_v, p.v, s.v_rows, p.v_page_stride, p.v_slot_stride, p.v_head_stride, "v", true);
   kp.map_scratch = static_cast<CUtensorMap*>(s.map_scratch);
   const int32_t rpc = static_cast<int32_t>(p.paged ? std::min<int64_t>(p.page_size, bn) : bn);
   kp.rows_per_copy = rpc;  // a power of two (eligible(): page sizes dividing kBlockN or multiples of it)
-  const int32_t piece = kWholePageV && dtype_size(kv_dtype) == 2 ? rpc : static_cast<int32_t>(bn);  // keys per V piece
+  const int32_t piece = dtype_size(kv_dtype) == 2 ? rpc : static_cast<int32_t>(bn);  // keys per V piece
   int32_t shift = 0;
   while ((1 << shift) < piece) ++shift;
   kp.v_piece_shift = shift;

@@ -59,8 +59,10 @@ namespace weft::prefill::sm90 {
 // (the K-major S operand needs each half's keys contiguous across pages), V one box for all halves
 // (the V stage layout of KernelParams). Why V in one box: the sm90 paged rows ran at the rate of
 // ~2M boxes per ms over the GPU whatever the head dim (d128 32 and d256 64 boxes per 128 keys,
-// H100 run of 5b2fcc8), and page-128 pools (4 boxes per tile) as fast as ragged. Pieces entirely past kv_hi are
-// not copied (their rows are masked). For a tile that ends past kv_hi the V copy completes on
+// H100 run of 5b2fcc8), and page-128 pools (4 boxes per tile) as fast as ragged; whole-page V
+// boxes (page 16, d128: 24 instead of 32 boxes per stage) measured 1.08-1.09x on paged L8192 /
+// L16384 and 1.16x on d256 paged L8192 (same-call A/B, H100 run of 2a5f27b, perf notes). Pieces
+// entirely past kv_hi are not copied (their rows are masked). For a tile that ends past kv_hi the V copy completes on
 // v_tma; the warp then zeroes the V rows >= kv_hi - ts (TMA may have brought another request's
 // rows or a page's unused slots: 0 * NaN would poison O), fences the generic-proxy stores for the
 // async proxy (wgmma) and arrives on v_full.
@@ -87,14 +89,13 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
   const CtaItems items = cta_items(p);
   for (int w = items.begin; w < items.end; ++w, ++item_cnt) {
     const ItemGeom g = item_geometry(p, w, items.fold);
-    // kFastStart: L2 prefetch of the item's Q boxes before the wait for the Q buffer (16-bit
-    // pools: the first item's was prefetched by start_prefetch).
-    if constexpr (kFastStart) {
-      if (lane == 0 && (C::kF8Stages > 0 || item_cnt > 0)) {
+    // L2 prefetch of the item's Q boxes before the wait for the Q buffer, so its load after the
+    // previous item's last S GEMM hits L2 (start latency: see start_prefetch; 16-bit pools: the
+    // first item's was prefetched there).
+    if (lane == 0 && (C::kF8Stages > 0 || item_cnt > 0)) {
 #pragma unroll
-        for (int h = 0; h < C::kHalves; ++h)
-          ptx90::tma_prefetch_3d(tm_q, h * 64, g.kv_head * gs, g.token_abs0 + g.row_begin / gs);
-      }
+      for (int h = 0; h < C::kHalves; ++h)
+        ptx90::tma_prefetch_3d(tm_q, h * 64, g.kv_head * gs, g.token_abs0 + g.row_begin / gs);
     }
     // Q: 128 packed rows = 128 / group tokens x group heads, one box per 64-column half.
     ptx90::mbar_wait(b.q_empty(), (item_cnt & 1) ^ 1);
@@ -162,14 +163,9 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
         __syncwarp();
         if constexpr (kF8) {
           if (active) ptx90::tma_load_4d(sv + lane * rows_per_copy * D, tm_v, v_bar, 0, slot, g.kv_head, page);
-        } else if constexpr (kWholePageV) {
-          // V: one box per piece, every half at once (KernelParams: the V stage layout).
-          if (active) ptx90::tma_load_5d(sv + lane * P.v_piece_bytes, tm_v, v_bar, 0, slot, 0, g.kv_head, page);
         } else if (active) {
-#pragma unroll
-          for (int h = 0; h < C::kHalves; ++h)
-            ptx90::tma_load_4d(sv + h * C::kKVHalfBytes + lane * rows_per_copy * 128, tm_v, v_bar,
-                               h * 64, slot, g.kv_head, page);
+          // V: one box per piece, every half at once (KernelParams: the V stage layout).
+          ptx90::tma_load_5d(sv + lane * P.v_piece_bytes, tm_v, v_bar, 0, slot, 0, g.kv_head, page);
         }
       }
       if (partial) {
@@ -179,9 +175,8 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
         const int n = (kBlockN - r0) * 8;  // 16-byte chunks per half
         for (int idx = lane; idx < n * C::kHalves; idx += 32) {
           const int h = idx / n, rem = idx - h * n, r = r0 + rem / 8;
-          const int off = kWholePageV ? (r >> P.v_piece_shift) * P.v_piece_bytes + h * P.v_half_bytes +
-                                            (r & (rows_per_copy - 1)) * 128
-                                      : h * C::kKVHalfBytes + r * 128;
+          const int off = (r >> P.v_piece_shift) * P.v_piece_bytes + h * P.v_half_bytes +
+                          (r & (rows_per_copy - 1)) * 128;
           *reinterpret_cast<uint4*>(sv + off + (rem % 8) * 16) = make_uint4(0, 0, 0, 0);
         }
         ptx90::fence_proxy_async_shared();
@@ -192,11 +187,21 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
   }
 }
 
-// kFastStart, 16-bit pools: warp 1 of the producer warpgroup, while the TMA warp stages the
-// tensor maps (stage_maps: a chain of dependent plan loads, then the map publication), loads the
-// first item's geometry (so the TMA warp's own loads of it then hit L1) and prefetches its Q boxes
-// and, ragged, its first K/V tile into L2 through the kernel-parameter maps (boxes past the
-// captured tensors' extents are skipped: a hint only). One lane.
+// Start latency. Short causal prompts (L1024-4096) and chunked c512 ran at 0.6-0.86x FlashInfer's
+// sm90 backend while long prompts reach ~0.9x: per-launch and per-item latency rather than
+// mainloop rate (a plan without the merge launch timed 0.042 against 0.051 ms at L1024). Before
+// its first TMA the TMA warp waited for two chains of dependent global loads in turn (the map
+// staging's plan extents, then the first item's geometry), then for Q and K from HBM; every later
+// item's Q came from HBM only after the previous item released the Q buffer. So: warp 1 of the
+// producer warpgroup (idle for 16-bit pools; fp8 pools widen there), while the TMA warp stages the
+// maps, loads the first item's geometry (the TMA warp's own loads of it then hit L1) and
+// prefetches its Q boxes and, ragged, its first K/V tile into L2 through the kernel-parameter
+// maps (boxes past the captured tensors' extents are skipped: a hint only); the TMA warp
+// prefetches each later item's Q (producer); thread 0 lets the merge grid launch at once
+// (kernel body). Same-call A/B (H100 run of 2a5f27b, perf notes): causal L1024 1.08x ragged,
+// 1.08-1.12x paged, L2048 1.02-1.09x, chunked c512 h4096 / h8192 1.06-1.07x; long rows within
+// the run's spread. (Handing every item's geometry to the consumers through a shared-memory ring
+// filled by warp 1 was tried first: 260-430 bytes of consumer spills, not pursued.) One lane.
 template <class C>
 __device__ __forceinline__ void start_prefetch(const KernelParams& P) {
   const PrefillParams& p = P.p;
@@ -295,15 +300,16 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
     }
     ptx90::wgmma_commit();
   };
-  // V half h (64 columns of head_dim), keys 16 kk .. 16 kk + 15: MN-major, SBO = 1024 (next 8
-  // keys); N = 64 is one MN block, so LBO (set to the same 1024) is not used as a stride.
-  // kPvWide: one m64n128k16 per k-step instead, the two 64-column halves of V one LBO apart.
-  // kWholePageV (experiments): the V stage layout of KernelParams (pieces of [half][key][64]):
-  // start at the piece of key 16 kk, LBO = v_half_bytes, SBO = v_sbo_bytes; the k-step offset is
-  // added to the descriptor's address field (addresses < 256 KB: no carry out of it).
+  // V half h (64 columns of head_dim), keys 16 kk .. 16 kk + 15, MN-major, in the V stage layout
+  // of KernelParams (pieces of [half][key][64]): start at the piece of key 16 kk, LBO =
+  // v_half_bytes (between halves), SBO = v_sbo_bytes (next 8 keys); the k-step offset is added to
+  // the descriptor's address field (addresses < 256 KB: no carry out of it). kPvWide: one
+  // m64n128k16 per k-step, the two 64-column halves of V one LBO apart. fp8 pools: the widened
+  // stage has the K layout (one piece of kBlockN keys per half, SBO 1024; for N = 64, one MN
+  // block, LBO is not used as a stride).
   auto issue_pv = [&](SoftmaxState<Tr>& st, const uint32_t (&pa)[Tr::kKStepsPV][4], int s) {
     const uint32_t sv = sbase + C::kOffV + s * C::kKVBytes;
-    if constexpr (!kWholePageV || kF8) {  // (fp8: the widened V stage has the K layout)
+    if constexpr (kF8) {
       if constexpr (kPvWide && D == 128) {
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
@@ -523,17 +529,16 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
     ptx90::fence_mbar_init();
   }
   __syncthreads();
-  if constexpr (kFastStart) {
-    if (tid == 0) ptx90::launch_dependents();  // the merge grid (sm90_launch.h, kFastStart)
-  }
+  // The merge grid (programmatic dependent launch, merge.cu) may be scheduled now: its CTAs fit
+  // on an SM only once this CTA has exited (registers, shared memory), and they wait for this
+  // grid's completion and memory before reading partials (start_prefetch says why).
+  if (tid == 0) ptx90::launch_dependents();
   const int wg = tid / 128;
   if (wg == 0) {
     ptx90::setmaxnreg_dec<C::kProducerRegs>();
     if (tid < 32) producer<D, T, C>(P, smem, b, tid);
     else if constexpr (kF8) widen_warps<D, T, KV, C>(P, smem, b, tid / 32 - 1, tid & 31);
-    else if constexpr (kFastStart) {
-      if (tid == 32) start_prefetch<C>(P);
-    }
+    else if (tid == 32) start_prefetch<C>(P);
   } else {
     ptx90::setmaxnreg_inc<C::kConsumerRegs>();
     consumer<D, T, C, (kVariant & 1) != 0, (kVariant & 2) != 0, (kVariant & 8) != 0>(P, smem, b, wg - 1, tid - (wg * 128));

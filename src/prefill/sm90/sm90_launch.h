@@ -20,39 +20,6 @@ inline constexpr int kBlockM = 128;  // query rows of a CTA tile (two consumer w
 // stage would be 64 KB (Q 64 KB + two such stages of K and V exceed 227 KB) and S (32 fp32) next
 // to the 128 fp32 of O keeps a consumer thread under its 240 registers.
 constexpr int block_n(int head_dim) { return head_dim == 256 ? 64 : 128; }
-// Paged V copy: one TMA box per page piece and 64-column half (shipped), or, in an experiments
-// build (-DWEFT_SM90_PAGED_V_WHOLE=ON), one box per piece for all halves (sm90_params.h: the V
-// stage layout). Why try it: the shipped paged rows ran at ~2M TMA boxes per ms over the GPU
-// whatever the head dim, page-128 pools (4 boxes per stage) as fast as ragged (H100 run of
-// 5b2fcc8, docs/perf-notes-prefill.md); whole-page V boxes cut a page-16 d128 stage from 32 to
-// 24 boxes. It passed no device test yet, hence not shipped.
-#ifdef WEFT_SM90_PAGED_V_WHOLE
-inline constexpr bool kWholePageV = true;
-#else
-inline constexpr bool kWholePageV = false;
-#endif
-
-// Start latency, experiments build only (-DWEFT_SM90_FAST_START=ON). Why try it: short causal
-// prompts (L1024-4096) and chunked c512 ran at 0.6-0.86x FlashInfer's sm90 backend while long
-// prompts reach ~0.9x, and a plan that launches no merge kernel timed 0.042 ms against 0.051 ms
-// with the (no-op) merge at L1024 (perf notes): launch and per-item latency, not mainloop rate.
-// Before its first TMA the TMA warp waited for two chains of dependent global loads in turn (the
-// map staging's plan extents, then the first item's geometry), then for Q and K from HBM; and
-// every later item's Q came from HBM only after the previous item released the Q buffer. Here:
-//  - warp 1 of the producer warpgroup (idle for 16-bit pools) loads the first item's geometry
-//    while the TMA warp stages the maps, and prefetches that item's Q boxes and, ragged, its first
-//    K/V tile into L2 through the kernel-parameter maps;
-//  - the TMA warp prefetches each later item's Q boxes into L2 as soon as it has the item's
-//    geometry, before it waits for the Q buffer;
-//  - thread 0 lets the dependent merge grid launch at once (griddepcontrol.launch_dependents;
-//    the merge still waits for this grid's completion and memory before it reads partials).
-// (Tried first: the items' geometry handed to the consumers through a shared-memory ring filled by
-// warp 1: 260-430 bytes of consumer spills, as the earlier hand-off; not pursued.)
-#ifdef WEFT_SM90_FAST_START
-inline constexpr bool kFastStart = true;
-#else
-inline constexpr bool kFastStart = false;
-#endif
 
 // What the tensor maps need beyond PrefillParams (extents of the tensors).
 struct Shapes {

@@ -17,17 +17,18 @@ namespace weft::prefill::sm90 {
 struct KernelParams {
   CUtensorMap tm_q;  // [q_rows][Hq][D], box {64, group, 128 / group}: 128 packed rows
   CUtensorMap tm_k;  // ragged [rows][Hk][D] box {64, 1, 128}; paged (page, head, slot) box {64, min(ps, 128), 1, 1}
-  CUtensorMap tm_v;  // as tm_k; kWholePageV paged: (page, head, half, slot) box {64, rows_per_copy, D / 64, 1, 1}
+  CUtensorMap tm_v;  // ragged as tm_k; paged (page, head, half, slot) box {64, rows_per_copy, D / 64, 1, 1}
                      // fp8 pools (K and V): bytes, (page, head, slot) box {D, min(ps, 128), 1, 1}
   PrefillParams p;
   CUtensorMap* map_scratch = nullptr;  // 3 maps per CTA (see Shapes::map_scratch)
   int32_t rows_per_copy = 128;  // keys per TMA box: paged min(page_size, kBlockN); ragged kBlockN
   // V stage layout: pieces of v_piece_keys keys, piece p, half h, key r of the piece at
-  // p * v_piece_bytes + h * v_half_bytes + r * 128. Shipped (and ragged): one piece of kBlockN
-  // keys, the K layout. kWholePageV (experiments, sm90_launch.h): pieces of rows_per_copy keys,
-  // one paged box each for all head_dim halves. The P V wgmma reads it with LBO = v_half_bytes
-  // (between 64-column halves) and SBO = v_sbo_bytes (between 8-key groups: 1024 inside a piece;
-  // a piece when it holds 8 keys).
+  // p * v_piece_bytes + h * v_half_bytes + r * 128. Ragged: one piece of kBlockN keys (the K
+  // layout); paged (16-bit pools): pieces of rows_per_copy keys, one TMA box each for all head_dim
+  // halves (the producer in sm90_kernel.cuh says why). The P V wgmma reads it with
+  // LBO = v_half_bytes (between 64-column halves) and SBO = v_sbo_bytes (between 8-key groups:
+  // 1024 inside a piece; a piece when it holds 8 keys). fp8 pools: the widened stage has the K
+  // layout (sm90_fp8.cuh).
   int32_t v_piece_shift = 7;  // log2(v_piece_keys)
   uint32_t v_half_bytes = 0, v_piece_bytes = 0, v_sbo_bytes = 0;
 };
