@@ -211,7 +211,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     const plan::WorkPlan& wp = im.packer.current();
     pack_chunk = im.packer.max_chunk();
     int32_t packs = 0;
-    for (int32_t i = 0, n = wp.num_items() / std::max(1, pc.head_fold); i < n; ++i) packs += wp.item_num_reqs[i] >= 2;
+    plan::for_folded_items(wp, std::max(1, pc.head_fold), [&](int32_t i) { packs += wp.item_num_reqs[i] >= 2; });
     packs *= pc.head_fold;  // the folded plan's copies (PackPlanConfig::head_fold)
     // No pack (DecodeOptions::prefix_fallback): the standard decode plan and kernel below.
     balanced = im.prefix_fallback && packs == 0;

@@ -12,7 +12,11 @@ namespace weft::plan {
 
 int32_t WorkPlan::num_slots() const {
   int32_t n = 0;
-  for (int32_t s : item_slot) n = std::max(n, s + 1);
+  const int32_t tr = std::max(1, tile_rows);
+  for (size_t i = 0; i < item_slot.size(); ++i) {
+    const int32_t rows = item_row_end[i] - item_row_begin[i];
+    n = std::max(n, item_slot[i] + (rows > tr ? (rows + tr - 1) / tr : 1));  // a wide item fills several
+  }
   return n;
 }
 
@@ -60,6 +64,8 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
                  "cfg.max_chunk", "must be >= 0 and a multiple of kv_granularity " << cfg.kv_granularity
                                                                                    << ", got " << cfg.max_chunk);
   WEFT_CHECK_ARG(cfg.min_sharers >= 2, "cfg.min_sharers", "must be >= 2, got " << cfg.min_sharers);
+  WEFT_CHECK_ARG(cfg.wide_rows == 0 || (cfg.wide_rows > cfg.tile_rows && cfg.wide_rows >= cfg.group_size),
+                 "cfg.wide_rows", "must be 0 or > tile_rows " << cfg.tile_rows << ", got " << cfg.wide_rows);
   constexpr int kCtaBits = 21;  // the deal's heap keys (below)
   WEFT_CHECK_ARG(cfg.num_ctas < (1 << kCtaBits), "cfg.num_ctas", "must be < 2^21, got " << cfg.num_ctas);
   WEFT_CHECK_ARG(cfg.head_fold >= 1 && cfg.num_kv_heads % cfg.head_fold == 0 && cfg.num_ctas % cfg.head_fold == 0,
@@ -94,9 +100,8 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   sc.pos_of.resize(B);
   for (int32_t i = 0; i < B; ++i) sc.pos_of[sd.order[i]] = i;
 
-  // Packs need >= 2 requests' groups in one item.
-  const int32_t per_pack = TR / g;
-  const bool packs = per_pack >= 2;
+  // Packs need >= 2 requests' groups in one (narrow) item.
+  const bool packs = TR / g >= 2;
   const int32_t row_tiles = (g + TR - 1) / TR;  // output row groups per (request, kv head)
   // Sources of output row group (request b, kv head h, row tile t), group index
   // (b * H + h) * row_tiles + t, appended in generation order (key order within a group) to flat
@@ -154,12 +159,16 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
       if (q_end == q_begin) continue;
       const int32_t k0 = sd.pack_page_begin[u] * cfg.page_size, k1 = forest.nodes[u].page_end * cfg.page_size;
       for (int32_t i = q_begin; i < q_end; ++i) sc.priv_start[sd.order[i]] = std::max(sc.priv_start[sd.order[i]], k1);
+      // Requests per item: the tile selector on the node's sharers (as the profit model saw it).
+      const int32_t per_pack = pack_item_requests(forest.nodes[u].req_end - forest.nodes[u].req_begin, cfg);
       for (int32_t h = 0; h < H; ++h)
         for (int32_t q0 = q_begin; q0 < q_end; q0 += per_pack) {
           const int32_t nr = std::min(per_pack, q_end - q0);
           const int32_t base = indptr[sd.order[q0]];
+          const int32_t slots = (nr * g + TR - 1) / TR;  // a wide item's rows fill several slots
           for_chunks(k0, k1, [&](int32_t c0, int32_t c1) {
-            const int32_t slot = next_slot++;
+            const int32_t slot = next_slot;
+            next_slot += slots;
             add_item(q0, nr, h, 0, nr * g, base, c0, c1, slot);
             for (int32_t j = 0; j < nr; ++j)
               add_source((static_cast<size_t>(sd.order[q0 + j]) * H + h) * row_tiles, slot, j * g);
@@ -227,8 +236,7 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   // Copy k of the folded plan's first n0 entries of v: v + k * step (slots: -1 stays -1).
   // Blocks of 8 through a local array: no aliasing between d and out for the compiler to fear, a
   // fixed trip count it vectorizes at -O2 (the plain loop ran scalar: ~5 us of a 256-request plan).
-  auto replicate = [f](std::vector<int32_t>& v, size_t n0, int32_t step, bool keep_negative = false) {
-    int32_t* d = v.data();
+  auto replicate = [f](int32_t* d, size_t n0, int32_t step, bool keep_negative = false) {
     for (int32_t k = 1; k < f; ++k) {
       int32_t* out = d + k * n0;
       const int32_t add = k * step;
@@ -248,17 +256,17 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
     }
   };
   const int32_t S0 = next_slot;  // the folded plan's slots
-  replicate(p.merge_request, M0, 0);
-  replicate(p.merge_kv_head, M0, H);
-  replicate(p.merge_row_begin, M0, 0);
-  replicate(p.merge_row_end, M0, 0);
+  replicate(p.merge_request.data(), M0, 0);
+  replicate(p.merge_kv_head.data(), M0, H);
+  replicate(p.merge_row_begin.data(), M0, 0);
+  replicate(p.merge_row_end.data(), M0, 0);
   if (f > 1) {  // merge_src_indptr[1 ..]: M0 entries per copy, offset by the copy's sources
     std::vector<int32_t>& v = p.merge_src_indptr;
     for (int32_t k = 1; k < f; ++k)
       for (size_t i = 1; i <= M0; ++i) v[k * M0 + i] = v[i] + static_cast<int32_t>(k * ns);
   }
-  replicate(p.src_slot, ns, S0);
-  replicate(p.src_row, ns, 0);
+  replicate(p.src_slot.data(), ns, S0);
+  replicate(p.src_row.data(), ns, 0);
 
   // Deal: longest first (cost = rows + keys, as balance.h's chunk_cost with alpha = beta = 1),
   // stable, each to the least loaded CTA (ties: the lower index).
@@ -300,6 +308,20 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
       sc.order.swap(sc.tmp);
     }
   }
+  // Wide items (more than tile_rows rows) run in their own kernel after the decode kernel, so
+  // they are dealt on their own: the narrow items (in cost order) to the CTAs, then the wide ones
+  // to a fresh set of loads (each launch balanced by itself). A stable partition of the order.
+  int32_t n_wide = 0;
+  for (int32_t i = 0; i < n; ++i) n_wide += sc.items[i].row_end - sc.items[i].row_begin > TR;
+  const int32_t n_nar = n - n_wide;
+  if (n_wide > 0) {
+    int32_t a = 0, w = n_nar;
+    for (int32_t j = 0; j < n; ++j) {
+      const int32_t i = sc.order[j];
+      sc.tmp[sc.items[i].row_end - sc.items[i].row_begin > TR ? w++ : a++] = i;
+    }
+    sc.order.swap(sc.tmp);
+  }
   // The CTAs in a 4-ary min-heap of single 64-bit keys (load << 21 | cta: the same order as
   // (load, cta) pairs, ties to the lower CTA; keys are unique, so any min-heap deals the same).
   // 4-ary with the unused slots holding max keys: half the levels of a binary heap and no bounds
@@ -307,11 +329,10 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   // binary heap).
   const size_t C = static_cast<size_t>(cfg.num_ctas / f);  // the folded plan's CTAs
   constexpr uint64_t kMax = ~uint64_t(0);
-  sc.heap.assign(4 * C + 5, kMax);
-  for (size_t c = 0; c < C; ++c) sc.heap[c] = uint64_t(c);  // all loads 0: already a heap
+  sc.heap.resize(4 * C + 5);
   sc.ring.resize(C);
   sc.cta_of.resize(n);
-  sc.cta_count.assign(C + 1, 0);
+  sc.cta_count.assign(2 * (C + 1), 0);  // narrow CTA counts, then the wide ones
   const uint64_t cta_mask = (uint64_t(1) << kCtaBits) - 1;
   uint64_t* heap = sc.heap.data();
   uint64_t* ring = sc.ring.data();
@@ -334,94 +355,135 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
     }
     heap[at] = key;
   };
+  int32_t* counts = sc.cta_count.data();
   auto deal = [&](int32_t i, uint64_t top) {  // item i to top's CTA; its grown key
     const int32_t c = static_cast<int32_t>(top & cta_mask);
     sc.cta_of[i] = c;
-    ++sc.cta_count[c + 1];
+    ++counts[c + 1];
     return top + (uint64_t(sc.cost[i]) << kCtaBits);
   };
-  for (int32_t j = 0; j < n;) {
-    const uint32_t w = sc.cost[sc.order[j]];
-    int32_t k = j + 1;
-    while (k < n && sc.cost[sc.order[k]] == w) ++k;
-    if (size_t(k - j) * 2 < C) {  // a short run of equal costs: replace the heap's top per item
-      for (; j < k; ++j) sift_down(0, deal(sc.order[j], heap[0]));
-      continue;
-    }
-    // A long run of equal costs w: the minimum never decreases, so the grown keys (min + w)
-    // come out in increasing order: they wait in a FIFO ring (at most C keys in all) instead of
-    // the heap, and each item takes the smaller of the heap's and the ring's first key (the
-    // same minimum as one heap of all keys). Heap pops only until the ring's keys are the
-    // smallest: ~C of them per run instead of one sift per item.
-    size_t head = 0, count = 0;
-    for (; j < k; ++j) {
-      uint64_t top;
-      if (count > 0 && ring[head] < heap[0]) {  // heap[0] is kMax once the heap is empty
-        top = ring[head];
-        head = head + 1 == C ? 0 : head + 1;
-        --count;
-      } else {
-        top = heap[0];
-        const uint64_t last = heap[--live];
-        heap[live] = kMax;
-        if (live > 0) sift_down(0, last);
+  // Deals order[j_begin .. j_end) from all loads 0.
+  auto deal_range = [&](int32_t j_begin, int32_t j_end) {
+    std::fill(sc.heap.begin(), sc.heap.end(), kMax);
+    for (size_t c = 0; c < C; ++c) heap[c] = uint64_t(c);  // all loads 0: already a heap
+    live = C;
+    for (int32_t j = j_begin; j < j_end;) {
+      const uint32_t w = sc.cost[sc.order[j]];
+      int32_t k = j + 1;
+      while (k < j_end && sc.cost[sc.order[k]] == w) ++k;
+      if (size_t(k - j) * 2 < C) {  // a short run of equal costs: replace the heap's top per item
+        for (; j < k; ++j) sift_down(0, deal(sc.order[j], heap[0]));
+        continue;
       }
-      const size_t at = head + count;
-      ring[at >= C ? at - C : at] = deal(sc.order[j], top);
-      ++count;
+      // A long run of equal costs w: the minimum never decreases, so the grown keys (min + w)
+      // come out in increasing order: they wait in a FIFO ring (at most C keys in all) instead of
+      // the heap, and each item takes the smaller of the heap's and the ring's first key (the
+      // same minimum as one heap of all keys). Heap pops only until the ring's keys are the
+      // smallest: ~C of them per run instead of one sift per item.
+      size_t head = 0, count = 0;
+      for (; j < k; ++j) {
+        uint64_t top;
+        if (count > 0 && ring[head] < heap[0]) {  // heap[0] is kMax once the heap is empty
+          top = ring[head];
+          head = head + 1 == C ? 0 : head + 1;
+          --count;
+        } else {
+          top = heap[0];
+          const uint64_t last = heap[--live];
+          heap[live] = kMax;
+          if (live > 0) sift_down(0, last);
+        }
+        const size_t at = head + count;
+        ring[at >= C ? at - C : at] = deal(sc.order[j], top);
+        ++count;
+      }
+      // The ring's keys back into the heap: appended, then a bottom-up heapify (O(C)).
+      for (size_t t = 0; t < count; ++t) {
+        const size_t at = head + t;
+        heap[live++] = ring[at >= C ? at - C : at];
+      }
+      for (size_t v = C >= 2 ? (C - 2) / 4 + 1 : 0; v-- > 0;) sift_down(v, heap[v]);
     }
-    // The ring's keys back into the heap: appended, then a bottom-up heapify (O(C)).
-    for (size_t t = 0; t < count; ++t) {
-      const size_t at = head + t;
-      heap[live++] = ring[at >= C ? at - C : at];
-    }
-    for (size_t v = C >= 2 ? (C - 2) / 4 + 1 : 0; v-- > 0;) sift_down(v, heap[v]);
+  };
+  deal_range(0, n_nar);
+  if (n_wide > 0) {
+    counts = sc.cta_count.data() + C + 1;
+    deal_range(n_nar, n);
   }
-  // Flatten by CTA: the folded items in CTA order (each CTA's in deal order; slots keep their
-  // numbers), written sequentially from the generated records, then its copies (replicate).
+  // Flatten by CTA: the folded narrow items in CTA order (each CTA's in deal order; slots keep
+  // their numbers), then the folded wide items in CTA order, written sequentially from the
+  // generated records; then the copies (replicate): plan items [narrow copy 0 .. f - 1][wide
+  // copy 0 .. f - 1], so each kernel's CTA ranges are increasing (cta_indptr, wide_cta_indptr).
   const int32_t C0 = static_cast<int32_t>(C);
-  sc.cta0_indptr.assign(C0 + 1, 0);
-  for (int32_t c = 0; c < C0; ++c) sc.cta0_indptr[c + 1] = sc.cta0_indptr[c] + sc.cta_count[c + 1];
-  sc.fill.assign(sc.cta0_indptr.begin(), sc.cta0_indptr.end() - 1);
+  sc.cta0_indptr.assign(2 * (size_t(C0) + 1), 0);
+  int32_t* const nar0 = sc.cta0_indptr.data();
+  int32_t* const wide0 = nar0 + C0 + 1;
+  const int32_t* const ncount = sc.cta_count.data();
+  const int32_t* const wcount = ncount + C0 + 1;
+  for (int32_t c = 0; c < C0; ++c) nar0[c + 1] = nar0[c] + ncount[c + 1];
+  wide0[0] = n_nar;
+  for (int32_t c = 0; c < C0; ++c) wide0[c + 1] = wide0[c] + wcount[c + 1];
+  sc.fill.resize(2 * size_t(C0));
+  std::copy(nar0, nar0 + C0, sc.fill.begin());
+  std::copy(wide0, wide0 + C0, sc.fill.begin() + C0);
   sc.dest.resize(n);
   sc.tmp.resize(n);
-  for (int32_t i : sc.order) {
-    const int32_t at = sc.fill[sc.cta_of[i]]++;
-    sc.dest[i] = at;
+  for (int32_t j = 0; j < n; ++j) {
+    const int32_t i = sc.order[j];
+    const int32_t at = sc.fill[(j >= n_nar ? C0 : 0) + sc.cta_of[i]]++;
+    sc.dest[i] = at;  // the folded plan's position (narrow items: also the plan's item index)
     sc.tmp[at] = i;
   }
+  p.num_wide_items = f * n_wide;
   p.cta_indptr.resize(size_t(cfg.num_ctas) + 1);
   for (int32_t k = 0; k < f; ++k)
-    for (int32_t c = 0; c < C0; ++c) p.cta_indptr[size_t(k) * C0 + c] = k * n + sc.cta0_indptr[c];
-  p.cta_indptr[cfg.num_ctas] = f * n;
+    for (int32_t c = 0; c < C0; ++c) p.cta_indptr[size_t(k) * C0 + c] = k * n_nar + nar0[c];
+  p.cta_indptr[cfg.num_ctas] = f * n_nar;
+  if (n_wide > 0) {
+    p.wide_cta_indptr.resize(size_t(cfg.num_ctas) + 1);
+    for (int32_t k = 0; k < f; ++k)
+      for (int32_t c = 0; c < C0; ++c)
+        p.wide_cta_indptr[size_t(k) * C0 + c] = (f - 1) * n_nar + k * n_wide + wide0[c];
+    p.wide_cta_indptr[cfg.num_ctas] = f * n;
+  } else {
+    p.wide_cta_indptr.clear();
+  }
   for (auto* v : {&p.item_req_begin, &p.item_num_reqs, &p.item_kv_head, &p.item_row_begin, &p.item_row_end,
                   &p.item_page_base, &p.item_kv_begin, &p.item_kv_end, &p.item_slot})
     v->resize(size_t(n) * f);
   for (int32_t at = 0; at < n; ++at) {
     const PackPlanScratch::Item& it = sc.items[sc.tmp[at]];
-    p.item_req_begin[at] = it.req_begin;
-    p.item_num_reqs[at] = it.num_reqs;
-    p.item_kv_head[at] = it.kv_head;
-    p.item_row_begin[at] = it.row_begin;
-    p.item_row_end[at] = it.row_end;
-    p.item_page_base[at] = it.page_base;
-    p.item_kv_begin[at] = it.kv_begin;
-    p.item_kv_end[at] = it.kv_end;
-    p.item_slot[at] = it.slot;
+    // folded position -> plan index: narrow copy 0 at [0, n_nar), wide copy 0 at [f n_nar, + n_wide)
+    const size_t x = at < n_nar ? size_t(at) : size_t(f - 1) * n_nar + at;
+    p.item_req_begin[x] = it.req_begin;
+    p.item_num_reqs[x] = it.num_reqs;
+    p.item_kv_head[x] = it.kv_head;
+    p.item_row_begin[x] = it.row_begin;
+    p.item_row_end[x] = it.row_end;
+    p.item_page_base[x] = it.page_base;
+    p.item_kv_begin[x] = it.kv_begin;
+    p.item_kv_end[x] = it.kv_end;
+    p.item_slot[x] = it.slot;
   }
-  replicate(p.item_req_begin, n, 0);
-  replicate(p.item_num_reqs, n, 0);
-  replicate(p.item_kv_head, n, H);
-  replicate(p.item_row_begin, n, 0);
-  replicate(p.item_row_end, n, 0);
+  // Both blocks' copies.
+  for (const auto& [at, n0] : {std::pair<size_t, size_t>{0, size_t(n_nar)}, {size_t(f) * n_nar, size_t(n_wide)}}) {
+    replicate(p.item_req_begin.data() + at, n0, 0);
+    replicate(p.item_num_reqs.data() + at, n0, 0);
+    replicate(p.item_kv_head.data() + at, n0, H);
+    replicate(p.item_row_begin.data() + at, n0, 0);
+    replicate(p.item_row_end.data() + at, n0, 0);
+    replicate(p.item_slot.data() + at, n0, S0, /*keep_negative=*/true);
+  }
   expand_item_kv(f, p);
-  replicate(p.item_slot, n, S0, /*keep_negative=*/true);
 }
 
 void expand_item_kv(int32_t f, WorkPlan& p) {
-  const size_t n0 = p.item_page_base.size() / f;
+  const size_t n = p.item_page_base.size() - p.num_wide_items, n0 = n / f, w0 = p.num_wide_items / f;
   for (int32_t k = 1; k < f; ++k)
-    for (auto* v : {&p.item_page_base, &p.item_kv_begin, &p.item_kv_end}) std::copy_n(v->data(), n0, v->data() + k * n0);
+    for (auto* v : {&p.item_page_base, &p.item_kv_begin, &p.item_kv_end}) {
+      std::copy_n(v->data(), n0, v->data() + k * n0);
+      std::copy_n(v->data() + n, w0, v->data() + n + k * w0);
+    }
 }
 
 }  // namespace weft::plan

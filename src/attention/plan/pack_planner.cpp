@@ -17,7 +17,7 @@ bool same_config(const PackPlanConfig& a, const PackPlanConfig& b) {
          a.tile_rows == b.tile_rows && a.page_size == b.page_size && a.max_chunk == b.max_chunk &&
          a.kv_granularity == b.kv_granularity && a.min_sharers == b.min_sharers && a.head_fold == b.head_fold &&
          a.kv_bytes_per_key == b.kv_bytes_per_key && a.partial_bytes_per_row == b.partial_bytes_per_row &&
-         a.auto_chunk_min == b.auto_chunk_min;
+         a.auto_chunk_min == b.auto_chunk_min && a.wide_rows == b.wide_rows && a.wide_min_rows == b.wide_min_rows;
 }
 
 // Chunks of a private suffix of `len` keys (make_pack_plan: one, possibly empty, when uncut).
@@ -109,8 +109,8 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
       return false;
   }
   if (std::llabs(keys - keys_at_full_) * 8 > keys_at_full_) return false;  // the deal drifted
-  // Rewrite, in the folded plan (the first items of the plan: make_pack_plan, head_fold): private
-  // key ranges, every page base; then its copies.
+  // Rewrite, in the folded plan (for_folded_items: make_pack_plan, head_fold; private items are
+  // narrow, so dest indexes the plan): private key ranges, every page base; then its copies.
   WorkPlan& p = plan_;
   for (int32_t b = 0; b < batch; ++b) {
     const int32_t n = priv_chunks_[b];
@@ -123,8 +123,7 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
       p.item_kv_end[i] = static_cast<int32_t>(std::min<int64_t>(kv_len[b], start + (c + 1) * clen));
     }
   }
-  for (int32_t i = 0, n = p.num_items() / cfg.head_fold; i < n; ++i)
-    p.item_page_base[i] = indptr[p.req_list[p.item_req_begin[i]]];
+  for_folded_items(p, cfg.head_fold, [&](int32_t i) { p.item_page_base[i] = indptr[p.req_list[p.item_req_begin[i]]]; });
   expand_item_kv(cfg.head_fold, p);
   std::copy(kv_len, kv_len + batch, p.kv_len.begin());
   return true;

@@ -2,8 +2,9 @@
 // memory-centric profit model of the pack planner (work_plan.h; PAT §5.1, Alg. 1).
 //
 // Decode is bound by memory traffic, so the model counts bytes per KV head:
-//   KV      a pack of n requests reads its keys once per item of at most P = tile_rows / group
-//           requests: ceil(n / P) reads instead of n;
+//   KV      a pack of n requests reads its keys once per item of at most P requests: ceil(n / P)
+//           reads instead of n (P = pack_item_requests of the node's sharers: tile_rows / group,
+//           or wide_rows / group for a wide node);
 //   partial every source of an output row that is not its only source writes a partial state
 //           (fp32 O + LSE) that the merge reads back: partial_bytes_per_row per row and source,
 //           one source per chunk of a pack's keys (long ranges are cut into chunks of at most
@@ -33,12 +34,18 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
+int32_t pack_item_requests(int64_t sharers, const PackPlanConfig& cfg) {
+  const int32_t g = std::max(1, cfg.group_size);
+  if (cfg.wide_rows > cfg.tile_rows && sharers * g >= std::max(cfg.wide_min_rows, cfg.tile_rows + 1))
+    return cfg.wide_rows / g;
+  return cfg.tile_rows / g;
+}
+
 int64_t pack_duplicate_keys(const PrefixForest& forest, const PackPlanConfig& cfg) {
-  const int64_t P = cfg.tile_rows / std::max(1, cfg.group_size);
-  if (P < 2) return 0;  // no packs: every request reads its keys itself
+  if (cfg.tile_rows / std::max(1, cfg.group_size) < 2) return 0;  // no packs: every request reads its keys itself
   int64_t dup = 0;
   for (const PrefixNode& n : forest.nodes) {
-    const int64_t s = n.req_end - n.req_begin;
+    const int64_t s = n.req_end - n.req_begin, P = pack_item_requests(s, cfg);
     if (s >= std::max(2, cfg.min_sharers))
       dup += int64_t(n.page_end - n.page_begin) * cfg.page_size * (s - ceil_div(s, P));
   }
@@ -47,7 +54,8 @@ int64_t pack_duplicate_keys(const PrefixForest& forest, const PackPlanConfig& cf
 
 void schedule_packs(const PrefixForest& forest, const PackPlanConfig& cfg, PackSchedule& s) {
   const int32_t N = static_cast<int32_t>(forest.nodes.size());
-  const int32_t g = cfg.group_size, P = cfg.tile_rows / cfg.group_size, ps = cfg.page_size;
+  const int32_t g = cfg.group_size, ps = cfg.page_size;
+  const bool packs = cfg.tile_rows / cfg.group_size >= 2;
   const bool model = cfg.kv_bytes_per_key > 0 && cfg.partial_bytes_per_row > 0;
   s.order.assign(forest.order.begin(), forest.order.end());
   s.req_begin.resize(N);
@@ -94,7 +102,9 @@ void schedule_packs(const PrefixForest& forest, const PackPlanConfig& cfg, PackS
     s.merged.assign(s.members.size(), 0);
     int64_t rem = n.req_end - n.req_begin;
     const int64_t len_u = int64_t(n.page_end - s.pack_page_begin[u]) * ps;
-    if (model && P >= 2) {
+    // Requests per item of u's pack (the tile selector: wide for a node of many rows).
+    const int64_t P = pack_item_requests(rem, cfg);
+    if (model && packs) {
       for (size_t m = 0; m < s.members.size(); ++m) {
         const int32_t x = s.members[m];
         const bool node = x < 0;
@@ -115,7 +125,7 @@ void schedule_packs(const PrefixForest& forest, const PackPlanConfig& cfg, PackS
         }
       }
     }
-    if (rem < std::max(2, cfg.min_sharers) || P < 2) {  // too few left for a pack: all read u's keys
+    if (rem < std::max(2, cfg.min_sharers) || !packs) {  // too few left for a pack: all read u's keys
       std::fill(s.merged.begin(), s.merged.end(), 1);
       rem = 0;
     }

@@ -8,14 +8,21 @@
 //                 are those requests' GQA groups one after another: row r (in [row_begin,
 //                 row_end)) is request req_list[req_begin + r / group], query head
 //                 kv_head * group + r % group. An item of one request is the balanced planner's
-//                 item; a pack has num_reqs >= 2 (num_reqs * group <= tile rows).
+//                 item; a pack has num_reqs >= 2 (num_reqs * group <= tile rows, or, for a WIDE
+//                 item, <= PackPlanConfig::wide_rows).
+//   wide items    items of more than tile_rows rows (packs of a wide node, pack_item_requests)
+//                 are stored after every other item (the last num_wide_items) and dealt to the
+//                 CTAs on their own (wide_cta_indptr): they run in a second kernel, the wide-pack
+//                 mainloop (a prefill FA2 tile with its Q rows gathered from the pack's requests,
+//                 src/decode/kernels_wide.cu), the others in the decode kernel (cta_indptr).
 //   KV source     key positions [kv_begin, kv_end) of the page list that starts at
 //                 kv_indices[page_base] (position p lives in page kv_indices[page_base + p /
 //                 page_size]). A pack reads its first request's list: the shared pages are the
 //                 same ids in every sharer's list.
 //   output        slot == -1: the item holds every key of its rows and writes the final output;
 //                 else it writes an fp32 partial state (O normalised, base-2 LSE) of its rows
-//                 into partial slot `slot` (row r at slot * tile_rows + r - row_begin).
+//                 into partial slot `slot` (row r at slot * tile_rows + r - row_begin; a wide item
+//                 fills ceil(rows / tile_rows) consecutive slots from `slot` on).
 //   merge         one output row group (request, kv_head, rows [row_begin, row_end) of that
 //                 request's group) whose keys came in pieces: its sources are (slot, row) pairs
 //                 src_slot/src_row[merge_src_indptr[m] .. [m+1]), in ascending key order (the
@@ -33,12 +40,16 @@
 
 namespace weft::plan {
 
-inline constexpr int32_t kWorkPlanVersion = 2;
+inline constexpr int32_t kWorkPlanVersion = 3;  // 3: wide items (wide_cta_indptr)
 
 struct WorkPlan {
   int32_t version = kWorkPlanVersion;
   int32_t num_ctas = 0, num_kv_heads = 0, group_size = 0, tile_rows = 0, batch = 0;
   std::vector<int32_t> cta_indptr;  // num_ctas + 1: CTA c runs items cta_indptr[c] .. [c+1]-1
+  // Wide items (rows > tile_rows): the last num_wide_items items; CTA c of the wide kernel runs
+  // items wide_cta_indptr[c] .. [c+1]-1 (num_ctas + 1 entries; empty when there are none).
+  int32_t num_wide_items = 0;
+  std::vector<int32_t> wide_cta_indptr;
   // Items (struct of arrays).
   std::vector<int32_t> item_req_begin, item_num_reqs, item_kv_head, item_row_begin, item_row_end;
   std::vector<int32_t> item_page_base, item_kv_begin, item_kv_end, item_slot;
@@ -50,7 +61,7 @@ struct WorkPlan {
 
   int32_t num_items() const { return static_cast<int32_t>(item_kv_head.size()); }
   int32_t num_merges() const { return static_cast<int32_t>(merge_request.size()); }
-  int32_t num_slots() const;
+  int32_t num_slots() const;  // max over items of slot + ceil(rows / tile_rows)
 };
 
 struct PackPlanConfig {
@@ -86,7 +97,22 @@ struct PackPlanConfig {
   // on 32 of 264 CTAs (189.7 vs 94.6 us for standard decode, bench/results/h100_pat_4c99f6c.json).
   // 0: max_chunk as given.
   int32_t auto_chunk_min = 0;
+  // Wide packs (the decode wrapper sets them where the wide-pack kernel exists: d128, 16-bit):
+  // a forest node of s sharers with s * group_size >= wide_min_rows gets items of up to
+  // wide_rows rows (wide_rows / group_size requests) instead of tile_rows (pack_item_requests:
+  // the tile selector, its reason in heuristics::pack_wide_min_rows). 0: no wide items.
+  int32_t wide_rows = 0;
+  int32_t wide_min_rows = 0;
 };
+
+// The tile selector of the pack planner: requests per item of a pack over a forest node with
+// `sharers` sharers (P of the profit model; the planner cuts the node's pack into items of at
+// most P requests): wide_rows / group_size when wide packs are on and the node's rows
+// (sharers x group_size) reach wide_min_rows, else tile_rows / group_size. Used by the profit
+// model (schedule_packs), the chunk bound (pack_duplicate_keys) and the items (make_pack_plan).
+// An item of more than tile_rows rows runs in the wide kernel (its rows decide, so a node's last,
+// smaller item may run in the decode kernel: PAT's round-up rule for m).
+int32_t pack_item_requests(int64_t sharers, const PackPlanConfig& cfg);
 
 // Where the keys of each forest node are read (schedule_packs, the memory-centric profit model):
 // node u's pack holds its first pack_reqs[u] requests in `order` (from req_begin[u]), over the
@@ -108,7 +134,7 @@ inline void set_pack_traffic(PackPlanConfig& c, int32_t head_dim, int32_t kv_ele
 }
 
 // Keys per KV head that packing can save at best: each node u of >= min_sharers sharers s_u read
-// by ceil(s_u / P) packs (P = tile_rows / group_size >= 2) instead of s_u times, summed as
+// by ceil(s_u / P) packs (P = pack_item_requests(s_u) >= 2) instead of s_u times, summed as
 // len_u * (s_u - ceil(s_u / P)); 0 when P < 2 (no packs). Any plan of the forest reads node u's
 // keys at least ceil(s_u / P) times (an item holds <= P of its sharers), so keys - this is a
 // LOWER bound on the packed plan's reads. Depends on the forest and cfg only (not kv_len).
@@ -163,9 +189,18 @@ struct PackPlanScratch {
 void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                     const PackPlanConfig& cfg, WorkPlan& out, PackPlanScratch& scratch);
 
-// A folded plan's items are out's first num_items / head_fold (make_pack_plan); copies its page
-// bases and key ranges into the other copies: what a lazy update (PackPlanner) rewrites.
+// A folded plan's items are two blocks of out (make_pack_plan): its narrow items, out's first
+// (num_items - num_wide_items) / head_fold, and its wide items, the first num_wide_items /
+// head_fold after all narrow copies. Copies their page bases and key ranges into the other
+// copies: what a lazy update (PackPlanner) rewrites.
 void expand_item_kv(int32_t head_fold, WorkPlan& out);
+// The folded plan's items (the two blocks above), f(i) for each, in index order.
+template <class F>
+void for_folded_items(const WorkPlan& p, int32_t head_fold, F&& f) {
+  const int32_t n = p.num_items() - p.num_wide_items, n0 = n / head_fold, w0 = p.num_wide_items / head_fold;
+  for (int32_t i = 0; i < n0; ++i) f(i);
+  for (int32_t i = n; i < n + w0; ++i) f(i);
+}
 
 // Keys per chunk when a range of `len` keys is cut for max_chunk (make_pack_plan's rule: near-equal
 // chunks, a multiple of gran except the last); len itself when it is not cut (max_chunk 0 or
@@ -195,12 +230,13 @@ struct WorkPlanBounds {
 // Offset 0 of the workspace: the counts of the current plan (read by kernels).
 struct WorkPlanHeader {
   int32_t version, num_items, num_merges, num_ctas, batch, tile_rows, group_size, num_kv_heads;
-  int32_t num_slots, reserved[7];
+  int32_t num_slots, num_wide_items, reserved[6];
 };
 
 struct WorkPlanPointers {
   const WorkPlanHeader* header = nullptr;
   const int32_t* cta_indptr = nullptr;
+  const int32_t* wide_cta_indptr = nullptr;  // the wide kernel's CTAs (WorkPlan::wide_cta_indptr)
   const int32_t *item_req_begin = nullptr, *item_num_reqs = nullptr, *item_kv_head = nullptr;
   const int32_t *item_row_begin = nullptr, *item_row_end = nullptr, *item_page_base = nullptr;
   const int32_t *item_kv_begin = nullptr, *item_kv_end = nullptr, *item_slot = nullptr;
@@ -232,7 +268,7 @@ class WorkPlanLayout {
 
  private:
   struct Offsets {
-    std::size_t cta_indptr, item_req_begin, item_num_reqs, item_kv_head, item_row_begin, item_row_end,
+    std::size_t cta_indptr, wide_cta_indptr, item_req_begin, item_num_reqs, item_kv_head, item_row_begin, item_row_end,
         item_page_base, item_kv_begin, item_kv_end, item_slot, req_list, merge_request, merge_kv_head,
         merge_row_begin, merge_row_end, merge_src_indptr, src_slot, src_row, partial_o, partial_lse;
   };

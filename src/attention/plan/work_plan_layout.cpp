@@ -24,6 +24,7 @@ WorkPlanLayout::WorkPlanLayout(const WorkPlanBounds& b) : bounds_(b) {
   };
   const std::size_t I = b.max_items, M = b.max_merges;
   off_.cta_indptr = arr(std::size_t(b.num_ctas) + 1);
+  off_.wide_cta_indptr = arr(std::size_t(b.num_ctas) + 1);
   off_.item_req_begin = arr(I);
   off_.item_num_reqs = arr(I);
   off_.item_kv_head = arr(I);
@@ -70,11 +71,18 @@ void WorkPlanLayout::serialize(const WorkPlan& p, void* dst) const {
   h.group_size = p.group_size;
   h.num_kv_heads = p.num_kv_heads;
   h.num_slots = slots;
+  h.num_wide_items = p.num_wide_items;
   std::memcpy(d, &h, sizeof h);
   auto put = [&](std::size_t at, const std::vector<int32_t>& v) {
     if (!v.empty()) std::memcpy(d + at, v.data(), v.size() * sizeof(int32_t));
   };
   put(off_.cta_indptr, p.cta_indptr);
+  WEFT_CHECK_ARG(p.wide_cta_indptr.empty() ? p.num_wide_items == 0 : p.wide_cta_indptr.size() == p.cta_indptr.size(),
+                 "plan", "wide_cta_indptr needs num_ctas + 1 entries when there are wide items");
+  if (p.wide_cta_indptr.empty())  // no wide items: every wide CTA's range is empty
+    std::memset(d + off_.wide_cta_indptr, 0, (std::size_t(b.num_ctas) + 1) * sizeof(int32_t));
+  else
+    put(off_.wide_cta_indptr, p.wide_cta_indptr);
   put(off_.item_req_begin, p.item_req_begin);
   put(off_.item_num_reqs, p.item_num_reqs);
   put(off_.item_kv_head, p.item_kv_head);
@@ -110,6 +118,7 @@ WorkPlanPointers WorkPlanLayout::pointers(void* base) const {
   WorkPlanPointers v;
   v.header = reinterpret_cast<const WorkPlanHeader*>(d);
   v.cta_indptr = i32(off_.cta_indptr);
+  v.wide_cta_indptr = i32(off_.wide_cta_indptr);
   v.item_req_begin = i32(off_.item_req_begin);
   v.item_num_reqs = i32(off_.item_num_reqs);
   v.item_kv_head = i32(off_.item_kv_head);

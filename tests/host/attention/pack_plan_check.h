@@ -127,11 +127,38 @@ inline void check_forest(const Batch& bt, const PrefixForest& f) {
 inline void check_plan(const Batch& bt, const PackPlanConfig& cfg, const WorkPlan& p) {
   const int32_t B = bt.batch(), g = cfg.group_size, H = cfg.num_kv_heads, ps = bt.page_size;
   ASSERT_EQ(static_cast<int32_t>(p.cta_indptr.size()), cfg.num_ctas + 1);
-  ASSERT_EQ(p.cta_indptr.back(), p.num_items());
-  // Which item owns each slot.
+  // Narrow items first (the decode kernel's CTA ranges), then the wide ones (the wide kernel's).
+  const int32_t n_nar = p.num_items() - p.num_wide_items;
+  ASSERT_GE(p.num_wide_items, 0);
+  ASSERT_EQ(p.cta_indptr.front(), 0);
+  ASSERT_EQ(p.cta_indptr.back(), n_nar);
+  for (int32_t c = 0; c < cfg.num_ctas; ++c) ASSERT_LE(p.cta_indptr[c], p.cta_indptr[c + 1]);
+  if (p.num_wide_items > 0) {
+    ASSERT_GT(cfg.wide_rows, cfg.tile_rows) << "wide items only with wide packs on";
+    ASSERT_EQ(static_cast<int32_t>(p.wide_cta_indptr.size()), cfg.num_ctas + 1);
+    ASSERT_EQ(p.wide_cta_indptr.front(), n_nar);
+    ASSERT_EQ(p.wide_cta_indptr.back(), p.num_items());
+    for (int32_t c = 0; c < cfg.num_ctas; ++c) ASSERT_LE(p.wide_cta_indptr[c], p.wide_cta_indptr[c + 1]);
+  }
+  for (int32_t i = 0; i < p.num_items(); ++i) {
+    const int32_t rows = p.item_row_end[i] - p.item_row_begin[i];
+    if (i < n_nar)
+      ASSERT_LE(rows, cfg.tile_rows) << "item " << i;
+    else
+      ASSERT_TRUE(rows > cfg.tile_rows && rows <= cfg.wide_rows) << "wide item " << i << " has " << rows << " rows";
+  }
+  // Which item owns each slot (a wide item fills ceil(rows / tile_rows) slots from its first).
   std::map<int32_t, int32_t> slot_item;
-  for (int32_t i = 0; i < p.num_items(); ++i)
-    if (p.item_slot[i] >= 0) ASSERT_TRUE(slot_item.emplace(p.item_slot[i], i).second) << "slot used twice";
+  std::map<int32_t, int32_t> slot_used;
+  for (int32_t i = 0; i < p.num_items(); ++i) {
+    if (p.item_slot[i] < 0) continue;
+    ASSERT_TRUE(slot_item.emplace(p.item_slot[i], i).second) << "slot used twice";
+    const int32_t rows = p.item_row_end[i] - p.item_row_begin[i];
+    for (int32_t k = 0; k < std::max(1, (rows + cfg.tile_rows - 1) / cfg.tile_rows); ++k) {
+      ASSERT_TRUE(slot_used.emplace(p.item_slot[i] + k, i).second) << "slot " << p.item_slot[i] + k << " used twice";
+      ASSERT_LT(p.item_slot[i] + k, p.num_slots());
+    }
+  }
   // Coverage count per (request, query head, key), via difference arrays.
   std::vector<std::vector<int32_t>> cover(static_cast<size_t>(B) * H * g);
   for (int32_t b = 0; b < B; ++b)
@@ -139,7 +166,6 @@ inline void check_plan(const Batch& bt, const PackPlanConfig& cfg, const WorkPla
   std::vector<int32_t> final_rows(static_cast<size_t>(B) * H * g, 0);
   for (int32_t i = 0; i < p.num_items(); ++i) {
     const int32_t h = p.item_kv_head[i], nr = p.item_num_reqs[i];
-    ASSERT_LE(p.item_row_end[i] - p.item_row_begin[i], cfg.tile_rows);
     ASSERT_LE(p.item_row_end[i], nr * g);
     ASSERT_TRUE(nr == 1 || p.item_slot[i] >= 0) << "a pack always writes a partial state";
     for (int32_t r = p.item_row_begin[i]; r < p.item_row_end[i]; ++r) {

@@ -54,6 +54,87 @@ TEST(PackPlan, RandomPrefixForestsCoverEveryKeyOnce) {
   EXPECT_GT(multi_level, 50) << "and nested prefixes";
 }
 
+// Wide packs (PackPlanConfig::wide_rows): nodes of at least wide_min_rows rows are cut into items
+// of up to wide_rows rows (pack_item_requests), stored after the narrow items with their own CTA
+// deal; the plan still covers every (request, query head, key) once, each wide item's rows fill
+// ceil(rows / tile_rows) slots of their own, merges read the right rows of them.
+TEST(PackPlan, WidePacksCoverEveryKeyOnce) {
+  Rng rng = Rng::for_current_test();
+  const int32_t page_sizes[] = {1, 16, 64};
+  const int32_t groups[] = {1, 2, 4, 8, 16};
+  int64_t wide = 0;
+  for (int iter = 0; iter < 150; ++iter) {
+    const int32_t ps = page_sizes[iter % 3];
+    const int32_t max_shared = ps == 1 ? 600 : (ps == 16 ? 200 : 60);
+    // Wider fan-out than the narrow test (wide nodes need >= wide_min_rows rows), bounded so the
+    // coverage arrays (request x head x key) stay small: <= 16^2 requests per one-level tree.
+    const int levels = 1 + iter % 2;
+    const Batch bt = random_batch(rng, ps, levels, (levels == 1 ? 4 : 2) + static_cast<int>(rng.randint(1, levels == 1 ? 12 : 6)),
+                                  max_shared / 4);
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << bt.batch() << " page " << ps);
+    const PrefixForest f = build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ps);
+    PackPlanConfig cfg;
+    cfg.num_ctas = static_cast<int32_t>(rng.randint(1, 264));
+    cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 2));
+    cfg.group_size = groups[rng.randint(0, 4)];
+    cfg.tile_rows = 32;
+    cfg.wide_rows = rng.randint(0, 1) ? 128 : 64;
+    cfg.wide_min_rows = static_cast<int32_t>(rng.randint(33, 96));
+    cfg.page_size = ps;
+    if (rng.randint(0, 1)) set_pack_traffic(cfg, 128, 2);
+    if (iter % 3 == 0)
+      cfg.auto_chunk_min = 256;
+    else
+      cfg.max_chunk = rng.randint(0, 1) ? 0 : static_cast<int32_t>(16 * rng.randint(1, 64));
+    const WorkPlan p = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
+    ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, p));
+    // Every node the selector makes wide has items of more than tile_rows rows unless its pack is
+    // small; no item exceeds its node's selected rows.
+    for (int32_t i = 0; i < p.num_items(); ++i) {
+      const int32_t rows = p.item_row_end[i] - p.item_row_begin[i];
+      if (i >= p.num_items() - p.num_wide_items) {
+        ++wide;
+        ASSERT_EQ(rows, p.item_num_reqs[i] * cfg.group_size) << "a wide item holds whole groups";
+      }
+    }
+    const WorkPlan again = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
+    ASSERT_EQ(again.item_slot, p.item_slot) << "deterministic";
+    ASSERT_EQ(again.wide_cta_indptr, p.wide_cta_indptr);
+    ASSERT_EQ(again.src_row, p.src_row);
+    // Without wide packs the same batch plans only narrow items.
+    PackPlanConfig narrow = cfg;
+    narrow.wide_rows = 0;
+    const WorkPlan q = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), narrow);
+    ASSERT_EQ(q.num_wide_items, 0);
+    ASSERT_TRUE(q.wide_cta_indptr.empty());
+    ASSERT_NO_FATAL_FAILURE(check_plan(bt, narrow, q));
+  }
+  EXPECT_GT(wide, 300) << "the generator must produce wide nodes";
+  RecordProperty("wide_items", static_cast<int>(wide));
+}
+
+// The tile selector: narrow below wide_min_rows rows, wide from it on (never for a node whose rows
+// fit one narrow tile), off without wide_rows.
+TEST(PackPlan, TileSelectorPicksWideForManyRows) {
+  PackPlanConfig cfg;
+  cfg.group_size = 8;
+  cfg.tile_rows = 32;
+  EXPECT_EQ(pack_item_requests(256, cfg), 4) << "wide packs off";
+  cfg.wide_rows = 128;
+  cfg.wide_min_rows = 64;
+  EXPECT_EQ(pack_item_requests(4, cfg), 4) << "32 rows: one narrow tile";
+  EXPECT_EQ(pack_item_requests(7, cfg), 4) << "56 rows < wide_min_rows";
+  EXPECT_EQ(pack_item_requests(8, cfg), 16) << "64 rows";
+  EXPECT_EQ(pack_item_requests(256, cfg), 16);
+  cfg.wide_min_rows = 0;
+  EXPECT_EQ(pack_item_requests(4, cfg), 4) << "a node of one narrow tile never goes wide";
+  EXPECT_EQ(pack_item_requests(5, cfg), 16);
+  cfg.group_size = 1;
+  cfg.wide_min_rows = 64;
+  EXPECT_EQ(pack_item_requests(63, cfg), 32);
+  EXPECT_EQ(pack_item_requests(64, cfg), 128);
+}
+
 // The forest builder reused over batches (PrefixForestBuilder keeps its buffers) gives the
 // one-shot build's forest, also on batches whose requests come grouped by prefix (sorted page
 // lists: each request first follows the previous one's path), which random_batch's shuffle rarely

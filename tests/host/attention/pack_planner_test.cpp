@@ -50,7 +50,7 @@ std::vector<ItemKey> items_of(const WorkPlan& p) {
 }
 // Merges with their sources as (item key range, source row), in key order.
 std::vector<std::vector<int32_t>> merges_of(const WorkPlan& p) {
-  std::vector<int32_t> item_of_slot(p.num_items() + 1, -1);
+  std::vector<int32_t> item_of_slot(p.num_slots() + 1, -1);
   for (int32_t i = 0; i < p.num_items(); ++i)
     if (p.item_slot[i] >= 0) item_of_slot[p.item_slot[i]] = i;
   std::vector<std::vector<int32_t>> v;
@@ -71,7 +71,8 @@ WorkPlanLayout layout_for(const PackPlanConfig& cfg, int32_t batch) {
   wb.max_batch = std::max(1, batch);
   wb.max_items = 64 * std::max(1, batch) * cfg.num_kv_heads + 4 * cfg.num_ctas + 64;
   wb.max_merges = std::max(1, batch) * cfg.num_kv_heads * 4;
-  wb.max_sources = wb.max_slots = wb.max_items;
+  wb.max_sources = wb.max_items;
+  wb.max_slots = 4 * wb.max_items;  // wide items fill several slots
   wb.num_ctas = cfg.num_ctas;
   wb.tile_rows = cfg.tile_rows;
   wb.head_dim = 8;
@@ -81,7 +82,7 @@ WorkPlanLayout layout_for(const PackPlanConfig& cfg, int32_t batch) {
 TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
   Rng rng = Rng::for_current_test();
   const int32_t page_sizes[] = {1, 16, 64};
-  int64_t lazy = 0, full = 0;
+  int64_t lazy = 0, full = 0, wide_lazy = 0;
   for (int iter = 0; iter < 40; ++iter) {
     const int32_t ps = page_sizes[iter % 3];
     Batch bt = random_batch(rng, ps, 1 + iter % 3, 1 + static_cast<int>(rng.randint(1, 8)),
@@ -105,6 +106,10 @@ TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
       set_pack_traffic(cfg, 128, 2);
       cfg.tile_rows = 32;
     }
+    if (iter % 4 == 1 || iter % 4 == 2) {  // wide packs (PackPlanConfig::wide_rows) on half the cases
+      cfg.wide_rows = 128;
+      cfg.wide_min_rows = static_cast<int32_t>(rng.randint(0, 1) ? 64 : 33);
+    }
     const WorkPlanLayout layout = layout_for(cfg, bt.batch());
     std::vector<unsigned char> image(layout.metadata_bytes()), fresh_image(layout.metadata_bytes());
     PackPlanner planner;
@@ -122,20 +127,30 @@ TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
       // The image: a lazy update writes only the key arrays over the previous image.
       if (kind == PackPlanner::Update::kLazy) {
         ++lazy;
+        wide_lazy += p.num_wide_items > 0;
         layout.serialize_item_kv(p, image.data());
       } else {
         ++full;
+        // A full plan is compared whole: the previous plan's entries past this one's counts
+        // (unread by the kernels) are cleared first. (A full plan with FEWER items than the one
+        // before, e.g. a coarser chunk bound, left them behind in the comparison.)
+        std::fill(image.begin(), image.end(), 0);
         layout.serialize(p, image.data());
       }
       std::fill(fresh_image.begin(), fresh_image.end(), 0);
       layout.serialize(p, fresh_image.data());
-      ASSERT_TRUE(std::equal(image.begin(), image.end(), fresh_image.begin())) << "lazy image differs";
+      ASSERT_TRUE(std::equal(image.begin(), image.end(), fresh_image.begin()))
+          << "lazy image differs at byte "
+          << std::mismatch(image.begin(), image.end(), fresh_image.begin()).first - image.begin() << " (item_kv at "
+          << layout.item_kv_offset() << ", " << layout.item_kv_bytes() << " bytes; items " << p.num_items() << ", wide "
+          << p.num_wide_items << ", ctas " << cfg.num_ctas << ", lazy " << (kind == PackPlanner::Update::kLazy) << ")";
       // The next step: one decode token for most requests, sometimes a longer jump.
       for (int32_t b = 0; b < bt.batch(); ++b)
         if (rng.randint(0, 3) > 0) append_tokens(bt, b, rng.randint(0, 9) == 0 ? int32_t(rng.randint(2, 80)) : 1, next_page);
     }
   }
   EXPECT_GT(lazy, 200) << "most decode steps must re-plan lazily";
+  EXPECT_GT(wide_lazy, 5) << "lazy updates of plans with wide items";
   EXPECT_GT(full, 40) << "lazy " << lazy << " full " << full;
   RecordProperty("lazy_updates", static_cast<int>(lazy));
 }
@@ -147,7 +162,7 @@ TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
 TEST(PackPlanner, HeadFoldHoldsTheUnfoldedPlan) {
   Rng rng = Rng::for_current_test();
   const int32_t page_sizes[] = {1, 16, 64};
-  int64_t folded_items = 0;
+  int64_t folded_items = 0, wide_items = 0;
   for (int iter = 0; iter < 60; ++iter) {
     const int32_t ps = page_sizes[iter % 3];
     const Batch bt = random_batch(rng, ps, 1 + iter % 3, 1 + static_cast<int>(rng.randint(1, 8)),
@@ -161,6 +176,10 @@ TEST(PackPlanner, HeadFoldHoldsTheUnfoldedPlan) {
     cfg.page_size = ps;
     cfg.max_chunk = rng.randint(0, 1) ? 0 : static_cast<int32_t>(16 * rng.randint(4, 64));
     if (iter % 2) set_pack_traffic(cfg, 128, 2);
+    if (iter % 4 >= 2) {  // wide packs on half the cases: both blocks of items are folded
+      cfg.wide_rows = 128;
+      cfg.wide_min_rows = 64;
+    }
     SCOPED_TRACE(::testing::Message() << "iter " << iter << " fold " << f << " heads " << cfg.num_kv_heads << " ctas "
                                       << cfg.num_ctas);
     const PrefixForest forest =
@@ -191,8 +210,10 @@ TEST(PackPlanner, HeadFoldHoldsTheUnfoldedPlan) {
                                                  (plain.item_kv_end[i] - plain.item_kv_begin[i]));
     EXPECT_LE(makespan(folded), makespan(plain) + max_item);
     folded_items += folded.num_items();
+    wide_items += folded.num_wide_items;
   }
   EXPECT_GT(folded_items, 1000);
+  EXPECT_GT(wide_items, 50) << "the wide cases must make wide items";
 }
 
 // Structural changes are never taken lazily: the result is a full plan equal to a fresh one.
