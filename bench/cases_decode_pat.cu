@@ -7,8 +7,10 @@
 //   trees; heads (32,32), (16,8), (32,8), (64,8), d128, bf16, page 16; fp16 at (32,8); plus a
 //   no-sharing control per head config ("pat/nosharing/...": 64 requests of 2560 keys, all pages
 //   distinct).
-// Rows "pat/<heads>/<dtype>/B<...>/L<...>/{decode,share}": the standard decode and share_prefixes
-// on the same batch, each captured in a CUDA graph and timed after an L2 flush (median). Bytes =
+// Rows "pat/<heads>/<dtype>/B<...>/L<...>/{decode,share_narrow,share}": the standard decode,
+// share_prefixes with 32-row packs only (prefix_wide_packs off) and share_prefixes (wide packs)
+// on the same batch, each captured in a CUDA graph and timed after an L2 flush (median); the
+// share row also carries extra.wide_items and speedup_vs_narrow_share. Bytes =
 // UNIQUE KV bytes (every page once, however many requests hold it) + q + out, so the fraction of
 // the read ceiling (measured in the same run) is on unique bytes; both rows carry
 // extra.unique_fraction_of_ceiling, the share row extra.speedup_vs_decode, items and packs.
@@ -90,10 +92,13 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
   const double unique_kv = double(t.unique_keys) * h.hkv * kD * 2 /*K,V*/ * 2 /*16-bit*/;
   int64_t keys = 0;
   for (int32_t l : t.kv_len) keys += l;
-  double decode_ms = 0;
-  for (bool share : {false, true}) {
+  double decode_ms = 0, narrow_ms = 0;
+  // Modes: 0 standard decode, 1 share_prefixes with 32-row packs only (prefix_wide_packs off: the
+  // plan before wide packs), 2 share_prefixes (wide packs where the tile selector picks them).
+  for (int mode : {0, 1, 2}) {
+    const bool share = mode > 0;
     weft::bench::Result r;
-    r.name = base + (share ? "/share" : "/decode");
+    r.name = base + (mode == 2 ? "/share" : mode == 1 ? "/share_narrow" : "/decode");
     r.params = params;
     r.params.push_back({"batch", std::to_string(batch)});
     r.bytes = unique_kv + 2.0 * batch * h.hq * kD * 2;
@@ -102,6 +107,7 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
     try {
       weft::DecodeOptions opt;
       opt.share_prefixes = share;
+      opt.prefix_wide_packs = mode == 2;
       const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(batch, h.hq, h.hkv, kD, opt);
       DeviceArray ws(ws_bytes);
       weft::BatchDecodeWrapper w(batch, h.hq, h.hkv, kD, opt);
@@ -115,15 +121,16 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
                  });
       r.extra = {{"items", double(w.plan_info().num_items)},
                  {"packs", double(w.plan_info().num_packs)},
-                 {"prefix_fallback", double(w.plan_info().prefix_fallback)}};  // DecodeOptions::prefix_fallback
+                 {"prefix_fallback", double(w.plan_info().prefix_fallback)},  // DecodeOptions::prefix_fallback
+                 {"wide_items", double(w.plan_info().num_wide_items)}};       // DecodeOptions::prefix_wide_packs
       const double frac =
           ctx.ceilings().read_gbps > 0 ? r.bytes / (r.ms * 1e-3) / 1e9 / ctx.ceilings().read_gbps : 0.0;
       r.extra.push_back({"unique_fraction_of_ceiling", frac});
       if (!share) decode_ms = r.ms;
-      if (share && decode_ms > 0) {
-        r.extra.push_back({"speedup_vs_decode", decode_ms / r.ms});
-        res = {decode_ms / r.ms, frac, true};
-      }
+      if (mode == 1) narrow_ms = r.ms;
+      if (share && decode_ms > 0) r.extra.push_back({"speedup_vs_decode", decode_ms / r.ms});
+      if (mode == 2 && narrow_ms > 0) r.extra.push_back({"speedup_vs_narrow_share", narrow_ms / r.ms});
+      if (mode == 2 && decode_ms > 0) res = {decode_ms / r.ms, frac, true};
       ctx.report(r);
     } catch (const std::exception& e) {
       ctx.report_error(r, e.what());

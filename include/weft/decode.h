@@ -64,6 +64,8 @@ struct DecodePlanInfo {
   int32_t max_chunk = 0;    // longest KV chunk of one work item
   int32_t tile_rows = 0;    // query rows per work item (16, or 32 for GQA groups > 16)
   int32_t num_packs = 0;    // items holding several requests' rows (DecodeOptions::share_prefixes)
+  int32_t num_wide_items = 0;  // of them, items of > 32 rows run by the wide-pack kernel
+                               // (DecodeOptions::prefix_wide_packs)
   bool lazy_update = false; // share_prefixes: the previous plan updated in place (only private
                             // suffixes grew; its key ranges and page bases copied, not the plan)
   bool prefix_fallback = false;  // share_prefixes: the table had no pack, the standard decode plan
@@ -121,6 +123,14 @@ struct DecodeOptions {
   // kind (re-capture when plan_info().prefix_fallback changes), or set this to false to keep the
   // work-plan kernel for every plan. The workspace holds either plan (workspace_size()).
   bool prefix_fallback = true;
+  // With share_prefixes at head_dim 128 (fp16 / bf16): a forest node whose sharers hold >= 64
+  // query rows (sharers x GQA group) is read in WIDE packs of 128 rows (the prefill FA2 tile with
+  // its Q rows gathered from the pack's requests, a second kernel before the decode kernel; its
+  // partial states go through the same merge) instead of 32-row decode packs: its keys are read a
+  // quarter as often and the tensor cores work on 128-row tiles. A plan with wide items
+  // (plan_info().num_wide_items > 0) launches one kernel more: a CUDA graph captured around run()
+  // replays only plans of the same kind (as with prefix_fallback); false: never wide.
+  bool prefix_wide_packs = true;
   // Route (DecodeRoute). The work-queue routes and kAuto plan from a native block table
   // (plan(BlockTable) / run(BlockTable)); plan(PageTable) and plan_lengths() with kAuto plan the
   // balanced route, with kWorkQueue / kNoSplit they throw. A work-queue plan's grid follows the

@@ -79,6 +79,16 @@ bool prefill_auto_prefers_sm90(bool wide_tile, bool fp8_kv);
 // 6 KiB (2.0-2.9 us).
 inline constexpr std::size_t kMinPlanCopyBytes = 32 * 1024;
 
+// Prefix sharing: the smallest node (sharers x GQA group query rows) whose packs go WIDE
+// (PackPlanConfig::wide_min_rows: 128-row items through the prefill FA2 tile, decode/
+// kernels_wide.cu) instead of 32-row decode packs. Reason (a model, not yet a device sweep): a
+// wide item costs the tensor work of all 128 rows whatever it holds, a 32-row pack reads the node's
+// keys once more per 32 rows; at 64 rows the wide tile is half used and the narrow plan already
+// reads the keys twice, above it the narrow plan's L2 re-reads grow with the rows while the wide
+// tile's waste shrinks. Below it (<= 2 narrow packs) the decode kernel's memory-bound mainloop is
+// kept.
+inline constexpr int32_t kPackWideMinRows = 64;
+
 // The fixed grid of a persistent kernel: `ctas_per_sm` resident CTAs on each of `sm_count` SMs
 // (at least one CTA per SM). Decode passes the smallest residency of all its kernels of the head
 // dim (the path is chosen at plan time, the grid at construction, for CUDA graphs); prefill the

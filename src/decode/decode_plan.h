@@ -26,6 +26,9 @@ int32_t decode_tile_rows(int32_t group_size, int32_t head_dim, bool cuda_core_fo
 // kernels_packed.cu): 32 at head_dim <= 128, where its multi-tile kernel runs items of up to 32
 // rows (packs of 32 / group requests) next to 16-row ones; 16 at head_dim 256.
 inline int32_t pack_tile_rows(int32_t head_dim) { return head_dim <= 128 ? kPlanTileQWide : kPlanTileQ; }
+// Rows of a wide pack item (PackPlanConfig::wide_rows; the FA2 tile of kernels_wide.cu).
+inline constexpr int32_t kWidePackRows = 128;
+inline constexpr int32_t kWidePackHeadDim = 128;  // the only head dim with wide packs (few instances)
 // The item height of one plan, <= max_rows: wide (32-row) items halve the KV bytes each SM
 // brings in but also halve the items. When the batch's wide tiles, cut into kMinChunk-key
 // pieces, give fewer than kWidePiecesPerCta pieces per CTA of the grid, 16-row tiles are planned

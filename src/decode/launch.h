@@ -47,6 +47,16 @@ void launch_decode_work_plan(const LaunchArgs& args, const plan::WorkPlanPointer
                              int merge_blocks = 0, int num_merges = -1);
 // Raises the generic item path's kernels' dynamic shared memory limit (outside graph capture).
 void prepare_decode_work_plan(int32_t head_dim);
+// Wide packs (kernels_wide.cu, wide_pack.cuh): the work plan's wide items (WorkPlan::
+// num_wide_items, wide_cta_indptr) through the prefill FA2 mainloop, args.grid CTAs; run before
+// launch_decode_work_plan, whose merge combines their partial states. Compiled for head_dim 128,
+// fp16 / bf16 (wide_packs_compiled); 16-bit pools, no ALiBi / window / custom mask (weft::Error).
+bool wide_packs_compiled(int32_t head_dim, DType dtype);
+void launch_decode_wide_packs(const LaunchArgs& args, const plan::WorkPlanPointers& work, cudaStream_t stream);
+// Raises the wide-pack kernels' dynamic shared memory limit (outside graph capture).
+void prepare_decode_wide_packs();
+// Resident wide-pack CTAs per SM (also prepares them).
+int wide_pack_ctas_per_sm();
 // The kernel parameters of args (kernels.cu; shared by both launchers).
 template <class T, class KV>
 struct DecodeParams;

@@ -199,6 +199,8 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
     impl_->wlayout = plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, impl_->grid, options));
     staging_bytes = std::max(staging_bytes, impl_->wlayout.metadata_bytes());
     decode::prepare_decode_work_plan(head_dim);
+    impl_->wide_packs = options.prefix_wide_packs && head_dim == decode::kWidePackHeadDim;
+    if (impl_->wide_packs) decode::prepare_decode_wide_packs();
   }
   if (options.route != DecodeRoute::kBalanced) {
     Impl& im = *impl_;
@@ -370,6 +372,7 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
   a.warps = warps;
   a.tile_rows = work_plan_active() ? tile_rows : balanced_tile_rows;
   if (work_plan_active()) {
+    if (wide_launch) decode::launch_decode_wide_packs(a, wlayout.pointers(workspace), stream);
     decode::launch_decode_work_plan(a, wlayout.pointers(workspace), stream);
     return;
   }

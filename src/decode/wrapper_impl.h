@@ -71,6 +71,10 @@ struct BatchDecodeWrapper::Impl {
   bool share_fallback = false;
   int32_t balanced_tile_rows = 16;
   bool work_plan_active() const { return share && !share_fallback; }
+  // DecodeOptions::prefix_wide_packs, and whether the current work plan has wide items (run()
+  // then launches the wide-pack kernel first: decode::launch_decode_wide_packs).
+  bool wide_packs = true;
+  bool wide_launch = false;
   plan::WorkPlanLayout wlayout;
   const PageTable* share_table = nullptr;
   plan::PackPlanner packer;            // keeps the last plan for lazy updates

@@ -192,6 +192,12 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     pc.auto_chunk_min = decode::kMinChunk;
     pc.head_fold = im.head_fold;  // plan one head class, replicated (PackPlanConfig::head_fold)
     plan::set_pack_traffic(pc, head_dim, 2);  // the profit model: 16-bit KV (fp8 pools are refused with sharing)
+    // Wide packs (DecodeOptions::prefix_wide_packs): nodes of >= kPackWideMinRows rows in 128-row
+    // items of the wide-pack kernel (the tile selector plan::pack_item_requests).
+    if (im.wide_packs && decode::wide_packs_compiled(head_dim, dtype)) {
+      pc.wide_rows = decode::kWidePackRows;
+      pc.wide_min_rows = heuristics::kPackWideMinRows;
+    }
     if (im.cascade != nullptr) {  // plan_cascade: the stated levels' forest, planned fully
       std::vector<plan::CascadeLevelSpec> specs;
       for (const CascadeLevel& lv : *im.cascade) {
@@ -208,6 +214,18 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
       lazy = im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc) == plan::PackPlanner::Update::kLazy &&
              im.share_image_ws == workspace;
     }
+    if (pc.wide_rows > 0 && im.packer.current().num_slots() > im.wlayout.bounds().max_slots) {
+      // A wide item fills rows / 32 partial slots: a plan past the workspace's slots is planned
+      // again without wide packs (the bounds were sized for 32-row packs).
+      pc.wide_rows = 0;
+      lazy = false;
+      if (im.cascade != nullptr) {
+        im.packer.plan_forest(plan::PrefixForest(im.packer.forest()), t.indptr.host, kv_lens, pc);
+      } else {
+        im.packer.reset();
+        im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc);
+      }
+    }
     const plan::WorkPlan& wp = im.packer.current();
     pack_chunk = im.packer.max_chunk();
     int32_t packs = 0;
@@ -216,6 +234,8 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     // No pack (DecodeOptions::prefix_fallback): the standard decode plan and kernel below.
     balanced = im.prefix_fallback && packs == 0;
     info_.num_packs = packs;
+    info_.num_wide_items = balanced ? 0 : wp.num_wide_items;
+    im.wide_launch = !balanced && wp.num_wide_items > 0;
     info_.prefix_fallback = balanced;
     info_.lazy_update = false;
     if (balanced) im.share_image_ws = nullptr;  // the balanced image replaces the work plan's
@@ -299,6 +319,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   info_.route = static_cast<int32_t>(DecodeRoute::kBalanced);
   info_.route_chunk = 0;
   info_.prefix_sharing = im.work_plan_active();  // not when it fell back (prefix_fallback)
+  if (!im.work_plan_active()) info_.num_wide_items = 0;
 }
 
 void BatchDecodeWrapper::Impl::plan_work_queue(DecodePlanInfo& info, const BlockTable& table, int32_t chunk,

@@ -43,14 +43,37 @@ struct NoJitVariant {
   static constexpr bool kHasBias = false;
 };
 
+// Where an item's query rows come from and where its result goes (the Rows policy of
+// prefill_item_range). PlanRows: the prefill plan's items, rows of one segment of one request
+// (item_geometry, load_q_tile, write_item). The decode wrapper's wide packs pass their own
+// (decode/wide_pack.cuh: rows gathered from several requests of a work plan, partial states in
+// its slots), so they run this mainloop as it is.
+struct PlanRows {
+  __device__ __forceinline__ ItemGeom geometry(const PrefillParams& p, int w, int fold) const {
+    return item_geometry(p, w, fold);
+  }
+  template <class Tr>
+  __device__ __forceinline__ void load_q(typename Tr::Elem* sq, const PrefillParams& p, const ItemGeom& g,
+                                         int tid) const {
+    load_q_tile<Tr>(sq, p, g, tid);
+  }
+  template <class Tr>
+  __device__ __forceinline__ void write(const SoftmaxState<Tr>& st, const PrefillParams& p, const ItemGeom& g,
+                                        int warp_row0, int lane, float vq) const {
+    write_item<Tr>(st, p, g, warp_row0, lane, vq);
+  }
+};
+
 // Work items w_begin .. w_end - 1 of the plan, in order (prefill_items below runs CTA
 // blockIdx.x's range; the fused POD kernel runs the items its scheduler hands out,
 // attention/scheduler.cuh). Uses the whole CTA (Tr::kThreads threads) and Tr::kSmemBytes of
 // dynamic shared memory.
 // fold: the launched CTA's fold word for head-folded plans (plan::fold_word_of_cta; 0: none).
-template <class Tr, class JV>
+// rows: the items' rows (PlanRows above; the masks read ItemGeom's row_begin / row_end / pos0,
+// so a policy whose rows are not one request's tokens runs without causal, window or custom masks).
+template <class Tr, class JV, class Rows = PlanRows>
 __device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w_begin, int w_end, const JV& jv,
-                                                   int fold) {
+                                                   int fold, const Rows& rows = Rows{}) {
   using T = typename Tr::Elem;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
@@ -73,13 +96,13 @@ __device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w
   const int key_off = warp_kv * Tr::kKVPerWarp;     // first key of each KV tile for this warp
 
   for (int w = w_begin; w < w_end; ++w) {
-    ItemGeom g = item_geometry(p, w, fold);
+    ItemGeom g = rows.geometry(p, w, fold);
     const int n_tiles = (g.kv_hi - g.kv_lo + Tr::kCtaKV - 1) / Tr::kCtaKV;
 
     // Prologue: [Q + K0 + V0] [K1]. pg1 / pg2: page ids (load.cuh, fetch_page) of tiles t+1
     // and t+2 at the top of tile t (used by that tile's V / K copies); tile t+3's is fetched
     // there, one tile before its first use, so its latency hides behind the math.
-    load_q_tile<Tr>(sq, p, g, tid);
+    rows.template load_q<Tr>(sq, p, g, tid);
     if (n_tiles > 0) {
       const int32_t pg0 = fetch_page<Tr>(p, g, g.kv_lo, tid);
       load_k_tile<Tr>(k_land(0), p, g, pg0, g.kv_lo, tid);
@@ -163,9 +186,9 @@ __device__ __forceinline__ void prefill_item_range(const PrefillParams& p, int w
     const float vq = Tr::kFp8 ? __ldg(p.v_scale + g.kv_head * p.v_scale_stride) : 1.f;
     if constexpr (Tr::kWarpsKV > 1) {
       merge_kv_warps<Tr>(st, reinterpret_cast<float*>(sk), warp_q, warp_kv, lane);
-      if (warp_kv == 0) write_item<Tr>(st, p, g, warp_row0, lane, vq);
+      if (warp_kv == 0) rows.template write<Tr>(st, p, g, warp_row0, lane, vq);
     } else {
-      write_item<Tr>(st, p, g, warp_row0, lane, vq);
+      rows.template write<Tr>(st, p, g, warp_row0, lane, vq);
     }
     __syncthreads();  // shared memory (Q, K/V, merge scratch) is reused by the next item
   }

@@ -552,5 +552,85 @@ TEST(DecodeSmall, SharePrefixesLongRootFewPacks) {
   EXPECT_GE(info.num_items, w.num_ctas() / 2) << "the grid must be filled";
   ASSERT_NO_FATAL_FAILURE(expect_reference_twice(w, bt));
 }
+// Wide packs (DecodeOptions::prefix_wide_packs, issue 21): random 1-3 level prefix forests whose
+// nodes hold >= 64 query rows (GQA 4 and 8, page sizes 1 and 16, d128 fp16 / bf16), so the
+// planner's tile selector cuts them into 128-row items run by the wide-pack kernel (the prefill
+// FA2 tile, Q rows gathered from the pack's requests, partial states merged by the work plan's
+// merge); every plan must have wide items. Against the float64 reference, bitwise equal over a
+// second run; and the same table with wide packs off (32-row packs only) also matches.
+TEST(DecodeSmall, SharePrefixesWidePacks) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  const int32_t heads[][2] = {{32, 8}, {16, 4}, {64, 8}, {8, 1}, {16, 2}};
+  int64_t wide_total = 0;
+  for (int iter = 0; iter < 8; ++iter) {
+    Case c;
+    const auto& hh = heads[iter % 5];
+    c.hq = hh[0];
+    c.hkv = hh[1];
+    c.d = 128;
+    c.dtype = iter % 2 ? DType::kBFloat16 : DType::kFloat16;
+    c.page_size = iter % 3 == 1 ? 1 : 16;
+    if (iter == 5) c.var.logits_soft_cap = 30.f;  // the soft cap runs in the wide mainloop too
+    const int32_t g = c.hq / c.hkv;
+    const int ps = c.page_size;
+    // Levels: a root of 1..(ps == 1 ? 300 : 40) pages, 1..4 children of 0..(ps == 1 ? 80 : 8)
+    // pages, each (at level 3) with 1..3 grandchildren; members per leaf so that the root holds
+    // >= 64 rows (>= 64 / g requests) and many leaves do too.
+    const int levels = 1 + iter % 3;
+    const int root = static_cast<int>(rng.randint(1, ps == 1 ? 300 : 40));
+    std::vector<int32_t> lens;
+    std::vector<std::vector<std::pair<int, int>>> paths;  // per request: (leader, pages) per level
+    const int min_members = (64 + g - 1) / g;
+    const int children = levels == 1 ? 1 : static_cast<int>(rng.randint(1, 4));
+    for (int ch = 0; ch < children; ++ch) {
+      const int ch_pages = levels == 1 ? 0 : static_cast<int>(rng.randint(0, ps == 1 ? 80 : 8));
+      const int grand = levels == 3 ? static_cast<int>(rng.randint(1, 3)) : 1;
+      const int ch_leader = static_cast<int>(lens.size());
+      for (int gc = 0; gc < grand; ++gc) {
+        const int gc_pages = levels == 3 ? static_cast<int>(rng.randint(1, ps == 1 ? 40 : 4)) : 0;
+        const int members = static_cast<int>(rng.randint(min_members / 2 + 1, min_members + 8));
+        const int gc_leader = static_cast<int>(lens.size());
+        for (int m = 0; m < members; ++m) {
+          paths.push_back({{0, root}, {ch_leader, root + ch_pages}, {gc_leader, root + ch_pages + gc_pages}});
+          lens.push_back((root + ch_pages + gc_pages) * ps + static_cast<int32_t>(rng.randint(iter == 7 ? 0 : 1, 3 * ps)));
+        }
+      }
+    }
+    const int shared_end = static_cast<int>(lens.size());
+    lens.push_back(static_cast<int32_t>(rng.randint(1, 40 * ps)));  // unrelated
+    lens.push_back(0);                                              // empty
+    c.lens = lens;
+    SCOPED_TRACE(::testing::Message() << c.describe() << " levels " << levels << " root " << root << " children "
+                                      << children << " sharers " << shared_end);
+    const int32_t B = static_cast<int32_t>(c.lens.size());
+    Batch bt(c, rng);
+    for (int r = 0; r < shared_end; ++r)
+      for (const auto& [leader, pages] : paths[r])
+        if (r != leader) share_pages(bt.indices, bt.indptr, r, leader, pages);
+    bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
+    for (bool wide : {true, false}) {
+      SCOPED_TRACE(wide ? "wide packs" : "32-row packs only");
+      DecodeOptions opt;
+      opt.share_prefixes = true;
+      opt.prefix_wide_packs = wide;
+      const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
+      DeviceBuffer ws(ws_bytes);
+      BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
+      w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+      const DecodePlanInfo& info = w.plan_info();
+      ASSERT_FALSE(info.prefix_fallback);
+      if (wide) {
+        ASSERT_GT(info.num_wide_items, 0) << "the root holds >= 64 rows: it must go wide";
+        wide_total += info.num_wide_items;
+      } else {
+        ASSERT_EQ(info.num_wide_items, 0);
+      }
+      ASSERT_NO_FATAL_FAILURE(expect_reference_twice(w, bt));
+    }
+  }
+  RecordProperty("wide_items", static_cast<int>(wide_total));
+}
+
 }  // namespace
 }  // namespace weft
