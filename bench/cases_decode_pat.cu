@@ -32,6 +32,7 @@
 
 #include "attention/plan/pack_planner.h"
 #include "attention/plan/work_plan.h"
+#include "decode/launch.h"
 #include "harness.h"
 #include "prefix_tree.h"
 #include "weft/decode.h"
@@ -258,6 +259,9 @@ WEFT_BENCH_GROUP(pat) {
     r.ms = r.extra[0].second * 1e-3;  // the full plan's host time
     if (std::isfinite(min_shared8)) r.extra.push_back({"min_unique_fraction_shared8", min_shared8});
     if (std::isfinite(min_nosharing)) r.extra.push_back({"nosharing_speedup_vs_decode", min_nosharing});
+    // The wide-pack kernel runs on the decode grid: its residency per SM against the grid's.
+    r.extra.push_back({"wide_ctas_per_sm", double(weft::decode::wide_pack_ctas_per_sm())});
+    r.extra.push_back({"decode_grid_d128", double(weft::BatchDecodeWrapper(1, 8, 8, kD).num_ctas())});
     ctx.report(r);
   } catch (const std::exception& e) {
     ctx.report_error(r, e.what());
