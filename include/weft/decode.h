@@ -123,14 +123,16 @@ struct DecodeOptions {
   // kind (re-capture when plan_info().prefix_fallback changes), or set this to false to keep the
   // work-plan kernel for every plan. The workspace holds either plan (workspace_size()).
   bool prefix_fallback = true;
-  // With share_prefixes at head_dim 128 (fp16 / bf16): a forest node whose sharers hold >= 64
-  // query rows (sharers x GQA group) is read in WIDE packs of 128 rows (the prefill FA2 tile with
-  // its Q rows gathered from the pack's requests, a second kernel before the decode kernel; its
-  // partial states go through the same merge) instead of 32-row decode packs: its keys are read a
-  // quarter as often and the tensor cores work on 128-row tiles. A plan with wide items
+  // With share_prefixes at head_dim 128 (fp16 / bf16): a forest node whose sharers hold at least
+  // prefix_wide_min_rows query rows (sharers x GQA group; 0: the measured default,
+  // heuristics::kPackWideMinRows = 1024) is read in WIDE packs of 128 rows (the prefill FA2 tile
+  // with its Q rows gathered from the pack's requests, a second kernel before the decode kernel;
+  // its partial states go through the same merge) instead of 32-row decode packs: its keys are read
+  // a quarter as often and the tensor cores work on 128-row tiles. A plan with wide items
   // (plan_info().num_wide_items > 0) launches one kernel more: a CUDA graph captured around run()
   // replays only plans of the same kind (as with prefix_fallback); false: never wide.
   bool prefix_wide_packs = true;
+  int32_t prefix_wide_min_rows = 0;
   // Route (DecodeRoute). The work-queue routes and kAuto plan from a native block table
   // (plan(BlockTable) / run(BlockTable)); plan(PageTable) and plan_lengths() with kAuto plan the
   // balanced route, with kWorkQueue / kNoSplit they throw. A work-queue plan's grid follows the

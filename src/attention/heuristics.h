@@ -81,13 +81,15 @@ inline constexpr std::size_t kMinPlanCopyBytes = 32 * 1024;
 
 // Prefix sharing: the smallest node (sharers x GQA group query rows) whose packs go WIDE
 // (PackPlanConfig::wide_min_rows: 128-row items through the prefill FA2 tile, decode/
-// kernels_wide.cu) instead of 32-row decode packs. Reason (a model, not yet a device sweep): a
-// wide item costs the tensor work of all 128 rows whatever it holds, a 32-row pack reads the node's
-// keys once more per 32 rows; at 64 rows the wide tile is half used and the narrow plan already
-// reads the keys twice, above it the narrow plan's L2 re-reads grow with the rows while the wide
-// tile's waste shrinks. Below it (<= 2 narrow packs) the decode kernel's memory-bound mainloop is
-// kept.
-inline constexpr int32_t kPackWideMinRows = 64;
+// kernels_wide.cu) instead of 32-row decode packs; DecodeOptions::prefix_wide_min_rows overrides
+// it. Measured (H100, bench/results/h100_pat_48c877e.json: every "pat" tree with wide packs from
+// 64 rows on, "share", against 32-row packs only, "share_narrow", same call): nodes of >= 1024 rows
+// gained 1.11-1.93x at 2048-4096 shared keys (64x8 B1-256: 0.445 -> 0.231 ms at L4096-128; 32x8
+// B1-256 L4096-128 1.22x) but for 32x8 B1-256 L2048-512 (0.87x); nodes of 64-512 rows lost down to
+// 0.55x (the wide kernel runs before the decode kernel, not beside it, and its few long items set
+// its time), with two exceptions (64x8 B4-64 / B1-32 at L4096: 1.28x / 1.07x). So 1024: the
+// measured gains kept, the losses below it avoided.
+inline constexpr int32_t kPackWideMinRows = 1024;
 
 // The fixed grid of a persistent kernel: `ctas_per_sm` resident CTAs on each of `sm_count` SMs
 // (at least one CTA per SM). Decode passes the smallest residency of all its kernels of the head

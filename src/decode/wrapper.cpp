@@ -199,7 +199,11 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
     impl_->wlayout = plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, impl_->grid, options));
     staging_bytes = std::max(staging_bytes, impl_->wlayout.metadata_bytes());
     decode::prepare_decode_work_plan(head_dim);
+    WEFT_CHECK_ARG(options.prefix_wide_min_rows >= 0, "options.prefix_wide_min_rows",
+                   "must be >= 0, got " << options.prefix_wide_min_rows);
     impl_->wide_packs = options.prefix_wide_packs && head_dim == decode::kWidePackHeadDim;
+    impl_->wide_min_rows =
+        options.prefix_wide_min_rows > 0 ? options.prefix_wide_min_rows : heuristics::kPackWideMinRows;
     if (impl_->wide_packs) decode::prepare_decode_wide_packs();
   }
   if (options.route != DecodeRoute::kBalanced) {

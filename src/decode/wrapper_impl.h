@@ -74,6 +74,7 @@ struct BatchDecodeWrapper::Impl {
   // DecodeOptions::prefix_wide_packs, and whether the current work plan has wide items (run()
   // then launches the wide-pack kernel first: decode::launch_decode_wide_packs).
   bool wide_packs = true;
+  int32_t wide_min_rows = 0;  // DecodeOptions::prefix_wide_min_rows resolved (heuristics::kPackWideMinRows)
   bool wide_launch = false;
   plan::WorkPlanLayout wlayout;
   const PageTable* share_table = nullptr;

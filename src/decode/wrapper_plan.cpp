@@ -192,11 +192,12 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     pc.auto_chunk_min = decode::kMinChunk;
     pc.head_fold = im.head_fold;  // plan one head class, replicated (PackPlanConfig::head_fold)
     plan::set_pack_traffic(pc, head_dim, 2);  // the profit model: 16-bit KV (fp8 pools are refused with sharing)
-    // Wide packs (DecodeOptions::prefix_wide_packs): nodes of >= kPackWideMinRows rows in 128-row
-    // items of the wide-pack kernel (the tile selector plan::pack_item_requests).
+    // Wide packs (DecodeOptions::prefix_wide_packs): nodes of >= prefix_wide_min_rows rows
+    // (heuristics::kPackWideMinRows) in 128-row items of the wide-pack kernel (the tile selector
+    // plan::pack_item_requests).
     if (im.wide_packs && decode::wide_packs_compiled(head_dim, dtype)) {
       pc.wide_rows = decode::kWidePackRows;
-      pc.wide_min_rows = heuristics::kPackWideMinRows;
+      pc.wide_min_rows = im.wide_min_rows;
     }
     if (im.cascade != nullptr) {  // plan_cascade: the stated levels' forest, planned fully
       std::vector<plan::CascadeLevelSpec> specs;

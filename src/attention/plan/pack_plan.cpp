@@ -11,6 +11,7 @@
 namespace weft::plan {
 
 int32_t WorkPlan::num_slots() const {
+  if (known_slots >= 0) return known_slots;
   int32_t n = 0;
   const int32_t tr = std::max(1, tile_rows);
   for (size_t i = 0; i < item_slot.size(); ++i) {
@@ -435,6 +436,7 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
     sc.tmp[at] = i;
   }
   p.num_wide_items = f * n_wide;
+  p.known_slots = f * S0;  // every slot numbered (a wide item's slots included), in f copies
   p.cta_indptr.resize(size_t(cfg.num_ctas) + 1);
   for (int32_t k = 0; k < f; ++k)
     for (int32_t c = 0; c < C0; ++c) p.cta_indptr[size_t(k) * C0 + c] = k * n_nar + nar0[c];

@@ -62,6 +62,9 @@ struct WorkPlan {
   int32_t num_items() const { return static_cast<int32_t>(item_kv_head.size()); }
   int32_t num_merges() const { return static_cast<int32_t>(merge_request.size()); }
   int32_t num_slots() const;  // max over items of slot + ceil(rows / tile_rows)
+  // The slot count as its producer knew it (make_pack_plan: every slot it numbered); -1: unknown,
+  // num_slots() scans the items (a scan of three arrays was ~1.5 us of a 256-request plan).
+  int32_t known_slots = -1;
 };
 
 struct PackPlanConfig {

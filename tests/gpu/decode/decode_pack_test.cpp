@@ -553,8 +553,9 @@ TEST(DecodeSmall, SharePrefixesLongRootFewPacks) {
   ASSERT_NO_FATAL_FAILURE(expect_reference_twice(w, bt));
 }
 // Wide packs (DecodeOptions::prefix_wide_packs, issue 21): random 1-3 level prefix forests whose
-// nodes hold >= 64 query rows (GQA 4 and 8, page sizes 1 and 16, d128 fp16 / bf16), so the
-// planner's tile selector cuts them into 128-row items run by the wide-pack kernel (the prefill
+// nodes hold >= 64 query rows (GQA 1, 2, 4 and 8, page sizes 1 and 16, d128 fp16 / bf16) with
+// prefix_wide_min_rows = 64 (forcing the wide path below the 1024-row default), so the planner's
+// tile selector cuts them into 128-row items run by the wide-pack kernel (the prefill
 // FA2 tile, Q rows gathered from the pack's requests, partial states merged by the work plan's
 // merge); every plan must have wide items. Against the float64 reference, bitwise equal over a
 // second run; and the same table with wide packs off (32-row packs only) also matches.
@@ -589,7 +590,9 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
       const int ch_leader = static_cast<int>(lens.size());
       for (int gc = 0; gc < grand; ++gc) {
         const int gc_pages = levels == 3 ? static_cast<int>(rng.randint(1, ps == 1 ? 40 : 4)) : 0;
-        const int members = static_cast<int>(rng.randint(min_members / 2 + 1, min_members + 8));
+        // The first leaf alone fills 64 rows, so the root (which holds every leaf) always does.
+        const int lo = ch == 0 && gc == 0 ? min_members : min_members / 2 + 1;
+        const int members = static_cast<int>(rng.randint(lo, min_members + 8));
         const int gc_leader = static_cast<int>(lens.size());
         for (int m = 0; m < members; ++m) {
           paths.push_back({{0, root}, {ch_leader, root + ch_pages}, {gc_leader, root + ch_pages + gc_pages}});
@@ -614,6 +617,7 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
       DecodeOptions opt;
       opt.share_prefixes = true;
       opt.prefix_wide_packs = wide;
+      opt.prefix_wide_min_rows = 64;  // below the measured default (1024): every >= 64-row node goes wide
       const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
       DeviceBuffer ws(ws_bytes);
       BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);

@@ -147,6 +147,11 @@ inline void check_plan(const Batch& bt, const PackPlanConfig& cfg, const WorkPla
     else
       ASSERT_TRUE(rows > cfg.tile_rows && rows <= cfg.wide_rows) << "wide item " << i << " has " << rows << " rows";
   }
+  {  // the producer's slot count (WorkPlan::known_slots) is the scan's
+    WorkPlan scan = p;
+    scan.known_slots = -1;
+    ASSERT_EQ(p.num_slots(), scan.num_slots());
+  }
   // Which item owns each slot (a wide item fills ceil(rows / tile_rows) slots from its first).
   std::map<int32_t, int32_t> slot_item;
   std::map<int32_t, int32_t> slot_used;
