@@ -6,6 +6,8 @@
 # (router calibrated on seed 20260622, reported on the held-out seed 20260623, FlashInfer's decode
 # wrapper on the same steps). At most 8 files come back: gpu-check.log, summary.txt, python.log,
 # san.log and the four serve JSONs.
+# MEMCHECK_FILTER / RACECHECK_FILTER (decode) / RACECHECK_PREFILL_FILTER (optional): gtest filters under the sanitizers (defaults below); SERVE=0
+# skips the serving harness; WEFT_GPU_CHECK_GPU_ONLY=1 (gpu-check.sh) runs only the GPU suites.
 # BENCH_ARGS (optional): weft-bench arguments for a few rows after the sanitizers (console into san.log).
 #   OUT=... WEFT_COMMIT=... [PYSITE_TAR=pysite.tar.xz] [KIT=../.baselines] [BUDGET=440] [BENCH_ARGS=...] scripts/diag/main-check.sh
 set -uo pipefail
@@ -29,19 +31,24 @@ fi
 OUT=/tmp/gc bash scripts/gpu-check.sh --no-torch --skip-sanitizer --skip-bench --budget "${BUDGET:-440}"
 cp /tmp/gc/gpu-check.log /tmp/gc/summary.txt "$OUT"/ 2>/dev/null
 T=build-gpu/tests
-F='DecodeSmall.SplitKVWithEmptyRequests:DecodeSmall.SharePrefixesRandomForests:DecodeSmall.SharePrefixesNoSharingFallsBack:DecodeWorkQueueSmall.MatchesReference:DecodeRouteSmall.*:PrefillSmall.SplitKVChunk:PrefillSm90.ChunkedSplitAndEmpty:PrefillFp8Sm90Small.*:PrefillFp8Small.EdgeShapesAndVariants:PodEdges.*'
+F="${MEMCHECK_FILTER:-DecodeSmall.SplitKVWithEmptyRequests:DecodeSmall.SharePrefixesRandomForests:DecodeSmall.SharePrefixesNoSharingFallsBack:DecodeWorkQueueSmall.MatchesReference:DecodeRouteSmall.*:PrefillSmall.SplitKVChunk:PrefillSm90.ChunkedSplitAndEmpty:PrefillFp8Sm90Small.*:PrefillFp8Small.EdgeShapesAndVariants:PodEdges.*}"
 for s in decode prefill pod; do
   timeout 60 compute-sanitizer --tool memcheck --print-limit 10 "$T/weft_gpu_$s" --gtest_brief=1 "--gtest_filter=$F" > /tmp/san_$s.log 2>&1
   note "memcheck weft_gpu_$s rc=$? $(grep -E 'ERROR SUMMARY' /tmp/san_$s.log | tail -1) $(grep -E '^\[  (PASSED|FAILED)' /tmp/san_$s.log | tr '\n' ' ')"
 done
 timeout 60 compute-sanitizer --tool racecheck --print-limit 10 "$T/weft_gpu_decode" --gtest_brief=1 \
-  '--gtest_filter=DecodeSmall.SplitKVWithEmptyRequests:DecodeWorkQueueSmall.MatchesReference:DecodeSmall.SharePrefixesNoSharingFallsBack' > /tmp/race.log 2>&1
+  "--gtest_filter=${RACECHECK_FILTER:-DecodeSmall.SplitKVWithEmptyRequests:DecodeWorkQueueSmall.MatchesReference:DecodeSmall.SharePrefixesNoSharingFallsBack}" > /tmp/race.log 2>&1
 note "racecheck weft_gpu_decode rc=$? $(grep -E 'RACECHECK SUMMARY' /tmp/race.log | tail -1)"
+if [ -n "${RACECHECK_PREFILL_FILTER:-}" ]; then
+  timeout 90 compute-sanitizer --tool racecheck --print-limit 10 "$T/weft_gpu_prefill" --gtest_brief=1 \
+    "--gtest_filter=$RACECHECK_PREFILL_FILTER" > /tmp/race_prefill.log 2>&1
+  note "racecheck weft_gpu_prefill rc=$? $(grep -E 'RACECHECK SUMMARY' /tmp/race_prefill.log | tail -1) $(grep -E '^\[  (PASSED|FAILED)' /tmp/race_prefill.log | tr '\n' ' ')"
+fi
 if [ -n "${BENCH_ARGS:-}" ]; then  # a few weft-bench rows, console into san.log (8-file cap)
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-120}" build-gpu/bench/weft-bench $BENCH_ARGS --commit "${WEFT_COMMIT:-?}" > /tmp/bench.log 2>&1
   note "weft-bench $BENCH_ARGS rc=$?"; grep -vE '^\s*$' /tmp/bench.log | tail -n 80 >> "$OUT/san.log"
 fi
-B=build-gpu/bench/weft-serve-sim KIT="$KIT" bash scripts/diag/serve-router.sh "$OUT" 2>&1 | tee -a "$OUT/san.log"
+[ "${SERVE:-1}" = 1 ] && B=build-gpu/bench/weft-serve-sim KIT="$KIT" bash scripts/diag/serve-router.sh "$OUT" 2>&1 | tee -a "$OUT/san.log"
 wait
 note "done"
