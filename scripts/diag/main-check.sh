@@ -8,6 +8,7 @@
 # san.log and the four serve JSONs.
 # MEMCHECK_FILTER / RACECHECK_FILTER (decode) / RACECHECK_PREFILL_FILTER (optional): gtest filters under the sanitizers (defaults below); SERVE=0
 # skips the serving harness; WEFT_GPU_CHECK_GPU_ONLY=1 (gpu-check.sh) runs only the GPU suites.
+# PLAN_BENCH_ARGS (optional): weft-plan-bench arguments (host planner rows, console into san.log).
 # BENCH_ARGS (optional): weft-bench arguments for a few rows after the sanitizers (console into san.log).
 #   OUT=... WEFT_COMMIT=... [PYSITE_TAR=pysite.tar.xz] [KIT=../.baselines] [BUDGET=440] [BENCH_ARGS=...] scripts/diag/main-check.sh
 set -uo pipefail
@@ -48,6 +49,11 @@ if [ -n "${BENCH_ARGS:-}" ]; then  # a few weft-bench rows, console into san.log
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-120}" build-gpu/bench/weft-bench $BENCH_ARGS --commit "${WEFT_COMMIT:-?}" > /tmp/bench.log 2>&1
   note "weft-bench $BENCH_ARGS rc=$?"; grep -vE '^\s*$' /tmp/bench.log | tail -n 80 >> "$OUT/san.log"
+fi
+if [ -n "${PLAN_BENCH_ARGS:-}" ]; then  # weft-plan-bench rows (host time), console into san.log
+  # shellcheck disable=SC2086
+  timeout 60 build-gpu/bench/weft-plan-bench $PLAN_BENCH_ARGS > /tmp/plan_bench.log 2>&1
+  note "weft-plan-bench $PLAN_BENCH_ARGS rc=$?"; grep -vE '^\s*$' /tmp/plan_bench.log | tail -n 40 >> "$OUT/san.log"
 fi
 [ "${SERVE:-1}" = 1 ] && B=build-gpu/bench/weft-serve-sim KIT="$KIT" bash scripts/diag/serve-router.sh "$OUT" 2>&1 | tee -a "$OUT/san.log"
 wait
