@@ -13,14 +13,18 @@
 #   exp: one experiments tree per entry of EXPS, built beside the shipped one, each entry
 #   "name:flag,flag" (CMake -D flags of an experiments-only option, e.g. "fast:-DWEFT_X=ON"; the
 #   2a5f27b run compared -DWEFT_SM90_PAGED_V_WHOLE / -DWEFT_SM90_FAST_START, both shipped since).
+#   A flag src=DIR builds that tree from another source tree (e.g. "old:src=../.snap-old": a
+#   snapshot of the build before a change, carried beside this one, for a before/after A/B).
 #   Per tree: the weft_gpu_prefill suite (EXP_TESTS: a gtest filter,
-#   default all), memcheck (EXP_MEMCHECK), racecheck (EXP_RACECHECK, when set); then AB_PASSES
+#   default all; - for none), memcheck (EXP_MEMCHECK; - for none), racecheck (EXP_RACECHECK, when
+#   set); then AB_PASSES
 #   passes (default 2) of the AB_FILTERS rows alternating the shipped build and each experiment
 #   (-> ab.json: every pass's rows, named <tree>/<pass>/<row>); with bench, the experiment trees
 #   named in EXP_BENCH (default all) also run the bench step's rows (bench_<name>.json).
 # Env: OUT, WEFT_COMMIT, DEADLINE (seconds from the start after which no new step starts; 400),
 #      DISABLE (WEFT_DISABLE of every tree; default comm), SM90_VARIANTS (variants step), BENCH_ARGS,
-#      AB_ARGS, EXP_JOBS (build jobs per experiment tree; 8), FI_ARGS, MEMCHECK_FILTER, RACECHECK_FILTER (gtest filters).
+#      AB_ARGS, EXP_JOBS (build jobs per experiment tree; 8), FI_ARGS, MEMCHECK_FILTER, RACECHECK_FILTER (gtest filters),
+#      SAN_CAP (seconds per sanitizer run; 60).
 # Files in $OUT (at most 8 come back from the device): bench.json (shipped tree, d256/d64 rows
 # merged in), bench_<exp>.json, ab.json, fi.json, sdpa.json, logs.tar.gz (console and every log).
 set -uo pipefail
@@ -66,10 +70,12 @@ EXP_NAMES=()
 OK_EXPS=()
 if has exp; then
   for e in $EXPS; do
-    name=${e%%:*}; flags=${e#*:}
+    name=${e%%:*}; flags=${e#*:}; src=.
+    [ "$flags" = "$e" ] && flags=""
+    fl=""; for f in ${flags//,/ }; do case $f in src=*) src=${f#src=} ;; *) fl="$fl $f" ;; esac; done
     EXP_NAMES+=("$name")
-    ( cmake -S . -B $BUILD-$name -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE="$DISABLE" -DWEFT_BUILD_TESTS=ON \
-        ${flags//,/ } && cmake --build $BUILD-$name -j${EXP_JOBS:-8} --target $targets ) > "$LOG/build_$name.log" 2>&1 &
+    ( cmake -S $src -B $BUILD-$name -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE="$DISABLE" -DWEFT_BUILD_TESTS=ON \
+        $fl && cmake --build $BUILD-$name -j${EXP_JOBS:-8} --target $targets ) > "$LOG/build_$name.log" 2>&1 &
     EXP_PID[$name]=$!
   done
 fi
@@ -91,7 +97,7 @@ run_tests() {  # tree-dir label filter
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure|sm90 mainloop not" "$LOG/test_$lab.log" | head -20
 }
 sanitize() {  # tool tree-dir label filter
-  timeout "$(cap 60)" compute-sanitizer --tool $1 --error-exitcode 9 $2/tests/weft_gpu_prefill --gtest_filter="$4" \
+  timeout "$(cap ${SAN_CAP:-60})" compute-sanitizer --tool $1 --error-exitcode 9 $2/tests/weft_gpu_prefill --gtest_filter="$4" \
     > "$LOG/$1_$3.log" 2>&1
   echo "$3 $1 rc=$? ($4)"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$LOG/$1_$3.log" | head -5
 }
@@ -116,8 +122,8 @@ if has exp; then
     fi
   done
   for name in "${OK_EXPS[@]}"; do
-    room "exp $name tests" && run_tests $BUILD-$name $name "${EXP_TESTS:-*}"
-    room "exp $name memcheck" && sanitize memcheck $BUILD-$name $name \
+    [ "${EXP_TESTS:-*}" != - ] && room "exp $name tests" && run_tests $BUILD-$name $name "${EXP_TESTS:-*}"
+    [ "${EXP_MEMCHECK:-}" != - ] && room "exp $name memcheck" && sanitize memcheck $BUILD-$name $name \
       "${EXP_MEMCHECK:-PrefillSm90.BatchesPagedAndRagged:PrefillSm90.ChunkedSplitAndEmpty:PrefillSm90.HeadDim256DefaultTile}"
     if [ -n "${EXP_RACECHECK:-}" ] && room "exp $name racecheck"; then sanitize racecheck $BUILD-$name $name "$EXP_RACECHECK"; fi
   done

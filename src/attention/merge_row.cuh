@@ -1,9 +1,13 @@
-// Device function: merge of one query row's split-KV partial states (the math of merge.cuh),
-// executed by one warp. Shared by the merge kernel (merge.cu) and the decode kernel's in-kernel
-// merge (decode_pipeline.cuh), so both give the same bits.
+// Device functions: merge of one query row's split-KV partial states (the math of merge.cuh),
+// executed by one warp, and the in-kernel merge's slot counting. Shared by the merge kernel
+// (merge.cu) and the kernels that merge in place (decode: decode_common.cuh merge_tile_if_last;
+// the sm90 prefill: prefill/sm90/sm90_merge.cuh), so all give the same bits.
 #pragma once
+#include <cuda/atomic>
+
 #include "common/rtc_compat.h"  // <cmath>, <cstdint> (CCCL under NVRTC)
 
+#include "attention/plan/balance.h"
 #include "common/types.cuh"
 
 namespace weft::attn {
@@ -126,6 +130,41 @@ __device__ __forceinline__ void merge_row_warp(const float* lse_i, const float* 
                                                int head_dim, T* orow, float* lse_out, int lane) {
   const StridedSlots src{lse_i, o_i, tile_q, static_cast<int64_t>(tile_q) * head_dim};
   merge_row_warp_src<T>(src, n, head_dim, orow, lse_out, lane);
+}
+
+// A split tile's partial slots: merge entry `merge` of a balanced plan (item_merge of its items;
+// < 0: none, n = 0), its first slot expanded for the launched CTA's sub-head (plan::fold_slot:
+// one merge's slots stay consecutive), the slot count (merge_indptr) and the distance between
+// slots in slots.
+struct MergeRange {
+  int s0 = 0, n = 0, step = 1;
+};
+__device__ __forceinline__ MergeRange load_merge_range(const plan::PlanPointers& p, int merge, int fold) {
+  MergeRange r;
+  if (merge >= 0) {
+    const int s0 = p.merge_indptr[merge];
+    r.n = p.merge_indptr[merge + 1] - s0;
+    r.s0 = plan::fold_slot(s0, fold, p.slot_stride);
+  }
+  return r;
+}
+
+// In-kernel merge, the counting step (ONE thread of the CTA, after a CTA-wide barrier that
+// follows every thread's partial stores of the slot): counts one finished slot of a tile with n
+// slots in its counter (PlanPointers::merge_counter[plan::fold_expand(merge, fold)]); true for
+// the caller that finished the LAST one, which then merges the tile (merge_row_warp, after a
+// second barrier that passes the result on) -- whichever CTA that is, the bits are the merge
+// kernel's. The counter is reset to 0 for the next run (every slot of this run is counted: no
+// one else touches it until the next launch; plan() copies zero it too).
+// Memory order (the pattern of CUTLASS's GenericBarrier): the barrier orders the CTA's partial
+// stores before this acq_rel device-scope atomic (release: cumulative over what the barrier
+// ordered); the last caller acquires the other CTAs' stores with the same atomic, and its second
+// barrier orders them before its threads' reads of the partials (.cg loads, from L2).
+__device__ __forceinline__ bool count_slot_is_last(uint32_t* counter, int n) {
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_device> c(*counter);
+  const bool last = c.fetch_add(1u, cuda::memory_order_acq_rel) + 1u == uint32_t(n);
+  if (last) c.store(0u, cuda::memory_order_relaxed);
+  return last;
 }
 
 }  // namespace weft::attn

@@ -120,21 +120,13 @@ using plan::fold_count;
 using plan::fold_expand;
 using plan::fold_slot;
 
-// A split item's tile: its first partial slot (expanded for the CTA's sub-head), slot count
-// (merge_indptr) and the distance between its slots in slots. Loaded when the item's KV loop
-// ends, so the loads overlap the epilogue (not held in registers through the KV loop, where the
-// CUDA-core kernel is at its register peak).
-struct MergeRange {
-  int s0 = 0, n = 0, step = 1;
-};
+// A split item's tile (attn::MergeRange: first partial slot expanded for the CTA's sub-head,
+// slot count, distance between slots). Loaded when the item's KV loop ends, so the loads overlap
+// the epilogue (not held in registers through the KV loop, where the CUDA-core kernel is at its
+// register peak).
+using attn::MergeRange;
 __device__ __forceinline__ MergeRange load_merge_range(const plan::PlanPointers& p, const Item& it, int fold) {
-  MergeRange r;
-  if (it.merge >= 0) {
-    const int s0 = p.merge_indptr[it.merge];
-    r.n = p.merge_indptr[it.merge + 1] - s0;
-    r.s0 = fold_slot(s0, fold, p.slot_stride);
-  }
-  return r;
+  return attn::load_merge_range(p, it.merge, fold);
 }
 
 // Item i from the plan's arrays (the qo_indptr load depends on the request: two load rounds),
@@ -454,24 +446,16 @@ __device__ __forceinline__ V make_variant(const P& p, const RowSpan& rs) {
 // whole CTA after it stored the partial state of a split item (it.slot >= 0): the CTA counts
 // the finished slot in the tile's merge counter; the CTA that finishes the LAST slot merges
 // the tile's rows (attn::merge_row_warp, the merge kernel's code, so the bits are the same:
-// slots in KV order, whichever CTA merges) and resets the counter to 0 for the next run.
-// Memory order (the pattern of CUTLASS's GenericBarrier): the barrier orders every thread's
-// partial stores before thread 0's acq_rel atomic at device scope (release: cumulative over
-// what the barrier ordered); the last CTA's thread 0 acquires the other CTAs' stores with the
-// same atomic and its barrier passes them on to the threads that read the partials.
+// slots in KV order, whichever CTA merges) and resets the counter to 0 for the next run
+// (attn::count_slot_is_last: the memory order between the two barriers).
 // s_flag: the layout's 16-byte flag area (shared memory): s_flag[0] = 1 when this CTA merges
 // the tile (every thread already holds the tile's slot range, mr).
 template <class T, int D, int QR, class P>
 __device__ __forceinline__ void merge_tile_if_last(const P& p, const Item& it, MergeRange mr,
                                                    int* s_flag, int fold) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> counter(p.plan.merge_counter[fold_expand(it.merge, fold)]);
-    const bool last = counter.fetch_add(1u, cuda::memory_order_acq_rel) + 1u == uint32_t(mr.n);
-    // Every slot of this run is counted: no one else touches the counter until the next launch.
-    if (last) counter.store(0u, cuda::memory_order_relaxed);
-    s_flag[0] = last ? 1 : 0;
-  }
+  if (threadIdx.x == 0)
+    s_flag[0] = attn::count_slot_is_last(&p.plan.merge_counter[fold_expand(it.merge, fold)], mr.n) ? 1 : 0;
   __syncthreads();
   WEFT_DECODE_TRACE_POINT(kTraceMergeDecided);  // of the CTA's last split item
   if (s_flag[0] == 0) return;

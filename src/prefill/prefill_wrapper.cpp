@@ -1,5 +1,6 @@
 // BatchPrefillWrapper: validation, planning (tile heuristic + balanced segmented plan copied into
-// the workspace at fixed offsets) and launches (persistent prefill kernel, then the plan merge).
+// the workspace at fixed offsets) and launches (persistent prefill kernel, then the plan merge;
+// the sm90 kernel merges in place).
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -438,9 +439,12 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   s.sm90 = use_sm90;
   s.sm90_kernel = sm90_kernel;
   s.sm90_maps_off = prefill::sm90::map_scratch_offset(plan_bytes);
-  // Fixed launch topology for graphs: the merge kernel runs whenever splitting is allowed (it
-  // reads the number of merges from the workspace; zero is a no-op).
-  s.launch_merge = opt.allow_split_kv;
+  // Fixed launch topology for graphs: the FA2 / run-time compiled kernels' merge kernel runs
+  // whenever splitting is allowed (it reads the number of merges from the workspace; zero is a
+  // no-op). The sm90 kernel merges split tiles itself (sm90_merge.cuh: the CTA that stores a
+  // tile's last slot, counters zeroed by every plan copy), so its run() is one launch whatever
+  // the plan.
+  s.launch_merge = opt.allow_split_kv && !use_sm90;
   info_.cta_q = cfg.cta_q;
   info_.cta_kv = cfg.cta_kv;
   info_.num_ctas = num_ctas;

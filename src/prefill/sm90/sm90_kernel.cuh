@@ -30,7 +30,8 @@
 // softmax exponent and the V scale in the output.
 //
 // Epilogue: the FA2 path's write_item (final O / LSE, or fp32 partial + base-2 LSE into the plan's
-// slot for split items, merged by attention/merge.cu).
+// slot for split items); after its items, the CTA merges the split tiles whose last slot it
+// counted (sm90_merge.cuh), so no merge kernel follows.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -49,6 +50,7 @@
 #include "prefill/sm90/sm90_launch.h"
 #include "prefill/sm90/sm90_params.h"
 #include "prefill/sm90/sm90_fp8.cuh"
+#include "prefill/sm90/sm90_merge.cuh"
 #include "prefill/sm90/sm90_pipeline.cuh"
 #include "common/types.cuh"
 
@@ -197,11 +199,12 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
 // maps, loads the first item's geometry (the TMA warp's own loads of it then hit L1) and
 // prefetches its Q boxes and, ragged, its first K/V tile into L2 through the kernel-parameter
 // maps (boxes past the captured tensors' extents are skipped: a hint only); the TMA warp
-// prefetches each later item's Q (producer); thread 0 lets the merge grid launch at once
-// (kernel body). Same-call A/B (H100 run of 2a5f27b, perf notes): causal L1024 1.08x ragged,
-// 1.08-1.12x paged, L2048 1.02-1.09x, chunked c512 h4096 / h8192 1.06-1.07x; long rows within
-// the run's spread. (Handing every item's geometry to the consumers through a shared-memory ring
-// filled by warp 1 was tried first: 260-430 bytes of consumer spills, not pursued.) One lane.
+// prefetches each later item's Q (producer). (The 2a5f27b change also let the merge grid launch
+// at once; split tiles are merged in the kernel now, sm90_merge.cuh.) Same-call A/B (H100 run
+// of 2a5f27b, perf notes): causal L1024 1.08x ragged, 1.08-1.12x paged, L2048 1.02-1.09x,
+// chunked c512 h4096 / h8192 1.06-1.07x; long rows within the run's spread. (Handing every
+// item's geometry to the consumers through a shared-memory ring filled by warp 1 was tried
+// first: 260-430 bytes of consumer spills, not pursued.) One lane.
 template <class C>
 __device__ __forceinline__ void start_prefetch(const KernelParams& P) {
   const PrefillParams& p = P.p;
@@ -490,6 +493,8 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
     reduce_row_sums(st);
     write_item<Tr>(st, p, g, warp_row0, lane, kF8 ? __ldg(p.v_scale + g.kv_head * p.v_scale_stride) : 1.f);
   }
+  // Split tiles whose last slot this CTA counted: merged here (no merge kernel follows).
+  merge_split_items<T, D>(p, items, cwg * 128 + tid_wg);
 }
 
 // kVariant bit 0: intra-warpgroup overlap; bit 1: ping-pong between the consumer warpgroups;
@@ -529,10 +534,6 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
     ptx90::fence_mbar_init();
   }
   __syncthreads();
-  // The merge grid (programmatic dependent launch, merge.cu) may be scheduled now: its CTAs fit
-  // on an SM only once this CTA has exited (registers, shared memory), and they wait for this
-  // grid's completion and memory before reading partials (start_prefetch says why).
-  if (tid == 0) ptx90::launch_dependents();
   const int wg = tid / 128;
   if (wg == 0) {
     ptx90::setmaxnreg_dec<C::kProducerRegs>();

@@ -307,3 +307,95 @@ TEST(PrefillSm90, PinnedFa2Fallback) {
 
 }  // namespace
 }  // namespace weft::test::prefill
+
+namespace weft::test::prefill {
+namespace {
+
+// In-kernel merge (sm90_merge.cuh: the CTA that counts a split tile's last slot merges it; no
+// merge kernel). A chunked step (256 new tokens on 2048 of history, GQA 4, 2 KV heads: a
+// head-folded plan, 8 query tiles on 66 CTAs) planned three ways on the sm90 mainloop: no split (min_chunk above every
+// key range), split into 128-key chunks and into 1024-key chunks (different items and merges).
+// Each: correct against the float64 reference, the same bits over several eager runs. Then a
+// graph captured on the unsplit plan is replayed after re-plans that switch the split on, off
+// and change it: each replay must give the eager bits of its plan (a counter left non-zero by a
+// replay would leave the next split plan's tiles unmerged: NaN-poisoned rows).
+TEST(PrefillSm90, InKernelMergeDeterministicAndGraphReplan) {
+  WEFT_REQUIRE_SM90();
+  for (bool paged : {true, false}) {
+    Case c;
+    c.q_lens = {256};
+    c.kv_lens = {2048 + 256};
+    c.num_qo_heads = 8;
+    c.num_kv_heads = 2;
+    c.paged = paged;
+    c.page_size = 16;
+    c.variant = mask_of(true);
+    c.opt.cta_q = 128;
+    c.opt.mainloop = PrefillMainloop::kSm90;
+    SCOPED_TRACE(c.describe());
+    Prepared p;
+    prepare(p, c, 800 + paged);
+    cudaStream_t s;
+    WEFT_TEST_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    BatchPrefillWrapper w;
+    const int32_t chunks[3] = {1 << 20, 128, 1024};
+    std::vector<uint16_t> eager_o[3];
+    std::vector<float> eager_l[3];
+    PrefillPlanInfo info[3];
+    for (int k = 0; k < 3; ++k) {
+      SCOPED_TRACE("min_chunk " + std::to_string(chunks[k]));
+      p.c.opt.min_chunk = chunks[k];
+      const uint64_t launches = weft::prefill::sm90::launch_count();
+      plan_only(w, p, s);
+      info[k] = w.plan_info();
+      ASSERT_TRUE(info[k].sm90);
+      ASSERT_EQ(info[k].split, k > 0) << "the case must " << (k > 0 ? "" : "not ") << "split";
+      if (k > 0) ASSERT_GT(info[k].num_merges, 0);
+      for (int rep = 0; rep < 4; ++rep) {
+        p.d_out.poison(s);
+        p.d_lse.poison(s);
+        run_only(w, p, s);
+        WEFT_TEST_CUDA(cudaStreamSynchronize(s));
+        if (rep == 0) {
+          check_against_reference(p);
+          eager_o[k] = download_out(p);
+          eager_l[k] = download_lse(p);
+        } else {
+          EXPECT_EQ(download_out(p), eager_o[k]) << "O not deterministic, run " << rep;
+          const std::vector<float> l = download_lse(p);
+          EXPECT_EQ(0, std::memcmp(l.data(), eager_l[k].data(), l.size() * sizeof(float)))
+              << "LSE not deterministic, run " << rep;
+        }
+      }
+      EXPECT_EQ(weft::prefill::sm90::launch_count(), launches + 4);
+    }
+    EXPECT_NE(info[1].num_items, info[2].num_items) << "the two splits must differ";
+
+    p.c.opt.min_chunk = chunks[0];
+    plan_only(w, p, s);
+    cudaGraph_t g;
+    WEFT_TEST_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    run_only(w, p, s);
+    WEFT_TEST_CUDA(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t exec;
+    WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, g, 0));
+    for (int k : {0, 1, 0, 2, 1, 1}) {
+      SCOPED_TRACE("replay, min_chunk " + std::to_string(chunks[k]));
+      p.c.opt.min_chunk = chunks[k];
+      plan_only(w, p, s);
+      p.d_out.poison(s);
+      p.d_lse.poison(s);
+      WEFT_TEST_CUDA(cudaGraphLaunch(exec, s));
+      WEFT_TEST_CUDA(cudaStreamSynchronize(s));
+      EXPECT_EQ(download_out(p), eager_o[k]) << "replay differs from the eager run of the same plan";
+      const std::vector<float> l = download_lse(p);
+      EXPECT_EQ(0, std::memcmp(l.data(), eager_l[k].data(), l.size() * sizeof(float)));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+  }
+}
+
+}  // namespace
+}  // namespace weft::test::prefill

@@ -291,5 +291,69 @@ TEST(PrefillPlan, HeadFoldValidatedAndExpandsToEveryHead) {
       EXPECT_EQ(rows[size_t(s) * r.num_kv_heads + h], int64_t(sp.plan.qo_indptr[s + 1] - sp.plan.qo_indptr[s]) * r.group_size)
           << "segment " << s << " head " << h;
 }
+// The sm90 kernel's in-kernel merge (prefill/sm90/sm90_merge.cuh) relies on the serialized plan:
+// the merge counters sit at a fixed offset INSIDE the metadata that every plan() copies (so each
+// copy zeroes them: a graph replayed after any re-plan starts from 0), one per (merge, sub-head)
+// within the layout's max_merges x head_fold; the items that count into counter
+// fold_expand(m, j) are exactly the n = merge_indptr[m + 1] - merge_indptr[m] slots of merge m,
+// each with the merge's rows, segment and KV head (the merging CTA reads slot row r - row_begin
+// where write_item stored it). Checked over re-serializations into one staging image (the
+// wrapper's incremental serialize) that switch the split on, change it and switch it off.
+TEST(PrefillPlan, InKernelMergeCountersFixedZeroedAndCountedOncePerSlot) {
+  const int32_t num_kv_heads = 8, group = 4, num_ctas = 132, fold = prefill_head_fold(num_kv_heads, num_ctas);
+  ASSERT_EQ(fold, 4);
+  const PrefillWorkspaceLayout layout = make_layout(4, 8192, num_kv_heads, group, 128, 128, num_ctas, fold);
+  const plan::WorkspaceLayout& wl = layout.plan;
+  std::vector<unsigned char> image(wl.metadata_bytes(), 0xAB);
+  plan::WorkspaceLayout::Image img;
+  const plan::PlanPointers v = wl.pointers(image.data());
+  const std::size_t counter_off = reinterpret_cast<const unsigned char*>(v.merge_counter) - image.data();
+  const std::size_t counters = std::size_t(wl.max_merges()) * fold;
+  ASSERT_LE(counter_off + counters * sizeof(uint32_t), wl.metadata_bytes()) << "counters outside the plan copy";
+  PrefillPlanner planner;
+  SegmentedPlan sp;
+  int splits = 0;
+  for (int32_t min_chunk : {128, 1024, 1 << 20, 256, 128}) {
+    SCOPED_TRACE("min_chunk " + std::to_string(min_chunk));
+    PlanRequest r;
+    r.qo_len = {256, 7};  // 2 x 8 tiles on the 33 CTAs of the folded plan: splits pay
+    r.kv_len = {8192 + 256, 900};
+    r.num_kv_heads = num_kv_heads;
+    r.group_size = group;
+    r.causal = true;
+    r.cta_q = 128;
+    r.cta_kv = 128;
+    r.num_ctas = num_ctas;
+    r.head_fold = fold;
+    r.min_chunk = min_chunk;
+    planner.make_plan(r, sp);
+    const plan::Plan& p = sp.plan;
+    splits += p.num_merges() > 0;
+    wl.serialize(p, image.data(), &img);
+    EXPECT_EQ(reinterpret_cast<const unsigned char*>(wl.pointers(image.data()).merge_counter) - image.data(),
+              std::ptrdiff_t(counter_off));
+    for (std::size_t k = 0; k < counters; ++k) ASSERT_EQ(v.merge_counter[k], 0u) << "counter " << k;
+    ASSERT_LE(std::size_t(p.num_merges()) * fold, counters);
+    std::vector<int> counted(counters, 0);
+    for (int32_t i = 0; i < p.num_items(); ++i) {
+      const int32_t m = v.item_merge[i];
+      ASSERT_EQ(m >= 0, p.item_partial_slot[i] >= 0) << "item " << i;
+      if (m < 0) continue;
+      ASSERT_LT(m, p.num_merges());
+      EXPECT_GE(p.item_partial_slot[i], p.merge_indptr[m]);
+      EXPECT_LT(p.item_partial_slot[i], p.merge_indptr[m + 1]);
+      EXPECT_EQ(p.item_request[i], p.merge_request[m]);
+      EXPECT_EQ(p.item_kv_head[i], p.merge_kv_head[m]);
+      EXPECT_EQ(p.item_row_begin[i], p.merge_row_begin[m]);
+      EXPECT_EQ(p.item_row_end[i], p.merge_row_end[m]);
+      for (int j = 0; j < fold; ++j) counted[plan::fold_expand(m, plan::fold_word(j, fold))]++;
+    }
+    for (int32_t m = 0; m < p.num_merges(); ++m)
+      for (int j = 0; j < fold; ++j)
+        EXPECT_EQ(counted[plan::fold_expand(m, plan::fold_word(j, fold))], p.merge_indptr[m + 1] - p.merge_indptr[m])
+            << "merge " << m << " sub-head " << j;
+  }
+  EXPECT_GE(splits, 3) << "the requests must split under the small chunks";
+}
 }  // namespace
 }  // namespace weft::prefill
