@@ -8,6 +8,7 @@
 //   (these rows take the wrapper's default mainloop: the sm90 one on Hopper)
 //   prefill/sm90/{causal,noncausal}/...  the Hopper wgmma/TMA mainloop (src/prefill/sm90/), asserted
 //   prefill/sm90/chunked/...             chosen (an error row when the wrapper would not take it)
+//   prefill/sm90/chunked-split/c256/h<n> 256 new tokens: a plan that splits (in-kernel merge)
 //   prefill/fa2/...                      the FA2 mainloop pinned (PrefillPlanOptions::mainloop = kFA2)
 //   prefill/fp8/{bf16,bf16-fa2}/...      fp8 K/V pools (PrefillPlanOptions::kv_dtype; paged,
 //   prefill/fp8/{e4m3,e5m2}{,-sm90,-fa2}/...  per-head scales): the bf16 rows of the same shape
@@ -229,6 +230,11 @@ WEFT_BENCH_GROUP(prefill) {
     for (int32_t h : hists)
       run_prefill_case(ctx, "prefill/sm90/chunked/c" + std::to_string(c) + "/h" + std::to_string(h), {c}, {h + c},
                        true, {}, true, Mainloop::kSm90);
+  // 256 new tokens: 16 query tiles of the folded plan on 33 CTAs, so the plan splits the history
+  // (partial slots + merge: the sm90 kernel merges in place, sm90_merge.cuh).
+  for (int32_t h : {4096, 16384})
+    run_prefill_case(ctx, "prefill/sm90/chunked-split/c256/h" + std::to_string(h), {256}, {h + 256}, true, {}, true,
+                     Mainloop::kSm90);
   for (bool paged : {false, true})
     for (int32_t L : {8192, 16384})
       run_prefill_case(ctx, std::string("prefill/fa2/causal/") + (paged ? "paged" : "ragged") + "/L" + std::to_string(L),
