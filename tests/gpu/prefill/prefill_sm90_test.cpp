@@ -313,8 +313,9 @@ namespace {
 
 // In-kernel merge (sm90_merge.cuh: the CTA that counts a split tile's last slot merges it; no
 // merge kernel). A chunked step (256 new tokens on 2048 of history, GQA 4, 2 KV heads: a
-// head-folded plan, 8 query tiles on 66 CTAs) planned three ways on the sm90 mainloop: no split (min_chunk above every
-// key range), split into 128-key chunks and into 1024-key chunks (different items and merges).
+// head-folded plan, 8 query tiles on 66 CTAs) planned three ways on the sm90 mainloop: no split
+// (min_chunk above every key range), split into >= 128-key chunks and into >= 512-key chunks
+// (different items, same merges).
 // Each: correct against the float64 reference, the same bits over several eager runs. Then a
 // graph captured on the unsplit plan is replayed after re-plans that switch the split on, off
 // and change it: each replay must give the eager bits of its plan (a counter left non-zero by a
@@ -338,7 +339,9 @@ TEST(PrefillSm90, InKernelMergeDeterministicAndGraphReplan) {
     cudaStream_t s;
     WEFT_TEST_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     BatchPrefillWrapper w;
-    const int32_t chunks[3] = {1 << 20, 128, 1024};
+    // Host planner at these shapes (132 SMs, fold 2): 8 items unsplit; 48 items / 8 merges at
+    // min_chunk 128; 40 items / 8 merges at 512 (1024 no longer splits).
+    const int32_t chunks[3] = {1 << 20, 128, 512};
     std::vector<uint16_t> eager_o[3];
     std::vector<float> eager_l[3];
     PrefillPlanInfo info[3];
