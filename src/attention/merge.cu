@@ -99,8 +99,8 @@ void launch_plan_merge(const plan::PlanPointers& plan, const MergeOutput& out, i
                  "must be a positive multiple of 4, got " << out.head_dim);
   WEFT_CHECK_ARG(num_blocks >= 1, "num_blocks", "must be >= 1, got " << num_blocks);
   // Programmatic dependent launch: the merge grid may be scheduled while the attention kernel
-  // before it is still running (the sm90 prefill kernel triggers at its start with
-  // griddepcontrol.launch_dependents; other kernels when their CTAs exit) and waits on the device
+  // before it is still running (the FA2 / POD kernels trigger when their CTAs exit; the sm90
+  // prefill kernel merges in place and is not followed by this grid) and waits on the device
   // (griddepcontrol.wait), which hides the launch gap between the two.
   // Captured into CUDA graphs as a programmatic edge.
   cudaLaunchConfig_t cfg = {};

@@ -441,7 +441,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   s.sm90_maps_off = prefill::sm90::map_scratch_offset(plan_bytes);
   // Fixed launch topology for graphs: the FA2 / run-time compiled kernels' merge kernel runs
   // whenever splitting is allowed (it reads the number of merges from the workspace; zero is a
-  // no-op). The sm90 kernel merges split tiles itself (sm90_merge.cuh: the CTA that stores a
+  // no-op). The sm90 kernel merges split tiles itself (sm90_merge.cuh: the CTA that counts a
   // tile's last slot, counters zeroed by every plan copy), so its run() is one launch whatever
   // the plan.
   s.launch_merge = opt.allow_split_kv && !use_sm90;

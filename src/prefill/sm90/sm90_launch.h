@@ -3,7 +3,7 @@
 //
 // The sm90 kernel executes the SAME segmented, balanced plan as the FA2 kernel (work items of
 // request segment x KV head x 128 query rows x KV range, partial slots merged with the shared
-// merge function inside the kernel, by the CTA that stores a tile's last slot: sm90_merge.cuh),
+// merge function inside the kernel, by the CTA that counts a tile's last slot: sm90_merge.cuh),
 // planned with cta_q = 128 and cta_kv = block_n(head_dim) on a grid of one CTA per SM.
 #pragma once
 #include <cuda_runtime_api.h>
