@@ -6,7 +6,8 @@
 # (router calibrated on seed 20260622, reported on the held-out seed 20260623, FlashInfer's decode
 # wrapper on the same steps). At most 8 files come back: gpu-check.log, summary.txt, python.log,
 # san.log and the four serve JSONs.
-# MEMCHECK_FILTER / RACECHECK_FILTER (decode) / RACECHECK_PREFILL_FILTER (optional): gtest filters under the sanitizers (defaults below); SERVE=0
+# GPU_CHECK=0: no build and no test step (a warm machine's build-gpu from the previous call); SAN=0: no
+# sanitizers. MEMCHECK_FILTER / RACECHECK_FILTER (decode) / RACECHECK_PREFILL_FILTER (optional): gtest filters under the sanitizers (defaults below); SERVE=0
 # skips the serving harness; WEFT_GPU_CHECK_GPU_ONLY=1 (gpu-check.sh) runs only the GPU suites.
 # PLAN_BENCH_ARGS (optional): weft-plan-bench arguments (host planner rows, console into san.log).
 # BENCH_ARGS (optional): weft-bench arguments for a few rows after the sanitizers (console into san.log).
@@ -29,9 +30,12 @@ if [ -f "${PYSITE_TAR:-pysite.tar.xz}" ]; then
     cd python/tests && PYTHONPATH="$site" PYTHONDONTWRITEBYTECODE=1 timeout 150 python3 -m pytest -q -rs \
       -p no:cacheprovider > "$OUT/python.log" 2>&1; echo "pytest rc=$?" >> "$OUT/python.log" ) &
 fi
-OUT=/tmp/gc bash scripts/gpu-check.sh --no-torch --skip-sanitizer --skip-bench --budget "${BUDGET:-440}"
-cp /tmp/gc/gpu-check.log /tmp/gc/summary.txt "$OUT"/ 2>/dev/null
+if [ "${GPU_CHECK:-1}" = 1 ]; then
+  OUT=/tmp/gc bash scripts/gpu-check.sh --no-torch --skip-sanitizer --skip-bench --budget "${BUDGET:-440}"
+  cp /tmp/gc/gpu-check.log /tmp/gc/summary.txt "$OUT"/ 2>/dev/null
+fi
 T=build-gpu/tests
+if [ "${SAN:-1}" = 1 ]; then
 F="${MEMCHECK_FILTER:-DecodeSmall.SplitKVWithEmptyRequests:DecodeSmall.SharePrefixesRandomForests:DecodeSmall.SharePrefixesNoSharingFallsBack:DecodeWorkQueueSmall.MatchesReference:DecodeRouteSmall.*:PrefillSmall.SplitKVChunk:PrefillSm90.ChunkedSplitAndEmpty:PrefillFp8Sm90Small.*:PrefillFp8Small.EdgeShapesAndVariants:PodEdges.*}"
 for s in decode prefill pod; do
   timeout 60 compute-sanitizer --tool memcheck --print-limit 10 "$T/weft_gpu_$s" --gtest_brief=1 "--gtest_filter=$F" > /tmp/san_$s.log 2>&1
@@ -45,6 +49,7 @@ if [ -n "${RACECHECK_PREFILL_FILTER:-}" ]; then
     "--gtest_filter=$RACECHECK_PREFILL_FILTER" > /tmp/race_prefill.log 2>&1
   note "racecheck weft_gpu_prefill rc=$? $(grep -E 'RACECHECK SUMMARY' /tmp/race_prefill.log | tail -1) $(grep -E '^\[  (PASSED|FAILED)' /tmp/race_prefill.log | tr '\n' ' ')"
 fi
+fi  # SAN
 if [ -n "${BENCH_ARGS:-}" ]; then  # a few weft-bench rows, console into san.log (8-file cap)
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-120}" build-gpu/bench/weft-bench $BENCH_ARGS --commit "${WEFT_COMMIT:-?}" > /tmp/bench.log 2>&1
