@@ -47,4 +47,16 @@ WEFT_FP8_HD uint32_t widen_pair(uint32_t spread, Widen c) {
   return ((spread >> c.shift) & c.mask) | (spread & 0x80008000u);
 }
 
+// The same patterns from the sign-extended form (the sm90 prefill widening, sm90_fp8.cuh): two
+// codes as int16(int8(code)) in the halves of a word (one prmt with sign replication of the loaded
+// bytes, modelled by sext_lo / sext_hi) -> (sx << (8 - shift)) & (mask | sign): the left shift
+// puts the exponent + mantissa bits where widen_pair's right shift does and a replicated sign bit
+// at bit 15 of each half; the low half's sign copies that the 32-bit shift moves into the high
+// half (and the copies at bits 11.. of each half) fall outside the mask. One shift + one AND per
+// pair where widen_pair takes a shift + two ANDs. shift 0 (e5m2 -> f16) is the spread itself.
+WEFT_FP8_HD uint32_t sext_byte(uint32_t b) { return (b & 0x80u) ? (b | 0xff00u) : b; }
+WEFT_FP8_HD uint32_t sext_lo(uint32_t w) { return sext_byte(w & 0xffu) | (sext_byte((w >> 8) & 0xffu) << 16); }
+WEFT_FP8_HD uint32_t sext_hi(uint32_t w) { return sext_byte((w >> 16) & 0xffu) | (sext_byte(w >> 24) << 16); }
+WEFT_FP8_HD uint32_t widen_pair_sext(uint32_t sx, Widen c) { return (sx << (8 - c.shift)) & (c.mask | 0x80008000u); }
+
 }  // namespace weft::fp8bits

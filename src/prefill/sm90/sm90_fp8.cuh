@@ -35,6 +35,21 @@ namespace weft::prefill::sm90 {
 #define WEFT_SM90_FP8_AHEAD 2
 #endif
 static_assert(WEFT_SM90_FP8_AHEAD >= 1, "WEFT_SM90_FP8_AHEAD: at least one unit ahead");
+//   WEFT_SM90_FP8_SEXT: 1 widens each pair through the sign-extended form (fp8_widen.cuh
+//     widen_fp8_word_pair: prmt with sign replication, shift, AND, multiply), 0 through the
+//     spread form (prmt, shift, two ANDs, multiply). Same bits (host test
+//     Fp8Host.WideningSignExtendedFormMatches).
+//   WEFT_SM90_FP8_PAIRROWS: 1 gives each quarter-warp two neighbouring key rows (lanes 0..3 the
+//     first half of one row, lanes 4..7 the second half of the other), so every lane stores its
+//     even chunk first and its stores stay conflict-free without the per-unit selects of the
+//     store order (0: one row per quarter-warp, the second half's lanes store their odd chunk
+//     first, 4 SEL per unit).
+#ifndef WEFT_SM90_FP8_SEXT
+#define WEFT_SM90_FP8_SEXT 1
+#endif
+#ifndef WEFT_SM90_FP8_PAIRROWS
+#define WEFT_SM90_FP8_PAIRROWS 1
+#endif
 
 __device__ __forceinline__ uint4 lds128(uint32_t a) {
   uint4 v;
@@ -45,19 +60,38 @@ __device__ __forceinline__ void sts128(uint32_t a, uint32_t x, uint32_t y, uint3
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w));
 }
 
+// 8 codes (two words) -> the 8 T values of one 16-byte chunk of the 16-bit stage, stored at a.
+template <class T, class KV>
+__device__ __forceinline__ void widen_store8(uint32_t a, uint32_t w0, uint32_t w1) {
+#if WEFT_SM90_FP8_SEXT
+  sts128(a, fp8bits::widen_fp8_word_pair<T, KV, 0>(w0), fp8bits::widen_fp8_word_pair<T, KV, 1>(w0),
+         fp8bits::widen_fp8_word_pair<T, KV, 0>(w1), fp8bits::widen_fp8_word_pair<T, KV, 1>(w1));
+#else
+  sts128(a, fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w0, 0u, 0x1404)),
+         fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w0, 0u, 0x3424)),
+         fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w1, 0u, 0x1404)),
+         fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w1, 0u, 0x3424)));
+#endif
+}
+
 // One landed fp8 tile (src, [kBlockN][D] bytes) -> its 16-bit stage (dst, 128-byte swizzle, 64-
 // column halves); shared-memory addresses. wid: widening warp 0..kWidenWarps-1.
 // A lane widens 16-code units (one 16-byte load -> two 16-byte stores): D / 16 lanes per key row
-// (8 at d128), 32 / (D / 16) rows per warp pass, the warps interleaved by row, so a lane's units
-// are rows r0, r0 + kStep, ... (kStep = 12 at d128: 11 or 10 units per lane and tile). Shared
-// memory is explicit (ld/st.shared on 32-bit addresses): through generic pointers (the first
-// version) the compiler could not move a load above the previous unit's store (possible alias)
-// and every unit paid a full load -> convert -> store round trip. Here the loads run
-// WEFT_SM90_FP8_AHEAD units ahead of the conversions (asm volatile keeps that issue order).
-// Banks: a quarter-warp's loads read one 128-byte key row (conflict-free). A lane's two chunks
-// (2c, 2c + 1) of the 16-bit row sit at swizzled positions p and p ^ 1 of one 128-byte half;
-// lanes of the first half of a row store their even chunk first, lanes of the second half their
-// odd one, so each store instruction's quarter-warp covers 8 distinct positions (conflict-free).
+// (8 at d128), 4 rows per warp pass, the warps interleaved by pass, so a lane's units are rows
+// r0, r0 + kStep, ... (kStep = 4 kWidenWarps: 12 with three warps, 11 or 10 units per lane and
+// tile; 16 with four, 8 units). Shared memory is explicit (ld/st.shared on 32-bit addresses):
+// through generic pointers (the first version) the compiler could not move a load above the
+// previous unit's store (possible alias) and every unit paid a full load -> convert -> store round
+// trip. Here the loads run WEFT_SM90_FP8_AHEAD units ahead of the conversions (asm volatile keeps
+// that issue order).
+// Banks: a lane's two chunks (2c, 2c + 1) of the 16-bit row sit at swizzled positions p and p ^ 1
+// of one 128-byte half (p = (2c & 7) ^ (r & 7)). PAIRROWS: quarter-warp q of a pass holds rows
+// R + q and R + (q ^ 1) (R even): lanes 0..3 the chunks c = 0..3 of one, lanes 4..7 the chunks
+// c = 4..7 of the other; loads read bytes 0..63 of one 128-byte row and 64..127 of the next
+// (distinct banks), even-chunk stores hit the even positions ^ (r & 7) of half 0 and, as the two
+// rows differ in bit 0, the odd ones of half 1 (8 distinct positions), odd-chunk stores the
+// reverse. Else: one row per quarter-warp, the lanes of the second half store their odd chunk
+// first (same argument, per lane selects).
 template <int D, class T, class KV, class C>
 __device__ __forceinline__ void widen_tile(uint32_t dst, uint32_t src, int wid, int lane) {
   constexpr int kLanesPerRow = D / 16;
@@ -66,9 +100,12 @@ __device__ __forceinline__ void widen_tile(uint32_t dst, uint32_t src, int wid, 
   constexpr int kStep = C::kWidenWarps * kRowsPerPass;          // rows between a lane's units
   constexpr int kUnits = (C::kBlockN + kStep - 1) / kStep;       // units of the lane with the most
   constexpr int kAhead = WEFT_SM90_FP8_AHEAD < kUnits ? WEFT_SM90_FP8_AHEAD : kUnits;
+  constexpr bool kPairRows = WEFT_SM90_FP8_PAIRROWS != 0;
+  static_assert(kStep % 2 == 0, "PAIRROWS: a lane's rows keep their partner row (r ^ 1) in its pass");
   const int c = lane % kLanesPerRow;
-  const int r0 = wid * kRowsPerPass + lane / kLanesPerRow;
-  const int h = (c >> 2) & 1;                                    // 1: odd chunk first
+  const int q = lane / kLanesPerRow;
+  const int r0 = wid * kRowsPerPass + (kPairRows ? q ^ (c >> 2) : q);
+  const int h = kPairRows ? 0 : (c >> 2) & 1;                    // 1: odd chunk first
   // Chunk 2c + h of row r sits at half (2c) / 8, position ((2c + h) & 7) ^ (r & 7); the other
   // chunk at that position ^ 1 (16 bytes over).
   const uint32_t in = src + r0 * D + c * 16;
@@ -83,7 +120,7 @@ __device__ __forceinline__ void widen_tile(uint32_t dst, uint32_t src, int wid, 
 #else
   // Lanes hold kUnits or kUnits - 1 units (rows r0 + i kStep < kBlockN): only the last may be absent.
   static_assert((kUnits - 1) * kStep < C::kBlockN, "every lane holds at least kUnits - 1 units");
-  const bool full = r0 + (kUnits - 1) * kStep < C::kBlockN;
+  const bool full = C::kBlockN % kStep == 0 || r0 + (kUnits - 1) * kStep < C::kBlockN;
 #endif
   // Unit i's load; every lane loads all kUnits (a missing last unit reloads the first one: the
   // loads stay unconditional, so the compiler keeps only the units in flight live).
@@ -99,17 +136,16 @@ __device__ __forceinline__ void widen_tile(uint32_t dst, uint32_t src, int wid, 
       // (adding 0 or 4 mod 8 flips bit 2 at most): the lane's position XOR a constant.
       static_assert(kStep % 4 == 0, "row steps keep the swizzle term a constant XOR");
       const uint32_t sw = (static_cast<uint32_t>(i * kStep) & 7u) << 4;
-      const uint32_t a = out + i * kStep * 128 + (pos ^ sw);
-      const uint32_t w0 = h ? v[i].z : v[i].x, w1 = h ? v[i].w : v[i].y;  // first: codes 8h .. 8h + 7
-      const uint32_t w2 = h ? v[i].x : v[i].z, w3 = h ? v[i].y : v[i].w;
-      sts128(a, fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w0, 0u, 0x1404)),
-             fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w0, 0u, 0x3424)),
-             fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w1, 0u, 0x1404)),
-             fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w1, 0u, 0x3424)));
-      sts128(a ^ 16u, fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w2, 0u, 0x1404)),
-             fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w2, 0u, 0x3424)),
-             fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w3, 0u, 0x1404)),
-             fp8bits::widen_fp8_pair<T, KV>(__byte_perm(w3, 0u, 0x3424)));
+      // (The row offset added last, so the two lane bases out + pos, out + (pos ^ 16) are hoisted
+      // and each store takes an immediate offset.)
+      const uint32_t a0 = out + (pos ^ sw) + i * kStep * 128, a1 = out + (pos ^ sw ^ 16u) + i * kStep * 128;
+      if (kPairRows) {  // codes 0..7 -> chunk 2c at a0, 8..15 -> chunk 2c + 1 at a1
+        widen_store8<T, KV>(a0, v[i].x, v[i].y);
+        widen_store8<T, KV>(a1, v[i].z, v[i].w);
+      } else {
+        widen_store8<T, KV>(a0, h ? v[i].z : v[i].x, h ? v[i].w : v[i].y);  // first: codes 8h .. 8h + 7
+        widen_store8<T, KV>(a1, h ? v[i].x : v[i].z, h ? v[i].y : v[i].w);
+      }
     }
   }
   // The consumers' wgmma (async proxy) reads what these generic-proxy stores wrote.
@@ -117,8 +153,32 @@ __device__ __forceinline__ void widen_tile(uint32_t dst, uint32_t src, int wid, 
   __syncwarp();
 }
 
-// The widening warps' loop: the producer's tile sequence (same items, same tile count), K then V
-// of each tile.
+// One tile of the producer's sequence (tile_cnt: its index over the CTA's items): K then V, each
+// after its fp8 stage landed and the consumers released the 16-bit stage; lane 0 arrives on the
+// fp8 stage's empty barrier and the 16-bit stage's full one.
+template <int D, class T, class KV, class C>
+__device__ __forceinline__ void widen_kv_tile(uint32_t sb, Bars<C> b, uint32_t tile_cnt, int wid, int lane) {
+  const int s8 = tile_cnt % C::kF8Stages, s = tile_cnt % C::kStages;
+  const uint32_t ph8 = (tile_cnt / C::kF8Stages) & 1, ph = (tile_cnt / C::kStages) & 1;
+  ptx90::mbar_wait(b.k8_full(s8), ph8);
+  ptx90::mbar_wait(b.k_empty(s), ph ^ 1);
+  widen_tile<D, T, KV, C>(sb + C::kOffK + s * C::kKVBytes, sb + C::kOffK8 + s8 * C::kKV8Bytes, wid, lane);
+  if (lane == 0) {
+    ptx90::mbar_arrive(b.k8_empty(s8));
+    ptx90::mbar_arrive(b.k_full(s));
+  }
+  ptx90::mbar_wait(b.v8_full(s8), ph8);
+  ptx90::mbar_wait(b.v_empty(s), ph ^ 1);
+  widen_tile<D, T, KV, C>(sb + C::kOffV + s * C::kKVBytes, sb + C::kOffV8 + s8 * C::kKV8Bytes, wid, lane);
+  if (lane == 0) {
+    ptx90::mbar_arrive(b.v8_empty(s8));
+    ptx90::mbar_arrive(b.v_full(s));
+  }
+}
+
+// The widening warps' loop (warps 1..3 of the producer warpgroup): the producer's tile sequence
+// (same items, same tile count). The TMA warp, where it widens too, calls widen_kv_tile from its
+// own loop (producer, sm90_kernel.cuh).
 template <int D, class T, class KV, class C>
 __device__ __forceinline__ void widen_warps(const KernelParams& P, unsigned char* smem, Bars<C> b, int wid,
                                             int lane) {
@@ -128,24 +188,7 @@ __device__ __forceinline__ void widen_warps(const KernelParams& P, unsigned char
   const CtaItems items = cta_items(p);
   for (int w = items.begin; w < items.end; ++w) {
     const int n_tiles = tile_count<C::kBlockN>(item_geometry(p, w, items.fold));
-    for (int t = 0; t < n_tiles; ++t, ++tile_cnt) {
-      const int s8 = tile_cnt % C::kF8Stages, s = tile_cnt % C::kStages;
-      const uint32_t ph8 = (tile_cnt / C::kF8Stages) & 1, ph = (tile_cnt / C::kStages) & 1;
-      ptx90::mbar_wait(b.k8_full(s8), ph8);
-      ptx90::mbar_wait(b.k_empty(s), ph ^ 1);
-      widen_tile<D, T, KV, C>(sb + C::kOffK + s * C::kKVBytes, sb + C::kOffK8 + s8 * C::kKV8Bytes, wid, lane);
-      if (lane == 0) {
-        ptx90::mbar_arrive(b.k8_empty(s8));
-        ptx90::mbar_arrive(b.k_full(s));
-      }
-      ptx90::mbar_wait(b.v8_full(s8), ph8);
-      ptx90::mbar_wait(b.v_empty(s), ph ^ 1);
-      widen_tile<D, T, KV, C>(sb + C::kOffV + s * C::kKVBytes, sb + C::kOffV8 + s8 * C::kKV8Bytes, wid, lane);
-      if (lane == 0) {
-        ptx90::mbar_arrive(b.v8_empty(s8));
-        ptx90::mbar_arrive(b.v_full(s));
-      }
-    }
+    for (int t = 0; t < n_tiles; ++t, ++tile_cnt) widen_kv_tile<D, T, KV, C>(sb, b, tile_cnt, wid, lane);
   }
 }
 

@@ -72,7 +72,12 @@ namespace weft::prefill::sm90 {
 // key row (no swizzle: [kBlockN][D] bytes, the widening warps' input, sm90_fp8.cuh) in the fp8
 // stages (k8_full / v8_full); no zeroing pass: every fp8 code widens to a finite value, so the
 // masked keys' P = 0 keeps O exact whatever the rows past kv_hi hold.
-template <int D, class T, class C>
+// fp8 with C::kWidenWarps == 4 (WEFT_SM90_FP8_TMA_WIDENS): this warp is widening warp 0 as well,
+// one tile behind its issues: after tile t's copies it widens tile t - 1 (widen_kv_tile), so the
+// copy of tile t + 1, which waits for tile t - 1's fp8 stages to be released by all four warps,
+// still goes out two tiles ahead of the consumers; before an item's Q wait it widens its last
+// pending tile (the consumers release Q only after the previous item's last tile).
+template <int D, class T, class KV, class C>
 __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* smem, Bars<C> b,
                                          int lane) {
   const PrefillParams& p = P.p;
@@ -88,6 +93,15 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
   constexpr int kRing = kF8 ? C::kF8Stages : C::kStages;  // the stages TMA lands K / V in
   uint32_t tile_cnt = 0, item_cnt = 0;
   uint32_t vtma_phase = 0;  // bit s: parity of the next v_tma[s] phase
+  constexpr bool kTmaWidens = kF8 && C::kWidenWarps == 4;
+  uint32_t pending = 0;  // kTmaWidens: 1 + the tile this warp has yet to widen (0: none)
+  const uint32_t sb = ptx90::smem_addr(smem);
+  auto widen_pending = [&]() {
+    if constexpr (kTmaWidens) {
+      if (pending != 0) widen_kv_tile<D, T, KV, C>(sb, b, pending - 1, 0, lane);
+      pending = 0;
+    }
+  };
   const CtaItems items = cta_items(p);
   for (int w = items.begin; w < items.end; ++w, ++item_cnt) {
     const ItemGeom g = item_geometry(p, w, items.fold);
@@ -99,6 +113,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
       for (int h = 0; h < C::kHalves; ++h)
         ptx90::tma_prefetch_3d(tm_q, h * 64, g.kv_head * gs, g.token_abs0 + g.row_begin / gs);
     }
+    widen_pending();
     // Q: 128 packed rows = 128 / group tokens x group heads, one box per 64-column half.
     ptx90::mbar_wait(b.q_empty(), (item_cnt & 1) ^ 1);
     if (lane == 0) {
@@ -169,6 +184,10 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
           // V: one box per piece, every half at once (KernelParams: the V stage layout).
           ptx90::tma_load_5d(sv + lane * P.v_piece_bytes, tm_v, v_bar, 0, slot, 0, g.kv_head, page);
         }
+        if constexpr (kTmaWidens) {
+          widen_pending();
+          pending = tile_cnt + 1;
+        }
       }
       if (partial) {
         ptx90::mbar_wait(b.v_tma(s), (vtma_phase >> s) & 1);
@@ -187,6 +206,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
       }
     }
   }
+  widen_pending();
 }
 
 // Start latency. Short causal prompts (L1024-4096) and chunked c512 ran at 0.6-0.86x FlashInfer's
@@ -537,8 +557,8 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   const int wg = tid / 128;
   if (wg == 0) {
     ptx90::setmaxnreg_dec<C::kProducerRegs>();
-    if (tid < 32) producer<D, T, C>(P, smem, b, tid);
-    else if constexpr (kF8) widen_warps<D, T, KV, C>(P, smem, b, tid / 32 - 1, tid & 31);
+    if (tid < 32) producer<D, T, KV, C>(P, smem, b, tid);
+    else if constexpr (kF8) widen_warps<D, T, KV, C>(P, smem, b, tid / 32 - (C::kWidenWarps == 4 ? 0 : 1), tid & 31);
     else if (tid == 32) start_prefetch<C>(P);
   } else {
     ptx90::setmaxnreg_inc<C::kConsumerRegs>();

@@ -16,6 +16,12 @@
 #ifndef WEFT_SM90_FP8_PRODUCER_REGS
 #define WEFT_SM90_FP8_PRODUCER_REGS 40
 #endif
+// 1: the TMA warp widens too, between its tile issues (sm90_kernel.cuh producer): four widening
+// warps, one per SM sub-partition (warp w issues on sub-partition w % 4, so with three the TMA
+// warp's sub-partition carried none of the widening while the other three carried all of it).
+#ifndef WEFT_SM90_FP8_TMA_WIDENS
+#define WEFT_SM90_FP8_TMA_WIDENS 1
+#endif
 
 namespace weft::prefill::sm90 {
 
@@ -62,7 +68,8 @@ struct Cfg {
   static constexpr int kProducerRegs = F8STAGES > 0 ? WEFT_SM90_FP8_PRODUCER_REGS : 24;
   static constexpr int kConsumerRegs = kProducerRegs == 24 ? 240 : (384 * 168 - 128 * kProducerRegs) / 256 / 8 * 8;
   static constexpr int kConsumerWarps = 8;
-  static constexpr int kWidenWarps = 3;  // fp8: warps 1..3 of the producer warpgroup
+  // fp8: warps 1..3 of the producer warpgroup, and the TMA warp (0) where WEFT_SM90_FP8_TMA_WIDENS
+  static constexpr int kWidenWarps = WEFT_SM90_FP8_TMA_WIDENS ? 4 : 3;
   static_assert(D % 64 == 0, "head_dim: whole 64-column halves");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
   static_assert(kProducerRegs % 8 == 0 && kProducerRegs >= 24 && 128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168,

@@ -135,6 +135,24 @@ TEST(Fp8Host, WideningBitMovesAreExact) {
     }
 }
 
+// The sm90 prefill's sign-extended form gives widen_pair's bit patterns for every pair of codes
+// (NaN / inf codes included: a bit identity), both fp8 formats, both 16-bit targets.
+TEST(Fp8Host, WideningSignExtendedFormMatches) {
+  for (DType f : kFormats)
+    for (bool to_bf16 : {false, true}) {
+      const weft::fp8bits::Widen w = weft::fp8bits::widen_of(f == DType::kFloat8E5M2, to_bf16);
+      for (uint32_t a = 0; a < 256; ++a)
+        for (uint32_t b = 0; b < 256; ++b) {
+          const uint32_t word = a | (b << 8) | ((a ^ 0x5au) << 16) | ((b ^ 0xa5u) << 24);
+          using namespace weft::fp8bits;
+          ASSERT_EQ(widen_pair_sext(sext_lo(word), w), widen_pair(spread_lo(word), w))
+              << weft::dtype_name(f) << " bf16 " << to_bf16 << " codes " << a << " " << b;
+          ASSERT_EQ(widen_pair_sext(sext_hi(word), w), widen_pair(spread_hi(word), w))
+              << weft::dtype_name(f) << " bf16 " << to_bf16 << " codes " << a << " " << b;
+        }
+    }
+}
+
 TEST(Fp8Host, CalibrateScales) {
   // [tokens 3, heads 2, dim 4] f32: head 0 amax 8, head 1 all zero.
   std::vector<float> x(3 * 2 * 4, 0.f);
