@@ -27,10 +27,12 @@ namespace weft::prefill::sm90 {
 // the library reads no environment).
 //   WEFT_SM90_FP8_AHEAD: units a lane has loaded ahead of the one it converts (>= 1).
 // Measured (H100, e4m3 vs the bf16 sm90 prefill of the same process, 4 shapes;
-// bench/results/h100_fp8_sm90_check_348f4ed.txt): ahead 1 at 24 producer registers 0.63-0.76x,
-// ahead 4 at 40 (ptxas spills in the producer) 0.74-0.77x, ahead 2 at 40 (shipped) 0.77-0.88x,
-// ahead 4 at 48 (consumers at 224) 0.80-0.89x: within 5% of the shipped setting either way per
-// shape, and not run under the sanitizer, so not taken.
+// bench/results/h100_fp8_sm90_check_348f4ed.txt, spread-form loop): ahead 1 at 24 producer
+// registers 0.63-0.76x, ahead 4 at 40 (ptxas spills in the producer) 0.74-0.77x, ahead 2 at 40
+// 0.77-0.88x, ahead 4 at 48 (consumers at 224) 0.80-0.89x. With SEXT + PAIRROWS below (shipped;
+// h100_fp8_sm90_check_0500b1b.txt): 0.88-0.92x (e5m2 0.88-0.97x) against 0.73-0.81x for the
+// previous loop in the same process set; four widening warps (TMA_WIDENS, sm90_pipeline.cuh) at
+// ahead 4 / 48 registers 0.69-0.83x.
 #ifndef WEFT_SM90_FP8_AHEAD
 #define WEFT_SM90_FP8_AHEAD 2
 #endif
@@ -79,7 +81,9 @@ __device__ __forceinline__ void widen_store8(uint32_t a, uint32_t w0, uint32_t w
 // A lane widens 16-code units (one 16-byte load -> two 16-byte stores): D / 16 lanes per key row
 // (8 at d128), 4 rows per warp pass, the warps interleaved by pass, so a lane's units are rows
 // r0, r0 + kStep, ... (kStep = 4 kWidenWarps: 12 with three warps, 11 or 10 units per lane and
-// tile; 16 with four, 8 units). Shared memory is explicit (ld/st.shared on 32-bit addresses):
+// tile; 16 with four, 8 units). SASS per unit (SEXT + PAIRROWS, bf16 targets): LDS.128, 8 PRMT,
+// 8 IMAD.SHL, 8 LOP3, 8 HMUL2, 2 STS.128 with immediate offsets: ~36 instructions, 17 of them
+// on the integer pipe, where the spread form with per-unit selects took ~50, 36. Shared memory is explicit (ld/st.shared on 32-bit addresses):
 // through generic pointers (the first version) the compiler could not move a load above the
 // previous unit's store (possible alias) and every unit paid a full load -> convert -> store round
 // trip. Here the loads run WEFT_SM90_FP8_AHEAD units ahead of the conversions (asm volatile keeps

@@ -16,11 +16,14 @@
 #ifndef WEFT_SM90_FP8_PRODUCER_REGS
 #define WEFT_SM90_FP8_PRODUCER_REGS 40
 #endif
-// 1: the TMA warp widens too, between its tile issues (sm90_kernel.cuh producer): four widening
-// warps, one per SM sub-partition (warp w issues on sub-partition w % 4, so with three the TMA
-// warp's sub-partition carried none of the widening while the other three carried all of it).
+// Experiments only. 1: the TMA warp widens too, one tile behind its issues (sm90_kernel.cuh
+// producer): four widening warps, one per SM sub-partition (warp w issues on sub-partition w % 4;
+// with three, the TMA warp's sub-partition carries none of the widening). Measured slower (H100,
+// same process set, bench/results/h100_fp8_sm90_check_0500b1b.txt: e4m3 L16384 4.90 ms against
+// 4.32 with three warps, 0.75-0.84x bf16 against 0.88-0.92x): the TMA issue then waits behind the
+// warp's own widening. Off (three widening warps).
 #ifndef WEFT_SM90_FP8_TMA_WIDENS
-#define WEFT_SM90_FP8_TMA_WIDENS 1
+#define WEFT_SM90_FP8_TMA_WIDENS 0
 #endif
 
 namespace weft::prefill::sm90 {
