@@ -102,6 +102,7 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
     r.name = base + (mode == 2 ? "/share" : mode == 1 ? "/share_narrow" : "/decode");
     r.params = params;
     r.params.push_back({"batch", std::to_string(batch)});
+    if (mode == 2 && ctx.pat_wide_min_rows() > 0) r.params.push_back({"wide_min_rows", std::to_string(ctx.pat_wide_min_rows())});
     r.bytes = unique_kv + 2.0 * batch * h.hq * kD * 2;
     r.flops = 4.0 * double(keys) * h.hq * kD;
     r.ceiling = "read";
@@ -109,6 +110,7 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
       weft::DecodeOptions opt;
       opt.share_prefixes = share;
       opt.prefix_wide_packs = mode == 2;
+      opt.prefix_wide_min_rows = ctx.pat_wide_min_rows();  // --pat-wide-min-rows (0: the default)
       const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(batch, h.hq, h.hkv, kD, opt);
       DeviceArray ws(ws_bytes);
       weft::BatchDecodeWrapper w(batch, h.hq, h.hkv, kD, opt);

@@ -65,6 +65,9 @@ class Context {
     int reps = 0;                       // > 0: overrides every time_ms() `reps`
     std::vector<std::string> filters;   // substring match on case names (any of them)
     bool ceilings = true;
+    // --pat-wide-min-rows N (> 0): DecodeOptions::prefix_wide_min_rows of the pat group's share
+    // rows (0: the library default, heuristics::kPackWideMinRows), to time another tile selector.
+    int pat_wide_min_rows = 0;
   };
   explicit Context(Options opt);
   ~Context();
@@ -73,6 +76,7 @@ class Context {
 
   const Ceilings& ceilings() const { return ceilings_; }
   bool quick() const { return opt_.quick; }
+  int pat_wide_min_rows() const { return opt_.pat_wide_min_rows; }
   cudaStream_t stream() const { return stream_; }
   // A second stream, only for capturing CUDA graphs (with_graph); the graphs launch on stream().
   cudaStream_t capture_stream() const { return capture_stream_; }

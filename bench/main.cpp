@@ -1,7 +1,7 @@
 // weft-bench: measures the ceilings, runs the registered case groups, prints a table and
 // optionally writes JSON.
 //   weft-bench [--group G]... [--filter SUBSTR]... [--quick] [--reps N] [--json PATH]
-//              [--commit SHA] [--no-ceilings] [--list]
+//              [--commit SHA] [--no-ceilings] [--pat-wide-min-rows N] [--list]
 // Exit status: 0 ok, 1 a group failed (exception / CUDA error) or bad usage, 2 no usable GPU.
 #include <cuda_runtime_api.h>
 
@@ -35,6 +35,7 @@ void usage(const char* argv0) {
       "  --json PATH     write every result as JSON\n"
       "  --commit SHA    recorded in JSON (default: env WEFT_COMMIT)\n"
       "  --no-ceilings   skip measuring the copy/read/gemm ceilings (fractions become null)\n"
+      "  --pat-wide-min-rows N  pat group: wide packs from N rows (DecodeOptions::prefix_wide_min_rows)\n"
       "  --list          list registered groups and exit\n",
       argv0);
 }
@@ -176,6 +177,16 @@ int main(int argc, char** argv) {
     } else if (a == "--json") json_path = next("--json");
     else if (a == "--commit") commit = next("--commit");
     else if (a == "--no-ceilings") opt.ceilings = false;
+    else if (a == "--pat-wide-min-rows") {
+      const std::string v = next("--pat-wide-min-rows");
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n <= 0 || n > (1 << 20)) {
+        std::fprintf(stderr, "weft-bench: --pat-wide-min-rows expects a positive integer, got '%s'\n", v.c_str());
+        return 2;
+      }
+      opt.pat_wide_min_rows = static_cast<int>(n);
+    }
     else if (a == "--list") list = true;
     else if (a == "-h" || a == "--help") {
       usage(argv[0]);

@@ -198,6 +198,9 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     if (im.wide_packs && decode::wide_packs_compiled(head_dim, dtype)) {
       pc.wide_rows = decode::kWidePackRows;
       pc.wide_min_rows = im.wide_min_rows;
+      // Wide items cut from their own work (PackPlanConfig::max_slots): finer only while the
+      // plan's partial slots fit the workspace's.
+      pc.max_slots = im.wlayout.bounds().max_slots;
     }
     if (im.cascade != nullptr) {  // plan_cascade: the stated levels' forest, planned fully
       std::vector<plan::CascadeLevelSpec> specs;

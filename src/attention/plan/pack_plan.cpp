@@ -51,8 +51,26 @@ WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const
   return p;
 }
 
+namespace {
+void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
+                        const PackPlanConfig& cfg_in, WorkPlan& p, PackPlanScratch& sc, bool wide_own_chunk);
+}  // namespace
+
 void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
-                    const PackPlanConfig& cfg_in, WorkPlan& p, PackPlanScratch& sc) {
+                    const PackPlanConfig& cfg, WorkPlan& p, PackPlanScratch& sc) {
+  WEFT_CHECK_ARG(cfg.max_slots >= 0, "cfg.max_slots", "must be >= 0, got " << cfg.max_slots);
+  make_pack_plan_cut(forest, indptr, kv_len, cfg, p, sc, true);
+  // Wide items cut finer than max_chunk fill more partial slots (each ceil(rows / tile_rows));
+  // past the workspace's slots (PackPlanConfig::max_slots) they are cut at max_chunk as the
+  // narrow items (the plan before wide chunking), a function of the forest, cfg and the
+  // private chunk counts, so lazy updates (pack_planner.h) keep it.
+  if (cfg.max_slots > 0 && sc.wide_chunk != sc.max_chunk && p.num_slots() > cfg.max_slots)
+    make_pack_plan_cut(forest, indptr, kv_len, cfg, p, sc, false);
+}
+
+namespace {
+void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
+                        const PackPlanConfig& cfg_in, WorkPlan& p, PackPlanScratch& sc, bool wide_own_chunk) {
   PackPlanConfig cfg = cfg_in;  // with auto_chunk_min: max_chunk from the packed work (below)
   WEFT_CHECK_ARG(cfg.num_ctas >= 1, "cfg.num_ctas", "must be >= 1, got " << cfg.num_ctas);
   WEFT_CHECK_ARG(cfg.num_kv_heads >= 1, "cfg.num_kv_heads", "must be >= 1, got " << cfg.num_kv_heads);
@@ -137,8 +155,8 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   };
   // The chunks of keys [begin, end): near-equal pieces of chunk_keys() keys (one, possibly empty,
   // when uncut), passed to f(c0, c1) in key order.
-  auto for_chunks = [&](int32_t begin, int32_t end, auto&& f) {
-    const int64_t clen = std::max<int64_t>(1, chunk_keys(end - begin, cfg.max_chunk, cfg.kv_granularity));
+  auto for_chunks = [&](int32_t begin, int32_t end, int32_t max_chunk, auto&& f) {
+    const int64_t clen = std::max<int64_t>(1, chunk_keys(end - begin, max_chunk, cfg.kv_granularity));
     int64_t c0 = begin;
     do {
       const int64_t c1 = std::min<int64_t>(end, c0 + clen);
@@ -150,6 +168,33 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
     const int64_t len = end - begin, clen = chunk_keys(len, cfg.max_chunk, cfg.kv_granularity);
     return len == 0 ? 1 : static_cast<int32_t>((len + clen - 1) / clen);
   };
+
+  // Wide items' own chunk bound (auto_chunk_min): the wide kernel runs as its own launch on the
+  // plan's grid (wide_cta_indptr; wide_ctas_per_sm = 2 x 132 SMs on H100 = the 264-CTA decode
+  // grid, all resident), so its items are cut from ITS work alone: the keys of every wide item
+  // (each key costs one 128-row tile of tensor work, whatever the rows) per CTA, as
+  // pack_max_chunk rounds, at least auto_chunk_min. Cut at the packed work's bound instead
+  // (max_chunk: each key counted once per pack, most of it narrow), a node of few wide items
+  // stayed in few long items on a mostly idle grid: 32x32 B1-256 L4096-128 ran 64 wide items of
+  // 4096 keys on 64 of 264 CTAs (bench/results/h100_pat_48c877e.json, perf-notes-decode.md).
+  // Never coarser than max_chunk. The profit model (schedule_packs) still counts max_chunk chunks.
+  sc.wide_chunk = cfg.max_chunk;
+  if (wide_own_chunk && packs && cfg.auto_chunk_min > 0 && cfg.wide_rows > TR) {
+    int64_t wide_keys = 0;  // per KV head
+    for (size_t u = 0; u < forest.nodes.size(); ++u) {
+      const int32_t q = sd.pack_reqs[u];
+      const int32_t per_pack = pack_item_requests(forest.nodes[u].req_end - forest.nodes[u].req_begin, cfg);
+      if (q == 0 || per_pack * g <= TR) continue;
+      const int64_t items = q / per_pack + ((q % per_pack) * g > TR);  // a last item of <= TR rows is narrow
+      wide_keys += items * (int64_t(forest.nodes[u].page_end - sd.pack_page_begin[u]) * cfg.page_size);
+    }
+    if (wide_keys > 0) {
+      const int64_t gran = std::max(1, cfg.kv_granularity);
+      int64_t c = pack_max_chunk(wide_keys, cfg.num_kv_heads, cfg.num_ctas, cfg.auto_chunk_min, cfg.kv_granularity);
+      c = std::min<int64_t>(INT32_MAX / 2 / gran * gran, (c + gran - 1) / gran * gran);
+      if (cfg.max_chunk <= 0 || c < cfg.max_chunk) sc.wide_chunk = static_cast<int32_t>(c);
+    }
+  }
 
   // Packs: forest nodes in preorder (an ancestor's keys before its descendants'), each over its
   // scheduled pages for its scheduled members (sd.order[req_begin .. + pack_reqs)).
@@ -167,7 +212,7 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
           const int32_t nr = std::min(per_pack, q_end - q0);
           const int32_t base = indptr[sd.order[q0]];
           const int32_t slots = (nr * g + TR - 1) / TR;  // a wide item's rows fill several slots
-          for_chunks(k0, k1, [&](int32_t c0, int32_t c1) {
+          for_chunks(k0, k1, nr * g > TR ? sc.wide_chunk : cfg.max_chunk, [&](int32_t c0, int32_t c1) {
             const int32_t slot = next_slot;
             next_slot += slots;
             add_item(q0, nr, h, 0, nr * g, base, c0, c1, slot);
@@ -193,7 +238,7 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
         const int32_t r0 = t * TR, r1 = std::min(g, r0 + TR);
         if (!has_keys && shared_sources) continue;  // fully shared: the packs hold every key
         const bool final_item = !shared_sources && single_chunk;
-        for_chunks(start, kv_len[b], [&](int32_t c0, int32_t c1) {
+        for_chunks(start, kv_len[b], cfg.max_chunk, [&](int32_t c0, int32_t c1) {
           const int32_t slot = final_item ? -1 : next_slot++;
           add_item(sc.pos_of[b], 1, h, r0, r1, indptr[b], c0, c1, slot);
           if (!final_item) add_source(grp, slot, 0);  // its slot's row 0 holds row r0
@@ -478,6 +523,7 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   }
   expand_item_kv(f, p);
 }
+}  // namespace
 
 void expand_item_kv(int32_t f, WorkPlan& p) {
   const size_t n = p.item_page_base.size() - p.num_wide_items, n0 = n / f, w0 = p.num_wide_items / f;

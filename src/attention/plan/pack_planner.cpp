@@ -17,7 +17,8 @@ bool same_config(const PackPlanConfig& a, const PackPlanConfig& b) {
          a.tile_rows == b.tile_rows && a.page_size == b.page_size && a.max_chunk == b.max_chunk &&
          a.kv_granularity == b.kv_granularity && a.min_sharers == b.min_sharers && a.head_fold == b.head_fold &&
          a.kv_bytes_per_key == b.kv_bytes_per_key && a.partial_bytes_per_row == b.partial_bytes_per_row &&
-         a.auto_chunk_min == b.auto_chunk_min && a.wide_rows == b.wide_rows && a.wide_min_rows == b.wide_min_rows;
+         a.auto_chunk_min == b.auto_chunk_min && a.wide_rows == b.wide_rows && a.wide_min_rows == b.wide_min_rows &&
+         a.max_slots == b.max_slots;
 }
 
 // Chunks of a private suffix of `len` keys (make_pack_plan: one, possibly empty, when uncut).

@@ -106,6 +106,11 @@ struct PackPlanConfig {
   // the tile selector, its reason in heuristics::pack_wide_min_rows). 0: no wide items.
   int32_t wide_rows = 0;
   int32_t wide_min_rows = 0;
+  // With auto_chunk_min, wide items are cut at their own bound (PackPlanScratch::wide_chunk:
+  // the wide items' keys per CTA, the wide kernel being its own launch) instead of max_chunk;
+  // when that plan's slots exceed max_slots (> 0: the workspace's WorkPlanBounds::max_slots)
+  // they are cut at max_chunk instead. 0: no bound.
+  int32_t max_slots = 0;
 };
 
 // The tile selector of the pack planner: requests per item of a pack over a forest node with
@@ -188,6 +193,8 @@ struct PackPlanScratch {
   // auto_chunk_min) and pack_duplicate_keys of the forest (set with auto_chunk_min, else 0).
   int32_t max_chunk = 0;
   int64_t dup_keys = 0;
+  // The keys per WIDE item at most (PackPlanConfig::max_slots; max_chunk when not cut apart).
+  int32_t wide_chunk = 0;
 };
 void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                     const PackPlanConfig& cfg, WorkPlan& out, PackPlanScratch& scratch);

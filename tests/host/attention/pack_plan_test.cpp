@@ -113,6 +113,146 @@ TEST(PackPlan, WidePacksCoverEveryKeyOnce) {
   RecordProperty("wide_items", static_cast<int>(wide));
 }
 
+// Wide items cut from their own work (auto_chunk_min; PackPlanScratch::wide_chunk): on random forests
+// every (request, query head, key) is still covered once, every wide item stays within
+// wide_chunk (<= max_chunk, a multiple of kv_granularity) and every narrow item within max_chunk,
+// and the plan's slots stay within PackPlanConfig::max_slots unless the wide items fell back to
+// max_chunk (then the plan is the one cut at max_chunk: same slots as an unbounded plan whose
+// wide chunk is max_chunk).
+TEST(PackPlan, WideItemsChunkedFromOwnWork) {
+  Rng rng = Rng::for_current_test();
+  const int32_t page_sizes[] = {1, 16, 64};
+  const int32_t groups[] = {1, 2, 4, 8};
+  int64_t finer = 0, bounded = 0, fell_back = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    const int32_t ps = page_sizes[iter % 3];
+    const int32_t max_shared = ps == 1 ? 600 : (ps == 16 ? 200 : 60);
+    const int levels = 1 + iter % 2;
+    const Batch bt = random_batch(rng, ps, levels,
+                                  (levels == 1 ? 4 : 2) + static_cast<int>(rng.randint(1, levels == 1 ? 12 : 6)),
+                                  max_shared / 2);
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << bt.batch() << " page " << ps);
+    const PrefixForest f = build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ps);
+    PackPlanConfig cfg;
+    cfg.num_ctas = static_cast<int32_t>(rng.randint(1, 264));
+    cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 2));
+    cfg.group_size = groups[rng.randint(0, 3)];
+    cfg.tile_rows = 32;
+    cfg.wide_rows = 128;
+    cfg.wide_min_rows = static_cast<int32_t>(rng.randint(33, 96));
+    cfg.page_size = ps;
+    cfg.auto_chunk_min = static_cast<int32_t>(16 * rng.randint(1, 16));
+    if (rng.randint(0, 1)) set_pack_traffic(cfg, 128, 2);
+    PackPlanScratch sc;
+    WorkPlan unb;
+    make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg, unb, sc);
+    ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, unb));
+    const int32_t wide_chunk = sc.wide_chunk, max_chunk = sc.max_chunk;
+    ASSERT_GT(max_chunk, 0);
+    ASSERT_GT(wide_chunk, 0);
+    ASSERT_LE(wide_chunk, max_chunk);
+    ASSERT_EQ(wide_chunk % cfg.kv_granularity, 0);
+    ASSERT_GE(wide_chunk, std::min(max_chunk, cfg.auto_chunk_min));
+    finer += wide_chunk < max_chunk && unb.num_wide_items > 0;
+    const int32_t n_nar = unb.num_items() - unb.num_wide_items;
+    for (int32_t i = 0; i < unb.num_items(); ++i)
+      ASSERT_LE(unb.item_kv_end[i] - unb.item_kv_begin[i], i >= n_nar ? wide_chunk : max_chunk) << "item " << i;
+    // The slot bound: a bound between the plan cut at max_chunk and the finer plan's slots.
+    int32_t coarse_slots = unb.num_slots();
+    if (wide_chunk < max_chunk) {  // the coarse plan: a bound no wide-chunked plan fits forces it
+      PackPlanConfig tight = cfg;
+      tight.max_slots = 1;
+      WorkPlan c;
+      make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), tight, c, sc);
+      ASSERT_NO_FATAL_FAILURE(check_plan(bt, tight, c));
+      ASSERT_EQ(sc.wide_chunk, sc.max_chunk) << "fell back to max_chunk";
+      for (int32_t i = 0; i < c.num_items(); ++i) ASSERT_LE(c.item_kv_end[i] - c.item_kv_begin[i], max_chunk);
+      coarse_slots = c.num_slots();
+      ASSERT_LE(coarse_slots, unb.num_slots()) << "finer wide chunks only add slots";
+    }
+    PackPlanConfig lim = cfg;
+    lim.max_slots = static_cast<int32_t>(rng.randint(std::max(1, coarse_slots - 4), unb.num_slots() + 4));
+    WorkPlan b;
+    make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), lim, b, sc);
+    ASSERT_NO_FATAL_FAILURE(check_plan(bt, lim, b));
+    if (b.num_slots() <= lim.max_slots) {
+      ++bounded;
+    } else {  // only a plan already cut at max_chunk may exceed it (the wrapper then drops wide packs)
+      ++fell_back;
+      ASSERT_EQ(sc.wide_chunk, sc.max_chunk);
+      ASSERT_EQ(b.num_slots(), coarse_slots);
+      ASSERT_GT(coarse_slots, lim.max_slots);
+    }
+    const WorkPlan again = [&] {
+      WorkPlan a;
+      PackPlanScratch s2;
+      make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), lim, a, s2);
+      return a;
+    }();
+    ASSERT_EQ(again.item_kv_begin, b.item_kv_begin) << "deterministic";
+    ASSERT_EQ(again.item_slot, b.item_slot);
+  }
+  EXPECT_GT(finer, 15) << "wide items must be cut finer than max_chunk on many forests";
+  EXPECT_GT(bounded, 30);
+  EXPECT_GT(fell_back, 3);
+  RecordProperty("finer", static_cast<int>(finer));
+  RecordProperty("fell_back", static_cast<int>(fell_back));
+}
+
+// The shape of the bound's loss (perf-notes-decode.md, 48c877e: 32x32 heads, 256 requests on one
+// 4096-key root with 128-key suffixes, 264 CTAs ran 64 wide items of 4096 keys on 64 CTAs), at a
+// quarter of the heads and CTAs (8 KV heads, 66 CTAs: the same keys per CTA, a smaller coverage
+// check): cut from the wide work the root's wide items fill the grid, also head-folded (2 head
+// classes of 33 CTAs), one wide item per CTA.
+TEST(PackPlan, WideItemsFillTheGrid) {
+  const int32_t B = 256, root = 4096, suffix = 128, ps = 16;
+  Batch bt;
+  bt.page_size = ps;
+  for (int32_t b = 0; b < B; ++b) {
+    for (int32_t k = 0; k < root / ps; ++k) bt.indices.push_back(k);
+    for (int32_t k = 0; k < suffix / ps; ++k) bt.indices.push_back(root / ps + b * (suffix / ps) + k);
+    bt.indptr.push_back(static_cast<int32_t>(bt.indices.size()));
+    bt.kv_len.push_back(root + suffix);
+  }
+  const PrefixForest f = build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), B, ps);
+  for (int32_t fold : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << "head_fold " << fold);
+    PackPlanConfig cfg;
+    cfg.num_ctas = 66;
+    cfg.num_kv_heads = 8;
+    cfg.group_size = 1;
+    cfg.tile_rows = 32;
+    cfg.page_size = ps;
+    cfg.kv_granularity = 64;
+    cfg.auto_chunk_min = 256;
+    cfg.head_fold = fold;
+    cfg.wide_rows = 128;
+    cfg.wide_min_rows = 64;
+    set_pack_traffic(cfg, 128, 2);
+    PackPlanScratch sc;
+    WorkPlan p;
+    make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg, p, sc);
+    ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, p));
+    EXPECT_GE(sc.max_chunk, root) << "the packed work's bound leaves the root whole";
+    EXPECT_EQ(sc.wide_chunk, 1024) << "2 wide items x 4096 keys x 8 heads / 66 CTAs = 993, rounded";
+    EXPECT_EQ(p.num_wide_items, 2 * 8 * (root / 1024));
+    int32_t busy = 0, most = 0;
+    for (int32_t c = 0; c < cfg.num_ctas; ++c) {
+      const int32_t k = p.wide_cta_indptr[c + 1] - p.wide_cta_indptr[c];
+      busy += k > 0;
+      most = std::max(most, k);
+    }
+    EXPECT_EQ(busy, 64) << "one wide item per CTA on 64 of 66";
+    EXPECT_EQ(most, 1);
+    PackPlanConfig off = cfg;  // the coarse plan (a slot bound it cannot meet): 64 wide items
+    off.max_slots = 1;
+    WorkPlan q;
+    make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), off, q, sc);
+    EXPECT_EQ(q.num_wide_items, 2 * 8);
+    EXPECT_GT(p.num_slots(), q.num_slots());
+  }
+}
+
 // The tile selector: narrow below wide_min_rows rows, wide from it on (never for a node whose rows
 // fit one narrow tile), off without wide_rows.
 TEST(PackPlan, TileSelectorPicksWideForManyRows) {
