@@ -88,7 +88,12 @@ inline constexpr std::size_t kMinPlanCopyBytes = 32 * 1024;
 // B1-256 L4096-128 1.22x) but for 32x8 B1-256 L2048-512 (0.87x); nodes of 64-512 rows lost down to
 // 0.55x (the wide kernel runs before the decode kernel, not beside it, and its few long items set
 // its time), with two exceptions (64x8 B4-64 / B1-32 at L4096: 1.28x / 1.07x). So 1024: the
-// measured gains kept, the losses below it avoided.
+// measured gains kept, the losses below it avoided. Re-measured with wide items cut from their own
+// work (PackPlanScratch::wide_chunk; bench/results/h100_pat_{,w64_,w256_}2da8800.json, one call,
+// all 60 trees): from 64 rows the share rows were 0.857x the 1024 default (geomean; 5 trees
+// faster, 37 slower, 0.54-1.39x), from 256 rows 0.968x (3 faster, 12 slower, 0.68-1.22x): the
+// 256-rows gains are 4096-key nodes (32x32 / 16x8 B1-256 L4096-128 1.22x / 1.20x), its losses
+// 512-2048-key nodes (32x8 B1-8-64 L512 0.68x). So 1024 stays.
 inline constexpr int32_t kPackWideMinRows = 1024;
 
 // The fixed grid of a persistent kernel: `ctas_per_sm` resident CTAs on each of `sm_count` SMs
