@@ -62,11 +62,19 @@ double fused_time_us(const PlanInput& in) {
   return std::max(p, d) + c.overlap * std::min(p, d) + c.fused_us;
 }
 
-std::vector<int32_t> partition_candidates(int32_t num_sms) {
+int32_t max_partition_candidate(int32_t num_sms) {
   const heuristics::PodCost& c = heuristics::pod_cost();
+  return std::min(c.partition_max_free, num_sms / 2) / c.partition_step * c.partition_step;
+}
+
+bool is_partition_candidate(int32_t k, int32_t num_sms) {
+  return k > 0 && k % heuristics::pod_cost().partition_step == 0 && k <= max_partition_candidate(num_sms);
+}
+
+std::vector<int32_t> partition_candidates(int32_t num_sms) {
+  const int32_t step = heuristics::pod_cost().partition_step;
   std::vector<int32_t> v;
-  for (int32_t k = c.partition_step; k <= std::min(c.partition_max_free, num_sms / 2); k += c.partition_step)
-    v.push_back(k);
+  for (int32_t k = step; k <= max_partition_candidate(num_sms); k += step) v.push_back(k);
   return v;
 }
 
@@ -101,12 +109,11 @@ double partition_ratio(const PlanInput& in) {
 
 Decision decide(const PlanInput& in) {
   check_input(in);
-  const std::vector<int32_t> ks = partition_candidates(in.num_sms);
-  WEFT_CHECK_ARG(in.partition_free_sms == 0 || std::count(ks.begin(), ks.end(), in.partition_free_sms) == 1,
+  const int32_t k_max = max_partition_candidate(in.num_sms);
+  WEFT_CHECK_ARG(in.partition_free_sms == 0 || is_partition_candidate(in.partition_free_sms, in.num_sms),
                  "partition_free_sms",
                  in.partition_free_sms << " is not one of the candidates (multiples of "
-                                       << heuristics::pod_cost().partition_step << " up to "
-                                       << (ks.empty() ? 0 : ks.back()) << ")");
+                                       << heuristics::pod_cost().partition_step << " up to " << k_max << ")");
   const heuristics::PodCost& c = heuristics::pod_cost();
   Decision d;
   const int32_t G = in.num_sms * in.ctas_per_sm;
@@ -136,11 +143,10 @@ Decision decide(const PlanInput& in) {
   const double x = partition_ratio(in);
   const double tiles_per_sm = double(sm90_tiles(in)) / in.num_sms;
   int32_t k_best = in.partition_free_sms;
-  if (k_best == 0 && !ks.empty()) {
+  if (k_best == 0 && k_max > 0) {  // the largest candidate not above the bands' k, at least the smallest
     const int32_t want = heuristics::pod_partition_free_sms(x, tiles_per_sm, in.tensor_core_decode);
-    k_best = ks.front();
-    for (int32_t k : ks)
-      if (k <= want) k_best = k;
+    const int32_t step = c.partition_step;
+    k_best = std::max(step, std::min(k_max, std::max(0, want)) / step * step);
   }
   d.free_sms = k_best;
   d.prefill_grid = in.num_sms - k_best;

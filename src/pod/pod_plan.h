@@ -75,6 +75,10 @@ double fused_time_us(const PlanInput& in);
 // Candidate k of the SM partition on num_sms SMs: partition_step, 2 step, .. up to
 // min(partition_max_free, num_sms / 2) (heuristics::pod_cost; the workspace covers these grids).
 std::vector<int32_t> partition_candidates(int32_t num_sms);
+// The largest of them (0: none) and whether k is one of them, without building the list (the
+// planner's and the wrapper's check of a pinned k).
+int32_t max_partition_candidate(int32_t num_sms);
+bool is_partition_candidate(int32_t k, int32_t num_sms);
 // Predicted partition time with k free SMs (the model above; the sm90 prefill's rates).
 double partition_time_us(const PlanInput& in, int32_t free_sms);
 // 128-row query tiles of the prefill side (the sm90 kernel's work items before splits).

@@ -193,12 +193,12 @@ BatchPODAttention::BatchPODAttention(const PodBounds& bounds, const PodOptions& 
   im.layout = make_layout(bounds, im.geo, options.prefill_split);
   im.serial_decode = std::make_unique<BatchDecodeWrapper>(bounds.max_decode_batch, bounds.num_qo_heads,
                                                           bounds.num_kv_heads, bounds.head_dim);
-  if (options.partition_free_sms != 0) {
-    const std::vector<int32_t> ks = pod::partition_candidates(im.geo.sms);
-    WEFT_CHECK_ARG(std::count(ks.begin(), ks.end(), options.partition_free_sms) == 1, "options.partition_free_sms",
-                   options.partition_free_sms << " is not a partition candidate (multiples of 8 up to "
-                                              << (ks.empty() ? 0 : ks.back()) << " on " << im.geo.sms << " SMs)");
-  }
+  WEFT_CHECK_ARG(options.partition_free_sms == 0 || pod::is_partition_candidate(options.partition_free_sms, im.geo.sms),
+                 "options.partition_free_sms",
+                 options.partition_free_sms << " is not a partition candidate (multiples of "
+                                            << heuristics::pod_cost().partition_step << " up to "
+                                            << pod::max_partition_candidate(im.geo.sms) << " on " << im.geo.sms
+                                            << " SMs)");
   // Non-blocking (no implicit order with the legacy stream: the events order it); the default
   // priority, as a caller's stream has.
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&im.side, cudaStreamNonBlocking));

@@ -199,6 +199,27 @@ TEST(PodPlan, PartitionCandidates) {
   for (int32_t sms : {1, 10, 20, 78, 114, 132, 144})
     for (int32_t k : partition_candidates(sms)) EXPECT_LE(2 * k, sms) << sms;
   EXPECT_TRUE(partition_candidates(2 * c.partition_step - 1).empty());
+  // The list-free forms agree with the list.
+  for (int32_t sms : {1, 10, 20, 78, 114, 132, 144}) {
+    const std::vector<int32_t> ks = partition_candidates(sms);
+    EXPECT_EQ(max_partition_candidate(sms), ks.empty() ? 0 : ks.back()) << sms;
+    for (int32_t k = -8; k <= sms; ++k)
+      EXPECT_EQ(is_partition_candidate(k, sms), std::count(ks.begin(), ks.end(), k) == 1) << sms << " k" << k;
+  }
+}
+
+// A pinned k that is not a candidate is rejected by the planner, naming the field.
+TEST(PodPlan, PinnedPartitionMustBeACandidate) {
+  PlanInput in = hybrid(2048, 8192, 64, 8192);
+  in.sm90_prefill = true;
+  in.mode = Mode::kPartition;
+  for (int32_t k : {-8, 13, 2 * heuristics::pod_cost().partition_max_free, 80}) {
+    in.partition_free_sms = k;
+    if (is_partition_candidate(k, in.num_sms)) continue;
+    EXPECT_EQ(test::thrown_argument([&] { decide(in); }), "partition_free_sms") << k;
+  }
+  in.partition_free_sms = partition_candidates(in.num_sms).back();
+  EXPECT_EQ(decide(in).free_sms, in.partition_free_sms);
 }
 
 // The partition model: never faster than either side alone on the whole GPU, never slower than
