@@ -28,7 +28,8 @@ int32_t grid_for(int32_t head_dim, int32_t stages, int32_t warps) {
   return heuristics::persistent_grid(d.sms, decode::ctas_per_sm(head_dim, stages, warps, d.device));
 }
 
-// Stages and warps of a wrapper: the options' values (validated), or the tuned defaults.
+// Stages and warps of a wrapper: the options' values (validated, with the other tuning knobs,
+// before any CUDA call), or the tuned defaults.
 struct Tuning {
   int32_t stages = 0, warps = 0;
 };
@@ -40,6 +41,8 @@ Tuning resolve_tuning(int32_t head_dim, const DecodeOptions& o) {
       o.pipeline_stages == 0 || (o.pipeline_stages >= 2 && o.pipeline_stages <= kDecodeMaxPipelineStages),
       "options.pipeline_stages",
       "must be 0 (default) or in [2, " << kDecodeMaxPipelineStages << "], got " << o.pipeline_stages);
+  WEFT_CHECK_ARG(o.prefix_wide_min_rows >= 0, "options.prefix_wide_min_rows",
+                 "must be >= 0 (0: the measured default), got " << o.prefix_wide_min_rows);
   Tuning t;
   t.stages = o.pipeline_stages != 0 ? o.pipeline_stages : decode::decode_stages(head_dim);
   t.warps = o.warps_per_cta != 0 ? o.warps_per_cta : decode::decode_warps(head_dim);
@@ -199,8 +202,6 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
     impl_->wlayout = plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, impl_->grid, options));
     staging_bytes = std::max(staging_bytes, impl_->wlayout.metadata_bytes());
     decode::prepare_decode_work_plan(head_dim);
-    WEFT_CHECK_ARG(options.prefix_wide_min_rows >= 0, "options.prefix_wide_min_rows",
-                   "must be >= 0, got " << options.prefix_wide_min_rows);
     impl_->wide_packs = options.prefix_wide_packs && head_dim == decode::kWidePackHeadDim;
     impl_->wide_min_rows =
         options.prefix_wide_min_rows > 0 ? options.prefix_wide_min_rows : heuristics::kPackWideMinRows;

@@ -23,6 +23,12 @@ TEST(DecodeOptions, BadTuningRejectedNamingTheField) {
   o.pipeline_stages = kDecodeMaxPipelineStages + 1;
   EXPECT_EQ(test::thrown_argument([&] { BatchDecodeWrapper::workspace_size(8, 32, 8, 128, o); }),
             "options.pipeline_stages");
+  o = DecodeOptions{};
+  o.share_prefixes = true;
+  o.prefix_wide_min_rows = -1;
+  EXPECT_EQ(test::thrown_argument([&] { BatchDecodeWrapper::workspace_size(8, 32, 8, 128, o); }),
+            "options.prefix_wide_min_rows");
+  EXPECT_EQ(test::thrown_argument([&] { BatchDecodeWrapper w(8, 32, 8, 128, o); }), "options.prefix_wide_min_rows");
 }
 
 }  // namespace
