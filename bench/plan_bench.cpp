@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -589,7 +590,15 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
     else if (!std::strcmp(argv[i], "--min-ms") && i + 1 < argc) g_min_ms = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--copy")) g_copy = true;
-    else if (!std::strcmp(argv[i], "--cold") && i + 1 < argc) g_cold_buf.assign(size_t(std::atof(argv[++i]) * (1 << 20)), 0);
+    else if (!std::strcmp(argv[i], "--cold") && i + 1 < argc) {
+      char* end = nullptr;
+      const double mb = std::strtod(argv[++i], &end);
+      if (*end != '\0' || !(mb > 0 && mb <= 4096)) {
+        std::fprintf(stderr, "weft-plan-bench: --cold expects MiB in (0, 4096], got '%s'\n", argv[i]);
+        return 1;
+      }
+      g_cold_buf.assign(size_t(mb * (1 << 20)), 0);
+    }
     else if (!std::strcmp(argv[i], "--router") && i + 1 < argc) router = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--filter SUBSTR] [--min-ms MS] [--copy] [--cold MB] [--router FILE]\n", argv[0]);
