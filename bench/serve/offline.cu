@@ -22,14 +22,16 @@ using weft::decode::RouterFeatures;
 // --refit WALLS --gpu NAME --slots N [--router-us X] [--neighbours K] --calibration TEXT --out TABLE: a router
 // table fitted (on the host, no device) to per-step wall times measured by an earlier calibration
 // run on --seed / --steps: WALLS has one line per (family, option), "family option w0 w1 ...", the
-// medians of that run's non-empty steps in order (bench/serve/walls.py extracts them from its
-// JSON). The features are this build's route_features, so a table follows a change of the model's
+// medians of that run's non-empty steps in order, and per (family, option) a line
+// "family option@gpu g0 g1 ..." of the GPU times (bench/serve/walls.py extracts both from its
+// JSON); with GPU times the table's steps hold modelled walls (routes.h, add_modelled_steps). The features are this build's route_features, so a table follows a change of the model's
 // features without a device call; the measurements stay those of the run named in --calibration.
 bool refit(const Args& a) {
   std::ifstream in(a.refit);
   std::map<std::string, std::pair<std::vector<RouterFeatures>, std::vector<double>>> samples;
   std::map<std::string, std::vector<weft::serve::Step>> steps;
   std::map<std::string, std::map<std::string, std::vector<double>>> fam_walls;  // family -> option -> walls
+  std::map<std::string, std::map<std::string, std::vector<double>>> fam_gpus;   // family -> option -> GPU times
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream ls(line);
@@ -41,9 +43,15 @@ bool refit(const Args& a) {
         if (!st.req.empty()) steps[fam].push_back(std::move(st));
     }
     const std::vector<RouteOption> opts = default_options(true);
+    const bool gpu_line = opt.size() > 4 && opt.compare(opt.size() - 4, 4, "@gpu") == 0;  // walls.py: GPU times
+    if (gpu_line) opt.resize(opt.size() - 4);
     auto it = std::find_if(opts.begin(), opts.end(), [&](const RouteOption& o) { return o.name == opt; });
     if (it == opts.end()) continue;  // the router's own row
     double w = 0;
+    if (gpu_line) {
+      while (ls >> w) fam_gpus[fam][opt].push_back(w);
+      continue;
+    }
     for (size_t si = 0; ls >> w; ++si) {
       if (si >= steps[fam].size()) {
         std::fprintf(stderr, "refit: %s %s has more values than steps\n", fam.c_str(), opt.c_str());
@@ -70,11 +78,18 @@ bool refit(const Args& a) {
     m.options.push_back(o);
   }
   if (m.options.empty() || a.slots < 1) return false;
+  std::vector<MeasuredFamily> measured;
   for (const auto& [fam, fam_steps] : steps) {
-    std::vector<weft::decode::StepFeatures> xs;
-    for (const auto& st : fam_steps) xs.push_back(weft::decode::step_features(summary_of(st)));
-    add_steps(m, xs, fam_walls[fam], a.neighbours);
+    MeasuredFamily mf;
+    for (const auto& st : fam_steps) {
+      mf.x.push_back(weft::decode::step_features(summary_of(st)));
+      mf.batch.push_back(int32_t(st.kv_len.size()));
+    }
+    mf.wall = fam_walls[fam];
+    mf.gpu = fam_gpus[fam];
+    measured.push_back(std::move(mf));
   }
+  add_modelled_steps(m, measured, a.neighbours);
   if (m.router_us <= 0) {  // no --router-us: the decision's median host time here, on these steps
     std::vector<double> d;
     for (const auto& [fam, fam_steps] : steps)
@@ -108,6 +123,7 @@ bool refit(const Args& a) {
     std::istringstream ls(line);
     std::string fam, opt;
     if (!(ls >> fam >> opt)) continue;
+    if (opt.size() > 4 && opt.compare(opt.size() - 4, 4, "@gpu") == 0) continue;  // charged: wall times only
     double w = 0;
     while (ls >> w) walls[fam][opt].push_back(w);
   }

@@ -82,6 +82,46 @@ inline void add_steps(RouterModel& m, const std::vector<weft::decode::StepFeatur
   m.neighbours = k;
 }
 
+// One family's measurements as the router table's calibration steps take them: per measured step
+// its features and batch, per option the per-step medians of wall and GPU time (us).
+struct MeasuredFamily {
+  std::vector<weft::decode::StepFeatures> x;
+  std::vector<int32_t> batch;
+  std::map<std::string, std::vector<double>> wall, gpu;
+};
+
+// The table's calibration steps with MODELLED wall times (router.h, CalibrationStep): per option
+// the host time (wall - GPU of each step) fitted over every family's steps as a + b x batch
+// (weft::decode::fit_host_time, stored as RouteOption::host_us), each step's time = its GPU time +
+// that fit. An option without GPU times (a --refit walls file from before they were written)
+// keeps its measured walls.
+inline void add_modelled_steps(RouterModel& m, const std::vector<MeasuredFamily>& fams, int32_t k = kRouterNeighbours) {
+  for (RouteOption& o : m.options) {
+    std::vector<int32_t> b;
+    std::vector<double> h;
+    for (const MeasuredFamily& f : fams) {
+      auto w = f.wall.find(o.name);
+      auto g = f.gpu.find(o.name);
+      if (w == f.wall.end() || g == f.gpu.end()) continue;
+      for (size_t si = 0; si < w->second.size() && si < g->second.size() && si < f.batch.size(); ++si)
+        if (w->second[si] > 0 && g->second[si] > 0) b.push_back(f.batch[si]), h.push_back(w->second[si] - g->second[si]);
+    }
+    o.host_us = b.empty() ? std::array<double, 2>{0, 0} : weft::decode::fit_host_time(b, h);
+  }
+  for (const MeasuredFamily& f : fams) {
+    std::map<std::string, std::vector<double>> t = f.wall;
+    for (const RouteOption& o : m.options) {
+      auto g = f.gpu.find(o.name);
+      auto w = t.find(o.name);
+      if (g == f.gpu.end() || w == t.end() || (o.host_us[0] == 0 && o.host_us[1] == 0)) continue;
+      for (size_t si = 0; si < w->second.size() && si < g->second.size() && si < f.batch.size(); ++si)
+        if (w->second[si] > 0 && g->second[si] > 0)
+          w->second[si] = g->second[si] + o.host_us[0] + o.host_us[1] * f.batch[si];
+    }
+    add_steps(m, f.x, t, k);
+  }
+}
+
 // Host-only modes (offline.cu; no device work).
 bool refit(const Args& a);
 bool dump_steps(const Args& a);

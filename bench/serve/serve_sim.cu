@@ -65,6 +65,7 @@ struct FamilyResult {
   std::map<std::string, CheckResult> checks;
   std::vector<double> router_decide_us, bal_plan_us_b256;
   std::vector<weft::decode::StepFeatures> step_x;  // per measured step (the router table's steps)
+  std::vector<int32_t> step_batch;                  // per measured step: its rows
   std::vector<std::vector<int64_t>> step_shape;     // hybrid: per step (hybrid.h)
   std::map<std::string, int> partition_k;           // hybrid: the partition option's k per step
   // Calibration samples per option: features, wall time.
@@ -143,6 +144,7 @@ FamilyResult run_family(Engine& e, const std::string& name, const Args& a, const
       }
     }
     fr.step_x.push_back(weft::decode::step_features(sum));
+    fr.step_batch.push_back(sum.batch);
     for (size_t idx = 0; idx < n; ++idx) {
       const bool router = is_router(idx);
       const std::string key = router ? "router" : opts[idx].name;
@@ -419,7 +421,7 @@ int main(int argc, char** argv) {
       m.slots = grid_slots(e);
       std::ostringstream cal;
       cal << "seed " << a.seed << ", " << fams.size() << " families x " << a.steps << " steps, median of " << a.reps
-          << " interleaved reps, wall us; linear fallback: relative least squares, critical path = 1-D makespan; "
+          << " interleaved reps; vote on modelled walls (GPU us + host fit a + b x batch per option); linear fallback: relative least squares, critical path = 1-D makespan; "
              "decisions: vote of the " << kRouterNeighbours << " nearest calibration steps";
       m.calibration = cal.str();
       for (RouteOption o : default_options(true)) {
@@ -435,11 +437,15 @@ int main(int argc, char** argv) {
         o.coef = weft::decode::fit_route(x, t, /*relative=*/true);
         m.options.push_back(o);
       }
+      std::vector<MeasuredFamily> measured;
       for (const FamilyResult& fr : results) {
-        std::map<std::string, std::vector<double>> walls;
-        for (const auto& [k, rs] : fr.routes) walls[k] = rs.wall;
-        add_steps(m, fr.step_x, walls);
+        if (fr.name == "hybrid") continue;  // POD's modes: not decode routes
+        MeasuredFamily mf{fr.step_x, fr.step_batch, {}, {}};
+        for (const auto& [k, rs] : fr.routes)
+          if (k != "router") mf.wall[k] = rs.wall, mf.gpu[k] = rs.gpu;
+        measured.push_back(std::move(mf));
       }
+      add_modelled_steps(m, measured);
       // The router's own decision time on the calibration steps (median over repeats).
       std::vector<double> d;
       for (const std::string& fam : fams) {

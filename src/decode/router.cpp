@@ -188,8 +188,15 @@ int32_t vote(const RouterModel& m, const StepSummary& s, const RouteFilter& filt
   bool cand[kRouterMaxOptions];
   double score[kRouterMaxOptions];
   int32_t ncand = 0;
+  // A 1-D grid must give every SM a task (router.h): below slots / 2 tasks it is no candidate.
+  // Tasks >= rows x KV heads, so only small batches pay the O(batch) count.
+  const int64_t fill = std::max<int64_t>(1, m.slots / 2);
+  const bool may_underfill = int64_t(s.batch) * m.num_kv_heads < fill;
   for (int32_t o = 0; o < nopt; ++o) {
-    cand[o] = admitted(m.options[o], s, filter);
+    const RouteOption& opt = m.options[o];
+    cand[o] = admitted(opt, s, filter);
+    if (cand[o] && may_underfill && (opt.route == Route::kWorkQueue || opt.route == Route::kNoSplit))
+      cand[o] = grid_tasks(s, opt.route == Route::kNoSplit ? 0 : opt.chunk, m.num_kv_heads) >= fill;
     for (int32_t j = 0; j < found && cand[o]; ++j) cand[o] = m.steps[near[j]].wall_us[o] > 0;
     score[o] = 0;
     ncand += cand[o];
@@ -341,6 +348,31 @@ RouterFeatures fit_route(const std::vector<RouterFeatures>& x_in, const std::vec
   return out;
 }
 
+std::array<double, 2> fit_host_time(const std::vector<int32_t>& batch, const std::vector<double>& host_us) {
+  WEFT_CHECK_ARG(batch.size() == host_us.size() && !batch.empty(), "host_us",
+                 "expected one host time per batch size (" << batch.size() << "), got " << host_us.size());
+  // Weighted least squares rounds, weights 1 / max(|residual|, 0.05 us): converges towards the
+  // least absolute deviations line; 50 rounds settle it to well below the 0.1 us the vote can see.
+  std::vector<double> w(batch.size(), 1.0);
+  std::array<double, 2> c{0, 0};
+  for (int round = 0; round < 50; ++round) {
+    double s0 = 0, s1 = 0, s2 = 0, t0 = 0, t1 = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const double x = batch[i];
+      s0 += w[i], s1 += w[i] * x, s2 += w[i] * x * x, t0 += w[i] * host_us[i], t1 += w[i] * x * host_us[i];
+    }
+    const double det = s0 * s2 - s1 * s1;
+    if (det > 1e-9 * s0 * s2) {
+      c = {(t0 * s2 - t1 * s1) / det, (s0 * t1 - s1 * t0) / det};
+    } else {  // one distinct batch size: a constant
+      c = {t0 / s0, 0.0};
+    }
+    for (size_t i = 0; i < batch.size(); ++i)
+      w[i] = 1.0 / std::max(0.05, std::fabs(host_us[i] - c[0] - c[1] * batch[i]));
+  }
+  return c;
+}
+
 // ------------------------------------------------------------------------------------------
 // JSON table: a fixed shape written by to_json; from_json reads that shape (keys in any order
 // inside an option, whitespace free).
@@ -358,7 +390,9 @@ std::string RouterModel::to_json() const {
     os << "    {\"name\": \"" << o.name << "\", \"route\": \"" << route_name(o.route) << "\", \"chunk\": " << o.chunk
        << ", \"coef\": [";
     for (int f = 0; f < kRouterFeatures; ++f) os << (f ? ", " : "") << o.coef[f];
-    os << "]}" << (i + 1 < options.size() ? "," : "") << "\n";
+    os << "]";
+    if (o.host_us[0] != 0 || o.host_us[1] != 0) os << ", \"host\": [" << o.host_us[0] << ", " << o.host_us[1] << "]";
+    os << "}" << (i + 1 < options.size() ? "," : "") << "\n";
   }
   os << "  ]";
   if (!steps.empty()) {
@@ -451,6 +485,20 @@ RouterModel RouterModel::from_json(const std::string& s) {
                      "option " << o.name << ": coefficient " << f << " must be a number >= 0");
       p = end;
       while (*p == ',' || *p == ' ') ++p;
+    }
+    const size_t h = s.find("\"host\"", a);  // optional: the host-time fit (RouteOption::host_us)
+    if (h < b) {
+      const size_t hb = s.find('[', h);
+      WEFT_CHECK_ARG(hb < b, "router table", "option " << o.name << ": \"host\" is not an array");
+      const char* q = s.c_str() + hb + 1;
+      for (int i = 0; i < 2; ++i) {
+        char* end = nullptr;
+        o.host_us[i] = std::strtod(q, &end);
+        WEFT_CHECK_ARG(end != q && std::isfinite(o.host_us[i]), "router table",
+                       "option " << o.name << ": host time coefficient " << i << " must be a number");
+        q = end;
+        while (*q == ',' || *q == ' ') ++q;
+      }
     }
     m.options.push_back(o);
     pos = b + 1;

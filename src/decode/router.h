@@ -58,6 +58,10 @@ struct RouteOption {
   Route route = Route::kBalanced;
   int32_t chunk = 0;         // work queue: keys per split
   RouterFeatures coef{};     // microseconds per feature unit
+  // Host time of one step outside the GPU (plan, metadata upload, launch, sync), fitted on the
+  // calibration steps as host_us[0] + host_us[1] x batch (fit_host_time); the steps' times of
+  // the vote are made with it (CalibrationStep). Not read by choose_route. {0, 0}: not fitted.
+  std::array<double, 2> host_us{};
 };
 
 // One decode step as the router sees it.
@@ -74,9 +78,15 @@ using StepFeatures = std::array<double, kStepFeatures>;
 inline constexpr int kRouterMaxOptions = 16;
 inline constexpr int kRouterMaxNeighbours = 64;
 
-// One calibration step of the table: its features and each option's measured wall time (us), in
-// the order of RouterModel::options; < 0 where the option was not measured (prefix sharing
-// outside shared-prefix steps).
+// One calibration step of the table: its features and each option's wall time (us), in the order
+// of RouterModel::options; < 0 where the option was not measured (prefix sharing outside
+// shared-prefix steps). Tables whose options carry "host" hold the MODELLED wall time: the step's
+// measured GPU time (median of the repeats) plus the option's fitted host time at the step's batch
+// (RouteOption::host_us). Why: the host part of one step's wall time (plan, upload, launch, sync:
+// 20-30 us beside a 100-150 us B1 step) moves by several us between runs, more than the options
+// differ, and the raw per-step walls ranked options by that noise (74061e5 on H100: c2048 over
+// balanced on bucketed B1 by 2.8 us of host time while its GPU time was 2.8 us slower; held-out
+// 0.936). The fit over all ~300 calibration steps averages it out (docs/perf-notes-serve.md).
 struct CalibrationStep {
   StepFeatures x{};
   std::vector<double> wall_us;
@@ -124,7 +134,10 @@ struct RouteFilter {
   int64_t max_tasks = INT64_MAX;
 };
 // Index of the option the table picks among those the filter admits (prefix_share only when
-// step.shared_keys > 0): with calibration steps, the nearest-neighbour vote (above); without
+// step.shared_keys > 0): with calibration steps, the nearest-neighbour vote (above), where a 1-D
+// grid with fewer tasks than half the grid's slots (one per SM at 2 CTAs per SM) is not a
+// candidate (it leaves SMs idle; the vote's neighbours may be steps 4x longer where the same chunk
+// filled the grid: 74061e5, B1 at 8K keys, c2048 = 32 tasks at 64 us GPU vs balanced 29); without
 // (or when no admitted option was measured at every neighbour), the lowest predicted time of the
 // linear model (ties: the earlier option). -1 when no option is admitted.
 int32_t choose_route(const RouterModel& model, const StepSummary& step, const RouteFilter& filter = {});
@@ -134,5 +147,10 @@ int32_t choose_route(const RouterModel& model, const StepSummary& step, const Ro
 // squared RELATIVE error is minimized (each sample weighted by 1 / t^2), so a family of 100 us
 // steps counts as much as one of 1 ms steps (the router's target is a ratio per family).
 RouterFeatures fit_route(const std::vector<RouterFeatures>& x, const std::vector<double>& t, bool relative = false);
+
+// Least absolute deviations line host_us ~ c[0] + c[1] x batch (iteratively reweighted least
+// squares, a fixed number of rounds: deterministic): robust to the few steps a host disturbance
+// hit. Needs >= 1 sample; with one distinct batch the slope is 0 and c[0] their median-like fit.
+std::array<double, 2> fit_host_time(const std::vector<int32_t>& batch, const std::vector<double>& host_us);
 
 }  // namespace weft::decode

@@ -280,7 +280,8 @@ VoteCase vote_case(uint64_t seed, int32_t steps, int32_t k) {
   Rng rng(seed);
   VoteCase c;
   c.m.num_kv_heads = 8;
-  c.m.slots = 264;
+  c.m.slots = 16;  // every step has >= 8 tasks = slots / 2: the vote's fill rule never applies here
+                   // (VoteSkipsOneDGridsThatLeaveSMsIdle tests it)
   c.m.options = {option(Route::kBalanced, 0, {1, 0, 0, 0, 0}), option(Route::kWorkQueue, 1024, {1, 0, 0, 0, 0}),
                  option(Route::kWorkQueue, 4096, {1, 0, 0, 0, 0}), option(Route::kNoSplit, 0, {1, 0, 0, 0, 0}),
                  option(Route::kPrefixShare, 0, {1, 0, 0, 0, 0})};
@@ -381,13 +382,72 @@ TEST(Router, VoteRespectsTheTaskLimitAndFallsBackToTheModel) {
   EXPECT_EQ(choose_route(c.m, s, f), 2);
 }
 
+TEST(Router, VoteSkipsOneDGridsThatLeaveSMsIdle) {
+  // 264 slots: a 1-D grid needs >= 132 tasks. One calibration step where c2048 was fastest.
+  RouterModel m;
+  m.num_kv_heads = 8;
+  m.slots = 264;
+  m.neighbours = 1;
+  m.options = {option(Route::kBalanced, 0, {1, 0, 0, 0, 0}), option(Route::kWorkQueue, 2048, {1, 0, 0, 0, 0}),
+               option(Route::kNoSplit, 0, {1, 0, 0, 0, 0})};
+  const std::vector<int32_t> at32k{32768};
+  const StepSummary cal{at32k.data(), 1, 0};
+  m.steps.assign(1, CalibrationStep{step_features(cal), {100, 90, 400}});
+  // 32K keys: 16 x 8 = 128 tasks < 132: c2048 is no candidate, balanced is picked.
+  EXPECT_EQ(choose_route(m, cal), 0);
+  // 64K keys: 32 x 8 = 256 tasks: c2048 fills the grid and wins its neighbour.
+  const std::vector<int32_t> at64k{65536};
+  EXPECT_EQ(choose_route(m, {at64k.data(), 1, 0}), 1);
+  // 8K keys (the 74061e5 held-out case: 32 tasks): balanced.
+  const std::vector<int32_t> at8k{8192};
+  EXPECT_EQ(choose_route(m, {at8k.data(), 1, 0}), 0);
+  // 17 rows x 8 heads = 136 tasks even unsplit: the rule does not apply, no split may win.
+  const std::vector<int32_t> rows17(17, 1000);
+  m.steps[0] = CalibrationStep{step_features({rows17.data(), 17, 0}), {100, 90, 80}};
+  EXPECT_EQ(choose_route(m, {rows17.data(), 17, 0}), 2);
+  // Balanced not admitted and every 1-D grid under the fill: no vote; the linear model (equal
+  // predictions) takes the earliest admitted option that fits.
+  RouteFilter f;
+  f.balanced = false;
+  m.steps[0] = CalibrationStep{step_features(cal), {100, 90, 400}};
+  EXPECT_EQ(choose_route(m, {at8k.data(), 1, 0}, f), 1);
+}
+
+TEST(Router, FitHostTimeIsTheLeastAbsoluteDeviationsLine) {
+  // host = 20 + 0.1 x batch on 60 steps, 6 of them hit by +40..+200 us disturbances: the fit
+  // follows the 54 clean ones (least squares would move by several us).
+  Rng rng(12);
+  std::vector<int32_t> b;
+  std::vector<double> h;
+  for (int i = 0; i < 60; ++i) {
+    b.push_back(int32_t(rng.randint(1, 256)));
+    h.push_back(20.0 + 0.1 * b.back() + (i % 10 == 3 ? rng.uniform(40, 200) : 0.0));
+  }
+  const auto c = fit_host_time(b, h);
+  EXPECT_NEAR(c[0], 20.0, 0.05);
+  EXPECT_NEAR(c[1], 0.1, 0.001);
+  // One distinct batch size: a constant (the slope is not determined).
+  const auto k = fit_host_time({4, 4, 4, 4, 4}, {10, 11, 12, 13, 90});
+  EXPECT_EQ(k[1], 0.0);
+  EXPECT_NEAR(k[0], 12.0, 0.5);
+  // Deterministic, and bad input named.
+  EXPECT_EQ(fit_host_time(b, h), c);
+  EXPECT_EQ(thrown_argument([] { fit_host_time({1, 2}, {1.0}); }), "host_us");
+  EXPECT_EQ(thrown_argument([] { fit_host_time({}, {}); }), "host_us");
+}
+
 TEST(Router, JsonStepsRoundTripAndRejection) {
   VoteCase c = vote_case(5, 12, 3);
   c.m.gpu = "test";
   c.m.group_size = 4;
   c.m.head_dim = 128;
   c.m.calibration = "synthetic";
+  c.m.options[1].host_us = {28.5, 0.125};  // optional per option: written only where fitted
   const RouterModel r = RouterModel::from_json(c.m.to_json());
+  EXPECT_EQ(r.options[1].host_us[0], 28.5);
+  EXPECT_EQ(r.options[1].host_us[1], 0.125);
+  EXPECT_EQ(r.options[0].host_us[0], 0.0);
+  EXPECT_EQ(r.options[2].host_us[1], 0.0);
   ASSERT_EQ(r.steps.size(), c.m.steps.size());
   EXPECT_EQ(r.neighbours, 3);
   for (size_t n = 0; n < r.steps.size(); ++n) {
