@@ -90,7 +90,11 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
   const int copies = kBlockN / rows_per_copy;  // 1 for ragged
   const int gs = p.group_size;
   constexpr bool kF8 = C::kF8Stages > 0;
-  constexpr int kRing = kF8 ? C::kF8Stages : C::kStages;  // the stages TMA lands K / V in
+  constexpr int kRingK = kF8 ? C::kF8Stages : C::kStages;  // the stages TMA lands K / V in
+  constexpr int kRingV = kF8 ? C::kF8Stages : C::kVStages;
+  // kKvFirst: an item after the first issues its first tiles before it waits for its Q buffer
+  // (q_at below says when); 16-bit pools.
+  constexpr bool kKvFirst = kSm90KvFirst && !kF8;
   uint32_t tile_cnt = 0, item_cnt = 0;
   uint32_t vtma_phase = 0;  // bit s: parity of the next v_tma[s] phase
   constexpr bool kTmaWidens = kF8 && C::kWidenWarps == 4;
@@ -114,31 +118,47 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
         ptx90::tma_prefetch_3d(tm_q, h * 64, g.kv_head * gs, g.token_abs0 + g.row_begin / gs);
     }
     widen_pending();
-    // Q: 128 packed rows = 128 / group tokens x group heads, one box per 64-column half.
-    ptx90::mbar_wait(b.q_empty(), (item_cnt & 1) ^ 1);
-    if (lane == 0) {
-      ptx90::mbar_arrive_expect_tx(b.q_full(), C::kQBytes);
-      const int tok = g.token_abs0 + g.row_begin / gs;
+    // Q: 128 packed rows = 128 / group tokens x group heads, one box per 64-column half, into
+    // Q buffer item_cnt % kQBufs.
+    const int qb = item_cnt % C::kQBufs;
+    const uint32_t qph = (item_cnt / C::kQBufs) & 1;
+    bool q_issued = false;
+    auto load_q = [&]() {
+      ptx90::mbar_wait(b.q_empty(qb), qph ^ 1);
+      if (lane == 0) {
+        ptx90::mbar_arrive_expect_tx(b.q_full(qb), C::kQBytes);
+        const int tok = g.token_abs0 + g.row_begin / gs;
 #pragma unroll
-      for (int h = 0; h < C::kHalves; ++h)
-        ptx90::tma_load_3d(smem + h * C::kQHalfBytes, tm_q, b.q_full(), h * 64, g.kv_head * gs, tok);
-    }
+        for (int h = 0; h < C::kHalves; ++h)
+          ptx90::tma_load_3d(smem + qb * C::kQBytes + h * C::kQHalfBytes, tm_q, b.q_full(qb), h * 64,
+                             g.kv_head * gs, tok);
+      }
+      q_issued = true;
+    };
+    // Whether the Q buffer is free now (lane 0's look, warp-uniform).
+    auto q_free = [&]() { return __shfl_sync(0xffffffffu, ptx90::mbar_test(b.q_empty(qb), qph ^ 1) ? 1 : 0, 0) != 0; };
+    if constexpr (!kKvFirst) load_q();
     const int n_tiles = tile_count<C::kBlockN>(g);
     const int ts0 = first_tile_key<C::kBlockN>(g);
+    // kKvFirst: Q is loaded as soon as its buffer is free, and at the latest after tile q_at - 1:
+    // the tiles before it reuse stages of earlier items only, which the consumers release
+    // without this item's Q (no wait can deadlock).
+    const int q_at = kKvFirst && item_cnt > 0 ? min(n_tiles, min(kRingK, kRingV)) : 0;
+    if (kKvFirst && (q_at == 0 || q_free())) load_q();
     int page_next = 0;  // paged: this lane's page id of the next tile
     if (p.paged && n_tiles > 0 && lane < copies && ts0 + lane * rows_per_copy < g.kv_hi)
       page_next = __ldg(p.page_indices + g.kv_base + (ts0 + lane * rows_per_copy) / p.page_size);
     for (int t = 0; t < n_tiles; ++t, ++tile_cnt) {
-      const int s = tile_cnt % kRing;
-      const uint32_t ph = (tile_cnt / kRing) & 1;
+      const int s = tile_cnt % kRingK, sw = tile_cnt % kRingV;  // K stage, V stage
+      const uint32_t ph = (tile_cnt / kRingK) & 1, phv = (tile_cnt / kRingV) & 1;
       const int ts = ts0 + t * kBlockN;
       const bool partial = !kF8 && ts + kBlockN > g.kv_hi;
       unsigned char* sk = kF8 ? smem + C::kOffK8 + s * C::kKV8Bytes : smem + C::kOffK + s * C::kKVBytes;
-      unsigned char* sv = kF8 ? smem + C::kOffV8 + s * C::kKV8Bytes : smem + C::kOffV + s * C::kKVBytes;
+      unsigned char* sv = kF8 ? smem + C::kOffV8 + sw * C::kKV8Bytes : smem + C::kOffV + sw * C::kKVBytes;
       uint64_t* k_bar = kF8 ? b.k8_full(s) : b.k_full(s);
-      uint64_t* v_bar = kF8 ? b.v8_full(s) : partial ? b.v_tma(s) : b.v_full(s);
+      uint64_t* v_bar = kF8 ? b.v8_full(sw) : partial ? b.v_tma(sw) : b.v_full(sw);
       uint64_t* k_free = kF8 ? b.k8_empty(s) : b.k_empty(s);
-      uint64_t* v_free = kF8 ? b.v8_empty(s) : b.v_empty(s);
+      uint64_t* v_free = kF8 ? b.v8_empty(sw) : b.v_empty(sw);
       if (!kF8 && !p.paged) {
         ptx90::mbar_wait(b.k_empty(s), ph ^ 1);
         if (lane == 0) {
@@ -147,7 +167,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
           for (int h = 0; h < C::kHalves; ++h)
             ptx90::tma_load_3d(sk + h * C::kKVHalfBytes, tm_k, b.k_full(s), h * 64, g.kv_head, g.kv_base + ts);
         }
-        ptx90::mbar_wait(b.v_empty(s), ph ^ 1);
+        ptx90::mbar_wait(b.v_empty(sw), phv ^ 1);
         if (lane == 0) {
           ptx90::mbar_arrive_expect_tx(v_bar, C::kKVBytes);
 #pragma unroll
@@ -175,7 +195,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
             ptx90::tma_load_4d(sk + h * C::kKVHalfBytes + lane * rows_per_copy * 128, tm_k, b.k_full(s),
                                h * 64, slot, g.kv_head, page);
         }
-        ptx90::mbar_wait(v_free, ph ^ 1);
+        ptx90::mbar_wait(v_free, phv ^ 1);
         if (lane == 0) ptx90::mbar_arrive_expect_tx(v_bar, bytes);
         __syncwarp();
         if constexpr (kF8) {
@@ -189,9 +209,10 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
           pending = tile_cnt + 1;
         }
       }
+      if (!q_issued && (t + 1 == q_at || q_free())) load_q();
       if (partial) {
-        ptx90::mbar_wait(b.v_tma(s), (vtma_phase >> s) & 1);
-        vtma_phase ^= 1u << s;
+        ptx90::mbar_wait(b.v_tma(sw), (vtma_phase >> sw) & 1);
+        vtma_phase ^= 1u << sw;
         const int r0 = max(g.kv_hi - ts, 0);
         const int n = (kBlockN - r0) * 8;  // 16-byte chunks per half
         for (int idx = lane; idx < n * C::kHalves; idx += 32) {
@@ -202,7 +223,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
         }
         ptx90::fence_proxy_async_shared();
         __syncwarp();
-        if (lane == 0) ptx90::mbar_arrive(b.v_full(s));
+        if (lane == 0) ptx90::mbar_arrive(b.v_full(sw));
       }
     }
   }
@@ -297,7 +318,7 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
   const int warp = tid_wg >> 5;                  // warp in the warpgroup
   const int warp_row0 = cwg * 64 + warp * 16;    // first tile row of this warp
   const uint32_t sbase = ptx90::smem_addr(smem);
-  const uint32_t sq = sbase + cwg * 64 * 128;    // this warpgroup's 64 rows of each Q half
+  uint32_t sq = sbase + cwg * 64 * 128;          // this warpgroup's 64 rows of each Q half (per item: its buffer)
   // fp8 K/V pools: the raw scores are q . k8 and the wgmma sums p v8, so the item's KV-head scales
   // fold in per item: K's into the exponent scale (or the soft cap's argument, prepare_logits),
   // V's into the output (write_item).
@@ -420,8 +441,10 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
     const float scale = p.softcap_pre == 0.f ? p.scale_log2 * (kF8 ? __ldg(kq_ptr) : 1.f) : 1.f;
     SoftmaxState<Tr> st;
     init_state(st);
-    ptx90::mbar_wait(b.q_full(), item_cnt & 1);
-    if (n_tiles == 0) release(b.q_empty());
+    const int qb = item_cnt % C::kQBufs;
+    sq = sbase + qb * C::kQBytes + cwg * 64 * 128;
+    ptx90::mbar_wait(b.q_full(qb), (item_cnt / C::kQBufs) & 1);
+    if (n_tiles == 0) release(b.q_empty(qb));
     float sacc[1][Tr::kFragS][4];
     uint32_t pa[Tr::kKStepsPV][4];
     if constexpr (kOverlap) {
@@ -438,16 +461,16 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
           ptx90::wgmma_wait<0>();
           fence_s(sacc);
           release(b.k_empty(s));
-          if (n_tiles == 1) release(b.q_empty());
+          if (n_tiles == 1) release(b.q_empty(qb));
           float fac[2];
           mask_softmax(sacc, st, g, ts0, fac, scale, kq_ptr);  // O is zero: no rescale needed
           pack_p(sacc, pa);
         }
         for (int t = 1; t < n_tiles; ++t) {
           const uint32_t cur = tile_cnt + t, prev = cur - 1;
-          const int s = cur % C::kStages, sp = prev % C::kStages;
+          const int s = cur % C::kStages, sp = prev % C::kVStages;
           ptx90::mbar_wait(b.k_full(s), (cur / C::kStages) & 1);
-          ptx90::mbar_wait(b.v_full(sp), (prev / C::kStages) & 1);
+          ptx90::mbar_wait(b.v_full(sp), (prev / C::kVStages) & 1);
           my_turn();
           fence_o(st);
           ptx90::wgmma_fence();
@@ -457,7 +480,7 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
           ptx90::wgmma_wait<1>();  // S_t complete (P_{t-1} V_{t-1} may still run)
           fence_s(sacc);
           release(b.k_empty(s));
-          if (t == n_tiles - 1) release(b.q_empty());
+          if (t == n_tiles - 1) release(b.q_empty(qb));
           float fac[2];
           const bool changed = mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr);
           ptx90::wgmma_wait<0>();
@@ -468,8 +491,8 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
         }
         {
           const uint32_t last = tile_cnt + n_tiles - 1;
-          const int sp = last % C::kStages;
-          ptx90::mbar_wait(b.v_full(sp), (last / C::kStages) & 1);
+          const int sp = last % C::kVStages;
+          ptx90::mbar_wait(b.v_full(sp), (last / C::kVStages) & 1);
           my_turn();
           fence_o(st);
           ptx90::wgmma_fence();
@@ -493,19 +516,20 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
         ptx90::wgmma_wait<0>();
         fence_s(sacc);
         release(b.k_empty(s));
-        if (t == n_tiles - 1) release(b.q_empty());
+        if (t == n_tiles - 1) release(b.q_empty(qb));
         float fac[2];
         if (mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr)) rescale_o(st, fac);
         pack_p(sacc, pa);
-        ptx90::mbar_wait(b.v_full(s), ph);
+        const int sv = tile_cnt % C::kVStages;
+        ptx90::mbar_wait(b.v_full(sv), (tile_cnt / C::kVStages) & 1);
         my_turn();
         fence_o(st);
         ptx90::wgmma_fence();
-        issue_pv(st, pa, s);
+        issue_pv(st, pa, sv);
         their_turn();
         ptx90::wgmma_wait<0>();
         fence_o(st);
-        release(b.v_empty(s));
+        release(b.v_empty(sv));
       }
     }
 
@@ -522,8 +546,16 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
 // as one N = 128 wgmma per k-step (d128).
 // KV: the K/V pools' element type, T or an fp8 type: then two 16-bit and two fp8 stages (the
 // shared memory of Cfg), whatever bit 2 says.
+// kSm90QDouble (16-bit pools): two Q buffers where they fit: d64 next to three K and V stages;
+// d128 with two K and three V stages (Q 64 KB + K 64 KB + V 96 KB = 224 KB; the producer issues K
+// then V per tile, so a third V stage keeps V as far ahead as before while K loses one stage);
+// d256 (Q 64 KB) keeps one.
 template <int D, class T, class KV, int kVariant>
-using CfgOf = std::conditional_t<sizeof(KV) == 1, Cfg<D, T, 2, 2>, Cfg<D, T, (kVariant & 4) && D != 256 ? 3 : 2>>;
+using CfgOf = std::conditional_t<
+    sizeof(KV) == 1, Cfg<D, T, 2, 2>,
+    std::conditional_t<kSm90QDouble && D == 64, Cfg<D, T, (kVariant & 4) ? 3 : 2, 0, 2>,
+                       std::conditional_t<kSm90QDouble && D == 128, Cfg<D, T, 2, 0, 2, (kVariant & 4) ? 3 : 2>,
+                                          Cfg<D, T, (kVariant & 4) && D != 256 ? 3 : 2>>>>;
 
 template <int D, class T, class KV, int kVariant>
 __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_constant__ KernelParams P) {
@@ -536,9 +568,11 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   Bars<C> b{reinterpret_cast<uint64_t*>(smem + C::kOffBar)};
   const int tid = threadIdx.x;
   if (tid == 0) {
-    ptx90::mbar_init(b.q_full(), 1);                    // producer arrive + tx
-    ptx90::mbar_init(b.q_empty(), C::kConsumerWarps);
-    for (int s = 0; s < C::kStages; ++s) {  // full: TMA (arrive + tx), or fp8: the widening warps
+    for (int i = 0; i < C::kQBufs; ++i) {
+      ptx90::mbar_init(b.q_full(i), 1);                 // producer arrive + tx
+      ptx90::mbar_init(b.q_empty(i), C::kConsumerWarps);
+    }
+    for (int s = 0; s < C::kMaxStages; ++s) {  // full: TMA (arrive + tx), or fp8: the widening warps
       ptx90::mbar_init(b.k_full(s), kF8 ? C::kWidenWarps : 1);
       ptx90::mbar_init(b.k_empty(s), C::kConsumerWarps);
       ptx90::mbar_init(b.v_full(s), kF8 ? C::kWidenWarps : 1);

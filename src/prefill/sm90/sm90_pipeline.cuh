@@ -26,7 +26,21 @@
 #define WEFT_SM90_FP8_TMA_WIDENS 0
 #endif
 
+// Experiments only (CMake -DWEFT_SM90_KV_FIRST=ON / -DWEFT_SM90_Q_DOUBLE=ON, same-call A/B in
+// scripts/diag/sm90-dev.sh exp). KV_FIRST: after its first item the producer issues an item's
+// first K/V tiles before it waits for the Q buffer (sm90_kernel.cuh producer). Q_DOUBLE: two Q
+// buffers, the next item's Q loads while the consumers run the current item (CfgOf).
+#ifndef WEFT_SM90_KV_FIRST
+#define WEFT_SM90_KV_FIRST 0
+#endif
+#ifndef WEFT_SM90_Q_DOUBLE
+#define WEFT_SM90_Q_DOUBLE 0
+#endif
+
 namespace weft::prefill::sm90 {
+
+inline constexpr bool kSm90KvFirst = WEFT_SM90_KV_FIRST != 0;
+inline constexpr bool kSm90QDouble = WEFT_SM90_Q_DOUBLE != 0;
 
 // Shape of the FA2 functions reused here (mask.cuh, mainloop.cuh, epilogue.cuh): one m16 row
 // block per warp (the wgmma accumulator of a warp is 16 rows), kBlockN / 8 n8 blocks of S.
@@ -45,9 +59,14 @@ struct Shim {
 // widen into the 16-bit stages (sm90_fp8.cuh). d128 fp8: Q 32 KB + 2 x (K + V) 16-bit stages
 // (128 KB) + 2 x (K + V) fp8 stages (64 KB) = 224 KB: two of each, a third 16-bit stage does not
 // fit next to the fp8 ones (and the fp8 stages buffer the TMA latency the third one hid).
-template <int D, class T, int STAGES, int F8STAGES = 0>
+// QBUFS: Q buffers (2: the next item's Q lands while the consumers run the current one);
+// VSTAGES: V stages when they differ from the K stages (STAGES; 16-bit pools only).
+template <int D, class T, int STAGES, int F8STAGES = 0, int QBUFS = 1, int VSTAGES = STAGES>
 struct Cfg {
-  static constexpr int kStages = STAGES;
+  static constexpr int kStages = STAGES;    // K stages (and V stages unless VSTAGES says)
+  static constexpr int kVStages = VSTAGES;
+  static constexpr int kQBufs = QBUFS;
+  static constexpr int kMaxStages = STAGES > VSTAGES ? STAGES : VSTAGES;  // barriers per group
   static constexpr int kF8Stages = F8STAGES;
   static constexpr int kBlockN = block_n(D);             // keys per stage
   static constexpr int kHalves = D / 64;                 // 128-byte swizzle: 64 columns per half
@@ -56,12 +75,12 @@ struct Cfg {
   static constexpr int kQBytes = kHalves * kQHalfBytes;
   static constexpr int kKVBytes = kHalves * kKVHalfBytes;
   static constexpr int kKV8Bytes = kBlockN * D;          // fp8 stage: [kBlockN][D] bytes, unswizzled
-  static constexpr int kOffK = kQBytes;
+  static constexpr int kOffK = kQBufs * kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
-  static constexpr int kOffK8 = kOffV + kStages * kKVBytes;
+  static constexpr int kOffK8 = kOffV + kVStages * kKVBytes;
   static constexpr int kOffV8 = kOffK8 + kF8Stages * kKV8Bytes;
   static constexpr int kOffBar = kOffV8 + kF8Stages * kKV8Bytes;
-  static constexpr int kNumBars = 2 + 5 * kStages + 4 * kF8Stages;
+  static constexpr int kNumBars = 2 * kQBufs + 5 * kMaxStages + 4 * kF8Stages;
   static constexpr int kOffMaps = (kOffBar + kNumBars * 8 + 127) / 128 * 128;  // 3 x 128 B staging
   static constexpr int kSmemBytes = kOffMaps + 3 * 128 + 1024;  // + alignment slack
   static constexpr int kThreads = 384;
@@ -74,6 +93,8 @@ struct Cfg {
   // fp8: warps 1..3 of the producer warpgroup, and the TMA warp (0) where WEFT_SM90_FP8_TMA_WIDENS
   static constexpr int kWidenWarps = WEFT_SM90_FP8_TMA_WIDENS ? 4 : 3;
   static_assert(D % 64 == 0, "head_dim: whole 64-column halves");
+  static_assert(QBUFS >= 1 && QBUFS <= 2 && (F8STAGES == 0 || (VSTAGES == STAGES && QBUFS == 1)),
+                "two Q buffers and V stages apart from K: 16-bit pools only");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
   static_assert(kProducerRegs % 8 == 0 && kProducerRegs >= 24 && 128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168,
                 "setmaxnreg: the producer and consumer registers fit the CTA pool");
@@ -87,24 +108,25 @@ __device__ __forceinline__ int tile_count(const ItemGeom& g) {
   return g.kv_hi > g.kv_lo ? (g.kv_hi - first_tile_key<kBlockN>(g) + kBlockN - 1) / kBlockN : 0;
 }
 
-// Barriers (mbarriers, 8 bytes each, after the tiles): q_full, q_empty, then per stage k_full,
-// k_empty, v_full, v_empty, v_tma (partial tiles: the V copy completes there, the producer zeroes
-// the rows past kv_hi and then arrives on v_full).
+// Barriers (mbarriers, 8 bytes each, after the tiles): q_full, q_empty per Q buffer, then per
+// stage k_full, k_empty, v_full, v_empty, v_tma (partial tiles: the V copy completes there, the
+// producer zeroes the rows past kv_hi and then arrives on v_full); kMaxStages of each group.
 template <class C>
 struct Bars {
   uint64_t* base;
-  __device__ __forceinline__ uint64_t* q_full() const { return base; }
-  __device__ __forceinline__ uint64_t* q_empty() const { return base + 1; }
-  __device__ __forceinline__ uint64_t* k_full(int s) const { return base + 2 + s; }
-  __device__ __forceinline__ uint64_t* k_empty(int s) const { return base + 2 + C::kStages + s; }
-  __device__ __forceinline__ uint64_t* v_full(int s) const { return base + 2 + 2 * C::kStages + s; }
-  __device__ __forceinline__ uint64_t* v_empty(int s) const { return base + 2 + 3 * C::kStages + s; }
-  __device__ __forceinline__ uint64_t* v_tma(int s) const { return base + 2 + 4 * C::kStages + s; }
+  static constexpr int kQ = 2 * C::kQBufs, kS = C::kMaxStages;
+  __device__ __forceinline__ uint64_t* q_full(int i = 0) const { return base + i; }
+  __device__ __forceinline__ uint64_t* q_empty(int i = 0) const { return base + C::kQBufs + i; }
+  __device__ __forceinline__ uint64_t* k_full(int s) const { return base + kQ + s; }
+  __device__ __forceinline__ uint64_t* k_empty(int s) const { return base + kQ + kS + s; }
+  __device__ __forceinline__ uint64_t* v_full(int s) const { return base + kQ + 2 * kS + s; }
+  __device__ __forceinline__ uint64_t* v_empty(int s) const { return base + kQ + 3 * kS + s; }
+  __device__ __forceinline__ uint64_t* v_tma(int s) const { return base + kQ + 4 * kS + s; }
   // fp8 landing stages: full (TMA bytes), empty (the widening warps)
-  __device__ __forceinline__ uint64_t* k8_full(int s) const { return base + 2 + 5 * C::kStages + s; }
-  __device__ __forceinline__ uint64_t* k8_empty(int s) const { return base + 2 + 5 * C::kStages + C::kF8Stages + s; }
-  __device__ __forceinline__ uint64_t* v8_full(int s) const { return base + 2 + 5 * C::kStages + 2 * C::kF8Stages + s; }
-  __device__ __forceinline__ uint64_t* v8_empty(int s) const { return base + 2 + 5 * C::kStages + 3 * C::kF8Stages + s; }
+  __device__ __forceinline__ uint64_t* k8_full(int s) const { return base + kQ + 5 * kS + s; }
+  __device__ __forceinline__ uint64_t* k8_empty(int s) const { return base + kQ + 5 * kS + C::kF8Stages + s; }
+  __device__ __forceinline__ uint64_t* v8_full(int s) const { return base + kQ + 5 * kS + 2 * C::kF8Stages + s; }
+  __device__ __forceinline__ uint64_t* v8_empty(int s) const { return base + kQ + 5 * kS + 3 * C::kF8Stages + s; }
 };
 
 // This CTA's copies of the maps with the row extents of the current plan (see sm90_launch.h,
