@@ -95,6 +95,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
   // kKvFirst: an item after the first issues its first tiles before it waits for its Q buffer
   // (q_at below says when); 16-bit pools.
   constexpr bool kKvFirst = kSm90KvFirst && !kF8;
+  constexpr bool kVZeroReq = kSm90VZeroReq;
   uint32_t tile_cnt = 0, item_cnt = 0;
   uint32_t vtma_phase = 0;  // bit s: parity of the next v_tma[s] phase
   constexpr bool kTmaWidens = kF8 && C::kWidenWarps == 4;
@@ -145,6 +146,11 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
     // without this item's Q (no wait can deadlock).
     const int q_at = kKvFirst && item_cnt > 0 ? min(n_tiles, min(kRingK, kRingV)) : 0;
     if (kKvFirst && (q_at == 0 || q_free())) load_q();
+    // First V row the producer zeroes in a tile: kv_hi, or with kVZeroReq on ragged pools the
+    // request's end (rows in [kv_hi, real_kv_len) are the request's own keys, masked like the rows
+    // before kv_lo that a window's first tile already reads unzeroed; rows past the request's end
+    // are another request's or TMA's zero fill).
+    const int v_end = kVZeroReq && !p.paged ? g.real_kv_len : g.kv_hi;
     int page_next = 0;  // paged: this lane's page id of the next tile
     if (p.paged && n_tiles > 0 && lane < copies && ts0 + lane * rows_per_copy < g.kv_hi)
       page_next = __ldg(p.page_indices + g.kv_base + (ts0 + lane * rows_per_copy) / p.page_size);
@@ -152,7 +158,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
       const int s = tile_cnt % kRingK, sw = tile_cnt % kRingV;  // K stage, V stage
       const uint32_t ph = (tile_cnt / kRingK) & 1, phv = (tile_cnt / kRingV) & 1;
       const int ts = ts0 + t * kBlockN;
-      const bool partial = !kF8 && ts + kBlockN > g.kv_hi;
+      const bool partial = !kF8 && ts + kBlockN > v_end;
       unsigned char* sk = kF8 ? smem + C::kOffK8 + s * C::kKV8Bytes : smem + C::kOffK + s * C::kKVBytes;
       unsigned char* sv = kF8 ? smem + C::kOffV8 + sw * C::kKV8Bytes : smem + C::kOffV + sw * C::kKVBytes;
       uint64_t* k_bar = kF8 ? b.k8_full(s) : b.k_full(s);
@@ -213,7 +219,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
       if (partial) {
         ptx90::mbar_wait(b.v_tma(sw), (vtma_phase >> sw) & 1);
         vtma_phase ^= 1u << sw;
-        const int r0 = max(g.kv_hi - ts, 0);
+        const int r0 = max(v_end - ts, 0);
         const int n = (kBlockN - r0) * 8;  // 16-byte chunks per half
         for (int idx = lane; idx < n * C::kHalves; idx += 32) {
           const int h = idx / n, rem = idx - h * n, r = r0 + rem / 8;
