@@ -303,9 +303,11 @@ void prefill_cases(const std::string& filter) {
       put_extras(img_new.data() + layout.plan.metadata_bytes(), sp_new);
     }
     const bool same = same_bytes(img_ref, img_new);
-    // The wrapper's plan: head-folded (prefill_head_fold), into the folded layout.
+    // The wrapper's plan: head-folded (prefill_head_fold), head classes dealt together, into the
+    // folded layout.
     weft::prefill::PlanRequest req_fold = req;
     req_fold.head_fold = weft::prefill::prefill_head_fold(req.num_kv_heads, req.num_ctas);
+    req_fold.deal_heads_together = true;  // as the wrapper plans (PlanRequest::deal_heads_together)
     const weft::prefill::PrefillWorkspaceLayout layout_fold = weft::prefill::make_layout(
         static_cast<int32_t>(c.q.size()), total_q, 8, 4, req.cta_q, 128, req.num_ctas, req_fold.head_fold);
     std::vector<unsigned char> img_fold(layout_fold.plan.metadata_bytes() + layout_fold.extra_bytes);

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <utility>
 
+#include "attention/heuristics.h"
 #include "attention/variant.cuh"
 #include "weft/error.h"
 
@@ -81,6 +82,8 @@ void PrefillPlanner::make_plan(const PlanRequest& r, SegmentedPlan& out) {
   cfg.kv_granularity = r.cta_kv;
   cfg.min_chunk = r.min_chunk;
   cfg.allow_split = r.allow_split;
+  cfg.deal_heads_together = r.deal_heads_together;
+  cfg.grouped_tail_units = heuristics::kGroupedTailUnitsPerCta * cfg.num_ctas;
   // Cost of a chunk ~ rows x keys of MMA work for a full tile; alpha covers the per-item fixed
   // cost (Q load, epilogue) as if the tile had cta_kv more keys.
   cfg.alpha = static_cast<double>(r.cta_kv) / r.cta_q;

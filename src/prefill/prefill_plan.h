@@ -39,6 +39,12 @@ struct PlanRequest {
   // KV heads folded into one plan head class (plan::Plan::head_fold; prefill_head_fold): the
   // plan is made for num_kv_heads / head_fold heads on num_ctas / head_fold CTAs.
   int32_t head_fold = 1;
+  // Deal the KV head classes of a segment to one CTA together, all but the sorted order's last
+  // heuristics::kGroupedTailUnitsPerCta x CTAs segments (plan::BalanceConfig::deal_heads_together:
+  // half the planner's queue operations for 2 head classes; applies to unsplit plans whose
+  // segments fit one query tile with integral costs, else the standard plan). The prefill
+  // wrapper sets it; POD (one list, dealt in order) does not.
+  bool deal_heads_together = false;
 };
 
 // The wrapper's head fold: gcd(num_kv_heads, num_ctas) (every KV head of a segment has the same

@@ -380,6 +380,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   req.head_fold = layout.plan.bounds().head_fold;
   req.allow_split = opt.allow_split_kv;
   req.min_chunk = opt.min_chunk;
+  req.deal_heads_together = true;
   prefill::SegmentedPlan& sp = s_->sp;
   s_->planner.make_plan(req, sp);
 

@@ -323,6 +323,7 @@ int64_t Planner::prepare(const BatchShape& shape, const BalanceConfig& cfg) {
   qo_indptr_[0] = 0;
   int64_t next = 0, num_tiles = 0, total = 0;
   int32_t longest = 0;
+  bool one_tile = true;
   for (int32_t b = 0; b < batch_; ++b) {
     next += qo[b];
     WEFT_CHECK_ARG(next <= INT32_MAX, "shape.qo_len", "total query tokens overflow int32");
@@ -330,6 +331,7 @@ int64_t Planner::prepare(const BatchShape& shape, const BalanceConfig& cfg) {
     const int64_t rows = int64_t(qo[b]) * cfg.group_size;
     WEFT_CHECK_ARG(rows <= INT32_MAX, "shape.qo_len", "rows of request " << b << " overflow int32");
     const int64_t nt = rows <= tq ? (rows > 0) : (rows + tq - 1) / tq;
+    one_tile &= nt <= 1;
     num_tiles += nt;
     if (nt > 0) {
       const int32_t len = kv[b] - (ks ? ks[b] : 0);
@@ -338,25 +340,37 @@ int64_t Planner::prepare(const BatchShape& shape, const BalanceConfig& cfg) {
     }
   }
   kv_len_.assign(kv, kv + batch_);
+  if (ks) kv_start_.assign(ks, ks + batch_);
+  else kv_start_.clear();
   total_kv_ = total * H;
   longest_ = longest;
+  one_tile_ = one_tile;
+  num_tiles_ = num_tiles * H;
+  // The tiles themselves (generation order) on first use: ensure_tiles().
+  tiles_valid_ = false;
+  return chunk_bound(cfg.min_chunk);
+}
 
-  // Tiles in generation order (request, kv_head, tile).
-  tiles_.resize(static_cast<std::size_t>(num_tiles * H));
+// Tiles in generation order (request, kv_head, tile) from prepare()'s lengths.
+void Planner::ensure_tiles() const {
+  if (tiles_valid_) return;
+  tiles_valid_ = true;
+  tiles_.resize(static_cast<std::size_t>(num_tiles_));
   Tile* t = tiles_.data();
+  const int64_t tq = cfg_.tile_q;
+  const int32_t* ks = kv_start_.empty() ? nullptr : kv_start_.data();
   for (int32_t b = 0; b < batch_; ++b) {
-    const int32_t rows = qo[b] * cfg.group_size;
+    const int32_t rows = (qo_indptr_[b + 1] - qo_indptr_[b]) * cfg_.group_size;
     if (rows == 0) continue;
-    const int32_t kb = ks ? ks[b] : 0, ke = kv[b];
+    const int32_t kb = ks ? ks[b] : 0, ke = kv_len_[b];
     if (rows <= tq) {
-      for (int32_t h = 0; h < cfg.num_kv_heads; ++h) *t++ = {b, h, 0, rows, kb, ke};
+      for (int32_t h = 0; h < cfg_.num_kv_heads; ++h) *t++ = {b, h, 0, rows, kb, ke};
       continue;
     }
-    for (int32_t h = 0; h < cfg.num_kv_heads; ++h)
+    for (int32_t h = 0; h < cfg_.num_kv_heads; ++h)
       for (int64_t r0 = 0; r0 < rows; r0 += tq)
         *t++ = {b, h, static_cast<int32_t>(r0), static_cast<int32_t>(std::min<int64_t>(rows, r0 + tq)), kb, ke};
   }
-  return chunk_bound(cfg.min_chunk);
 }
 
 // Step 2: the maximum chunk length.
@@ -368,6 +382,7 @@ int64_t Planner::chunk_bound(int64_t min_chunk) const {
 }
 
 double Planner::max_chunk_cost(int64_t L) const {
+  ensure_tiles();
   double m = 0;
   for (const Tile& t : tiles_) {
     const int64_t len = t.kv_end - t.kv_begin;
@@ -380,6 +395,7 @@ double Planner::max_chunk_cost(int64_t L) const {
 
 double Planner::makespan(bool split, int64_t L) {
   if (!split && whole_valid_) return whole_ms_;
+  ensure_tiles();
   // The multiset of chunk costs as runs (cost, count); the deal depends on nothing else.
   runs_.clear();
   auto add = [&](double cost, int64_t count) {
@@ -507,16 +523,22 @@ void Planner::build(bool split, int64_t L, Plan& p) {
   p.batch = batch_;
   p.qo_indptr.assign(qo_indptr_.begin(), qo_indptr_.end());
   p.kv_len.assign(kv_len_.begin(), kv_len_.end());
-  const std::size_t T = tiles_.size();
-  const Tile* tiles = tiles_.data();
-  p.num_tiles = static_cast<int32_t>(T);
-  p.max_chunk = T == 0 ? 0 : static_cast<int32_t>(split ? L : longest_);
+  p.num_tiles = static_cast<int32_t>(num_tiles_);
+  p.max_chunk = num_tiles_ == 0 ? 0 : static_cast<int32_t>(split ? L : longest_);
   for (auto* v : {&p.merge_request, &p.merge_kv_head, &p.merge_row_begin, &p.merge_row_end}) v->clear();
   p.merge_indptr.assign(1, 0);
+  const bool whole = !split || longest_ <= L;
+  // An unsplit plan of one tile per (request, KV head) with integral costs: dealt per request
+  // (build_whole_units), the same plan.
+  if (whole && one_tile_ && int_costs_ && num_tiles_ > 0 && cfg.num_kv_heads <= 256 &&
+      num_tiles_ / cfg.num_kv_heads < (int64_t(1) << 24) && build_whole_units(p))
+    return;
+  ensure_tiles();
+  const std::size_t T = tiles_.size();
+  const Tile* tiles = tiles_.data();
 
   // Step 3: chunks (generation order), partial slots and merges, and each chunk's cost. Unsplit,
   // chunk t is tile t (its whole range, no slot): no chunk records.
-  const bool whole = !split || longest_ <= L;
   std::size_t n = T;
   if (!whole) {
     n = 0;
@@ -674,6 +696,108 @@ void Planner::build(bool split, int64_t L, Plan& p) {
     flatten([&](uint32_t c) { return chunks[c]; });
   }
   p.split = p.num_merges() > 0;
+}
+
+// build(false, .) when every request with rows has one tile per KV head and costs are integral:
+// the H tiles of request b (generation order b, then kv_head) all cost ia * rows + ib * keys, so
+// the stable descending sort of the tiles is the stable sort of the requests (units) with each
+// unit's H tiles kept together in head order. Sorting and costing the units instead of the tiles
+// (H times fewer), without tile records, gives the same deal order, hence the same deal and the
+// same plan, bit for bit (PlanIdentity.*). Returns false (nothing written but the common fields)
+// when the integer queue cannot hold the loads; build() then takes the general path.
+bool Planner::build_whole_units(Plan& p) {
+  const int32_t H = cfg_.num_kv_heads;
+  const int32_t C = cfg_.num_ctas;
+  const int32_t* ks = kv_start_.empty() ? nullptr : kv_start_.data();
+  units_.resize(static_cast<std::size_t>(num_tiles_ / H));
+  c_icost_.resize(units_.size());
+  order_.resize(units_.size());
+  order_tmp_.resize(units_.size());
+  keys_.resize(units_.size());
+  keys_tmp_.resize(units_.size());
+  Unit* const un = units_.data();
+  uint64_t* const ic = c_icost_.data();
+  uint32_t* const ord = order_.data();
+  uint64_t min_ic = ~uint64_t(0), max_ic = 0, sum_ic = 0;
+  std::size_t U = 0;
+  for (int32_t b = 0; b < batch_; ++b) {
+    const int32_t rows = (qo_indptr_[b + 1] - qo_indptr_[b]) * cfg_.group_size;
+    if (rows == 0) continue;
+    const int32_t kb = ks ? ks[b] : 0, ke = kv_len_[b];
+    const uint64_t c = ia_ * static_cast<uint64_t>(rows) + ib_ * static_cast<uint64_t>(ke - kb);
+    un[U] = {b, rows, kb, ke};
+    ic[U] = c;
+    ord[U] = static_cast<uint32_t>(U);
+    min_ic = std::min(min_ic, c);
+    max_ic = std::max(max_ic, c);
+    sum_ic += c;
+    ++U;
+  }
+  const std::size_t n = U * static_cast<std::size_t>(H);
+  // The general path's conditions for the integer queue: the integer total exact, the loads below
+  // the queue's bound.
+  if (!(max_ic == 0 || n <= ~uint64_t(0) / max_ic)) return false;
+  if (!int_keys_for_total(static_cast<double>(sum_ic * static_cast<uint64_t>(H)))) return false;
+  sort_int_desc(U, min_ic, max_ic);
+  const uint32_t* const o = order_.data();  // (sort_int_desc may swap order_'s buffer)
+
+  // Step 5: the deal, tile by tile in the sorted order (unit o[k]'s H heads back to back).
+  assigned_.resize(n);
+  int32_t* const as = assigned_.data();
+  p.cta_indptr.assign(C + 1, 0);
+  int32_t* const ci = p.cta_indptr.data();  // items per CTA first (at c + 1), then their offsets
+  reset_deal_int();
+  // cfg.deal_heads_together: the units before the tail go whole (H tiles to one CTA).
+  const std::size_t tail = static_cast<std::size_t>(std::max(cfg_.grouped_tail_units, 0));
+  const std::size_t grouped = cfg_.deal_heads_together && H > 1 && U > tail ? U - tail : 0;
+  for (std::size_t k = 0; k < grouped; ++k) {
+    const int32_t cta = deal_int(ic[o[k]] * static_cast<uint64_t>(H));
+    for (int32_t h = 0; h < H; ++h) as[k * H + h] = cta;
+    ci[cta + 1] += H;
+  }
+  for (std::size_t k = grouped; k < U; ++k) {
+    const uint64_t c = ic[o[k]];
+    for (int32_t h = 0; h < H; ++h) {
+      const int32_t cta = deal_int(c);
+      as[k * H + h] = cta;
+      ++ci[cta + 1];
+    }
+  }
+  p.cta_cost.assign(C, 0.0);
+  loads_int(p.cta_cost.data());
+
+  // Flatten by CTA (each CTA's items in the order dealt).
+  for (int32_t c = 0; c < C; ++c) ci[c + 1] += ci[c];
+  cursor_.assign(ci, ci + C);
+  for (auto* v : {&p.item_request, &p.item_kv_head, &p.item_row_begin, &p.item_row_end, &p.item_kv_begin,
+                  &p.item_kv_end, &p.item_partial_slot})
+    v->resize(n);
+  int32_t* const ir = p.item_request.data();
+  int32_t* const ih = p.item_kv_head.data();
+  int32_t* const irb = p.item_row_begin.data();
+  int32_t* const ire = p.item_row_end.data();
+  int32_t* const ikb = p.item_kv_begin.data();
+  int32_t* const ike = p.item_kv_end.data();
+  int32_t* const isl = p.item_partial_slot.data();
+  int32_t* const cur = cursor_.data();
+  // Item i's (unit, head) as unit * 256 + head, scattered to its CTA's next place (one scattered
+  // store per item), then the seven arrays written in one sequential pass.
+  perm_.resize(n);
+  uint32_t* const pm = perm_.data();
+  for (std::size_t k = 0; k < U; ++k)
+    for (int32_t h = 0; h < H; ++h) pm[cur[as[k * H + h]]++] = o[k] << 8 | static_cast<uint32_t>(h);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Unit u = un[pm[i] >> 8];
+    ir[i] = u.request;
+    ih[i] = static_cast<int32_t>(pm[i] & 0xff);
+    irb[i] = 0;
+    ire[i] = u.rows;
+    ikb[i] = u.kv_begin;
+    ike[i] = u.kv_end;
+    isl[i] = -1;
+  }
+  p.split = false;
+  return true;
 }
 
 void Planner::balance(const BatchShape& shape, const BalanceConfig& cfg, Plan& out) {

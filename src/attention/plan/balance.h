@@ -65,6 +65,14 @@ struct BalanceConfig {
   // stream the same keys at the same time and L2 serves all but the first read. Decode sets it
   // (GQA groups above the 16-row tile); prefill keeps generation order.
   bool row_tiles_together = false;
+  // Unsplit plans of one tile per (request, KV head) only (Planner::build_whole_units): deal the
+  // num_kv_heads tiles of one request as ONE unit of num_kv_heads x the cost to one CTA (its items
+  // back to back in head order), except for the last grouped_tail_units requests of the sorted
+  // order, whose tiles are dealt one by one as above. Not the plan above (a coarser deal), but H
+  // times fewer queue operations for the bulk of the work, with the fine-grained tail that evens
+  // the loads out (issue 19's plan cost; heuristics::grouped_tail_units). false: the plan above.
+  bool deal_heads_together = false;
+  int32_t grouped_tail_units = 0;
   // Copied into Plan::head_fold (the planner plans num_kv_heads heads on num_ctas CTAs either way;
   // the caller passes the folded counts).
   int32_t head_fold = 1;
@@ -185,6 +193,11 @@ class Planner {
   void loads_int(double* loads) const;
   void sort_int_desc(std::size_t n, uint64_t min_cost, uint64_t max_cost);
   bool int_keys_for_total(double total);
+  // Tiles in generation order, built on first use (ensure_tiles): a prepare() whose requests each
+  // fit one tile per KV head (decode; causal prefill segments) leaves them implicit, and an
+  // unsplit build of such a batch (build_whole_units) never materializes them.
+  void ensure_tiles() const;
+  bool build_whole_units(Plan& out);
 
   BalanceConfig cfg_{};
   int32_t batch_ = 0;
@@ -199,18 +212,30 @@ class Planner {
   bool int_costs_ = false;
   uint64_t ia_ = 0, ib_ = 0;
   std::vector<int32_t> qo_indptr_, kv_len_;
+  std::vector<int32_t> kv_start_;  // empty: every request starts at key 0
+  // Every request with rows has at most tile_q of them (one tile per KV head; prepare()).
+  bool one_tile_ = false;
+  int64_t num_tiles_ = 0;
   // Tiles in generation order (request, kv_head, tile), one 24-byte record each (one write stream
-  // in prepare(), one read per chunk in build()).
+  // in ensure_tiles(), one read per chunk in build()). Built on first use (mutable: max_chunk_cost
+  // is const).
   struct Tile {
     int32_t request, kv_head, row_begin, row_end, kv_begin, kv_end;
   };
-  std::vector<Tile> tiles_;
+  mutable std::vector<Tile> tiles_;
+  mutable bool tiles_valid_ = false;
   // Chunks of a split build() in generation order (an unsplit build reads the tiles directly:
   // chunk t = tile t, whole range, no slot).
   struct Chunk {
     int32_t tile, kv_begin, kv_end, slot;
   };
   std::vector<Chunk> chunks_;
+  // build_whole_units: one record per request with rows (its H tiles share it).
+  struct Unit {
+    int32_t request, rows, kv_begin, kv_end;
+  };
+  std::vector<Unit> units_;
+  std::vector<uint32_t> perm_;
   std::vector<int32_t> t_chunk0_;  // tile t's chunks: [t_chunk0_[t], t_chunk0_[t + 1])
   std::vector<double> c_cost_;
   std::vector<uint64_t> c_icost_;

@@ -158,7 +158,8 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
   const int32_t num_items = plan.num_items(), num_merges = plan.num_merges();
   const int32_t num_slots = plan.merge_indptr.empty() ? 0 : plan.num_partial_slots();
   const int32_t* mi = plan.merge_indptr.data();
-  for (int32_t i = 0; i < num_items; ++i) {
+  if (num_merges == 0) std::fill(item_merge, item_merge + num_items, -1);  // an unsplit plan
+  for (int32_t i = 0; i < num_items && num_merges > 0; ++i) {
     const int32_t s = plan.item_partial_slot[i];
     int32_t m = -1;
     if (s >= 0 && s < num_slots) {
