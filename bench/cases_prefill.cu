@@ -4,6 +4,8 @@
 //   prefill/causal/ragged-nosplit/L<n>   the same with split-KV off
 //   prefill/mixed                        a batch of mixed causal prefills (paged)
 //   prefill/plan/b64                     64 short causal prompts (the plan_us row of a 64-request step)
+//   prefill/plan_ab/...                  (group prefill_plan_ab, opt-in) the KV head classes dealt
+//                                        together vs one tile at a time, same shapes interleaved
 //   prefill/chunked/c<chunk>/h<hist>     chunked prefill: <chunk> new tokens after <hist> keys
 //   (these rows take the wrapper's default mainloop: the sm90 one on Hopper)
 //   prefill/sm90/{causal,noncausal}/...  the Hopper wgmma/TMA mainloop (src/prefill/sm90/), asserted
@@ -178,6 +180,31 @@ double run_prefill_case(weft::bench::Context& ctx, const std::string& name,
 }
 
 }  // namespace
+
+// Group "prefill_plan_ab" (opt-in: only with a --filter naming plan_ab): the wrapper's plan with
+// the KV head classes dealt together (the default, PrefillPlanOptions::deal_heads_together) and
+// the one-tile-at-a-time plan of the same shapes, rows interleaved:
+//   prefill/plan_ab/{grouped,single}/<shape>   extra.plan_us, and ms (GPU time of the plan)
+WEFT_BENCH_GROUP(prefill_plan_ab) {
+  if (!ctx.filter_names("plan_ab")) return;
+  std::vector<std::pair<std::string, std::vector<int32_t>>> shapes = {
+      {"L4096", {4096}}, {"L8192", {8192}}, {"L16384", {16384}}, {"b16/L1024", std::vector<int32_t>(16, 1024)},
+      {"mixed", {8192, 137, 2048, 512, 4000, 1024, 64, 3000, 700, 1500}}};
+  for (int hi : {448, 2048}) {
+    std::vector<int32_t> q(64);
+    std::mt19937_64 rng(64);  // prefill/plan/b64's draw (hi 448)
+    for (auto& l : q) l = static_cast<int32_t>(std::uniform_int_distribution<int>(64, hi)(rng));
+    shapes.push_back({"b64/q64-" + std::to_string(hi), q});
+  }
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& [name, q] : shapes)
+      for (bool grouped : {true, false}) {
+        weft::PrefillPlanOptions opt;
+        opt.deal_heads_together = grouped;
+        run_prefill_case(ctx, std::string("prefill/plan_ab/") + (grouped ? "grouped/" : "single/") + name +
+                                  "/p" + std::to_string(pass), q, q, false, opt);
+      }
+}
 
 WEFT_BENCH_GROUP(prefill) {
   std::vector<int32_t> lens = {1024, 2048, 4096, 8192, 16384};

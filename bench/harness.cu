@@ -186,6 +186,12 @@ bool Context::wants(const std::string& case_name) const {
   return false;
 }
 
+bool Context::filter_names(const std::string& word) const {
+  for (const auto& f : opt_.filters)
+    if (f.find(word) != std::string::npos) return true;
+  return false;
+}
+
 int Context::effective_reps(int reps) const {
   if (opt_.reps > 0) return opt_.reps;
   if (opt_.quick) return std::max(5, reps / 2);

@@ -87,6 +87,8 @@ class Context {
 
   // True when no --filter was given or `case_name` contains one of the filter substrings.
   bool wants(const std::string& case_name) const;
+  // Some --filter contains `word` (opt-in rows that a run without filters leaves out).
+  bool filter_names(const std::string& word) const;
 
   // Median ms over `reps` timed runs after `warmup` untimed runs. Before every run (timed or
   // not) the L2 is flushed by reading a 2x-L2 buffer (flush_l2), outside the event bracket;

@@ -18,7 +18,9 @@
 // (route/ rows: route_cases below.)
 // --filter pat-shape (only when asked for: no timing): the "pat" trees' chunk bound, items and
 // deal makespan, prefix-sharing plans with chunks from the packed work vs the previous bound.
-// --copy (needs a GPU): per decode case also times what plan() enqueues after planning, on an idle
+// --copy (needs a GPU): per prefill case also times the plan into a pinned staging image + its one
+// copy + the event on an idle stream ("plan+copy+event": the wrapper's plan() less its validation);
+// per decode case also times what plan() enqueues after planning, on an idle
 // stream: cudaMemcpyAsync of the layout's whole metadata region from a pinned staging buffer + the
 // staging event's record (column "copy+event"; the host side of plan() = plan+serialize + this +
 // the wrapper's validation); at batch 1 and 256 also its parts (copy alone, event record alone,
@@ -274,24 +276,25 @@ void prefill_cases(const std::string& filter) {
     for (int32_t l : c.q) total_q += l;
     const weft::prefill::PrefillWorkspaceLayout layout = weft::prefill::make_layout(
         static_cast<int32_t>(c.q.size()), total_q, 8, 4, req.cta_q, 128, req.num_ctas);
-    std::vector<unsigned char> img_ref(layout.plan.metadata_bytes() + layout.extra_bytes);
+    // The segment arrays sit at the end of the metadata region (PrefillWorkspaceLayout).
+    std::vector<unsigned char> img_ref(layout.plan.metadata_bytes());
     std::vector<unsigned char> img_new(img_ref.size());
-    auto put_extras = [&](unsigned char* extra, const weft::prefill::SegmentedPlan& sp) {
-      const std::size_t base = layout.off_seg_request;
-      std::memset(extra, 0, layout.extra_bytes);
+    auto put_extras = [&](unsigned char* img, const weft::prefill::SegmentedPlan& sp,
+                          const weft::prefill::PrefillWorkspaceLayout& l) {
+      std::memset(img + l.off_seg_request, 0, l.extra_bytes);
       auto put = [&](std::size_t off, const std::vector<int32_t>& v) {
-        if (!v.empty()) std::memcpy(extra + (off - base), v.data(), v.size() * sizeof(int32_t));
+        if (!v.empty()) std::memcpy(img + off, v.data(), v.size() * sizeof(int32_t));
       };
-      put(layout.off_seg_request, sp.seg_request);
-      put(layout.off_seg_token0, sp.seg_token0);
-      put(layout.off_seg_pos0, sp.seg_pos0);
-      put(layout.off_real_kv_len, req.kv_len);
+      put(l.off_seg_request, sp.seg_request);
+      put(l.off_seg_token0, sp.seg_token0);
+      put(l.off_seg_pos0, sp.seg_pos0);
+      put(l.off_real_kv_len, req.kv_len);
     };
     weft::prefill::SegmentedPlan last_ref;
     const Stats ref = time_calls([&] {
       weft::prefill::SegmentedPlan sp = weft::plan::reference::make_prefill_plan(req);
       weft::plan::reference::serialize(layout.plan, sp.plan, img_ref.data());
-      put_extras(img_ref.data() + layout.plan.metadata_bytes(), sp);
+      put_extras(img_ref.data(), sp, layout);
       last_ref = std::move(sp);
     });
     weft::prefill::PrefillPlanner planner;
@@ -300,7 +303,7 @@ void prefill_cases(const std::string& filter) {
       WorkspaceLayout::Image image;
       planner.make_plan(req, sp_new);
       layout.plan.serialize(sp_new.plan, img_new.data(), &image);
-      put_extras(img_new.data() + layout.plan.metadata_bytes(), sp_new);
+      put_extras(img_new.data(), sp_new, layout);
     }
     const bool same = same_bytes(img_ref, img_new);
     // The wrapper's plan: head-folded (prefill_head_fold), head classes dealt together, into the
@@ -310,18 +313,52 @@ void prefill_cases(const std::string& filter) {
     req_fold.deal_heads_together = true;  // as the wrapper plans (PlanRequest::deal_heads_together)
     const weft::prefill::PrefillWorkspaceLayout layout_fold = weft::prefill::make_layout(
         static_cast<int32_t>(c.q.size()), total_q, 8, 4, req.cta_q, 128, req.num_ctas, req_fold.head_fold);
-    std::vector<unsigned char> img_fold(layout_fold.plan.metadata_bytes() + layout_fold.extra_bytes);
+    std::vector<unsigned char> img_fold(layout_fold.plan.metadata_bytes());
     WorkspaceLayout::Image image;
     const Stats neu = time_calls([&] {
       planner.make_plan(req_fold, sp_new);
       layout_fold.plan.serialize(sp_new.plan, img_fold.data(), &image);
-      put_extras(img_fold.data() + layout_fold.plan.metadata_bytes(), sp_new);
+      put_extras(img_fold.data(), sp_new, layout_fold);
     });
     char note[128];
     std::snprintf(note, sizeof note, "segs %d items %d merges %d %s | fold %d: %d x %d", last_ref.plan.batch,
                   last_ref.plan.num_items(), last_ref.plan.num_merges(), same ? "same image" : "IMAGE DIFFERS",
                   req_fold.head_fold, sp_new.plan.num_items(), req_fold.head_fold);
     print_row(c.name, "plan+serialize", ref, neu, note);
+    if (g_copy) {
+      // What the wrapper's plan() does after its validation: the plan into a pinned staging image,
+      // one copy of the metadata (segment arrays at its end) and the staging event, on an idle stream.
+      void *staging = nullptr, *dev = nullptr;
+      cudaStream_t s = nullptr;
+      cudaEvent_t ev = nullptr;
+      const std::size_t bytes = img_fold.size();
+      if (cudaHostAlloc(&staging, bytes, cudaHostAllocDefault) != cudaSuccess || cudaMalloc(&dev, bytes) != cudaSuccess ||
+          cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+          cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+        std::fprintf(stderr, "weft-plan-bench --copy: CUDA setup failed\n");
+        std::exit(1);
+      }
+      unsigned char* st = static_cast<unsigned char*>(staging);
+      WorkspaceLayout::Image simage;
+      const Stats pc = time_calls([&] {
+        cudaStreamSynchronize(s);  // idle stream, as the bench's plan_us (not timed)
+        const auto t0 = Clock::now();
+        planner.make_plan(req_fold, sp_new);
+        layout_fold.plan.serialize(sp_new.plan, st, &simage);
+        put_extras(st, sp_new, layout_fold);
+        cudaMemcpyAsync(dev, st, bytes, cudaMemcpyHostToDevice, s);
+        cudaEventRecord(ev, s);
+        return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      });
+      cudaStreamSynchronize(s);
+      char cnote[64];
+      std::snprintf(cnote, sizeof cnote, "%zu bytes, pinned staging", bytes);
+      print_row(c.name, "plan+copy+event", pc, pc, cnote);
+      cudaEventDestroy(ev);
+      cudaStreamDestroy(s);
+      cudaFree(dev);
+      cudaFreeHost(staging);
+    }
   }
 }
 

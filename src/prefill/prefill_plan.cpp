@@ -142,23 +142,33 @@ PrefillWorkspaceLayout make_layout(int32_t max_batch, int64_t max_total_q, int32
                                    int32_t group_size, int32_t cta_q, int32_t head_dim,
                                    int32_t num_ctas, int32_t head_fold) {
   PrefillWorkspaceLayout l;
-  l.plan = plan::WorkspaceLayout(
-      plan_bounds(max_batch, max_total_q, num_kv_heads, group_size, cta_q, head_dim, num_ctas, head_fold));
-  l.max_segments = l.plan.bounds().max_batch;
+  plan::PlanBounds pb =
+      plan_bounds(max_batch, max_total_q, num_kv_heads, group_size, cta_q, head_dim, num_ctas, head_fold);
+  l.max_segments = pb.max_batch;
   l.max_batch = max_batch;
+  // The segment arrays at the end of the plan's metadata region (PlanBounds::tail_bytes): plan()
+  // copies the metadata and them in ONE copy (two copies cost the H100 machine's host ~2-3 us more:
+  // a copy below ~24 KiB is written into the driver's command stream by the CPU,
+  // heuristics::kMinPlanCopyBytes).
   constexpr std::size_t kA = plan::WorkspaceLayout::kAlign;
-  std::size_t off = align_up(l.plan.total_bytes(), kA);
-  const std::size_t base = off;
-  l.off_seg_request = off;
+  std::size_t off = 0;
+  const std::size_t seg_request = off;
   off = align_up(off + sizeof(int32_t) * l.max_segments, kA);
-  l.off_seg_token0 = off;
+  const std::size_t seg_token0 = off;
   off = align_up(off + sizeof(int32_t) * l.max_segments, kA);
-  l.off_seg_pos0 = off;
+  const std::size_t seg_pos0 = off;
   off = align_up(off + sizeof(int32_t) * l.max_segments, kA);
-  l.off_real_kv_len = off;
+  const std::size_t real_kv_len = off;
   off = align_up(off + sizeof(int32_t) * max_batch, kA);
-  l.extra_bytes = off - base;
-  l.total_bytes = off;
+  l.extra_bytes = off;
+  pb.tail_bytes = off;
+  l.plan = plan::WorkspaceLayout(pb);
+  const std::size_t base = l.plan.tail_offset();
+  l.off_seg_request = base + seg_request;
+  l.off_seg_token0 = base + seg_token0;
+  l.off_seg_pos0 = base + seg_pos0;
+  l.off_real_kv_len = base + real_kv_len;
+  l.total_bytes = l.plan.total_bytes();
   return l;
 }
 

@@ -83,14 +83,16 @@ plan::PlanBounds plan_bounds(int32_t max_batch, int64_t max_total_q, int32_t num
                              int32_t group_size, int32_t cta_q, int32_t head_dim, int32_t num_ctas,
                              int32_t head_fold = 1);
 
-// Full workspace layout of one configuration: the shared plan layout, then the segment arrays
-// (int32 each, fixed offsets) and the real requests' kv lengths.
+// Full workspace layout of one configuration: the shared plan layout with the segment arrays
+// (int32 each, fixed offsets) and the real requests' kv lengths at the end of its metadata region
+// (PlanBounds::tail_bytes: one copy carries the plan and them), then the partial states.
 struct PrefillWorkspaceLayout {
   plan::WorkspaceLayout plan;
   int32_t max_segments = 0;
   int32_t max_batch = 0;
   std::size_t off_seg_request = 0, off_seg_token0 = 0, off_seg_pos0 = 0, off_real_kv_len = 0;
-  std::size_t extra_bytes = 0;  // bytes of the arrays above (copied by plan())
+  std::size_t extra_bytes = 0;  // bytes of the arrays above, from off_seg_request (inside
+                                // plan.metadata_bytes(): copied with the plan)
   std::size_t total_bytes = 0;
 };
 PrefillWorkspaceLayout make_layout(int32_t max_batch, int64_t max_total_q, int32_t num_kv_heads,

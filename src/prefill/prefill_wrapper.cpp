@@ -380,41 +380,38 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   req.head_fold = layout.plan.bounds().head_fold;
   req.allow_split = opt.allow_split_kv;
   req.min_chunk = opt.min_chunk;
-  req.deal_heads_together = true;
+  req.deal_heads_together = opt.deal_heads_together;
   prefill::SegmentedPlan& sp = s_->sp;
   s_->planner.make_plan(req, sp);
 
-  // Host images of the metadata and the segment arrays in the pinned staging buffer (reused once
-  // its previous copy has left it), then one asynchronous copy each and the staging event.
-  const std::size_t meta_bytes = layout.plan.metadata_bytes(), extra_bytes = layout.extra_bytes;
+  // Host image of the metadata (the segment arrays at its end: PrefillWorkspaceLayout) in the
+  // pinned staging buffer (reused once its previous copy has left it), then ONE asynchronous copy
+  // and the staging event.
+  const std::size_t meta_bytes = layout.plan.metadata_bytes();
   if (s_->staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(s_->staging_done));
   s_->staging_pending = false;
   if (s_->staging_done == nullptr)
     WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&s_->staging_done, cudaEventDisableTiming));
   const plan::PlanBounds& pb = layout.plan.bounds();
   const plan::PlanBounds& mb = s_->meta_bounds;
-  if (s_->staging_bytes < meta_bytes + extra_bytes) {
+  if (s_->staging_bytes < meta_bytes) {
     if (s_->staging != nullptr) WEFT_CUDA_CHECK(cudaFreeHost(s_->staging));
     s_->staging = nullptr;
     s_->staging_bytes = 0;
-    WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&s_->staging), meta_bytes + extra_bytes,
-                                  cudaHostAllocDefault));
-    s_->staging_bytes = meta_bytes + extra_bytes;
+    WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&s_->staging), meta_bytes, cudaHostAllocDefault));
+    s_->staging_bytes = meta_bytes;
     s_->meta_image = plan::WorkspaceLayout::Image{};  // a new buffer: cleared in full
   }
   if (pb.max_batch != mb.max_batch || pb.max_tiles != mb.max_tiles || pb.num_ctas != mb.num_ctas ||
-      pb.tile_q != mb.tile_q || pb.head_dim != mb.head_dim || pb.head_fold != mb.head_fold) {
+      pb.tile_q != mb.tile_q || pb.head_dim != mb.head_dim || pb.head_fold != mb.head_fold ||
+      pb.tail_bytes != mb.tail_bytes) {
     s_->meta_image = plan::WorkspaceLayout::Image{};  // another layout: cleared in full
     s_->meta_bounds = pb;
   }
   unsigned char* meta = s_->staging;
-  unsigned char* extra = s_->staging + meta_bytes;
   layout.plan.serialize(sp.plan, meta, &s_->meta_image);  // throws if the plan exceeds the bounds
-  prefill::segment_image(layout, sp, kv_len, extra);
-  const std::size_t base = layout.off_seg_request;
+  prefill::segment_image(layout, sp, kv_len, meta + layout.off_seg_request);
   WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, meta, meta_bytes, cudaMemcpyHostToDevice, stream));
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(workspace) + base, extra, extra_bytes,
-                                  cudaMemcpyHostToDevice, stream));
   WEFT_CUDA_CHECK(cudaEventRecord(s_->staging_done, stream));
   s_->staging_pending = true;
 

@@ -37,16 +37,15 @@ void validate(const BatchShape& s, const BalanceConfig& c) {
                  "size " << s.kv_len.size() << " differs from qo_len size " << s.qo_len.size());
   WEFT_CHECK_ARG(s.kv_start.empty() || s.kv_start.size() == s.kv_len.size(), "shape.kv_start",
                  "size " << s.kv_start.size() << " must be 0 or " << s.kv_len.size());
-  for (size_t b = 0; b < s.kv_len.size(); ++b) {
-    WEFT_CHECK_ARG(s.qo_len[b] >= 0, "shape.qo_len[" + std::to_string(b) + "]",
-                   "must be >= 0, got " << s.qo_len[b]);
-    WEFT_CHECK_ARG(s.kv_len[b] >= 0, "shape.kv_len[" + std::to_string(b) + "]",
-                   "must be >= 0, got " << s.kv_len[b]);
-    if (!s.kv_start.empty()) {
-      WEFT_CHECK_ARG(s.kv_start[b] >= 0 && s.kv_start[b] <= s.kv_len[b],
-                     "shape.kv_start[" + std::to_string(b) + "]",
-                     "must be in [0, kv_len = " << s.kv_len[b] << "], got " << s.kv_start[b]);
-    }
+}
+
+// The per-request checks (prepare() runs them in its pass over the requests, request by request).
+inline void validate_request(const int32_t* qo, const int32_t* kv, const int32_t* ks, int32_t b) {
+  WEFT_CHECK_ARG(qo[b] >= 0, "shape.qo_len[" + std::to_string(b) + "]", "must be >= 0, got " << qo[b]);
+  WEFT_CHECK_ARG(kv[b] >= 0, "shape.kv_len[" + std::to_string(b) + "]", "must be >= 0, got " << kv[b]);
+  if (ks) {
+    WEFT_CHECK_ARG(ks[b] >= 0 && ks[b] <= kv[b], "shape.kv_start[" + std::to_string(b) + "]",
+                   "must be in [0, kv_len = " << kv[b] << "], got " << ks[b]);
   }
 }
 
@@ -324,7 +323,16 @@ int64_t Planner::prepare(const BatchShape& shape, const BalanceConfig& cfg) {
   int64_t next = 0, num_tiles = 0, total = 0;
   int32_t longest = 0;
   bool one_tile = true;
+  // While every request so far has at most one tile per KV head: its unit record and integral cost
+  // (build_whole_units).
+  units_.resize(batch_);
+  u_icost_.resize(int_costs_ ? batch_ : 0);
+  Unit* const un = units_.data();
+  uint64_t* const uc = u_icost_.data();
+  std::size_t U = 0;
+  uint64_t umin = ~uint64_t(0), umax = 0, usum = 0;
   for (int32_t b = 0; b < batch_; ++b) {
+    validate_request(qo, kv, ks, b);
     next += qo[b];
     WEFT_CHECK_ARG(next <= INT32_MAX, "shape.qo_len", "total query tokens overflow int32");
     qo_indptr_[b + 1] = static_cast<int32_t>(next);
@@ -334,11 +342,27 @@ int64_t Planner::prepare(const BatchShape& shape, const BalanceConfig& cfg) {
     one_tile &= nt <= 1;
     num_tiles += nt;
     if (nt > 0) {
-      const int32_t len = kv[b] - (ks ? ks[b] : 0);
+      const int32_t kb = ks ? ks[b] : 0;
+      const int32_t len = kv[b] - kb;
       total += int64_t(len) * nt;
       longest = std::max(longest, len);
+      if (one_tile) {
+        un[U] = {b, static_cast<int32_t>(rows), kb, kv[b]};
+        if (int_costs_) {  // (rows and len below 2^31, ia / ib below 2^20: no overflow)
+          const uint64_t c = ia_ * static_cast<uint64_t>(rows) + ib_ * static_cast<uint64_t>(len);
+          uc[U] = c;
+          umin = std::min(umin, c);
+          umax = std::max(umax, c);
+          usum += c;
+        }
+        ++U;
+      }
     }
   }
+  num_units_ = U;
+  u_min_ = umin;
+  u_max_ = umax;
+  u_sum_ = usum;
   kv_len_.assign(kv, kv + batch_);
   if (ks) kv_start_.assign(ks, ks + batch_);
   else kv_start_.clear();
@@ -484,9 +508,8 @@ bool Planner::int_keys_for_total(double total) {
 // the chunk lengths): a counting sort over [min_cost, max_cost] (one counting and one scatter
 // pass) where the range is short against n, else the LSD radix sort on max_cost - cost (only the
 // bytes that differ); nothing when the costs are already in order.
-void Planner::sort_int_desc(std::size_t n, uint64_t min_cost, uint64_t max_cost) {
+void Planner::sort_int_desc(const uint64_t* cost, std::size_t n, uint64_t min_cost, uint64_t max_cost) {
   if (n < 2 || min_cost == max_cost) return;
-  const uint64_t* cost = c_icost_.data();
   uint32_t* ord = order_.data();
   bool sorted = true;
   for (std::size_t i = 1; i < n && sorted; ++i) sorted = cost[ord[i - 1]] >= cost[ord[i]];
@@ -629,7 +652,7 @@ void Planner::build(bool split, int64_t L, Plan& p) {
   const bool total_exact = max_ic == 0 || n <= ~uint64_t(0) / max_ic;
   if (int_costs_) total_cost = static_cast<double>(total_ic);
   if (int_costs_ && n > 0 && total_exact && int_keys_for_total(total_cost)) {
-    sort_int_desc(n, min_ic, max_ic);
+    sort_int_desc(c_icost_.data(), n, min_ic, max_ic);
     reset_deal_int();
     const uint64_t* ic = c_icost_.data();
     const uint32_t* ord = order_.data();
@@ -708,37 +731,22 @@ void Planner::build(bool split, int64_t L, Plan& p) {
 bool Planner::build_whole_units(Plan& p) {
   const int32_t H = cfg_.num_kv_heads;
   const int32_t C = cfg_.num_ctas;
-  const int32_t* ks = kv_start_.empty() ? nullptr : kv_start_.data();
-  units_.resize(static_cast<std::size_t>(num_tiles_ / H));
-  c_icost_.resize(units_.size());
-  order_.resize(units_.size());
-  order_tmp_.resize(units_.size());
-  keys_.resize(units_.size());
-  keys_tmp_.resize(units_.size());
-  Unit* const un = units_.data();
-  uint64_t* const ic = c_icost_.data();
-  uint32_t* const ord = order_.data();
-  uint64_t min_ic = ~uint64_t(0), max_ic = 0, sum_ic = 0;
-  std::size_t U = 0;
-  for (int32_t b = 0; b < batch_; ++b) {
-    const int32_t rows = (qo_indptr_[b + 1] - qo_indptr_[b]) * cfg_.group_size;
-    if (rows == 0) continue;
-    const int32_t kb = ks ? ks[b] : 0, ke = kv_len_[b];
-    const uint64_t c = ia_ * static_cast<uint64_t>(rows) + ib_ * static_cast<uint64_t>(ke - kb);
-    un[U] = {b, rows, kb, ke};
-    ic[U] = c;
-    ord[U] = static_cast<uint32_t>(U);
-    min_ic = std::min(min_ic, c);
-    max_ic = std::max(max_ic, c);
-    sum_ic += c;
-    ++U;
-  }
+  // The units and their costs from prepare()'s pass.
+  const std::size_t U = num_units_;
+  const Unit* const un = units_.data();
+  const uint64_t* const ic = u_icost_.data();
+  const uint64_t min_ic = u_min_, max_ic = u_max_, sum_ic = u_sum_;
+  order_.resize(U);
+  order_tmp_.resize(U);
+  keys_.resize(U);
+  keys_tmp_.resize(U);
+  for (std::size_t u = 0; u < U; ++u) order_[u] = static_cast<uint32_t>(u);
   const std::size_t n = U * static_cast<std::size_t>(H);
   // The general path's conditions for the integer queue: the integer total exact, the loads below
   // the queue's bound.
   if (!(max_ic == 0 || n <= ~uint64_t(0) / max_ic)) return false;
   if (!int_keys_for_total(static_cast<double>(sum_ic * static_cast<uint64_t>(H)))) return false;
-  sort_int_desc(U, min_ic, max_ic);
+  sort_int_desc(ic, U, min_ic, max_ic);
   const uint32_t* const o = order_.data();  // (sort_int_desc may swap order_'s buffer)
 
   // Step 5: the deal, tile by tile in the sorted order (unit o[k]'s H heads back to back).
@@ -790,12 +798,12 @@ bool Planner::build_whole_units(Plan& p) {
     const Unit u = un[pm[i] >> 8];
     ir[i] = u.request;
     ih[i] = static_cast<int32_t>(pm[i] & 0xff);
-    irb[i] = 0;
     ire[i] = u.rows;
     ikb[i] = u.kv_begin;
     ike[i] = u.kv_end;
-    isl[i] = -1;
   }
+  std::fill(irb, irb + n, 0);   // whole tiles: every row from 0,
+  std::fill(isl, isl + n, -1);  // final outputs
   p.split = false;
   return true;
 }

@@ -191,7 +191,7 @@ class Planner {
   int32_t deal_int(uint64_t cost);
   int32_t deal_int_slow(uint64_t add);
   void loads_int(double* loads) const;
-  void sort_int_desc(std::size_t n, uint64_t min_cost, uint64_t max_cost);
+  void sort_int_desc(const uint64_t* cost, std::size_t n, uint64_t min_cost, uint64_t max_cost);
   bool int_keys_for_total(double total);
   // Tiles in generation order, built on first use (ensure_tiles): a prepare() whose requests each
   // fit one tile per KV head (decode; causal prefill segments) leaves them implicit, and an
@@ -234,7 +234,10 @@ class Planner {
   struct Unit {
     int32_t request, rows, kv_begin, kv_end;
   };
-  std::vector<Unit> units_;
+  std::vector<Unit> units_;     // prepare(): requests with rows while one_tile_ holds
+  std::vector<uint64_t> u_icost_;  // their integral costs (int_costs_)
+  std::size_t num_units_ = 0;
+  uint64_t u_min_ = 0, u_max_ = 0, u_sum_ = 0;
   std::vector<uint32_t> perm_;
   std::vector<int32_t> t_chunk0_;  // tile t's chunks: [t_chunk0_[t], t_chunk0_[t + 1])
   std::vector<double> c_cost_;
@@ -268,6 +271,11 @@ struct PlanBounds {
   // and max_tiles are the FOLDED plan's; the launch has num_ctas * head_fold CTAs, and the CTA
   // records, merge counters and partial slots are sized for all of them.
   int32_t head_fold = 1;
+  // Bytes reserved at the END of the metadata region (inside metadata_bytes(), before the partial
+  // states) for a caller's own per-plan arrays (the prefill segment arrays), so that one copy of
+  // the metadata carries them too. WorkspaceLayout::tail_offset() is where they start; serialize()
+  // never writes there except when it clears a fresh buffer.
+  std::size_t tail_bytes = 0;
 };
 
 // Header at offset 0 of the workspace (read by kernels: counts of the current plan).
@@ -375,6 +383,8 @@ class WorkspaceLayout {
   int32_t max_slots() const { return max_slots_; }
   // Bytes of plan metadata (header + index arrays): what plan() copies host -> device.
   std::size_t metadata_bytes() const { return metadata_bytes_; }
+  // Offset of the bounds' tail_bytes (the last bytes of the metadata region).
+  std::size_t tail_offset() const { return off_tail_; }
   // Total workspace bytes (metadata + fp32 partial states).
   std::size_t total_bytes() const { return total_bytes_; }
 
@@ -399,7 +409,7 @@ class WorkspaceLayout {
   PlanBounds bounds_{};
   int32_t max_items_ = 0, max_merges_ = 0, max_slots_ = 0;
   std::size_t off_cta_ = 0, off_first_ = 0, off_items_ = 0, off_merges_ = 0, off_counter_ = 0, off_qo_ = 0, off_kv_ = 0;
-  std::size_t off_po_ = 0, off_plse_ = 0;
+  std::size_t off_po_ = 0, off_plse_ = 0, off_tail_ = 0;
   std::size_t metadata_bytes_ = 0, total_bytes_ = 0;
 };
 #endif  // !WEFT_RTC

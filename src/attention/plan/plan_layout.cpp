@@ -45,6 +45,8 @@ WorkspaceLayout::WorkspaceLayout(const PlanBounds& b) : bounds_(b) {
   off = align_up(off + sizeof(int32_t) * (b.max_batch + 1), kAlign);
   off_kv_ = off;
   off = align_up(off + sizeof(int32_t) * b.max_batch, kAlign);
+  off_tail_ = off;
+  off = align_up(off + b.tail_bytes, kAlign);
   metadata_bytes_ = off;
   off_po_ = off;
   off = align_up(off + sizeof(float) * std::size_t(max_slots_) * fold * b.tile_q * b.head_dim, kAlign);
