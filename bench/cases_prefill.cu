@@ -183,12 +183,12 @@ double run_prefill_case(weft::bench::Context& ctx, const std::string& name,
 
 // Group "prefill_plan_ab" (opt-in: only with a --filter naming plan_ab): the wrapper's plan with
 // the KV head classes dealt together (the default, PrefillPlanOptions::deal_heads_together) and
-// the one-tile-at-a-time plan of the same shapes, rows interleaved:
+// the one-tile-at-a-time plan of the same shapes (causal, ragged), rows interleaved:
 //   prefill/plan_ab/{grouped,single}/<shape>   extra.plan_us, and ms (GPU time of the plan)
 WEFT_BENCH_GROUP(prefill_plan_ab) {
   if (!ctx.filter_names("plan_ab")) return;
   std::vector<std::pair<std::string, std::vector<int32_t>>> shapes = {
-      {"L4096", {4096}}, {"L8192", {8192}}, {"L16384", {16384}}, {"b16/L1024", std::vector<int32_t>(16, 1024)},
+      {"L8192", {8192}}, {"L16384", {16384}}, {"b16/L1024", std::vector<int32_t>(16, 1024)},
       {"mixed", {8192, 137, 2048, 512, 4000, 1024, 64, 3000, 700, 1500}}};
   for (int hi : {448, 2048}) {
     std::vector<int32_t> q(64);
@@ -196,14 +196,13 @@ WEFT_BENCH_GROUP(prefill_plan_ab) {
     for (auto& l : q) l = static_cast<int32_t>(std::uniform_int_distribution<int>(64, hi)(rng));
     shapes.push_back({"b64/q64-" + std::to_string(hi), q});
   }
-  for (int pass = 0; pass < 2; ++pass)
-    for (const auto& [name, q] : shapes)
-      for (bool grouped : {true, false}) {
-        weft::PrefillPlanOptions opt;
-        opt.deal_heads_together = grouped;
-        run_prefill_case(ctx, std::string("prefill/plan_ab/") + (grouped ? "grouped/" : "single/") + name +
-                                  "/p" + std::to_string(pass), q, q, false, opt);
-      }
+  for (const auto& [name, q] : shapes)
+    for (bool grouped : {true, false}) {
+      weft::PrefillPlanOptions opt;
+      opt.deal_heads_together = grouped;
+      run_prefill_case(ctx, std::string("prefill/plan_ab/") + (grouped ? "grouped/" : "single/") + name, q, q, false,
+                       opt);
+    }
 }
 
 WEFT_BENCH_GROUP(prefill) {

@@ -3,12 +3,12 @@
 # one call:
 #   1. builds the new tree (weft-bench, weft-plan-bench, weft_gpu_prefill, weft_gpu_pod; no norm /
 #      comm) and, in parallel, weft-bench of the old tree with the prefill component only;
-#   2. the whole prefill and POD GPU suites (TESTS_S), then compute-sanitizer memcheck on a small
-#      sm90 filter (MEMCHECK_FILTER, SAN_S) while the old tree may still build;
+#   2. the whole prefill and POD GPU suites (TESTS_S) and, alongside, compute-sanitizer memcheck
+#      on a small filter (MEMCHECK_FILTER, SAN_S) while the old tree may still build;
 #   3. on a quiet CPU: weft-plan-bench --copy / --cold 8 for the prefill rows (the planner, the
 #      staging copy), then the wrappers' plan-cost rows prefill/plan/ and the opt-in group
 #      prefill_plan_ab (the same shapes planned with the KV head classes dealt together and one
-#      tile at a time, rows interleaved, two passes; extra.plan_us and the GPU time of each plan);
+#      tile at a time, rows interleaved; extra.plan_us and the GPU time of each plan);
 #   4. an old/new A/B of prefill rows (AB_FILTERS), processes interleaved, PAIRS pairs, until
 #      DEADLINE (seconds since the start).
 # WORK (default /tmp/ppc): logs and build trees; SKIP_BUILD=1 NEW_BUILD=... OLD_BUILD=...: use
@@ -22,12 +22,12 @@ BASE_SRC=${1:?usage: prefill-plan-check.sh <old source tree>}
 OUT="${OUT:-./prefill-plan-check-out}"
 mkdir -p "$OUT"
 SECONDS=0
-DEADLINE=${DEADLINE:-390}
+DEADLINE=${DEADLINE:-400}
 TESTS_S=${TESTS_S:-100}
-SAN_S=${SAN_S:-60}
-MEMCHECK_FILTER=${MEMCHECK_FILTER:-PrefillSm90.*Small*}
+SAN_S=${SAN_S:-100}
+MEMCHECK_FILTER=${MEMCHECK_FILTER:-PrefillSm90.ChunkedSplitAndEmpty:PrefillSmall.SplitKVChunk:PrefillSmall.CausalPagedNHD}
 PAIRS=${PAIRS:-2}
-AB_FILTERS=${AB_FILTERS:-prefill/plan/b64 prefill/causal/ragged/L8192 prefill/causal/paged/L4096 prefill/mixed prefill/chunked/c1024/h8192 prefill/sm90/chunked-split/c256/h8192}
+AB_FILTERS=${AB_FILTERS:-prefill/plan/b64 prefill/causal/ragged/L8192 prefill/causal/ragged/L16384 prefill/causal/paged/L4096 prefill/mixed prefill/chunked/c1024/h8192 prefill/sm90/chunked-split/c256/h16384 prefill/fa2/causal/ragged/L4096}
 W=${WORK:-/tmp/ppc}  # logs; NB / OB: the new / old build trees (SKIP_BUILD=1: already built there)
 NB=${NEW_BUILD:-$W/new}
 OB=${OLD_BUILD:-$W/old}
@@ -57,24 +57,23 @@ echo "new build $SECONDS s (rc $NEW_RC)"
 [ "$NEW_RC" -eq 0 ] || { tail -30 $W/build_new.log; exit 1; }
 
 # GPU tests: the two suites at once (one GPU, each its own process), then memcheck.
+# (memcheck alongside: three processes on the GPU, correctness only, nothing timed)
 test_pids=()
 for t in weft_gpu_prefill weft_gpu_pod; do
   (timeout "$TESTS_S" $NB/tests/$t --gtest_brief=1 > $W/$t.log 2>&1; echo "rc $?" >> $W/$t.log) &
   test_pids+=($!)
 done
+(timeout "$SAN_S" compute-sanitizer --tool memcheck --error-exitcode 3 $NB/tests/weft_gpu_prefill \
+   --gtest_filter="$MEMCHECK_FILTER" --gtest_brief=1 > $W/memcheck.log 2>&1; echo "rc $?" >> $W/memcheck.log) &
+test_pids+=($!)
 wait "${test_pids[@]}"
 : > "$OUT/tests.log"
 for t in weft_gpu_prefill weft_gpu_pod; do
   { echo "=== $t (whole suite, limit ${TESTS_S}s)"; grep -vE "^Running main|^$" $W/$t.log | tail -25; } >> "$OUT/tests.log"
 done
-echo "tests $SECONDS s: $(grep -h -E '^\[  (PASSED|FAILED)|^rc ' $W/weft_gpu_*.log | tr '\n' ' ')"
-{
-  echo "=== compute-sanitizer memcheck weft_gpu_prefill --gtest_filter=$MEMCHECK_FILTER (limit ${SAN_S}s)"
-  timeout "$SAN_S" compute-sanitizer --tool memcheck --error-exitcode 3 $NB/tests/weft_gpu_prefill \
-    --gtest_filter="$MEMCHECK_FILTER" --gtest_brief=1 2>&1 | grep -vE "^Running main|^$" | tail -15
-  echo "rc ${PIPESTATUS[0]}"
-} >> "$OUT/tests.log" 2>&1
-echo "memcheck $SECONDS s: $(tail -3 "$OUT/tests.log" | tr '\n' ' ')"
+{ echo "=== compute-sanitizer memcheck weft_gpu_prefill --gtest_filter=$MEMCHECK_FILTER (limit ${SAN_S}s)";
+  grep -vE "^Running main|^$" $W/memcheck.log | tail -15; } >> "$OUT/tests.log"
+echo "tests $SECONDS s: $(grep -h -E '^\[  (PASSED|FAILED)|^rc |ERROR SUMMARY' $W/weft_gpu_*.log $W/memcheck.log | tr '\n' ' ')"
 
 wait $OLD_PID
 OLD_RC=$?

@@ -283,6 +283,47 @@ TEST(PrefillSm90, HeadDim256Forced128OnFa2Rejected) {
   EXPECT_THROW(plan_and_run(w, p), Error);
 }
 
+// PrefillPlanOptions::deal_heads_together (the default): a batch with more segments than the
+// one-tile-at-a-time tail (48 causal prompts of 64..320 tokens: ~260 segments of 32 tokens for
+// Llama-3-8B's 32 / 8 heads, 2 head classes on the 33 CTAs of the folded sm90 plan) is dealt with
+// a segment's head classes together: against the reference, and bit for bit the output of the
+// one-tile-at-a-time plan of the same inputs (each tile is computed whole by one CTA either way).
+TEST(PrefillSm90, HeadClassesDealtTogetherSameBits) {
+  WEFT_REQUIRE_SM90();
+  Case c;
+  uint64_t x = 12345;
+  for (int b = 0; b < 48; ++b) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const int32_t len = 64 + static_cast<int32_t>((x >> 33) % 257);
+    c.q_lens.push_back(len);
+    c.kv_lens.push_back(len);
+  }
+  c.num_kv_heads = 8;
+  c.num_qo_heads = 32;
+  c.paged = false;
+  c.variant = mask_of(true);
+  c.opt.deal_heads_together = true;
+  Prepared p;
+  prepare(p, c, 91);
+  BatchPrefillWrapper w;
+  plan_and_run(w, p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_TRUE(w.plan_info().sm90);
+  ASSERT_FALSE(w.plan_info().split);
+  check_against_reference(p);
+  const std::vector<uint16_t> o1 = download_out(p);
+  const std::vector<float> l1 = download_lse(p);
+  const int32_t items = w.plan_info().num_items;
+  p.c.opt.deal_heads_together = false;
+  plan_and_run(w, p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(w.plan_info().num_items, items);
+  const std::vector<uint16_t> o2 = download_out(p);
+  const std::vector<float> l2 = download_lse(p);
+  EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * sizeof(uint16_t))) << "O differs between the deals";
+  EXPECT_EQ(0, std::memcmp(l1.data(), l2.data(), l1.size() * sizeof(float))) << "LSE differs between the deals";
+}
+
 // PrefillPlanOptions::mainloop = kFA2 keeps the FA2 kernel (the fallback) on the same device.
 TEST(PrefillSm90, PinnedFa2Fallback) {
   WEFT_REQUIRE_SM90();
