@@ -306,11 +306,11 @@ void prefill_cases(const std::string& filter) {
       put_extras(img_new.data(), sp_new, layout);
     }
     const bool same = same_bytes(img_ref, img_new);
-    // The wrapper's plan: head-folded (prefill_head_fold), head classes dealt together, into the
-    // folded layout.
+    // The wrapper's plan: head-folded (prefill_head_fold), into the folded layout.
     weft::prefill::PlanRequest req_fold = req;
     req_fold.head_fold = weft::prefill::prefill_head_fold(req.num_kv_heads, req.num_ctas);
-    req_fold.deal_heads_together = true;  // as the wrapper plans (PlanRequest::deal_heads_together)
+    // (the wrapper's default: PrefillPlanOptions::deal_heads_together off; the "grouped" column
+    // below times it on)
     const weft::prefill::PrefillWorkspaceLayout layout_fold = weft::prefill::make_layout(
         static_cast<int32_t>(c.q.size()), total_q, 8, 4, req.cta_q, 128, req.num_ctas, req_fold.head_fold);
     std::vector<unsigned char> img_fold(layout_fold.plan.metadata_bytes());
@@ -325,6 +325,16 @@ void prefill_cases(const std::string& filter) {
                   last_ref.plan.num_items(), last_ref.plan.num_merges(), same ? "same image" : "IMAGE DIFFERS",
                   req_fold.head_fold, sp_new.plan.num_items(), req_fold.head_fold);
     print_row(c.name, "plan+serialize", ref, neu, note);
+    {  // PrefillPlanOptions::deal_heads_together (off by default): a segment's head classes together
+      weft::prefill::PlanRequest req_grouped = req_fold;
+      req_grouped.deal_heads_together = true;
+      const Stats grp = time_calls([&] {
+        planner.make_plan(req_grouped, sp_new);
+        layout_fold.plan.serialize(sp_new.plan, img_fold.data(), &image);
+        put_extras(img_fold.data(), sp_new, layout_fold);
+      });
+      print_row(c.name, "plan+serialize grouped", ref, grp, "head classes dealt together (opt-in)");
+    }
     if (g_copy) {
       // What the wrapper's plan() does after its validation: the plan into a pinned staging image,
       // one copy of the metadata (segment arrays at its end) and the staging event, on an idle stream.

@@ -70,11 +70,14 @@ struct PrefillPlanOptions {
   // SMs free for a kernel on another stream (BatchPODAttention's SM partition). The workspace
   // must then be sized by workspace_size(bounds, max_ctas).
   int32_t max_ctas = 0;
-  // Plan cost (issue 19): deal the KV head classes of a query segment to one CTA together, except
-  // for the last segments of the longest-first order (a coarser deal of the bulk, H times fewer
-  // planner queue operations; the plan's makespan within ~0.3% of the one-tile-at-a-time deal on
-  // the measured shapes). false: every tile dealt alone (the bench's A/B rows set it).
-  bool deal_heads_together = true;
+  // Plan cost (issue 19), off by default: deal the KV head classes of a query segment to one CTA
+  // together, except for the last segments of the longest-first order (a coarser deal of the bulk:
+  // H times fewer planner queue operations, the planned makespan within ~0.3% of the
+  // one-tile-at-a-time deal on the measured shapes). On the H100 it cut prefill/plan/b64's plan()
+  // from 60.8 to 48.2 us but ran that plan 5.8% slower on the GPU (0.420 vs 0.397 ms, the same
+  // process; bench/results/h100_prefill_plan_check_270bf7e.txt), so the default deals every tile
+  // alone. The bench group prefill_plan_ab times both.
+  bool deal_heads_together = false;
 };
 
 // Device copy of a custom mask (run time).

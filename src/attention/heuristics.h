@@ -86,7 +86,9 @@ inline constexpr std::size_t kMinPlanCopyBytes = 32 * 1024;
 // the sm90 grid of Llama-3-8B; 45 single-request and batch shapes of 1-128 prompts up to 16K
 // tokens): a tail of 1 x CTAs left some plans 70% longer (few segments per CTA), 2 x 3%, 4 x at
 // most 0.26% longer and some shorter than the one-tile-at-a-time deal, for 55% of its queue
-// operations at prefill/plan/b64 (648 of 1172) and about half on larger batches.
+// operations at prefill/plan/b64 (648 of 1172) and about half on larger batches. Not the default
+// (PrefillPlanOptions::deal_heads_together = false): the H100 ran the grouped prefill/plan/b64 plan
+// 5.8% slower (bench/results/h100_prefill_plan_check_270bf7e.txt).
 inline constexpr int32_t kGroupedTailUnitsPerCta = 4;
 
 // Prefix sharing: the smallest node (sharers x GQA group query rows) whose packs go WIDE

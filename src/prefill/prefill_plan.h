@@ -43,7 +43,7 @@ struct PlanRequest {
   // heuristics::kGroupedTailUnitsPerCta x CTAs segments (plan::BalanceConfig::deal_heads_together:
   // half the planner's queue operations for 2 head classes; applies to unsplit plans whose
   // segments fit one query tile with integral costs, else the standard plan). The prefill
-  // wrapper sets it; POD (one list, dealt in order) does not.
+  // wrapper passes PrefillPlanOptions::deal_heads_together (default off); POD never sets it.
   bool deal_heads_together = false;
 };
 
