@@ -102,6 +102,18 @@ void radix_sort(uint64_t* keys, uint32_t* vals, uint64_t* ktmp, uint32_t* vtmp, 
   }
 }
 
+// The plan's seven item arrays sized for n items (their capacity kept).
+struct ItemArrays {
+  int32_t *request, *kv_head, *row_begin, *row_end, *kv_begin, *kv_end, *partial_slot;
+};
+ItemArrays item_arrays(Plan& p, std::size_t n) {
+  for (auto* v : {&p.item_request, &p.item_kv_head, &p.item_row_begin, &p.item_row_end, &p.item_kv_begin,
+                  &p.item_kv_end, &p.item_partial_slot})
+    v->resize(n);
+  return {p.item_request.data(), p.item_kv_head.data(), p.item_row_begin.data(), p.item_row_end.data(),
+          p.item_kv_begin.data(), p.item_kv_end.data(), p.item_partial_slot.data()};
+}
+
 // Step 3 for one tile: n_used chunks of length clen (the last shorter), as in the algorithm.
 struct Cut {
   int64_t clen, n_used;
@@ -684,16 +696,9 @@ void Planner::build(bool split, int64_t L, Plan& p) {
   for (std::size_t k = 0; k < n; ++k) ++ci[assigned_[k] + 1];
   for (int32_t c = 0; c < C; ++c) ci[c + 1] += ci[c];
   cursor_.assign(ci, ci + C);
-  for (auto* v : {&p.item_request, &p.item_kv_head, &p.item_row_begin, &p.item_row_end, &p.item_kv_begin,
-                  &p.item_kv_end, &p.item_partial_slot})
-    v->resize(n);
-  int32_t* const ir = p.item_request.data();
-  int32_t* const ih = p.item_kv_head.data();
-  int32_t* const irb = p.item_row_begin.data();
-  int32_t* const ire = p.item_row_end.data();
-  int32_t* const ikb = p.item_kv_begin.data();
-  int32_t* const ike = p.item_kv_end.data();
-  int32_t* const isl = p.item_partial_slot.data();
+  const ItemArrays it = item_arrays(p, n);
+  int32_t *const ir = it.request, *const ih = it.kv_head, *const irb = it.row_begin, *const ire = it.row_end;
+  int32_t *const ikb = it.kv_begin, *const ike = it.kv_end, *const isl = it.partial_slot;
   int32_t* const cur = cursor_.data();
   const int32_t* const as = assigned_.data();
   const uint32_t* const ord = order_.data();
@@ -777,16 +782,9 @@ bool Planner::build_whole_units(Plan& p) {
   // Flatten by CTA (each CTA's items in the order dealt).
   for (int32_t c = 0; c < C; ++c) ci[c + 1] += ci[c];
   cursor_.assign(ci, ci + C);
-  for (auto* v : {&p.item_request, &p.item_kv_head, &p.item_row_begin, &p.item_row_end, &p.item_kv_begin,
-                  &p.item_kv_end, &p.item_partial_slot})
-    v->resize(n);
-  int32_t* const ir = p.item_request.data();
-  int32_t* const ih = p.item_kv_head.data();
-  int32_t* const irb = p.item_row_begin.data();
-  int32_t* const ire = p.item_row_end.data();
-  int32_t* const ikb = p.item_kv_begin.data();
-  int32_t* const ike = p.item_kv_end.data();
-  int32_t* const isl = p.item_partial_slot.data();
+  const ItemArrays it = item_arrays(p, n);
+  int32_t *const ir = it.request, *const ih = it.kv_head, *const irb = it.row_begin, *const ire = it.row_end;
+  int32_t *const ikb = it.kv_begin, *const ike = it.kv_end, *const isl = it.partial_slot;
   int32_t* const cur = cursor_.data();
   // Item i's (unit, head) as unit * 256 + head, scattered to its CTA's next place (one scattered
   // store per item), then the seven arrays written in one sequential pass.
