@@ -248,19 +248,12 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
                                                      twin_options(options));
     }
   }
-  WEFT_CUDA_CHECK(cudaHostAlloc(&impl_->staging, staging_bytes, cudaHostAllocDefault));
-  std::memset(impl_->staging, 0, staging_bytes);  // the copy's tail past the metadata stays zero
-  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->staging_done, cudaEventDisableTiming));
+  const int32_t slots = heuristics::plan_staging_slots(staging_bytes);
+  impl_->staging.allocate(staging_bytes, slots);  // zeroed: the copy's tail past the metadata stays zero
+  impl_->staging_images.assign(std::size_t(slots), plan::WorkspaceLayout::Image{});
 }
 
-BatchDecodeWrapper::~BatchDecodeWrapper() {
-  if (!impl_) return;
-  if (impl_->staging_done) {
-    cudaEventSynchronize(impl_->staging_done);
-    cudaEventDestroy(impl_->staging_done);
-  }
-  if (impl_->staging) cudaFreeHost(impl_->staging);
-}
+BatchDecodeWrapper::~BatchDecodeWrapper() = default;  // the staging ring waits for its copies
 
 int32_t BatchDecodeWrapper::num_ctas() const { return impl_->grid; }
 

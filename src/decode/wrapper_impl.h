@@ -21,6 +21,7 @@
 #include "decode/launch.h"
 #include "decode/router.h"
 #include "decode/run_checks.h"
+#include "decode/staging_ring.h"
 #include "decode/work_queue_decode.h"
 #include "paged/block_table.h"
 #include "weft/decode.h"
@@ -42,26 +43,27 @@ struct BatchDecodeWrapper::Impl {
   int32_t warps = 4;              // warps per CTA (decode::decode_warps)
   int32_t tile_rows = 16;         // rows per item (decode::decode_tile_rows)
   plan::WorkspaceLayout layout;
-  void* staging = nullptr;        // pinned, max(copy_bytes, the prefix-sharing layout's metadata)
+  // Pinned staging slots (decode/staging_ring.h): plan() serializes into one, copies it into the
+  // workspace and records its event; each of max(copy_bytes, the prefix-sharing layout's metadata)
+  // bytes; heuristics::staging_slots of them.
+  decode::StagingRing staging;
   // What a balanced plan() copies: the metadata region, at least heuristics::kMinPlanCopyBytes (a
   // smaller copy costs the host 2-3 us where this one costs 1.3 us). The bytes past the metadata
-  // (zeros, or with share_prefixes what a work-plan image left in the staging buffer) land on the
+  // (zeros, or with share_prefixes what a work-plan image left in the staging slot) land on the
   // balanced layout's partial-state scratch, which every run() writes before reading.
   std::size_t copy_bytes = 0;
-  cudaEvent_t staging_done = nullptr;
-  bool staging_pending = false;
 
   // The current plan.
   bool planned = false;
   plan::Plan plan;
   // Planning scratch kept between plan() calls (a warm plan() allocates nothing): the planner's
-  // buffers, the shape, the next plan (swapped with `plan` once it is in the staging buffer, so a
-  // plan() that throws leaves the current plan intact), and what the staging buffer holds (the next
-  // serialize clears only the previous plan's excess instead of the whole region).
+  // buffers, the shape, the next plan (swapped with `plan` once it is in a staging slot, so a
+  // plan() that throws leaves the current plan intact), and what each staging slot holds (the next
+  // serialize into it clears only the previous plan's excess instead of the whole region).
   plan::Planner planner;
   plan::BatchShape shape;
   plan::Plan next;
-  plan::WorkspaceLayout::Image staging_image;
+  std::vector<plan::WorkspaceLayout::Image> staging_images;  // one per staging slot
   // DecodeOptions::share_prefixes: plans are work plans with packs (attention/plan/work_plan.h)
   // in their own layout; plan() passes the table it plans from (plan_lengths cannot share).
   bool share = false;

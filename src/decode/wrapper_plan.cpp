@@ -164,10 +164,13 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
 
   for (int32_t b = 0; b < batch; ++b)
     WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
-  // Reuse the staging buffer only once its previous copy has left it: a host wait on the GPU
-  // only when that copy is still queued (plan() called again before the stream reached it).
+  // A staging slot whose previous copy has left it (StagingRing::acquire: a CUDA call about once
+  // per ring of plans, a host wait on the GPU only when that copy is still queued).
+  int32_t slot = -1;
+  unsigned char* staging = nullptr;
   auto staging_free = [&] {
-    if (im.staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(im.staging_done));
+    slot = im.staging.acquire();
+    staging = im.staging.slot(slot);
   };
   std::size_t copy_bytes = 0, copy_offset = 0;
   DecodePath path = DecodePath::kTensorCore;
@@ -248,13 +251,13 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     const plan::WorkPlan& wp = im.packer.current();
     staging_free();
     im.share_image_ws = nullptr;  // until the copy below is queued
-    im.staging_image.valid = false;  // the staging buffer no longer holds a balanced image
+    im.staging_images[std::size_t(slot)].valid = false;  // the slot no longer holds a balanced image
     if (lazy) {
-      im.wlayout.serialize_item_kv(wp, im.staging);
+      im.wlayout.serialize_item_kv(wp, staging);
       copy_offset = im.wlayout.item_kv_offset();
       copy_bytes = im.wlayout.item_kv_bytes();
     } else {
-      im.wlayout.serialize(wp, im.staging);  // throws (naming "plan") when it exceeds max_pack_items
+      im.wlayout.serialize(wp, staging);  // throws (naming "plan") when it exceeds max_pack_items
       copy_bytes = im.wlayout.metadata_bytes();
     }
     info_.lazy_update = lazy;
@@ -274,7 +277,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows, im.head_fold);
     decode::plan_decode(shape, cfg, im.planner, im.next);
     staging_free();
-    im.layout.serialize(im.next, im.staging, &im.staging_image);
+    im.layout.serialize(im.next, staging, &im.staging_images[std::size_t(slot)]);
     // The whole metadata region: its arrays sit at fixed offsets with max_items strides, so the
     // bytes a smaller plan uses are not contiguous (and the region also clears the previous plan's);
     // at least kMinPlanCopyBytes (im.copy_bytes: a smaller copy costs the host more).
@@ -299,10 +302,8 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     jit.params.init(jit.kernel->layout, variant.jit_params, variant.jit->source().params_size);
   }
   WEFT_CUDA_CHECK(cudaMemcpyAsync(static_cast<unsigned char*>(workspace) + copy_offset,
-                                  static_cast<const unsigned char*>(im.staging) + copy_offset, copy_bytes,
-                                  cudaMemcpyHostToDevice, stream));
-  WEFT_CUDA_CHECK(cudaEventRecord(im.staging_done, stream));
-  im.staging_pending = true;
+                                  staging + copy_offset, copy_bytes, cudaMemcpyHostToDevice, stream));
+  im.staging.enqueued(slot, stream);
   if (im.share) im.share_image_ws = workspace;
 
   im.page_size = page_size;

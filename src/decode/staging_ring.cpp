@@ -1,0 +1,89 @@
+#include "decode/staging_ring.h"
+
+#include <cstring>
+
+#include "common/cuda_check.h"
+
+namespace weft::decode {
+
+StagingSlots::StagingSlots(int32_t slots)
+    : pending_(std::size_t(slots < 1 ? 1 : slots), false),
+      one_stream_(pending_.size(), false),
+      stream_(pending_.size(), nullptr),
+      seq_of_(pending_.size(), 0) {}
+
+int32_t StagingSlots::newest_covering() const {
+  const int32_t s = next();
+  const int32_t newest = static_cast<int32_t>((seq_ + pending_.size() - 1) % pending_.size());
+  if (newest == s || !pending_[newest] || !one_stream_[newest] || !one_stream_[s] || stream_[newest] != stream_[s])
+    return -1;
+  return newest;
+}
+
+void StagingSlots::landed_through(int32_t slot) {
+  for (std::size_t k = 0; k < pending_.size(); ++k)
+    if (pending_[k] && one_stream_[k] && stream_[k] == stream_[slot] && seq_of_[k] <= seq_of_[slot])
+      pending_[k] = false;
+  pending_[slot] = false;
+}
+
+void StagingSlots::enqueued(const void* stream, bool one_stream) {
+  const int32_t s = next();
+  pending_[s] = true;
+  one_stream_[s] = one_stream;
+  stream_[s] = stream;
+  seq_of_[s] = seq_++;
+}
+
+StagingRing::~StagingRing() {
+  for (cudaEvent_t e : events_) {
+    cudaEventSynchronize(e);  // a pending copy still reads its slot
+    cudaEventDestroy(e);
+  }
+  if (base_ != nullptr) cudaFreeHost(base_);
+}
+
+void StagingRing::allocate(std::size_t slot_bytes, int32_t slots) {
+  WEFT_CHECK_ARG(base_ == nullptr && slots >= 1, "staging", "allocated twice or with " << slots << " slots");
+  void* p = nullptr;
+  WEFT_CUDA_CHECK(cudaHostAlloc(&p, slot_bytes * std::size_t(slots), cudaHostAllocDefault));
+  base_ = static_cast<unsigned char*>(p);
+  slot_bytes_ = slot_bytes;
+  std::memset(base_, 0, slot_bytes * std::size_t(slots));  // a copy's tail past the metadata stays zero
+  events_.reserve(std::size_t(slots));
+  for (int32_t s = 0; s < slots; ++s) {
+    cudaEvent_t e = nullptr;
+    WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events_.push_back(e);
+  }
+  book_ = StagingSlots(slots);
+}
+
+int32_t StagingRing::acquire() {
+  const int32_t s = book_.next();
+  if (!book_.next_pending()) return s;
+  const int32_t newest = book_.newest_covering();
+  if (newest >= 0) {
+    // cudaErrorNotReady is not an error of the caller's: clear it from the thread's last error
+    // unless an earlier error is waiting there.
+    const cudaError_t before = cudaPeekAtLastError();
+    const cudaError_t e = cudaEventQuery(events_[std::size_t(newest)]);
+    if (e == cudaSuccess) {
+      book_.landed_through(newest);
+      return s;
+    }
+    if (e != cudaErrorNotReady) WEFT_CUDA_CHECK(e);
+    if (before == cudaSuccess) (void)cudaGetLastError();
+  }
+  // The slot's own copy (S plans old) may still be queued: the only host wait on the GPU.
+  WEFT_CUDA_CHECK(cudaEventSynchronize(events_[std::size_t(s)]));
+  book_.landed_next();
+  return s;
+}
+
+void StagingRing::enqueued(int32_t s, cudaStream_t stream) {
+  WEFT_CUDA_CHECK(cudaEventRecord(events_[std::size_t(s)], stream));
+  book_.enqueued(stream, stream != cudaStreamPerThread);
+}
+
+}  // namespace weft::decode
