@@ -114,6 +114,17 @@ ItemArrays item_arrays(Plan& p, std::size_t n) {
           p.item_kv_begin.data(), p.item_kv_end.data(), p.item_partial_slot.data()};
 }
 
+// 2^e as a double (0 <= e < 64), exactly std::ldexp(1.0, e) without the libm call.
+inline double pow2_double(int e) { return static_cast<double>(uint64_t(1) << e); }
+
+// Grows v to at least n entries and never shrinks it: a planner scratch array sized for this call
+// without writing (value-initializing) entries a previous, smaller use had cut off. Every user
+// passes its count explicitly.
+template <class V>
+inline void grow(V& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
 // Step 3 for one tile: n_used chunks of length clen (the last shorter), as in the algorithm.
 struct Cut {
   int64_t clen, n_used;
@@ -221,7 +232,7 @@ bool Planner::use_int_keys(const double* costs, std::size_t n, const std::size_t
     if (!(c >= 0 && c < 9007199254740992.0) || c != static_cast<double>(static_cast<int64_t>(c))) return false;
     total += c * double(counts ? counts[i] : 1);
   }
-  if (!(total < std::ldexp(1.0, 62 - shift))) return false;
+  if (!(total < pow2_double(62 - shift))) return false;
   key_shift_ = shift;
   return true;
 }
@@ -292,6 +303,18 @@ int32_t Planner::deal_int_slow(uint64_t add) {
   }
   h[i] = key;
   return cta;
+}
+
+double Planner::max_load_int() const {
+  // Keys order as (load, cta): the largest key holds the largest load (the sorted queue's last).
+  const std::size_t C = static_cast<std::size_t>(cfg_.num_ctas);
+  uint64_t m = 0;
+  if (heap_mode_) {
+    for (std::size_t i = 0; i < C; ++i) m = std::max(m, iheap_[i]);
+  } else {
+    m = iring_[head_ + C - 1];
+  }
+  return static_cast<double>(m >> key_shift_);
 }
 
 void Planner::loads_int(double* loads) const {
@@ -450,33 +473,41 @@ double Planner::makespan(bool split, int64_t L) {
     }
   }
   const std::size_t R = runs_.size();
-  keys_.resize(R);
-  keys_tmp_.resize(R);
-  order_.resize(R);
-  order_tmp_.resize(R);
-  hist_.resize(256);
+  grow(keys_, R);
+  grow(keys_tmp_, R);
+  grow(order_, R);
+  grow(order_tmp_, R);
+  grow(hist_, 256);
   for (std::size_t r = 0; r < R; ++r) {
     keys_[r] = desc_key(runs_[r].first);
     order_[r] = static_cast<uint32_t>(r);
   }
   radix_sort(keys_.data(), order_.data(), keys_tmp_.data(), order_tmp_.data(), R, hist_.data());
-  tmp_costs_.resize(R);
-  tmp_counts_.resize(R);
-  for (std::size_t r = 0; r < R; ++r) {
-    tmp_costs_[r] = runs_[r].first;
-    tmp_counts_[r] = static_cast<std::size_t>(runs_[r].second);
+  bool int_keys = false;
+  if (R > 0 && int_costs_) {
+    // Integral alpha / beta: every run's cost is an integer below 2^53 (prepare()), so
+    // use_int_keys() reduces to the bound on the total, summed as it sums it (the same decision).
+    double total = 0;
+    for (std::size_t r = 0; r < R; ++r) total += runs_[r].first * double(static_cast<std::size_t>(runs_[r].second));
+    int_keys = int_keys_for_total(total);
+  } else if (R > 0) {
+    grow(tmp_costs_, R);
+    grow(tmp_counts_, R);
+    for (std::size_t r = 0; r < R; ++r) {
+      tmp_costs_[r] = runs_[r].first;
+      tmp_counts_[r] = static_cast<std::size_t>(runs_[r].second);
+    }
+    int_keys = use_int_keys(tmp_costs_.data(), R, tmp_counts_.data());
   }
   double ms = 0;
-  if (R > 0 && use_int_keys(tmp_costs_.data(), R, tmp_counts_.data())) {
+  if (int_keys) {
     reset_deal_int();
     for (std::size_t r = 0; r < R; ++r) {
       const auto& run = runs_[order_[r]];
       const uint64_t c = static_cast<uint64_t>(run.first);
       for (int64_t k = 0; k < run.second; ++k) deal_int(c);
     }
-    tmp_costs_.resize(std::max<std::size_t>(R, cfg_.num_ctas));
-    loads_int(tmp_costs_.data());
-    ms = *std::max_element(tmp_costs_.begin(), tmp_costs_.begin() + cfg_.num_ctas);
+    ms = max_load_int();
   } else if (R > 0) {
     reset_deal();
     for (std::size_t r = 0; r < R; ++r) {
@@ -510,7 +541,7 @@ bool Planner::choose_split(int64_t L, double* ms_split, double* ms_whole) {
 bool Planner::int_keys_for_total(double total) {
   int shift = 1;
   while ((int64_t(1) << shift) < cfg_.num_ctas) ++shift;
-  if (!(total < std::ldexp(1.0, 62 - shift))) return false;
+  if (!(total < pow2_double(62 - shift))) return false;
   key_shift_ = shift;
   return true;
 }
@@ -543,7 +574,7 @@ void Planner::sort_int_desc(const uint64_t* cost, std::size_t n, uint64_t min_co
     return;
   }
   for (std::size_t i = 0; i < n; ++i) keys_[i] = max_cost - cost[ord[i]];
-  hist_.resize(256);
+  grow(hist_, 256);
   radix_sort(keys_.data(), ord, keys_tmp_.data(), order_tmp_.data(), n, hist_.data());
 }
 
@@ -580,14 +611,14 @@ void Planner::build(bool split, int64_t L, Plan& p) {
     for (std::size_t t = 0; t < T; ++t)
       n += static_cast<std::size_t>(cut_tile(tiles[t].kv_end - tiles[t].kv_begin, true, L, cfg.kv_granularity).n_used);
   }
-  order_.resize(n);
-  order_tmp_.resize(n);
-  keys_.resize(n);
-  keys_tmp_.resize(n);
+  grow(order_, n);
+  grow(order_tmp_, n);
+  grow(keys_, n);
+  grow(keys_tmp_, n);
   uint64_t min_ic = ~uint64_t(0), max_ic = 0, total_ic = 0;  // total_ic: wraps only past n * max_ic
   double total_cost = 0;
-  if (int_costs_) c_icost_.resize(n);
-  else c_cost_.resize(n);
+  if (int_costs_) grow(c_icost_, n);
+  else grow(c_cost_, n);
   auto put_cost = [&](std::size_t w, int32_t rows, int32_t len) {
     if (int_costs_) {
       const uint64_t c = ia_ * static_cast<uint64_t>(rows) + ib_ * static_cast<uint64_t>(len);
@@ -606,8 +637,8 @@ void Planner::build(bool split, int64_t L, Plan& p) {
       order_[t] = static_cast<uint32_t>(t);
     }
   } else {
-    chunks_.resize(n);
-    t_chunk0_.resize(T + 1);
+    grow(chunks_, n);
+    grow(t_chunk0_, T + 1);
     std::size_t w = 0;
     for (std::size_t t = 0; t < T; ++t) {
       const Tile& tl = tiles[t];
@@ -658,7 +689,7 @@ void Planner::build(bool split, int64_t L, Plan& p) {
 
   // Steps 4-5: a stable sort by cost, descending; deal, lowest (load, CTA index) first.
   const int32_t C = cfg.num_ctas;
-  assigned_.resize(n);
+  grow(assigned_, n);
   p.cta_cost.assign(C, 0.0);
   // The integer sum is exact unless n * max_ic could exceed 2^64 (then the double queue is used).
   const bool total_exact = max_ic == 0 || n <= ~uint64_t(0) / max_ic;
@@ -672,11 +703,11 @@ void Planner::build(bool split, int64_t L, Plan& p) {
     loads_int(p.cta_cost.data());
   } else if (n > 0) {
     if (int_costs_) {  // integral but too large for the integer keys: the double queue
-      c_cost_.resize(n);
+      grow(c_cost_, n);
       for (std::size_t i = 0; i < n; ++i) c_cost_[i] = static_cast<double>(c_icost_[i]);
     }
     for (std::size_t i = 0; i < n; ++i) keys_[i] = desc_key(c_cost_[order_[i]]);
-    hist_.resize(256);
+    grow(hist_, 256);
     radix_sort(keys_.data(), order_.data(), keys_tmp_.data(), order_tmp_.data(), n, hist_.data());
     if (use_int_keys(c_cost_.data(), n, nullptr)) {
       reset_deal_int();

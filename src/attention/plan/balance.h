@@ -191,6 +191,7 @@ class Planner {
   int32_t deal_int(uint64_t cost);
   int32_t deal_int_slow(uint64_t add);
   void loads_int(double* loads) const;
+  double max_load_int() const;  // the largest load in the integer queue
   void sort_int_desc(const uint64_t* cost, std::size_t n, uint64_t min_cost, uint64_t max_cost);
   bool int_keys_for_total(double total);
   // Tiles in generation order, built on first use (ensure_tiles): a prepare() whose requests each

@@ -129,39 +129,41 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
   h.head_fold = plan.head_fold;
   std::memcpy(base, &h, sizeof(h));
   PlanPointers v = pointers(dst);
-  int k = 0;  // array index in image->len
-  auto put_n = [&](const int32_t* d, const int32_t* src, std::size_t n) {
-    int32_t* out = const_cast<int32_t*>(d);
-    if (n > 0 && src != nullptr) std::memcpy(out, src, n * sizeof(int32_t));
+  // The variable arrays as one table walked by one loop (16 inlined copies of the copy-and-clear
+  // were ~2 KiB of code: a cold plan() pays for every instruction line it fetches). Order = the
+  // image's len[] index, which only this function interprets.
+  struct Array {
+    const int32_t* dst;
+    const std::vector<int32_t>* src;
+  };
+  const Array arrays[] = {{v.cta_indptr, &plan.cta_indptr},       {v.item_request, &plan.item_request},
+                          {v.item_kv_head, &plan.item_kv_head},   {v.item_row_begin, &plan.item_row_begin},
+                          {v.item_row_end, &plan.item_row_end},   {v.item_kv_begin, &plan.item_kv_begin},
+                          {v.item_kv_end, &plan.item_kv_end},     {v.item_partial_slot, &plan.item_partial_slot},
+                          {v.merge_request, &plan.merge_request}, {v.merge_kv_head, &plan.merge_kv_head},
+                          {v.merge_row_begin, &plan.merge_row_begin}, {v.merge_row_end, &plan.merge_row_end},
+                          {v.merge_indptr, &plan.merge_indptr},   {v.qo_indptr, &plan.qo_indptr},
+                          {v.kv_len, &plan.kv_len},               {v.item_merge, nullptr}};
+  static_assert(sizeof(arrays) / sizeof(arrays[0]) <= sizeof(image->len) / sizeof(image->len[0]),
+                "Image::len holds every array");
+  const std::size_t num_items = static_cast<std::size_t>(plan.num_items());
+  for (int k = 0; k < static_cast<int>(sizeof(arrays) / sizeof(arrays[0])); ++k) {
+    int32_t* out = const_cast<int32_t*>(arrays[k].dst);
+    // item_merge (no source vector) is written below; here only its previous excess is cleared.
+    const std::size_t n = arrays[k].src != nullptr ? arrays[k].src->size() : num_items;
+    if (n > 0 && arrays[k].src != nullptr) std::memcpy(out, arrays[k].src->data(), n * sizeof(int32_t));
     if (incremental && std::size_t(image->len[k]) > n)
       std::memset(out + n, 0, (std::size_t(image->len[k]) - n) * sizeof(int32_t));
     if (image != nullptr) image->len[k] = static_cast<int32_t>(n);
-    ++k;
-  };
-  auto put = [&](const int32_t* d, const std::vector<int32_t>& s) { put_n(d, s.data(), s.size()); };
-  put(v.cta_indptr, plan.cta_indptr);
-  put(v.item_request, plan.item_request);
-  put(v.item_kv_head, plan.item_kv_head);
-  put(v.item_row_begin, plan.item_row_begin);
-  put(v.item_row_end, plan.item_row_end);
-  put(v.item_kv_begin, plan.item_kv_begin);
-  put(v.item_kv_end, plan.item_kv_end);
-  put(v.item_partial_slot, plan.item_partial_slot);
-  put(v.merge_request, plan.merge_request);
-  put(v.merge_kv_head, plan.merge_kv_head);
-  put(v.merge_row_begin, plan.merge_row_begin);
-  put(v.merge_row_end, plan.merge_row_end);
-  put(v.merge_indptr, plan.merge_indptr);
-  put(v.qo_indptr, plan.qo_indptr);
-  put(v.kv_len, plan.kv_len);
+  }
   // item_merge: the merge entry whose slot range holds the item's partial slot (slots of a merge
   // are consecutive, merge_indptr ascending); -1 for final items. The counters stay 0.
   int32_t* item_merge = const_cast<int32_t*>(v.item_merge);
-  const int32_t num_items = plan.num_items(), num_merges = plan.num_merges();
+  const int32_t num_merges = plan.num_merges();
   const int32_t num_slots = plan.merge_indptr.empty() ? 0 : plan.num_partial_slots();
   const int32_t* mi = plan.merge_indptr.data();
   if (num_merges == 0) std::fill(item_merge, item_merge + num_items, -1);  // an unsplit plan
-  for (int32_t i = 0; i < num_items && num_merges > 0; ++i) {
+  for (std::size_t i = 0; i < num_items && num_merges > 0; ++i) {
     const int32_t s = plan.item_partial_slot[i];
     int32_t m = -1;
     if (s >= 0 && s < num_slots) {
@@ -170,7 +172,6 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
     }
     item_merge[i] = m;
   }
-  put_n(v.item_merge, nullptr, static_cast<std::size_t>(num_items));  // clears the excess only
   // One record per plan CTA, as the plan holds it (a folded launch's CTAs expand it).
   CtaRecord* first = const_cast<CtaRecord*>(v.cta_first);
   const int32_t fold0 = fold_word(0, plan.head_fold);
