@@ -282,7 +282,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     // bytes a smaller plan uses are not contiguous (and the region also clears the previous plan's);
     // at least kMinPlanCopyBytes (im.copy_bytes: a smaller copy costs the host more).
     copy_bytes = im.copy_bytes;
-    std::swap(im.plan, im.next);
+    im.plan.swap(im.next);
     path = im.forced == DecodePath::kAuto ? choose_decode_path(cfg.group_size, head_dim, dtype) : im.forced;
     // Counted per KV head as before head folding: the launch runs head_fold items per plan item.
     info_.num_items = im.plan.num_items() * im.head_fold;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "attention/plan/balance.h"
 #include "weft/error.h"
@@ -87,6 +88,29 @@ PlanPointers WorkspaceLayout::pointers(void* base) const {
   v.head_fold = bounds_.head_fold;
   v.slot_stride = max_slots_;
   return v;
+}
+
+// Plan::swap names every field: a new field must be added there (this size check is the reminder).
+static_assert(sizeof(Plan) == 10 * sizeof(int32_t) + 16 * sizeof(std::vector<int32_t>),
+              "Plan gained or lost a field: update Plan::swap");
+void Plan::swap(Plan& o) noexcept {
+  using std::swap;
+  swap(version, o.version);
+  swap(num_ctas, o.num_ctas);
+  swap(num_kv_heads, o.num_kv_heads);
+  swap(group_size, o.group_size);
+  swap(tile_q, o.tile_q);
+  swap(batch, o.batch);
+  swap(max_chunk, o.max_chunk);
+  swap(split, o.split);
+  swap(num_tiles, o.num_tiles);
+  swap(head_fold, o.head_fold);
+  for (auto m : {&Plan::cta_indptr, &Plan::item_request, &Plan::item_kv_head, &Plan::item_row_begin,
+                 &Plan::item_row_end, &Plan::item_kv_begin, &Plan::item_kv_end, &Plan::item_partial_slot,
+                 &Plan::merge_request, &Plan::merge_kv_head, &Plan::merge_row_begin, &Plan::merge_row_end,
+                 &Plan::merge_indptr, &Plan::qo_indptr, &Plan::kv_len})
+    (this->*m).swap(o.*m);
+  cta_cost.swap(o.cta_cost);
 }
 
 void WorkspaceLayout::serialize(const Plan& plan, void* dst) const { serialize(plan, dst, nullptr); }

@@ -177,5 +177,35 @@ TEST(PlanIdentity, IntegralCostPathsMatchReference) {
   }
 }
 
+// Plan::swap (what the decode wrapper does to make the next plan current) exchanges every field:
+// two different plans swapped equal each other's copies.
+TEST(PlanIdentity, SwapExchangesEveryField) {
+  test::Rng rng = test::Rng::for_current_test();
+  BalanceConfig cfg;
+  cfg.num_ctas = 33;
+  cfg.num_kv_heads = 2;
+  cfg.group_size = 4;
+  cfg.kv_granularity = 16;
+  cfg.head_fold = 3;
+  BatchShape s1, s2;
+  s1.qo_len = {1};
+  s1.kv_len = {8192};  // split: merges and slots
+  for (int b = 0; b < 40; ++b) {
+    s2.qo_len.push_back(static_cast<int32_t>(rng.randint(1, 3)));
+    s2.kv_len.push_back(static_cast<int32_t>(rng.randint(0, 3000)));
+  }
+  Plan a = balance(s1, cfg);
+  cfg.tile_q = 8;
+  cfg.head_fold = 5;
+  Plan b = balance(s2, cfg);
+  b.version = 7;  // every scalar differs between the two
+  const Plan a0 = a, b0 = b;
+  a.swap(b);
+  expect_same_plan(a, b0);
+  expect_same_plan(b, a0);
+  EXPECT_EQ(a.head_fold, b0.head_fold);
+  EXPECT_EQ(b.head_fold, a0.head_fold);
+}
+
 }  // namespace
 }  // namespace weft::plan
