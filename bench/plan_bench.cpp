@@ -24,9 +24,11 @@
 // stream: cudaMemcpyAsync of the layout's whole metadata region from a pinned staging buffer + the
 // staging event's record (column "copy+event"; the host side of plan() = plan+serialize + this +
 // the wrapper's validation); at batch 1 and 256 also its parts (copy alone, event record alone,
-// cudaEventSynchronize on a landed copy's event: what the next plan() calls before reusing the
-// staging buffer); and rows "staging/<n>KiB": the copy's host cost by size. The stream is
-// synchronized outside the timed calls.
+// cudaEventSynchronize on a landed copy's event: what the next plan() called before reusing the
+// staging buffer; cudaEventQuery on it: what the staging ring calls instead, about once per 4
+// plans; the same copy from pageable memory); and rows "staging/<n>KiB": the copy's host cost by
+// size, pinned and pageable, and at 8 / 32 KiB behind a busy stream. The stream is synchronized
+// outside the timed calls.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -130,7 +132,12 @@ bool same_bytes(const std::vector<unsigned char>& a, const std::vector<unsigned 
 // region (pinned -> device) and the staging event's record, timed on an idle stream. what:
 // 0 = copy + event record (the wrapper's sequence), 1 = the copy alone, 2 = the event record
 // alone, 3 = cudaEventSynchronize on the staging event of a copy that has landed (what the
-// next plan() calls first: no wait on the GPU, the call's own cost).
+// next plan() called first before the staging ring: no wait on the GPU, the call's own cost),
+// 4 = cudaEventQuery on that landed event (what the ring calls about once per 4 plans),
+// 5 = the copy from PAGEABLE memory (no staging buffer, event or wait would be needed if the
+// driver returns once it has taken the bytes), 6 = that pageable copy enqueued behind ~1 GiB of
+// device memset (does the call return before the stream reaches it?), 7 = the pinned copy behind
+// the same memset (the reference: asynchronous).
 Stats time_copy(const unsigned char* image, std::size_t bytes, int what = 0) {
   auto ok = [](cudaError_t e, const char* what) {
     if (e != cudaSuccess) {
@@ -146,15 +153,27 @@ Stats time_copy(const unsigned char* image, std::size_t bytes, int what = 0) {
   ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   ok(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
   std::memcpy(staging, image, bytes);
+  std::vector<unsigned char> pageable(image, image + bytes);
+  void* busy = nullptr;  // what == 6, 7: a memset of this keeps the stream busy for ~0.3 ms
+  const std::size_t busy_bytes = std::size_t(1) << 30;
+  if (what >= 6) ok(cudaMalloc(&busy, busy_bytes), "cudaMalloc (busy)");
   const Stats st = time_calls([&] {
-    if (what == 3) ok(cudaEventRecord(ev, s), "cudaEventRecord");
+    if (what == 3 || what == 4) ok(cudaEventRecord(ev, s), "cudaEventRecord");
     ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");  // idle stream, as the bench's plan_us
+    if (what >= 6) ok(cudaMemsetAsync(busy, what, busy_bytes, s), "cudaMemsetAsync");
     const auto t0 = Clock::now();
-    if (what <= 1) ok(cudaMemcpyAsync(dev, staging, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    if (what <= 1 || what == 7) ok(cudaMemcpyAsync(dev, staging, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    if (what == 5 || what == 6)
+      ok(cudaMemcpyAsync(dev, pageable.data(), bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync (pageable)");
     if (what == 0 || what == 2) ok(cudaEventRecord(ev, s), "cudaEventRecord");
     if (what == 3) ok(cudaEventSynchronize(ev), "cudaEventSynchronize");
+    if (what == 4) ok(cudaEventQuery(ev), "cudaEventQuery");
     return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   });
+  if (busy != nullptr) {
+    ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    cudaFree(busy);
+  }
   ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   cudaEventDestroy(ev);
   cudaStreamDestroy(s);
@@ -241,6 +260,10 @@ void decode_cases(const std::string& filter) {
             print_row(name, "event alone", c2, c2, "");
             const Stats c3 = time_copy(img_new.data(), img_new.size(), 3);
             print_row(name, "sync (landed)", c3, c3, "cudaEventSynchronize, copy done");
+            const Stats c4 = time_copy(img_new.data(), img_new.size(), 4);
+            print_row(name, "query (landed)", c4, c4, "cudaEventQuery, copy done");
+            const Stats c5 = time_copy(img_new.data(), img_new.size(), 5);
+            print_row(name, "pageable copy", c5, c5, cnote);
           }
         }
       }
@@ -630,6 +653,14 @@ void copy_sweep(const std::string& filter) {
     print_row(name, "copy alone", a, a, "");
     const Stats b = time_copy(img.data(), img.size(), 0);
     print_row(name, "copy+event", b, b, "");
+    const Stats c = time_copy(img.data(), img.size(), 5);
+    print_row(name, "pageable copy", c, c, "");
+    if (kb == 8 || kb == 32) {  // does a copy return before the stream reaches it?
+      const Stats d = time_copy(img.data(), img.size(), 6);
+      print_row(name, "pageable, busy", d, d, "behind ~1 GiB of memset");
+      const Stats e = time_copy(img.data(), img.size(), 7);
+      print_row(name, "pinned, busy", e, e, "behind ~1 GiB of memset");
+    }
   }
 }
 

@@ -2,6 +2,8 @@
 // Tests named *Small* form the compute-sanitizer subset (--gtest_filter='*Small*').
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -402,6 +404,51 @@ TEST(Decode, RepeatedRunsBitwiseIdenticalWithSplit) {
     repeated_runs_identical(path, 32, 8);
     repeated_runs_identical(path, 8, 8);
   }
+}
+
+// plan() called again and again while the stream lags far behind (a long memset ahead of it): each
+// plan's metadata goes through the staging ring (decode/staging_ring.h, 4 slots), so from the 5th
+// plan on a slot is reused while copies are still queued; every run must still see its own plan.
+// 11 batches of different lengths (split and unsplit plans), each run into its own outputs, then
+// every output against the reference. Then the same with one sync per plan (the ring's query path).
+TEST(DecodeSmall, BackToBackPlansOnABusyStream) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  const int kSteps = 11;
+  std::vector<std::unique_ptr<Batch>> batches;
+  int32_t max_batch = 1;
+  for (int i = 0; i < kSteps; ++i) {
+    Case c;
+    const int n = 1 + int(rng.randint(0, 5));
+    for (int b = 0; b < n; ++b) c.lens.push_back(int32_t(rng.randint(0, i % 3 == 0 ? 6000 : 700)));
+    batches.push_back(std::make_unique<Batch>(c, rng));
+    max_batch = std::max(max_batch, n);
+  }
+  const Case& c0 = batches[0]->c;
+  Workspace ws(max_batch, c0);
+  BatchDecodeWrapper w(max_batch, c0.hq, c0.hkv, c0.d);
+  cudaStream_t s;
+  WEFT_TEST_CUDA(cudaStreamCreate(&s));
+  DeviceBuffer busy(size_t(1) << 30);
+  for (int sync_each : {0, 1}) {
+    SCOPED_TRACE(sync_each ? "a sync after each step" : "back to back");
+    for (auto& bt : batches) {
+      bt->dout.poison(s);
+      bt->dlse.poison(s);
+    }
+    WEFT_TEST_CUDA(cudaMemsetAsync(busy.get(), 0, size_t(1) << 30, s));  // the stream lags behind plan()
+    for (auto& bt : batches) {
+      plan_for(w, *bt, ws, s);
+      run_for(w, *bt, s);
+      if (sync_each) WEFT_TEST_CUDA(cudaStreamSynchronize(s));
+    }
+    WEFT_TEST_CUDA(cudaStreamSynchronize(s));
+    for (auto& bt : batches) {
+      SCOPED_TRACE(bt->c.describe());
+      check_against_reference(*bt);
+    }
+  }
+  cudaStreamDestroy(s);
 }
 
 // plan_lengths (KV lengths, no page table at plan time) gives the same bits as plan(), split and
