@@ -91,14 +91,13 @@ inline constexpr std::size_t kMinPlanCopyBytes = 32 * 1024;
 // 5.8% slower (bench/results/h100_prefill_plan_check_270bf7e.txt).
 inline constexpr int32_t kGroupedTailUnitsPerCta = 4;
 
-// Staging slots of a decode plan() (decode/staging_ring.h), used round robin: with S slots a
-// plan() rewrites the slot of S plans ago and asks the driver whether copies have landed about
-// once per S plans (one cudaEventQuery on the newest copy's event frees every older slot of its
-// stream) instead of a cudaEventSynchronize per plan: 0.28-0.47 us per call on the lent H100
-// machine's host with warm caches, 1.0 us after 8 MiB of other writes
-// (bench/results/h100_plan_check_9b9ac8c.txt, h100_final_check_89392c5.txt). 4 slots while each
-// is at most 256 KiB (Llama-3-8B at max_batch 256: 32 KiB, 128 KiB of pinned memory per
-// wrapper), else 2 (large max_batch: the pinned memory, not the calls, is what grows).
+// Staging slots of a decode plan() (decode/staging_ring.h). A drained stream reuses one slot (as
+// one buffer did); plans back to back, with the previous copy still queued, write another slot
+// instead of waiting for it on the host: with S slots a plan() waits only when the copies of the
+// last S plans are all queued. The bench's back-to-back plan() rows found the stream busy on 20 of
+// 20 calls, and with the slots they took 7.4 us instead of 9.8 (b1, H100,
+// bench/results/h100_dplan_check_312808a.txt). 4 slots while each is at most 256 KiB (Llama-3-8B
+// at max_batch 256: 32 KiB, 128 KiB of pinned memory per wrapper), else 2.
 inline constexpr int32_t plan_staging_slots(std::size_t slot_bytes) { return slot_bytes <= 256 * 1024 ? 4 : 2; }
 
 // Prefix sharing: the smallest node (sharers x GQA group query rows) whose packs go WIDE

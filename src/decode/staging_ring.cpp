@@ -12,27 +12,35 @@ StagingSlots::StagingSlots(int32_t slots)
       stream_(pending_.size(), nullptr),
       seq_of_(pending_.size(), 0) {}
 
-int32_t StagingSlots::newest_covering() const {
-  const int32_t s = next();
-  const int32_t newest = static_cast<int32_t>((seq_ + pending_.size() - 1) % pending_.size());
-  if (newest == s || !pending_[newest] || !one_stream_[newest] || !one_stream_[s] || stream_[newest] != stream_[s])
-    return -1;
-  return newest;
+int32_t StagingSlots::free_other() const {
+  const int32_t S = slots();
+  const int32_t n = newest_ < 0 ? 0 : newest_;
+  for (int32_t k = 1; k < S; ++k)
+    if (!pending_[(n + k) % S]) return (n + k) % S;
+  return -1;
+}
+
+int32_t StagingSlots::oldest_other() const {
+  int32_t best = -1;
+  for (int32_t s = 0; s < slots(); ++s)
+    if (s != newest_ && pending_[s] && (best < 0 || seq_of_[s] < seq_of_[best])) best = s;
+  return best;
 }
 
 void StagingSlots::landed_through(int32_t slot) {
   for (std::size_t k = 0; k < pending_.size(); ++k)
-    if (pending_[k] && one_stream_[k] && stream_[k] == stream_[slot] && seq_of_[k] <= seq_of_[slot])
+    if (pending_[k] && one_stream_[k] && one_stream_[slot] && stream_[k] == stream_[slot] &&
+        seq_of_[k] <= seq_of_[slot])
       pending_[k] = false;
   pending_[slot] = false;
 }
 
-void StagingSlots::enqueued(const void* stream, bool one_stream) {
-  const int32_t s = next();
+void StagingSlots::enqueued(int32_t s, const void* stream, bool one_stream) {
   pending_[s] = true;
   one_stream_[s] = one_stream;
   stream_[s] = stream;
   seq_of_[s] = seq_++;
+  newest_ = s;
 }
 
 StagingRing::~StagingRing() {
@@ -59,31 +67,25 @@ void StagingRing::allocate(std::size_t slot_bytes, int32_t slots) {
   book_ = StagingSlots(slots);
 }
 
+bool StagingRing::query(int32_t s) {
+  // cudaErrorNotReady is not an error of the caller's: it is cleared from the thread's last error
+  // unless an earlier error is waiting there.
+  const cudaError_t before = cudaPeekAtLastError();
+  const cudaError_t e = cudaEventQuery(events_[std::size_t(s)]);
+  if (e == cudaSuccess) return true;
+  if (e != cudaErrorNotReady) WEFT_CUDA_CHECK(e);
+  if (before == cudaSuccess) (void)cudaGetLastError();
+  return false;
+}
+
 int32_t StagingRing::acquire() {
-  const int32_t s = book_.next();
-  if (!book_.next_pending()) return s;
-  const int32_t newest = book_.newest_covering();
-  if (newest >= 0) {
-    // cudaErrorNotReady is not an error of the caller's: clear it from the thread's last error
-    // unless an earlier error is waiting there.
-    const cudaError_t before = cudaPeekAtLastError();
-    const cudaError_t e = cudaEventQuery(events_[std::size_t(newest)]);
-    if (e == cudaSuccess) {
-      book_.landed_through(newest);
-      return s;
-    }
-    if (e != cudaErrorNotReady) WEFT_CUDA_CHECK(e);
-    if (before == cudaSuccess) (void)cudaGetLastError();
-  }
-  // The slot's own copy (S plans old) may still be queued: the only host wait on the GPU.
-  WEFT_CUDA_CHECK(cudaEventSynchronize(events_[std::size_t(s)]));
-  book_.landed_next();
-  return s;
+  return book_.acquire([this](int32_t s) { return query(s); },
+                       [this](int32_t s) { WEFT_CUDA_CHECK(cudaEventSynchronize(events_[std::size_t(s)])); });
 }
 
 void StagingRing::enqueued(int32_t s, cudaStream_t stream) {
   WEFT_CUDA_CHECK(cudaEventRecord(events_[std::size_t(s)], stream));
-  book_.enqueued(stream, stream != cudaStreamPerThread);
+  book_.enqueued(s, stream, stream != cudaStreamPerThread);
 }
 
 }  // namespace weft::decode

@@ -164,8 +164,9 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
 
   for (int32_t b = 0; b < batch; ++b)
     WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
-  // A staging slot whose previous copy has left it (StagingRing::acquire: a CUDA call about once
-  // per ring of plans, a host wait on the GPU only when that copy is still queued).
+  // A staging slot whose previous copy has left it (StagingRing::acquire: the previous plan's slot
+  // once its copy has landed, else another slot; a host wait on the GPU only when every slot's
+  // copy is still queued).
   int32_t slot = -1;
   unsigned char* staging = nullptr;
   auto staging_free = [&] {

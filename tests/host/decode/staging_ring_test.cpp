@@ -1,9 +1,11 @@
 // StagingSlots (decode/staging_ring.h): which staging slot a decode plan() writes and which copies
 // it must know have landed. A model of the GPU (copies complete in stream order, at random times)
-// checks the property the wrapper relies on: a slot is never rewritten while its copy may still be
-// queued, and the driver is asked about once per ring when the stream drains between plans.
+// runs the same acquire() the wrapper runs (its CUDA calls replaced by the model) and checks: a
+// slot is never rewritten while its copy may still be queued; a drained stream reuses one slot
+// with one query per plan; a busy stream waits only when every slot's copy is queued.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -13,108 +15,98 @@ namespace {
 
 using weft::decode::StagingSlots;
 
-// Copies per stream, completed in order: done[s] = how many of stream s's copies have landed.
-struct FakeGpu {
-  std::vector<std::vector<int>> queued;  // per stream: the plan index of each copy, in order
-  std::vector<int> done;
-  explicit FakeGpu(int streams) : queued(streams), done(streams, 0) {}
-  bool landed(int stream, int copy_pos) const { return copy_pos < done[stream]; }
+struct Counts {
+  int queries = 0, waits = 0, slot_changes = 0;
 };
 
-struct SlotCopy {
-  int stream = -1, pos = -1;  // the copy enqueued from the slot (pos in its stream), -1: none
-};
-
-// Runs `plans` plan() calls: acquire (query the newest covering copy, else wait on the slot's
-// own), check the slot is free, enqueue. progress(rng) lands copies between calls.
-void run_model(int slots, int streams, int plans, double p_drain, uint64_t seed, int* queries, int* waits) {
+// `plans` plan() calls on `streams` streams; before each, every stream lands all its copies with
+// probability p_drain, else at most one more (p_drain < 0: none, a copy lands only when waited for).
+Counts run_model(int slots, int streams, int plans, double p_drain, uint64_t seed) {
   std::mt19937_64 rng(seed);
   StagingSlots book(slots);
-  FakeGpu gpu(streams);
-  std::vector<SlotCopy> copy(slots);
-  std::vector<int> stream_ids(streams);
-  for (int s = 0; s < streams; ++s) stream_ids[s] = s;
-  *queries = *waits = 0;
-  for (int n = 0; n < plans; ++n) {
-    // The GPU makes progress: each stream drains fully with probability p_drain, else lands a few.
-    for (int s = 0; s < streams; ++s) {
-      const int q = static_cast<int>(gpu.queued[s].size());
-      gpu.done[s] = std::uniform_real_distribution<>(0, 1)(rng) < p_drain
-                        ? q
-                        : std::min(q, gpu.done[s] + std::uniform_int_distribution<>(0, 1)(rng));
+  std::vector<std::vector<int>> queued(streams);  // per stream: slot of each copy, in order
+  std::vector<int> done(streams, 0);              // copies landed per stream
+  struct Copy {
+    int stream = -1, pos = -1;
+  };
+  std::vector<Copy> copy(slots);
+  std::vector<int> ids(streams);
+  auto landed = [&](int s) { return copy[s].stream < 0 || copy[s].pos < done[copy[s].stream]; };
+  Counts n;
+  int last = -1;
+  for (int p = 0; p < plans; ++p) {
+    for (int st = 0; st < streams && p_drain >= 0; ++st) {
+      const int q = static_cast<int>(queued[st].size());
+      done[st] = std::uniform_real_distribution<>(0, 1)(rng) < p_drain
+                     ? q
+                     : std::min(q, done[st] + static_cast<int>(std::uniform_int_distribution<>(0, 1)(rng)));
     }
-    const int slot = book.next();
-    if (book.next_pending()) {
-      const int newest = book.newest_covering();
-      bool freed = false;
-      if (newest >= 0) {
-        ++*queries;
-        const SlotCopy& c = copy[newest];
-        if (gpu.landed(c.stream, c.pos)) {
-          book.landed_through(newest);
-          freed = true;
-        }
-      }
-      if (!freed) {  // cudaEventSynchronize on the slot's own copy: the GPU finishes it
-        ++*waits;
-        const SlotCopy& c = copy[slot];
-        gpu.done[c.stream] = std::max(gpu.done[c.stream], c.pos + 1);
-        book.landed_next();
-      }
-    }
-    // The property: the slot about to be rewritten has no copy still queued.
-    const SlotCopy& c = copy[slot];
-    ASSERT_TRUE(c.stream < 0 || gpu.landed(c.stream, c.pos)) << "plan " << n << " slot " << slot;
-    const int st = streams == 1 ? 0 : std::uniform_int_distribution<>(0, streams - 1)(rng);
-    copy[slot] = {st, static_cast<int>(gpu.queued[st].size())};
-    gpu.queued[st].push_back(n);
-    book.enqueued(&stream_ids[st]);
+    const int slot = book.acquire(
+        [&](int s) {
+          ++n.queries;
+          return landed(s);
+        },
+        [&](int s) {
+          ++n.waits;
+          done[copy[s].stream] = std::max(done[copy[s].stream], copy[s].pos + 1);
+        });
+    EXPECT_TRUE(landed(slot)) << "plan " << p << " rewrites slot " << slot << " while its copy is queued";
+    if (last >= 0 && slot != last) ++n.slot_changes;
+    last = slot;
+    const int st = streams == 1 ? 0 : static_cast<int>(std::uniform_int_distribution<>(0, streams - 1)(rng));
+    copy[slot] = {st, static_cast<int>(queued[st].size())};
+    queued[st].push_back(slot);
+    book.enqueued(slot, &ids[st]);
   }
+  return n;
 }
 
 TEST(StagingSlots, NeverRewritesAQueuedSlot) {
-  int queries = 0, waits = 0;
   for (int slots : {1, 2, 3, 4})
     for (int streams : {1, 2, 3})
-      for (double p : {0.0, 0.3, 1.0})
+      for (double p : {-1.0, 0.0, 0.3, 1.0})
         for (uint64_t seed = 0; seed < 20; ++seed) {
-          run_model(slots, streams, 200, p, seed, &queries, &waits);
-          if (HasFatalFailure()) return;
+          run_model(slots, streams, 200, p, seed);
+          if (HasFailure()) return;
         }
 }
 
-TEST(StagingSlots, DrainedStreamAsksOncePerRing) {
-  int queries = 0, waits = 0;
-  run_model(4, 1, 400, 1.0, 7, &queries, &waits);
-  // The first 4 plans find empty slots; then one query frees the whole ring every 4 plans.
-  EXPECT_EQ(queries, (400 - 4 + 3) / 4);
-  EXPECT_EQ(waits, 0);
-  run_model(1, 1, 100, 1.0, 7, &queries, &waits);  // one slot: its own event every plan
-  EXPECT_EQ(queries, 0);
-  EXPECT_EQ(waits, 99);
+TEST(StagingSlots, DrainedStreamReusesOneSlotWithOneQueryPerPlan) {
+  const Counts n = run_model(4, 1, 300, 1.0, 7);
+  EXPECT_EQ(n.queries, 299);  // the first plan finds the ring empty
+  EXPECT_EQ(n.waits, 0);
+  EXPECT_EQ(n.slot_changes, 0);  // the same lines and pages every step, as one buffer
+}
+
+TEST(StagingSlots, BusyStreamWaitsOnlyWhenEverySlotIsQueued) {
+  // The GPU never lands a copy unless waited for: with 4 slots the first wait comes at plan 4
+  // (slots 0..3 all queued), and it is for the oldest copy.
+  const Counts n4 = run_model(4, 1, 4, -1.0, 1);
+  EXPECT_EQ(n4.waits, 0);
+  const Counts n5 = run_model(4, 1, 5, -1.0, 1);
+  EXPECT_EQ(n5.waits, 1);
+  // One slot: every plan after the first waits for the previous copy (the behaviour before).
+  const Counts one = run_model(1, 1, 10, -1.0, 1);
+  EXPECT_EQ(one.waits, 9);
 }
 
 TEST(StagingSlots, OtherStreamsOnlyFreeTheirOwnSlot) {
-  StagingSlots book(2);
+  StagingSlots book(3);
   int a = 0, b = 0;
-  EXPECT_FALSE(book.next_pending());
-  book.enqueued(&a);  // slot 0 on stream a
-  book.enqueued(&b);  // slot 1 on stream b
-  EXPECT_EQ(book.next(), 0);
-  EXPECT_TRUE(book.next_pending());
-  EXPECT_EQ(book.newest_covering(), -1);  // stream b's copy says nothing about stream a's
-  book.landed_next();
-  EXPECT_FALSE(book.next_pending());
-  book.enqueued(&b);  // slot 0 on stream b
-  EXPECT_EQ(book.next(), 1);
-  EXPECT_EQ(book.newest_covering(), 0);  // slot 0's copy is newer, same stream
-  book.landed_through(0);
-  EXPECT_FALSE(book.next_pending());
-  // A handle that is not one stream (cudaStreamPerThread) never covers another slot.
+  book.enqueued(0, &a);
+  book.enqueued(1, &b);
+  book.enqueued(2, &b);
+  book.landed_through(2);  // stream b's newest copy landed: b's older copy too, not a's
+  EXPECT_TRUE(book.pending(0));
+  EXPECT_FALSE(book.pending(1));
+  EXPECT_FALSE(book.pending(2));
+  // A handle that is not one stream (cudaStreamPerThread) frees only its own slot.
   StagingSlots per_thread(2);
-  per_thread.enqueued(&a, false);
-  per_thread.enqueued(&a, false);
-  EXPECT_EQ(per_thread.newest_covering(), -1);
+  per_thread.enqueued(0, &a, false);
+  per_thread.enqueued(1, &a, false);
+  per_thread.landed_through(1);
+  EXPECT_TRUE(per_thread.pending(0));
+  EXPECT_FALSE(per_thread.pending(1));
 }
 
 }  // namespace
