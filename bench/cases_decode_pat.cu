@@ -10,7 +10,9 @@
 // Rows "pat/<heads>/<dtype>/B<...>/L<...>/{decode,share_narrow,share}": the standard decode,
 // share_prefixes with 32-row packs only (prefix_wide_packs off) and share_prefixes (wide packs)
 // on the same batch, each captured in a CUDA graph and timed after an L2 flush (median); the
-// share row also carries extra.wide_items and speedup_vs_narrow_share. Bytes =
+// share row also carries extra.wide_items and speedup_vs_narrow_share. Trees whose share plan has
+// wide items add ".../share_serial": the same plan's kinds run one kernel after the other
+// (DecodeOptions::prefix_wide_overlap off), extra.overlap_speedup = its time / share's. Bytes =
 // UNIQUE KV bytes (every page once, however many requests hold it) + q + out, so the fraction of
 // the read ceiling (measured in the same run) is on unique bytes; both rows carry
 // extra.unique_fraction_of_ceiling, the share row extra.speedup_vs_decode, items and packs.
@@ -93,24 +95,31 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
   const double unique_kv = double(t.unique_keys) * h.hkv * kD * 2 /*K,V*/ * 2 /*16-bit*/;
   int64_t keys = 0;
   for (int32_t l : t.kv_len) keys += l;
-  double decode_ms = 0, narrow_ms = 0;
+  double decode_ms = 0, narrow_ms = 0, share_ms = 0;
+  int32_t share_wide_items = 0;
   // Modes: 0 standard decode, 1 share_prefixes with 32-row packs only (prefix_wide_packs off: the
-  // plan before wide packs), 2 share_prefixes (wide packs where the tile selector picks them).
-  for (int mode : {0, 1, 2}) {
+  // plan before wide packs), 2 share_prefixes (wide packs where the tile selector picks them,
+  // overlapped with the decode kernel: DecodeOptions::prefix_wide_overlap), 3 (only when 2 has
+  // wide items) the same with the two kernels one after the other.
+  for (int mode : {0, 1, 2, 3}) {
+    if (mode == 3 && share_wide_items == 0) break;
     const bool share = mode > 0;
     weft::bench::Result r;
-    r.name = base + (mode == 2 ? "/share" : mode == 1 ? "/share_narrow" : "/decode");
+    r.name = base + (mode == 3 ? "/share_serial" : mode == 2 ? "/share" : mode == 1 ? "/share_narrow" : "/decode");
     r.params = params;
     r.params.push_back({"batch", std::to_string(batch)});
-    if (mode == 2 && ctx.pat_wide_min_rows() > 0) r.params.push_back({"wide_min_rows", std::to_string(ctx.pat_wide_min_rows())});
+    if (mode >= 2 && ctx.pat_wide_min_rows() > 0) r.params.push_back({"wide_min_rows", std::to_string(ctx.pat_wide_min_rows())});
+    if (mode >= 2 && ctx.pat_wide_min_keys() > 0) r.params.push_back({"wide_min_keys", std::to_string(ctx.pat_wide_min_keys())});
     r.bytes = unique_kv + 2.0 * batch * h.hq * kD * 2;
     r.flops = 4.0 * double(keys) * h.hq * kD;
     r.ceiling = "read";
     try {
       weft::DecodeOptions opt;
       opt.share_prefixes = share;
-      opt.prefix_wide_packs = mode == 2;
+      opt.prefix_wide_packs = mode >= 2;
       opt.prefix_wide_min_rows = ctx.pat_wide_min_rows();  // --pat-wide-min-rows (0: the default)
+      opt.prefix_wide_min_keys = ctx.pat_wide_min_keys();  // --pat-wide-min-keys (0: the default)
+      opt.prefix_wide_overlap = mode != 3;
       const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(batch, h.hq, h.hkv, kD, opt);
       DeviceArray ws(ws_bytes);
       weft::BatchDecodeWrapper w(batch, h.hq, h.hkv, kD, opt);
@@ -134,6 +143,8 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
       if (share && decode_ms > 0) r.extra.push_back({"speedup_vs_decode", decode_ms / r.ms});
       if (mode == 2 && narrow_ms > 0) r.extra.push_back({"speedup_vs_narrow_share", narrow_ms / r.ms});
       if (mode == 2 && decode_ms > 0) res = {decode_ms / r.ms, frac, true};
+      if (mode == 2) share_ms = r.ms, share_wide_items = w.plan_info().num_wide_items;
+      if (mode == 3 && share_ms > 0) r.extra.push_back({"overlap_speedup", r.ms / share_ms});  // serial / overlapped
       ctx.report(r);
     } catch (const std::exception& e) {
       ctx.report_error(r, e.what());

@@ -68,6 +68,9 @@ class Context {
     // --pat-wide-min-rows N (> 0): DecodeOptions::prefix_wide_min_rows of the pat group's share
     // rows (0: the library default, heuristics::kPackWideMinRows), to time another tile selector.
     int pat_wide_min_rows = 0;
+    // --pat-wide-min-keys N (> 0): DecodeOptions::prefix_wide_min_keys of the same rows (0: the
+    // library default, heuristics::kPackWideMinKeys).
+    int pat_wide_min_keys = 0;
   };
   explicit Context(Options opt);
   ~Context();
@@ -77,6 +80,7 @@ class Context {
   const Ceilings& ceilings() const { return ceilings_; }
   bool quick() const { return opt_.quick; }
   int pat_wide_min_rows() const { return opt_.pat_wide_min_rows; }
+  int pat_wide_min_keys() const { return opt_.pat_wide_min_keys; }
   cudaStream_t stream() const { return stream_; }
   // A second stream, only for capturing CUDA graphs (with_graph); the graphs launch on stream().
   cudaStream_t capture_stream() const { return capture_stream_; }

@@ -36,6 +36,7 @@ void usage(const char* argv0) {
       "  --commit SHA    recorded in JSON (default: env WEFT_COMMIT)\n"
       "  --no-ceilings   skip measuring the copy/read/gemm ceilings (fractions become null)\n"
       "  --pat-wide-min-rows N  pat group: wide packs from N rows (DecodeOptions::prefix_wide_min_rows)\n"
+      "  --pat-wide-min-keys N  pat group: ... and N node keys (DecodeOptions::prefix_wide_min_keys)\n"
       "  --list          list registered groups and exit\n",
       argv0);
 }
@@ -186,6 +187,16 @@ int main(int argc, char** argv) {
         return 2;
       }
       opt.pat_wide_min_rows = static_cast<int>(n);
+    }
+    else if (a == "--pat-wide-min-keys") {
+      const std::string v = next("--pat-wide-min-keys");
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n <= 0 || n > (1 << 30)) {
+        std::fprintf(stderr, "weft-bench: --pat-wide-min-keys expects a positive integer, got '%s'\n", v.c_str());
+        return 2;
+      }
+      opt.pat_wide_min_keys = static_cast<int>(n);
     }
     else if (a == "--list") list = true;
     else if (a == "-h" || a == "--help") {

@@ -133,6 +133,15 @@ struct DecodeOptions {
   // replays only plans of the same kind (as with prefix_fallback); false: never wide.
   bool prefix_wide_packs = true;
   int32_t prefix_wide_min_rows = 0;
+  // ... and whose own shared keys (the node's segment of the page lists) number at least
+  // prefix_wide_min_keys (0: the measured default, heuristics::kPackWideMinKeys).
+  int32_t prefix_wide_min_keys = 0;
+  // Wide and decode kernels side by side (programmatic dependent launch; the plan splits the grid
+  // between the two kinds of items, PackPlanConfig::wide_key_cost) instead of the wide kernel
+  // first: a wide node's longest item overlaps the decode kernel instead of adding to it. Same
+  // output bits either way (each item writes its own partial slots; the same merge). false: the
+  // two launches one after the other.
+  bool prefix_wide_overlap = true;
   // Route (DecodeRoute). The work-queue routes and kAuto plan from a native block table
   // (plan(BlockTable) / run(BlockTable)); plan(PageTable) and plan_lengths() with kAuto plan the
   // balanced route, with kWorkQueue / kNoSplit they throw. A work-queue plan's grid follows the

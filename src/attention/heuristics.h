@@ -116,6 +116,19 @@ inline constexpr int32_t plan_staging_slots(std::size_t slot_bytes) { return slo
 // 256-rows gains are 4096-key nodes (32x32 / 16x8 B1-256 L4096-128 1.22x / 1.20x), its losses
 // 512-2048-key nodes (32x8 B1-8-64 L512 0.68x). So 1024 stays.
 inline constexpr int32_t kPackWideMinRows = 1024;
+// ... and the smallest node, in its own shared keys, whose packs go wide
+// (PackPlanConfig::wide_min_keys; DecodeOptions::prefix_wide_min_keys overrides it). 0 (any
+// length) until measured with the overlapped launch (below).
+inline constexpr int32_t kPackWideMinKeys = 0;
+
+// Overlapped wide launch (DecodeOptions::prefix_wide_overlap, PackPlanConfig::wide_key_cost):
+// the cost of one key of a wide (128-row) item in units of one key of a 32-row decode item, for
+// the split of the grid between the two kernels. Measured on H100 (bench/results/
+// h100_pat_w64_2da8800.json, 64x8 B1-256 L4096-128): 32-row packs only 442.8 us for ~7940 keys
+// per CTA (each CTA's items back to back: ~56 ns per key, mostly from L2); wide from 64 rows 229.0
+// us, of which the wide kernel ~200+ us for one 2048-key wide item per CTA (~100-110 ns per key:
+// the FA2 128 x 64 tile's tensor work). So 2.
+inline constexpr int32_t kPackWideKeyCost = 2;
 
 // The fixed grid of a persistent kernel: `ctas_per_sm` resident CTAs on each of `sm_count` SMs
 // (at least one CTA per SM). Decode passes the smallest residency of all its kernels of the head

@@ -22,10 +22,20 @@ namespace {
 //    256 accumulator registers per lane (the register bound of PAT §5.2 (1)).
 // The kernel follows the plan's tile rows (LaunchArgs::tile_rows, the partial slots' stride): 32
 // runs the multi-tile kernel, 16 the 16-row one.
+// Overlapped beside the wide-pack kernel (LaunchArgs::after_wide: programmatic stream
+// serialization, disjoint CTAs of one plan), the grid's last CTA waits for the wide grid before it
+// exits (griddepcontrol.wait: its completion and memory), so this grid completes only after the
+// wide one and the merge after it reads both kernels' partial states. The last CTA: dispatched
+// last, it holds its slot only after every other CTA of both grids is resident (and in an
+// overlapped plan it has no items: the wide kernel's share of the CTAs is the last of each copy).
+// A no-op without a programmatic dependency.
 template <class T, int D>
 __global__ void __launch_bounds__(kMaxThreads, 1) decode_multitile_kernel(const DecodeParams<T> p) {
   using V = attn::DefaultVariant;
   decode_items<T, D, kPlanTileQWide, TcMainloop<T, D, 4, V>, true, DecodeParams<T>, TcMainloop<T, D, 2, V>>(p);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (blockIdx.x == gridDim.x - 1) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 // 16-row items with 16-row partial slots: head_dim 256, and every plan of 16-row tiles (the
 // work queue's tasks, work_queue_decode.cpp).
@@ -33,11 +43,25 @@ template <class T, int D>
 constexpr auto packed16_kernel = decode_tc_kernel<T, D, 2, attn::DefaultVariant, true>;
 
 template <class T, int D>
-void launch_packed(const DecodeParams<T>& p, int tile_rows, int grid, cudaStream_t stream) {
+void launch_packed(const DecodeParams<T>& p, int tile_rows, int grid, bool after_wide, cudaStream_t stream) {
   if constexpr (D <= 128) {
     if (tile_rows == kPlanTileQWide) {
-      decode_multitile_kernel<T, D>
-          <<<grid, p.warps * 32, SmemLayout<T, D, kPlanTileQWide>::bytes(p.stages, p.warps), stream>>>(p);
+      const size_t smem = SmemLayout<T, D, kPlanTileQWide>::bytes(p.stages, p.warps);
+      if (after_wide) {  // beside the wide-pack kernel (LaunchArgs::after_wide; a graph's programmatic edge)
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(grid);
+        cfg.blockDim = dim3(p.warps * 32);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        WEFT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_multitile_kernel<T, D>, p));
+      } else {
+        decode_multitile_kernel<T, D><<<grid, p.warps * 32, smem, stream>>>(p);
+      }
       WEFT_CUDA_CHECK_LAUNCH();
       return;
     }
@@ -62,9 +86,9 @@ void dispatch_packed(const LaunchArgs& a, const plan::WorkPlanPointers& work, cu
   DecodeParams<T> p = make_decode_params<T, T>(a);
   p.work = work;
   switch (a.head_dim) {
-    case 64: return launch_packed<T, 64>(p, a.tile_rows, a.grid, stream);
-    case 128: return launch_packed<T, 128>(p, a.tile_rows, a.grid, stream);
-    case 256: return launch_packed<T, 256>(p, a.tile_rows, a.grid, stream);
+    case 64: return launch_packed<T, 64>(p, a.tile_rows, a.grid, a.after_wide, stream);
+    case 128: return launch_packed<T, 128>(p, a.tile_rows, a.grid, a.after_wide, stream);
+    case 256: return launch_packed<T, 256>(p, a.tile_rows, a.grid, a.after_wide, stream);
     default: throw Error("head_dim", "expected 64, 128 or 256, got " + std::to_string(a.head_dim));
   }
 }

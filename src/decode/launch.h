@@ -34,6 +34,11 @@ struct LaunchArgs {
   int32_t stages = 3;  // per-warp pipeline stages (decode_stages)
   int32_t warps = 4;   // warps per CTA (decode_warps)
   int32_t tile_rows = kPlanTileQ;  // rows per item of the plan (decode_tile_rows)
+  // Work plans: the wide-pack kernel was launched just before, overlapped
+  // (DecodeOptions::prefix_wide_overlap): launch_decode_work_plan starts the decode kernel with
+  // programmatic stream serialization (it may run beside the wide kernel; its last CTA waits for
+  // the wide grid before exiting, so the merge after it sees both kernels' partial states).
+  bool after_wide = false;
 };
 
 // Launches the decode kernel of (dtype, head_dim, path) with args.grid persistent CTAs.

@@ -43,6 +43,8 @@ Tuning resolve_tuning(int32_t head_dim, const DecodeOptions& o) {
       "must be 0 (default) or in [2, " << kDecodeMaxPipelineStages << "], got " << o.pipeline_stages);
   WEFT_CHECK_ARG(o.prefix_wide_min_rows >= 0, "options.prefix_wide_min_rows",
                  "must be >= 0 (0: the measured default), got " << o.prefix_wide_min_rows);
+  WEFT_CHECK_ARG(o.prefix_wide_min_keys >= 0, "options.prefix_wide_min_keys",
+                 "must be >= 0 (0: the measured default), got " << o.prefix_wide_min_keys);
   Tuning t;
   t.stages = o.pipeline_stages != 0 ? o.pipeline_stages : decode::decode_stages(head_dim);
   t.warps = o.warps_per_cta != 0 ? o.warps_per_cta : decode::decode_warps(head_dim);
@@ -205,6 +207,9 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
     impl_->wide_packs = options.prefix_wide_packs && head_dim == decode::kWidePackHeadDim;
     impl_->wide_min_rows =
         options.prefix_wide_min_rows > 0 ? options.prefix_wide_min_rows : heuristics::kPackWideMinRows;
+    impl_->wide_min_keys =
+        options.prefix_wide_min_keys > 0 ? options.prefix_wide_min_keys : heuristics::kPackWideMinKeys;
+    impl_->wide_overlap = options.prefix_wide_overlap;
     if (impl_->wide_packs) decode::prepare_decode_wide_packs();
   }
   if (options.route != DecodeRoute::kBalanced) {
@@ -370,7 +375,12 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
   a.warps = warps;
   a.tile_rows = work_plan_active() ? tile_rows : balanced_tile_rows;
   if (work_plan_active()) {
-    if (wide_launch) decode::launch_decode_wide_packs(a, wlayout.pointers(workspace), stream);
+    if (wide_launch) {
+      decode::launch_decode_wide_packs(a, wlayout.pointers(workspace), stream);
+      // Overlapped (DecodeOptions::prefix_wide_overlap): the decode kernel may start while the
+      // wide kernel runs (it triggers at its start); the plan gave the two kernels disjoint CTAs.
+      a.after_wide = wide_overlap;
+    }
     decode::launch_decode_work_plan(a, wlayout.pointers(workspace), stream);
     return;
   }

@@ -77,6 +77,8 @@ struct BatchDecodeWrapper::Impl {
   // then launches the wide-pack kernel first: decode::launch_decode_wide_packs).
   bool wide_packs = true;
   int32_t wide_min_rows = 0;  // DecodeOptions::prefix_wide_min_rows resolved (heuristics::kPackWideMinRows)
+  int32_t wide_min_keys = 0;  // DecodeOptions::prefix_wide_min_keys resolved (heuristics::kPackWideMinKeys)
+  bool wide_overlap = true;   // DecodeOptions::prefix_wide_overlap
   bool wide_launch = false;
   plan::WorkPlanLayout wlayout;
   const PageTable* share_table = nullptr;

@@ -202,6 +202,9 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     if (im.wide_packs && decode::wide_packs_compiled(head_dim, dtype)) {
       pc.wide_rows = decode::kWidePackRows;
       pc.wide_min_rows = im.wide_min_rows;
+      pc.wide_min_keys = im.wide_min_keys;
+      // Overlapped launch: the grid split between the two kinds (PackPlanConfig::wide_key_cost).
+      pc.wide_key_cost = im.wide_overlap ? heuristics::kPackWideKeyCost : 0;
       // Wide items cut from their own work (PackPlanConfig::max_slots): finer only while the
       // plan's partial slots fit the workspace's.
       pc.max_slots = im.wlayout.bounds().max_slots;

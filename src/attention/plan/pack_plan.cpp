@@ -85,6 +85,9 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
   WEFT_CHECK_ARG(cfg.min_sharers >= 2, "cfg.min_sharers", "must be >= 2, got " << cfg.min_sharers);
   WEFT_CHECK_ARG(cfg.wide_rows == 0 || (cfg.wide_rows > cfg.tile_rows && cfg.wide_rows >= cfg.group_size),
                  "cfg.wide_rows", "must be 0 or > tile_rows " << cfg.tile_rows << ", got " << cfg.wide_rows);
+  WEFT_CHECK_ARG(cfg.wide_min_keys >= 0, "cfg.wide_min_keys", "must be >= 0, got " << cfg.wide_min_keys);
+  WEFT_CHECK_ARG(cfg.wide_key_cost >= 0 && cfg.wide_key_cost <= 16, "cfg.wide_key_cost",
+                 "must be in [0, 16], got " << cfg.wide_key_cost);
   constexpr int kCtaBits = 21;  // the deal's heap keys (below)
   WEFT_CHECK_ARG(cfg.num_ctas < (1 << kCtaBits), "cfg.num_ctas", "must be < 2^21, got " << cfg.num_ctas);
   WEFT_CHECK_ARG(cfg.head_fold >= 1 && cfg.num_kv_heads % cfg.head_fold == 0 && cfg.num_ctas % cfg.head_fold == 0,
@@ -183,7 +186,8 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
     int64_t wide_keys = 0;  // per KV head
     for (size_t u = 0; u < forest.nodes.size(); ++u) {
       const int32_t q = sd.pack_reqs[u];
-      const int32_t per_pack = pack_item_requests(forest.nodes[u].req_end - forest.nodes[u].req_begin, cfg);
+      const int32_t per_pack = pack_item_requests(forest.nodes[u].req_end - forest.nodes[u].req_begin,
+                                                    int64_t(forest.nodes[u].page_end - forest.nodes[u].page_begin) * cfg.page_size, cfg);
       if (q == 0 || per_pack * g <= TR) continue;
       const int64_t items = q / per_pack + ((q % per_pack) * g > TR);  // a last item of <= TR rows is narrow
       wide_keys += items * (int64_t(forest.nodes[u].page_end - sd.pack_page_begin[u]) * cfg.page_size);
@@ -206,7 +210,8 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
       const int32_t k0 = sd.pack_page_begin[u] * cfg.page_size, k1 = forest.nodes[u].page_end * cfg.page_size;
       for (int32_t i = q_begin; i < q_end; ++i) sc.priv_start[sd.order[i]] = std::max(sc.priv_start[sd.order[i]], k1);
       // Requests per item: the tile selector on the node's sharers (as the profit model saw it).
-      const int32_t per_pack = pack_item_requests(forest.nodes[u].req_end - forest.nodes[u].req_begin, cfg);
+      const int32_t per_pack = pack_item_requests(forest.nodes[u].req_end - forest.nodes[u].req_begin,
+                                                    int64_t(forest.nodes[u].page_end - forest.nodes[u].page_begin) * cfg.page_size, cfg);
       for (int32_t h = 0; h < H; ++h)
         for (int32_t q0 = q_begin; q0 < q_end; q0 += per_pack) {
           const int32_t nr = std::min(per_pack, q_end - q0);
@@ -325,9 +330,14 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
   sc.order.resize(n);
   sc.tmp.resize(n);
   uint32_t max_cost = 0;
+  // Overlapped wide launch (cfg.wide_key_cost): a wide item's keys in narrow-key units, so the
+  // split of the grid below compares the two kinds' times.
+  const int64_t wide_mult = cfg.wide_key_cost > 0 ? cfg.wide_key_cost : 1;
   for (int32_t i = 0; i < n; ++i) {
     const PackPlanScratch::Item& it = sc.items[i];
-    sc.cost[i] = static_cast<uint32_t>(int64_t(it.row_end - it.row_begin) + int64_t(it.kv_end - it.kv_begin));
+    const int64_t rows = it.row_end - it.row_begin;
+    sc.cost[i] = static_cast<uint32_t>(std::min<int64_t>(
+        UINT32_MAX, rows + (rows > TR ? wide_mult : 1) * int64_t(it.kv_end - it.kv_begin)));
     max_cost = std::max(max_cost, sc.cost[i]);
     sc.order[i] = i;
   }
@@ -354,8 +364,8 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
       sc.order.swap(sc.tmp);
     }
   }
-  // Wide items (more than tile_rows rows) run in their own kernel after the decode kernel, so
-  // they are dealt on their own: the narrow items (in cost order) to the CTAs, then the wide ones
+  // Wide items (more than tile_rows rows) run in their own kernel (before the decode kernel, or
+  // beside it: cfg.wide_key_cost), so they are dealt on their own: the narrow items (in cost order) to the CTAs, then the wide ones
   // to a fresh set of loads (each launch balanced by itself). A stable partition of the order.
   int32_t n_wide = 0;
   for (int32_t i = 0; i < n; ++i) n_wide += sc.items[i].row_end - sc.items[i].row_begin > TR;
@@ -408,16 +418,17 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
     ++counts[c + 1];
     return top + (uint64_t(sc.cost[i]) << kCtaBits);
   };
-  // Deals order[j_begin .. j_end) from all loads 0.
-  auto deal_range = [&](int32_t j_begin, int32_t j_end) {
+  // Deals order[j_begin .. j_end) to CTAs [c_begin, c_end), from all loads 0.
+  auto deal_range = [&](int32_t j_begin, int32_t j_end, size_t c_begin, size_t c_end) {
+    const size_t Cr = c_end - c_begin;
     std::fill(sc.heap.begin(), sc.heap.end(), kMax);
-    for (size_t c = 0; c < C; ++c) heap[c] = uint64_t(c);  // all loads 0: already a heap
-    live = C;
+    for (size_t c = 0; c < Cr; ++c) heap[c] = uint64_t(c_begin + c);  // all loads 0: already a heap
+    live = Cr;
     for (int32_t j = j_begin; j < j_end;) {
       const uint32_t w = sc.cost[sc.order[j]];
       int32_t k = j + 1;
       while (k < j_end && sc.cost[sc.order[k]] == w) ++k;
-      if (size_t(k - j) * 2 < C) {  // a short run of equal costs: replace the heap's top per item
+      if (size_t(k - j) * 2 < Cr) {  // a short run of equal costs: replace the heap's top per item
         for (; j < k; ++j) sift_down(0, deal(sc.order[j], heap[0]));
         continue;
       }
@@ -448,13 +459,40 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
         const size_t at = head + t;
         heap[live++] = ring[at >= C ? at - C : at];
       }
-      for (size_t v = C >= 2 ? (C - 2) / 4 + 1 : 0; v-- > 0;) sift_down(v, heap[v]);
+      for (size_t v = Cr >= 2 ? (Cr - 2) / 4 + 1 : 0; v-- > 0;) sift_down(v, heap[v]);
     }
   };
-  deal_range(0, n_nar);
+  // The wide items' CTAs: all of them when the wide kernel runs alone (before the decode
+  // kernel); with an overlapped launch (cfg.wide_key_cost) the last W of the folded copy's C, so
+  // both kernels' CTAs fill the grid together. W minimises the larger of the two kinds' estimated
+  // makespans: narrow = max(narrow cost / (C - W), its longest item), wide = max(mean wide item x
+  // ceil(wide items / W), its longest item) (exact for a node's equal chunks, the usual wide
+  // items; a deal of them over W CTAs otherwise). 1 <= W <= min(C - 1, wide items); W = C when no
+  // narrow item is left. O(C) per plan with wide items.
+  size_t wide_begin = 0;
+  if (n_wide > 0 && cfg.wide_key_cost > 0 && C >= 2 && n_nar > 0) {
+    uint64_t cost_nar = 0, cost_wide = 0, max_nar = 0, max_wide = 0;
+    for (int32_t j = 0; j < n; ++j) {
+      const uint64_t c = sc.cost[sc.order[j]];
+      (j < n_nar ? cost_nar : cost_wide) += c;
+      uint64_t& m = j < n_nar ? max_nar : max_wide;
+      m = std::max(m, c);
+    }
+    const double mean_wide = double(cost_wide) / n_wide;
+    double best = 0;
+    size_t best_w = 1;
+    for (size_t W = 1; W <= std::min<size_t>(C - 1, size_t(n_wide)); ++W) {
+      const double t_nar = std::max(double(cost_nar) / double(C - W), double(max_nar));
+      const double t_wide = std::max(mean_wide * double((size_t(n_wide) + W - 1) / W), double(max_wide));
+      const double t = std::max(t_nar, t_wide);
+      if (W == 1 || t < best) best = t, best_w = W;
+    }
+    wide_begin = C - best_w;
+  }
+  deal_range(0, n_nar, 0, wide_begin > 0 ? wide_begin : C);
   if (n_wide > 0) {
     counts = sc.cta_count.data() + C + 1;
-    deal_range(n_nar, n);
+    deal_range(n_nar, n, wide_begin, C);
   }
   // Flatten by CTA: the folded narrow items in CTA order (each CTA's in deal order; slots keep
   // their numbers), then the folded wide items in CTA order, written sequentially from the

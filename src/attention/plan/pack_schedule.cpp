@@ -34,9 +34,10 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
-int32_t pack_item_requests(int64_t sharers, const PackPlanConfig& cfg) {
+int32_t pack_item_requests(int64_t sharers, int64_t node_keys, const PackPlanConfig& cfg) {
   const int32_t g = std::max(1, cfg.group_size);
-  if (cfg.wide_rows > cfg.tile_rows && sharers * g >= std::max(cfg.wide_min_rows, cfg.tile_rows + 1))
+  if (cfg.wide_rows > cfg.tile_rows && sharers * g >= std::max(cfg.wide_min_rows, cfg.tile_rows + 1) &&
+      node_keys >= cfg.wide_min_keys)
     return cfg.wide_rows / g;
   return cfg.tile_rows / g;
 }
@@ -45,7 +46,7 @@ int64_t pack_duplicate_keys(const PrefixForest& forest, const PackPlanConfig& cf
   if (cfg.tile_rows / std::max(1, cfg.group_size) < 2) return 0;  // no packs: every request reads its keys itself
   int64_t dup = 0;
   for (const PrefixNode& n : forest.nodes) {
-    const int64_t s = n.req_end - n.req_begin, P = pack_item_requests(s, cfg);
+    const int64_t s = n.req_end - n.req_begin, P = pack_item_requests(s, int64_t(n.page_end - n.page_begin) * cfg.page_size, cfg);
     if (s >= std::max(2, cfg.min_sharers))
       dup += int64_t(n.page_end - n.page_begin) * cfg.page_size * (s - ceil_div(s, P));
   }
@@ -103,7 +104,7 @@ void schedule_packs(const PrefixForest& forest, const PackPlanConfig& cfg, PackS
     int64_t rem = n.req_end - n.req_begin;
     const int64_t len_u = int64_t(n.page_end - s.pack_page_begin[u]) * ps;
     // Requests per item of u's pack (the tile selector: wide for a node of many rows).
-    const int64_t P = pack_item_requests(rem, cfg);
+    const int64_t P = pack_item_requests(rem, int64_t(n.page_end - n.page_begin) * ps, cfg);
     if (model && packs) {
       for (size_t m = 0; m < s.members.size(); ++m) {
         const int32_t x = s.members[m];

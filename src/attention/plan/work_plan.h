@@ -106,6 +106,18 @@ struct PackPlanConfig {
   // the tile selector, its reason in heuristics::pack_wide_min_rows). 0: no wide items.
   int32_t wide_rows = 0;
   int32_t wide_min_rows = 0;
+  // ... and whose own keys (its shared segment, page_end - page_begin pages) reach wide_min_keys
+  // (0: any length; heuristics::kPackWideMinKeys, DecodeOptions::prefix_wide_min_keys).
+  int32_t wide_min_keys = 0;
+  // Overlapped wide launch (> 0; the decode wrapper when its wide kernel and decode kernel run
+  // side by side: DecodeOptions::prefix_wide_overlap): the CTAs of each folded copy are split,
+  // the narrow items dealt to the first C0 - W (decode kernel), the wide items to the last W
+  // (wide kernel), W in proportion to the two kinds' costs, a wide item's key counted
+  // wide_key_cost times a narrow one's (heuristics::kPackWideKeyCost). Both kernels are then
+  // resident at once (one wide CTA takes the registers and about the shared memory of one
+  // decode CTA) and each CTA slot runs one kind. 0: each kind dealt over every CTA (the wide
+  // kernel runs before the decode kernel).
+  int32_t wide_key_cost = 0;
   // With auto_chunk_min, wide items are cut at their own bound (PackPlanScratch::wide_chunk:
   // the wide items' keys per CTA, the wide kernel being its own launch) instead of max_chunk;
   // when that plan's slots exceed max_slots (> 0: the workspace's WorkPlanBounds::max_slots)
@@ -116,11 +128,12 @@ struct PackPlanConfig {
 // The tile selector of the pack planner: requests per item of a pack over a forest node with
 // `sharers` sharers (P of the profit model; the planner cuts the node's pack into items of at
 // most P requests): wide_rows / group_size when wide packs are on and the node's rows
-// (sharers x group_size) reach wide_min_rows, else tile_rows / group_size. Used by the profit
+// (sharers x group_size) reach wide_min_rows (and its keys wide_min_keys), else tile_rows / group_size. Used by the profit
 // model (schedule_packs), the chunk bound (pack_duplicate_keys) and the items (make_pack_plan).
 // An item of more than tile_rows rows runs in the wide kernel (its rows decide, so a node's last,
 // smaller item may run in the decode kernel: PAT's round-up rule for m).
-int32_t pack_item_requests(int64_t sharers, const PackPlanConfig& cfg);
+// node_keys: the node's own keys (its segment); wide only when >= wide_min_keys too.
+int32_t pack_item_requests(int64_t sharers, int64_t node_keys, const PackPlanConfig& cfg);
 
 // Where the keys of each forest node are read (schedule_packs, the memory-centric profit model):
 // node u's pack holds its first pack_reqs[u] requests in `order` (from req_begin[u]), over the

@@ -558,7 +558,10 @@ TEST(DecodeSmall, SharePrefixesLongRootFewPacks) {
 // tile selector cuts them into 128-row items run by the wide-pack kernel (the prefill
 // FA2 tile, Q rows gathered from the pack's requests, partial states merged by the work plan's
 // merge); every plan must have wide items. Against the float64 reference, bitwise equal over a
-// second run; and the same table with wide packs off (32-row packs only) also matches.
+// second run; and the same table with wide packs off (32-row packs only) also matches. Wide packs
+// run overlapped with the decode kernel (DecodeOptions::prefix_wide_overlap, the default: a
+// split grid, programmatic launch) and one after the other: the two give the same bits, and the
+// overlapped run captured in a CUDA graph replays them 20 times (poisoned outputs before each).
 TEST(DecodeSmall, SharePrefixesWidePacks) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();
@@ -612,11 +615,14 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
       for (const auto& [leader, pages] : paths[r])
         if (r != leader) share_pages(bt.indices, bt.indptr, r, leader, pages);
     bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
-    for (bool wide : {true, false}) {
-      SCOPED_TRACE(wide ? "wide packs" : "32-row packs only");
+    std::vector<float> overlapped;
+    for (int mode : {0, 1, 2}) {  // wide overlapped, wide one after the other, 32-row packs only
+      const bool wide = mode < 2;
+      SCOPED_TRACE(mode == 0 ? "wide packs, overlapped" : mode == 1 ? "wide packs, serial" : "32-row packs only");
       DecodeOptions opt;
       opt.share_prefixes = true;
       opt.prefix_wide_packs = wide;
+      opt.prefix_wide_overlap = mode == 0;
       opt.prefix_wide_min_rows = 64;  // below the measured default (1024): every >= 64-row node goes wide
       const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
       DeviceBuffer ws(ws_bytes);
@@ -631,6 +637,28 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
         ASSERT_EQ(info.num_wide_items, 0);
       }
       ASSERT_NO_FATAL_FAILURE(expect_reference_twice(w, bt));
+      if (mode == 1) EXPECT_EQ(bt.out(), overlapped) << "overlapped and serial wide launches differ";
+      if (mode != 0) continue;
+      overlapped = bt.out();
+      // CUDA graph of the overlapped launch (a programmatic edge between the two kernels), 20 replays.
+      cudaStream_t st;
+      WEFT_TEST_CUDA(cudaStreamCreate(&st));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      WEFT_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      run_for(w, bt, st);
+      WEFT_TEST_CUDA(cudaStreamEndCapture(st, &graph));
+      WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (int rep = 0; rep < 20; ++rep) {
+        bt.dout.poison(st);
+        bt.dlse.poison(st);
+        WEFT_TEST_CUDA(cudaGraphLaunch(exec, st));
+        WEFT_TEST_CUDA(cudaStreamSynchronize(st));
+        ASSERT_EQ(bt.out(), overlapped) << "graph replay " << rep << " differs";
+      }
+      WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
+      WEFT_TEST_CUDA(cudaGraphDestroy(graph));
+      WEFT_TEST_CUDA(cudaStreamDestroy(st));
     }
   }
   RecordProperty("wide_items", static_cast<int>(wide_total));

@@ -253,26 +253,104 @@ TEST(PackPlan, WideItemsFillTheGrid) {
   }
 }
 
-// The tile selector: narrow below wide_min_rows rows, wide from it on (never for a node whose rows
-// fit one narrow tile), off without wide_rows.
+// The tile selector: narrow below wide_min_rows rows or wide_min_keys node keys, wide from both
+// on (never for a node whose rows fit one narrow tile), off without wide_rows.
 TEST(PackPlan, TileSelectorPicksWideForManyRows) {
   PackPlanConfig cfg;
   cfg.group_size = 8;
   cfg.tile_rows = 32;
-  EXPECT_EQ(pack_item_requests(256, cfg), 4) << "wide packs off";
+  EXPECT_EQ(pack_item_requests(256, 4096, cfg), 4) << "wide packs off";
   cfg.wide_rows = 128;
   cfg.wide_min_rows = 64;
-  EXPECT_EQ(pack_item_requests(4, cfg), 4) << "32 rows: one narrow tile";
-  EXPECT_EQ(pack_item_requests(7, cfg), 4) << "56 rows < wide_min_rows";
-  EXPECT_EQ(pack_item_requests(8, cfg), 16) << "64 rows";
-  EXPECT_EQ(pack_item_requests(256, cfg), 16);
+  EXPECT_EQ(pack_item_requests(4, 4096, cfg), 4) << "32 rows: one narrow tile";
+  EXPECT_EQ(pack_item_requests(7, 4096, cfg), 4) << "56 rows < wide_min_rows";
+  EXPECT_EQ(pack_item_requests(8, 4096, cfg), 16) << "64 rows";
+  EXPECT_EQ(pack_item_requests(256, 16, cfg), 16) << "wide_min_keys 0: any length";
+  cfg.wide_min_keys = 2048;
+  EXPECT_EQ(pack_item_requests(256, 2047, cfg), 4) << "2047 keys < wide_min_keys";
+  EXPECT_EQ(pack_item_requests(256, 2048, cfg), 16);
+  EXPECT_EQ(pack_item_requests(7, 8192, cfg), 4) << "both bounds";
+  cfg.wide_min_keys = 0;
   cfg.wide_min_rows = 0;
-  EXPECT_EQ(pack_item_requests(4, cfg), 4) << "a node of one narrow tile never goes wide";
-  EXPECT_EQ(pack_item_requests(5, cfg), 16);
+  EXPECT_EQ(pack_item_requests(4, 4096, cfg), 4) << "a node of one narrow tile never goes wide";
+  EXPECT_EQ(pack_item_requests(5, 4096, cfg), 16);
   cfg.group_size = 1;
   cfg.wide_min_rows = 64;
-  EXPECT_EQ(pack_item_requests(63, cfg), 32);
-  EXPECT_EQ(pack_item_requests(64, cfg), 128);
+  EXPECT_EQ(pack_item_requests(63, 4096, cfg), 32);
+  EXPECT_EQ(pack_item_requests(64, 4096, cfg), 128);
+}
+
+// The overlapped wide launch (wide_key_cost > 0): on random forests the plan holds the same items
+// (key ranges, rows, slots) and merges as the serial plan, every key covered once, and each folded
+// copy's CTAs are split: narrow items only on its first C0 - W CTAs, wide items only on its last
+// W (1 <= W <= min(C0 - 1, folded wide items)); all C0 wide when no narrow item is left.
+TEST(PackPlan, WideOverlapSplitsTheGrid) {
+  Rng rng = Rng::for_current_test();
+  const int32_t page_sizes[] = {1, 16, 64};
+  const int32_t groups[] = {1, 2, 4, 8};
+  int64_t split = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    const int32_t ps = page_sizes[iter % 3];
+    const int32_t max_shared = ps == 1 ? 600 : (ps == 16 ? 200 : 60);
+    const int levels = 1 + iter % 2;
+    const Batch bt = random_batch(rng, ps, levels,
+                                  (levels == 1 ? 4 : 2) + static_cast<int>(rng.randint(1, levels == 1 ? 12 : 6)),
+                                  max_shared / 2);
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << bt.batch() << " page " << ps);
+    const PrefixForest f = build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ps);
+    PackPlanConfig cfg;
+    cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 2));
+    cfg.head_fold = cfg.num_kv_heads == 2 && rng.randint(0, 1) ? 2 : 1;
+    cfg.num_ctas = cfg.head_fold * static_cast<int32_t>(rng.randint(1, 132));
+    cfg.group_size = groups[rng.randint(0, 3)];
+    cfg.tile_rows = 32;
+    cfg.wide_rows = 128;
+    cfg.wide_min_rows = static_cast<int32_t>(rng.randint(33, 96));
+    cfg.page_size = ps;
+    cfg.auto_chunk_min = static_cast<int32_t>(16 * rng.randint(1, 16));
+    if (rng.randint(0, 1)) set_pack_traffic(cfg, 128, 2);
+    const WorkPlan serial = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
+    PackPlanConfig ov = cfg;
+    ov.wide_key_cost = static_cast<int32_t>(rng.randint(1, 4));
+    const WorkPlan p = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), ov);
+    ASSERT_NO_FATAL_FAILURE(check_plan(bt, ov, p));
+    // The same items, dealt differently: compare them as sorted records.
+    auto records = [](const WorkPlan& w) {
+      std::vector<std::vector<int32_t>> r;
+      for (int32_t i = 0; i < w.num_items(); ++i)
+        r.push_back({w.item_slot[i], w.item_kv_head[i], w.item_kv_begin[i], w.item_kv_end[i], w.item_row_begin[i],
+                     w.item_row_end[i], w.item_num_reqs[i], w.item_page_base[i]});
+      std::sort(r.begin(), r.end());
+      return r;
+    };
+    ASSERT_EQ(p.num_wide_items, serial.num_wide_items);
+    ASSERT_EQ(records(p), records(serial));
+    ASSERT_EQ(p.num_slots(), serial.num_slots());
+    ASSERT_EQ(p.num_merges(), serial.num_merges());
+    const WorkPlan again = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), ov);
+    ASSERT_EQ(again.cta_indptr, p.cta_indptr) << "deterministic";
+    ASSERT_EQ(again.wide_cta_indptr, p.wide_cta_indptr);
+    if (p.num_wide_items == 0) continue;
+    const int32_t C0 = cfg.num_ctas / cfg.head_fold, n_nar = p.num_items() - p.num_wide_items;
+    if (C0 < 2) continue;
+    for (int32_t k = 0; k < cfg.head_fold; ++k) {
+      int32_t last_nar = -1, first_wide = C0, wide_ctas = 0;
+      for (int32_t c = 0; c < C0; ++c) {
+        const int32_t g = k * C0 + c;
+        const bool nar = p.cta_indptr[g + 1] > p.cta_indptr[g], wide = p.wide_cta_indptr[g + 1] > p.wide_cta_indptr[g];
+        ASSERT_FALSE(nar && wide) << "CTA " << g << " runs both kinds";
+        if (nar) last_nar = c;
+        if (wide) first_wide = std::min(first_wide, c), ++wide_ctas;
+      }
+      ASSERT_LT(last_nar, first_wide) << "copy " << k << ": narrow CTAs first, wide CTAs last";
+      if (n_nar == 0) continue;
+      ASSERT_GE(first_wide, 1);
+      ASSERT_LE(wide_ctas, p.num_wide_items / cfg.head_fold);
+      ++split;
+    }
+  }
+  EXPECT_GT(split, 15) << "the generator must produce plans of both kinds";
+  RecordProperty("split", static_cast<int>(split));
 }
 
 // The forest builder reused over batches (PrefixForestBuilder keeps its buffers) gives the

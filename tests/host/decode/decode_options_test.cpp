@@ -29,6 +29,11 @@ TEST(DecodeOptions, BadTuningRejectedNamingTheField) {
   EXPECT_EQ(test::thrown_argument([&] { BatchDecodeWrapper::workspace_size(8, 32, 8, 128, o); }),
             "options.prefix_wide_min_rows");
   EXPECT_EQ(test::thrown_argument([&] { BatchDecodeWrapper w(8, 32, 8, 128, o); }), "options.prefix_wide_min_rows");
+  o.prefix_wide_min_rows = 0;
+  o.prefix_wide_min_keys = -1;
+  EXPECT_EQ(test::thrown_argument([&] { BatchDecodeWrapper::workspace_size(8, 32, 8, 128, o); }),
+            "options.prefix_wide_min_keys");
+  EXPECT_EQ(test::thrown_argument([&] { BatchDecodeWrapper w(8, 32, 8, 128, o); }), "options.prefix_wide_min_keys");
 }
 
 }  // namespace
