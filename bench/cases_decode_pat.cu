@@ -134,7 +134,8 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
       r.extra = {{"items", double(w.plan_info().num_items)},
                  {"packs", double(w.plan_info().num_packs)},
                  {"prefix_fallback", double(w.plan_info().prefix_fallback)},  // DecodeOptions::prefix_fallback
-                 {"wide_items", double(w.plan_info().num_wide_items)}};       // DecodeOptions::prefix_wide_packs
+                 {"wide_items", double(w.plan_info().num_wide_items)},        // DecodeOptions::prefix_wide_packs
+                 {"wide_split", double(w.plan_info().wide_split)}};           // DecodeOptions::prefix_wide_overlap
       const double frac =
           ctx.ceilings().read_gbps > 0 ? r.bytes / (r.ms * 1e-3) / 1e9 / ctx.ceilings().read_gbps : 0.0;
       r.extra.push_back({"unique_fraction_of_ceiling", frac});

@@ -66,6 +66,8 @@ struct DecodePlanInfo {
   int32_t num_packs = 0;    // items holding several requests' rows (DecodeOptions::share_prefixes)
   int32_t num_wide_items = 0;  // of them, items of > 32 rows run by the wide-pack kernel
                                // (DecodeOptions::prefix_wide_packs)
+  bool wide_split = false;  // wide items on their own CTAs, the decode kernel started beside the
+                            // wide kernel (DecodeOptions::prefix_wide_overlap)
   bool lazy_update = false; // share_prefixes: the previous plan updated in place (only private
                             // suffixes grew; its key ranges and page bases copied, not the plan)
   bool prefix_fallback = false;  // share_prefixes: the table had no pack, the standard decode plan
@@ -125,8 +127,8 @@ struct DecodeOptions {
   bool prefix_fallback = true;
   // With share_prefixes at head_dim 128 (fp16 / bf16): a forest node whose sharers hold at least
   // prefix_wide_min_rows query rows (sharers x GQA group; 0: the measured default,
-  // heuristics::kPackWideMinRows = 1024) is read in WIDE packs of 128 rows (the prefill FA2 tile
-  // with its Q rows gathered from the pack's requests, a second kernel before the decode kernel;
+  // heuristics::kPackWideMinRows = 256) is read in WIDE packs of 128 rows (the prefill FA2 tile
+  // with its Q rows gathered from the pack's requests, a second kernel beside or before the decode kernel;
   // its partial states go through the same merge) instead of 32-row decode packs: its keys are read
   // a quarter as often and the tensor cores work on 128-row tiles. A plan with wide items
   // (plan_info().num_wide_items > 0) launches one kernel more: a CUDA graph captured around run()
@@ -134,13 +136,15 @@ struct DecodeOptions {
   bool prefix_wide_packs = true;
   int32_t prefix_wide_min_rows = 0;
   // ... and whose own shared keys (the node's segment of the page lists) number at least
-  // prefix_wide_min_keys (0: the measured default, heuristics::kPackWideMinKeys).
+  // prefix_wide_min_keys (0: the measured default, heuristics::kPackWideMinKeys = 2048).
   int32_t prefix_wide_min_keys = 0;
-  // Wide and decode kernels side by side (programmatic dependent launch; the plan splits the grid
-  // between the two kinds of items, PackPlanConfig::wide_key_cost) instead of the wide kernel
-  // first: a wide node's longest item overlaps the decode kernel instead of adding to it. Same
-  // output bits either way (each item writes its own partial slots; the same merge). false: the
-  // two launches one after the other.
+  // Wide and decode kernels side by side where the plan estimates it faster (programmatic
+  // dependent launch; the plan then splits the grid between the two kinds of items,
+  // plan_info().wide_split, heuristics::kPackWideSplitMargin) instead of the wide kernel first:
+  // a wide node's longest item overlaps the decode kernel instead of adding to it. Same output
+  // bits either way (each item writes its own partial slots; the same merge), and a graph
+  // captured on either kind of plan replays the other correctly. false: always one after the
+  // other.
   bool prefix_wide_overlap = true;
   // Route (DecodeRoute). The work-queue routes and kAuto plan from a native block table
   // (plan(BlockTable) / run(BlockTable)); plan(PageTable) and plan_lengths() with kAuto plan the

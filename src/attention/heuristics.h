@@ -100,35 +100,45 @@ inline constexpr int32_t kGroupedTailUnitsPerCta = 4;
 // at max_batch 256: 32 KiB, 128 KiB of pinned memory per wrapper), else 2.
 inline constexpr int32_t plan_staging_slots(std::size_t slot_bytes) { return slot_bytes <= 256 * 1024 ? 4 : 2; }
 
-// Prefix sharing: the smallest node (sharers x GQA group query rows) whose packs go WIDE
-// (PackPlanConfig::wide_min_rows: 128-row items through the prefill FA2 tile, decode/
-// kernels_wide.cu) instead of 32-row decode packs; DecodeOptions::prefix_wide_min_rows overrides
-// it. Measured (H100, bench/results/h100_pat_48c877e.json: every "pat" tree with wide packs from
-// 64 rows on, "share", against 32-row packs only, "share_narrow", same call): nodes of >= 1024 rows
-// gained 1.11-1.93x at 2048-4096 shared keys (64x8 B1-256: 0.445 -> 0.231 ms at L4096-128; 32x8
-// B1-256 L4096-128 1.22x) but for 32x8 B1-256 L2048-512 (0.87x); nodes of 64-512 rows lost down to
-// 0.55x (the wide kernel runs before the decode kernel, not beside it, and its few long items set
-// its time), with two exceptions (64x8 B4-64 / B1-32 at L4096: 1.28x / 1.07x). So 1024: the
-// measured gains kept, the losses below it avoided. Re-measured with wide items cut from their own
-// work (PackPlanScratch::wide_chunk; bench/results/h100_pat_{,w64_,w256_}2da8800.json, one call,
-// all 60 trees): from 64 rows the share rows were 0.857x the 1024 default (geomean; 5 trees
-// faster, 37 slower, 0.54-1.39x), from 256 rows 0.968x (3 faster, 12 slower, 0.68-1.22x): the
-// 256-rows gains are 4096-key nodes (32x32 / 16x8 B1-256 L4096-128 1.22x / 1.20x), its losses
-// 512-2048-key nodes (32x8 B1-8-64 L512 0.68x). So 1024 stays.
-inline constexpr int32_t kPackWideMinRows = 1024;
-// ... and the smallest node, in its own shared keys, whose packs go wide
-// (PackPlanConfig::wide_min_keys; DecodeOptions::prefix_wide_min_keys overrides it). 0 (any
-// length) until measured with the overlapped launch (below).
-inline constexpr int32_t kPackWideMinKeys = 0;
+// Prefix sharing: the smallest node whose packs go WIDE (PackPlanConfig::wide_min_rows /
+// wide_min_keys: 128-row items through the prefill FA2 tile, decode/kernels_wide.cu) instead of
+// 32-row decode packs: at least kPackWideMinRows query rows (sharers x GQA group) AND
+// kPackWideMinKeys keys of its own (its shared segment); DecodeOptions::prefix_wide_min_rows /
+// prefix_wide_min_keys override them. History: 1024 rows (any length) from
+// bench/results/h100_pat_48c877e.json and h100_pat_{,w64_,w256_}2da8800.json, where the wide
+// kernel ran before the decode kernel: lower row bounds lost on small nodes (the wide kernel's
+// longest item added to the decode kernel's time) and their gains were all on 4096-key nodes.
+// With the overlapped launch (kPackWideSplitMargin below) re-measured in one call
+// (bench/results/h100_pat_{,w64_,w256_,w256k2048_,w64k4096_}7b298fb.json, each tree's time
+// under this planner's split-or-serial choice: its "share" or "share_serial" row): against the
+// 1024-row selector, from 256 rows any length 1.007x geomean over the 60 trees (8 faster, 6
+// slower: 512-1024-key nodes, 32x8 B1-8-64 L512-512-512 0.89-0.91x), from 64 rows 0.979x (28
+// slower), from 64 rows with >= 4096 keys 1.009x (but 0.69x where a 2048-key root lost its wide
+// items: 64x8 B1-256 L2048-512), from 256 rows with >= 2048 keys 1.010x: 5 faster (16x8 /
+// 32x32 B1-256 L4096-128 1.27x / 1.20x, 64x8 B1-32 L2048-512 1.17x, L4096-128 1.09x), none
+// slower beyond the calls' spread (<= 4%, trees without wide items). So 256 rows and 2048 keys.
+inline constexpr int32_t kPackWideMinRows = 256;
+inline constexpr int32_t kPackWideMinKeys = 2048;
 
-// Overlapped wide launch (DecodeOptions::prefix_wide_overlap, PackPlanConfig::wide_key_cost):
-// the cost of one key of a wide (128-row) item in units of one key of a 32-row decode item, for
-// the split of the grid between the two kernels. Measured on H100 (bench/results/
+// Overlapped wide launch (DecodeOptions::prefix_wide_overlap; PackPlanConfig::wide_overlap says
+// how the planner uses them). kPackWideKeyCost: the time of one key of a wide (128-row) item in
+// units of one key of a 32-row decode item, measured on H100 (bench/results/
 // h100_pat_w64_2da8800.json, 64x8 B1-256 L4096-128): 32-row packs only 442.8 us for ~7940 keys
-// per CTA (each CTA's items back to back: ~56 ns per key, mostly from L2); wide from 64 rows 229.0
-// us, of which the wide kernel ~200+ us for one 2048-key wide item per CTA (~100-110 ns per key:
-// the FA2 128 x 64 tile's tensor work). So 2.
-inline constexpr int32_t kPackWideKeyCost = 2;
+// per CTA (~56 ns per key, mostly from L2); wide from 64 rows 229.0 us with one 2048-key wide item
+// per CTA (~100 ns per key) -> 2. kPackWideSplitMargin: the planner splits the CTAs between the
+// two kernels when margin x (its split estimate) < (its serial estimate). The split estimate is
+// pessimistic: the decode kernel is bound by memory, so fewer CTAs lose less than in proportion,
+// and a wide CTA beside a decode CTA has the SM's tensor cores mostly to itself (32x8 B1-256
+// L4096-128 ran two 1024-key wide items per wide CTA in 155 us, <= 76 ns per key, against ~100
+// beside another wide CTA). Measured (bench/results/h100_pat_{,w64_,w256_,w256k2048_,w64k4096_}
+// 7b298fb.json, the split always taken vs share_serial in the same call, 76 tree x selector rows
+// with wide items): the split won every row whose serial / split estimate was >= 0.74 (up to
+// 1.58x: small nodes, whose wide items now run beside the decode kernel instead of before it) and
+// lost the 4 trees at <= 0.62 (0.86-0.99x: 64x8 B1-256 / B1-32 / B4-64 L4096-128, 32x8 B4-64
+// L4096-128, wide-bound plans whose 32 wide items per folded copy ran one per CTA serially and
+// two per CTA split); 0.7 lies between (docs/perf-notes-decode.md "PAT overlapped wide launch").
+inline constexpr float kPackWideKeyCost = 2.0f;
+inline constexpr float kPackWideSplitMargin = 0.7f;
 
 // The fixed grid of a persistent kernel: `ctas_per_sm` resident CTAs on each of `sm_count` SMs
 // (at least one CTA per SM). Decode passes the smallest residency of all its kernels of the head

@@ -377,9 +377,10 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
   if (work_plan_active()) {
     if (wide_launch) {
       decode::launch_decode_wide_packs(a, wlayout.pointers(workspace), stream);
-      // Overlapped (DecodeOptions::prefix_wide_overlap): the decode kernel may start while the
-      // wide kernel runs (it triggers at its start); the plan gave the two kernels disjoint CTAs.
-      a.after_wide = wide_overlap;
+      // Overlapped (DecodeOptions::prefix_wide_overlap, a plan that split the CTAs between the
+      // kinds: WorkPlan::wide_split): the decode kernel may start while the wide kernel runs (it
+      // triggers at its start) on the CTAs the plan left it.
+      a.after_wide = wide_split;
     }
     decode::launch_decode_work_plan(a, wlayout.pointers(workspace), stream);
     return;

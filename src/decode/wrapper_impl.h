@@ -80,6 +80,7 @@ struct BatchDecodeWrapper::Impl {
   int32_t wide_min_keys = 0;  // DecodeOptions::prefix_wide_min_keys resolved (heuristics::kPackWideMinKeys)
   bool wide_overlap = true;   // DecodeOptions::prefix_wide_overlap
   bool wide_launch = false;
+  bool wide_split = false;  // the plan split the CTAs between the kinds (WorkPlan::wide_split)
   plan::WorkPlanLayout wlayout;
   const PageTable* share_table = nullptr;
   plan::PackPlanner packer;            // keeps the last plan for lazy updates

@@ -203,8 +203,11 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
       pc.wide_rows = decode::kWidePackRows;
       pc.wide_min_rows = im.wide_min_rows;
       pc.wide_min_keys = im.wide_min_keys;
-      // Overlapped launch: the grid split between the two kinds (PackPlanConfig::wide_key_cost).
-      pc.wide_key_cost = im.wide_overlap ? heuristics::kPackWideKeyCost : 0;
+      // Overlapped launch: the grid split between the two kinds where estimated faster
+      // (PackPlanConfig::wide_overlap; WorkPlan::wide_split says whether it was).
+      pc.wide_overlap = im.wide_overlap ? 1 : 0;
+      pc.wide_key_cost = heuristics::kPackWideKeyCost;
+      pc.wide_split_margin = heuristics::kPackWideSplitMargin;
       // Wide items cut from their own work (PackPlanConfig::max_slots): finer only while the
       // plan's partial slots fit the workspace's.
       pc.max_slots = im.wlayout.bounds().max_slots;
@@ -247,6 +250,8 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     info_.num_packs = packs;
     info_.num_wide_items = balanced ? 0 : wp.num_wide_items;
     im.wide_launch = !balanced && wp.num_wide_items > 0;
+    im.wide_split = im.wide_launch && wp.wide_split != 0;  // run(): the decode kernel beside the wide one
+    info_.wide_split = im.wide_split;
     info_.prefix_fallback = balanced;
     info_.lazy_update = false;
     if (balanced) im.share_image_ws = nullptr;  // the balanced image replaces the work plan's
@@ -328,7 +333,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   info_.route = static_cast<int32_t>(DecodeRoute::kBalanced);
   info_.route_chunk = 0;
   info_.prefix_sharing = im.work_plan_active();  // not when it fell back (prefix_fallback)
-  if (!im.work_plan_active()) info_.num_wide_items = 0;
+  if (!im.work_plan_active()) info_.num_wide_items = 0, info_.wide_split = false;
 }
 
 void BatchDecodeWrapper::Impl::plan_work_queue(DecodePlanInfo& info, const BlockTable& table, int32_t chunk,

@@ -86,8 +86,10 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
   WEFT_CHECK_ARG(cfg.wide_rows == 0 || (cfg.wide_rows > cfg.tile_rows && cfg.wide_rows >= cfg.group_size),
                  "cfg.wide_rows", "must be 0 or > tile_rows " << cfg.tile_rows << ", got " << cfg.wide_rows);
   WEFT_CHECK_ARG(cfg.wide_min_keys >= 0, "cfg.wide_min_keys", "must be >= 0, got " << cfg.wide_min_keys);
-  WEFT_CHECK_ARG(cfg.wide_key_cost >= 0 && cfg.wide_key_cost <= 16, "cfg.wide_key_cost",
-                 "must be in [0, 16], got " << cfg.wide_key_cost);
+  WEFT_CHECK_ARG(cfg.wide_key_cost >= 0.f && cfg.wide_key_cost <= 64.f, "cfg.wide_key_cost",
+                 "must be in [0, 64], got " << cfg.wide_key_cost);
+  WEFT_CHECK_ARG(cfg.wide_split_margin >= 0.f && cfg.wide_split_margin <= 4.f, "cfg.wide_split_margin",
+                 "must be in [0, 4], got " << cfg.wide_split_margin);
   constexpr int kCtaBits = 21;  // the deal's heap keys (below)
   WEFT_CHECK_ARG(cfg.num_ctas < (1 << kCtaBits), "cfg.num_ctas", "must be < 2^21, got " << cfg.num_ctas);
   WEFT_CHECK_ARG(cfg.head_fold >= 1 && cfg.num_kv_heads % cfg.head_fold == 0 && cfg.num_ctas % cfg.head_fold == 0,
@@ -330,14 +332,9 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
   sc.order.resize(n);
   sc.tmp.resize(n);
   uint32_t max_cost = 0;
-  // Overlapped wide launch (cfg.wide_key_cost): a wide item's keys in narrow-key units, so the
-  // split of the grid below compares the two kinds' times.
-  const int64_t wide_mult = cfg.wide_key_cost > 0 ? cfg.wide_key_cost : 1;
   for (int32_t i = 0; i < n; ++i) {
     const PackPlanScratch::Item& it = sc.items[i];
-    const int64_t rows = it.row_end - it.row_begin;
-    sc.cost[i] = static_cast<uint32_t>(std::min<int64_t>(
-        UINT32_MAX, rows + (rows > TR ? wide_mult : 1) * int64_t(it.kv_end - it.kv_begin)));
+    sc.cost[i] = static_cast<uint32_t>(int64_t(it.row_end - it.row_begin) + int64_t(it.kv_end - it.kv_begin));
     max_cost = std::max(max_cost, sc.cost[i]);
     sc.order[i] = i;
   }
@@ -463,31 +460,39 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
     }
   };
   // The wide items' CTAs: all of them when the wide kernel runs alone (before the decode
-  // kernel); with an overlapped launch (cfg.wide_key_cost) the last W of the folded copy's C, so
-  // both kernels' CTAs fill the grid together. W minimises the larger of the two kinds' estimated
-  // makespans: narrow = max(narrow cost / (C - W), its longest item), wide = max(mean wide item x
-  // ceil(wide items / W), its longest item) (exact for a node's equal chunks, the usual wide
-  // items; a deal of them over W CTAs otherwise). 1 <= W <= min(C - 1, wide items); W = C when no
-  // narrow item is left. O(C) per plan with wide items.
+  // kernel); with cfg.wide_overlap the last W of each folded copy's C when that SPLIT is
+  // estimated faster: both kernels' CTAs then fill the grid together. Estimates in narrow-key
+  // units (a narrow item costs rows + keys, a wide one rows + wide_key_cost x keys; a kind's
+  // makespan over k CTAs = max(its cost / k, its longest item), the wide kind's max(mean item x
+  // ceil(items / k), longest item): exact for a node's equal chunks, the usual wide items):
+  // serial = narrow over C + wide over C; split(W) = max(narrow over C - W, wide over W), W the
+  // first 1 <= W <= min(C - 1, wide items) minimising it. Split when wide_split_margin x split(W)
+  // < serial (the margin: PackPlanConfig::wide_split_margin). O(C) per plan with wide items.
   size_t wide_begin = 0;
-  if (n_wide > 0 && cfg.wide_key_cost > 0 && C >= 2 && n_nar > 0) {
-    uint64_t cost_nar = 0, cost_wide = 0, max_nar = 0, max_wide = 0;
+  p.wide_split = 0;
+  if (n_wide > 0 && n_nar > 0 && C >= 2 && cfg.wide_overlap && cfg.wide_key_cost > 0.f) {
+    double cost_nar = 0, max_nar = 0, cost_wide = 0, max_wide = 0;
     for (int32_t j = 0; j < n; ++j) {
-      const uint64_t c = sc.cost[sc.order[j]];
+      const PackPlanScratch::Item& it = sc.items[sc.order[j]];
+      const double rows = it.row_end - it.row_begin, keys = it.kv_end - it.kv_begin;
+      const double c = rows + (j < n_nar ? 1.0 : double(cfg.wide_key_cost)) * keys;
       (j < n_nar ? cost_nar : cost_wide) += c;
-      uint64_t& m = j < n_nar ? max_nar : max_wide;
+      double& m = j < n_nar ? max_nar : max_wide;
       m = std::max(m, c);
     }
-    const double mean_wide = double(cost_wide) / n_wide;
+    const double mean_wide = cost_wide / n_wide;
+    auto wide_over = [&](size_t k) { return std::max(mean_wide * double((size_t(n_wide) + k - 1) / k), max_wide); };
+    const double serial = std::max(cost_nar / double(C), max_nar) + wide_over(C);
     double best = 0;
-    size_t best_w = 1;
+    size_t best_w = 0;
     for (size_t W = 1; W <= std::min<size_t>(C - 1, size_t(n_wide)); ++W) {
-      const double t_nar = std::max(double(cost_nar) / double(C - W), double(max_nar));
-      const double t_wide = std::max(mean_wide * double((size_t(n_wide) + W - 1) / W), double(max_wide));
-      const double t = std::max(t_nar, t_wide);
-      if (W == 1 || t < best) best = t, best_w = W;
+      const double t = std::max(std::max(cost_nar / double(C - W), max_nar), wide_over(W));
+      if (best_w == 0 || t < best) best = t, best_w = W;
     }
-    wide_begin = C - best_w;
+    if (best_w > 0 && double(cfg.wide_split_margin) * best < serial) {
+      wide_begin = C - best_w;
+      p.wide_split = 1;
+    }
   }
   deal_range(0, n_nar, 0, wide_begin > 0 ? wide_begin : C);
   if (n_wide > 0) {

@@ -18,7 +18,8 @@ bool same_config(const PackPlanConfig& a, const PackPlanConfig& b) {
          a.kv_granularity == b.kv_granularity && a.min_sharers == b.min_sharers && a.head_fold == b.head_fold &&
          a.kv_bytes_per_key == b.kv_bytes_per_key && a.partial_bytes_per_row == b.partial_bytes_per_row &&
          a.auto_chunk_min == b.auto_chunk_min && a.wide_rows == b.wide_rows && a.wide_min_rows == b.wide_min_rows &&
-         a.wide_min_keys == b.wide_min_keys && a.wide_key_cost == b.wide_key_cost &&
+         a.wide_min_keys == b.wide_min_keys && a.wide_overlap == b.wide_overlap &&
+         a.wide_key_cost == b.wide_key_cost && a.wide_split_margin == b.wide_split_margin &&
          a.max_slots == b.max_slots;
 }
 

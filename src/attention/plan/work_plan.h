@@ -50,6 +50,10 @@ struct WorkPlan {
   // items wide_cta_indptr[c] .. [c+1]-1 (num_ctas + 1 entries; empty when there are none).
   int32_t num_wide_items = 0;
   std::vector<int32_t> wide_cta_indptr;
+  // With PackPlanConfig::wide_overlap: 1 when the CTAs were split between the kinds (narrow items
+  // on each copy's first CTAs, wide items on its last ones): the wrapper then starts the decode
+  // kernel beside the wide kernel; 0: each kind dealt over every CTA (run one after the other).
+  int32_t wide_split = 0;
   // Items (struct of arrays).
   std::vector<int32_t> item_req_begin, item_num_reqs, item_kv_head, item_row_begin, item_row_end;
   std::vector<int32_t> item_page_base, item_kv_begin, item_kv_end, item_slot;
@@ -109,15 +113,17 @@ struct PackPlanConfig {
   // ... and whose own keys (its shared segment, page_end - page_begin pages) reach wide_min_keys
   // (0: any length; heuristics::kPackWideMinKeys, DecodeOptions::prefix_wide_min_keys).
   int32_t wide_min_keys = 0;
-  // Overlapped wide launch (> 0; the decode wrapper when its wide kernel and decode kernel run
-  // side by side: DecodeOptions::prefix_wide_overlap): the CTAs of each folded copy are split,
-  // the narrow items dealt to the first C0 - W (decode kernel), the wide items to the last W
-  // (wide kernel), W in proportion to the two kinds' costs, a wide item's key counted
-  // wide_key_cost times a narrow one's (heuristics::kPackWideKeyCost). Both kernels are then
-  // resident at once (one wide CTA takes the registers and about the shared memory of one
-  // decode CTA) and each CTA slot runs one kind. 0: each kind dealt over every CTA (the wide
-  // kernel runs before the decode kernel).
-  int32_t wide_key_cost = 0;
+  // Overlapped wide launch (the decode wrapper when its wide and decode kernels may run side by
+  // side: DecodeOptions::prefix_wide_overlap): the planner may SPLIT each folded copy's C CTAs,
+  // narrow items dealt to the first C - W (decode kernel), wide items to the last W (wide
+  // kernel), so both kernels are resident at once (a wide CTA takes the registers and about the
+  // shared memory of one decode CTA) and each CTA slot runs one kind. It splits when
+  // wide_split_margin x its split estimate is below its serial one (make_pack_plan; costs in
+  // narrow-key units, a wide key = wide_key_cost narrow keys; WorkPlan::wide_split says which
+  // it chose): heuristics::kPackWideKeyCost / kPackWideSplitMargin. 0: never split.
+  int32_t wide_overlap = 0;
+  float wide_key_cost = 0.f;
+  float wide_split_margin = 0.f;
   // With auto_chunk_min, wide items are cut at their own bound (PackPlanScratch::wide_chunk:
   // the wide items' keys per CTA, the wide kernel being its own launch) instead of max_chunk;
   // when that plan's slots exceed max_slots (> 0: the workspace's WorkPlanBounds::max_slots)

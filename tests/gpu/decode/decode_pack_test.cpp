@@ -554,7 +554,7 @@ TEST(DecodeSmall, SharePrefixesLongRootFewPacks) {
 }
 // Wide packs (DecodeOptions::prefix_wide_packs, issue 21): random 1-3 level prefix forests whose
 // nodes hold >= 64 query rows (GQA 1, 2, 4 and 8, page sizes 1 and 16, d128 fp16 / bf16) with
-// prefix_wide_min_rows = 64 (forcing the wide path below the 1024-row default), so the planner's
+// prefix_wide_min_rows = 64, prefix_wide_min_keys = 1 (forcing the wide path below the defaults), so the planner's
 // tile selector cuts them into 128-row items run by the wide-pack kernel (the prefill
 // FA2 tile, Q rows gathered from the pack's requests, partial states merged by the work plan's
 // merge); every plan must have wide items. Against the float64 reference, bitwise equal over a
@@ -623,7 +623,8 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
       opt.share_prefixes = true;
       opt.prefix_wide_packs = wide;
       opt.prefix_wide_overlap = mode == 0;
-      opt.prefix_wide_min_rows = 64;  // below the measured default (1024): every >= 64-row node goes wide
+      opt.prefix_wide_min_rows = 64;  // below the measured defaults (256 rows, 2048 keys): every
+      opt.prefix_wide_min_keys = 1;   // >= 64-row node goes wide, however short
       const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
       DeviceBuffer ws(ws_bytes);
       BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);

@@ -280,16 +280,17 @@ TEST(PackPlan, TileSelectorPicksWideForManyRows) {
   EXPECT_EQ(pack_item_requests(64, 4096, cfg), 128);
 }
 
-// The overlapped wide launch (wide_key_cost > 0): on random forests the plan holds the same items
-// (key ranges, rows, slots) and merges as the serial plan, every key covered once, and each folded
-// copy's CTAs are split: narrow items only on its first C0 - W CTAs, wide items only on its last
-// W (1 <= W <= min(C0 - 1, folded wide items)); all C0 wide when no narrow item is left.
+// The overlapped wide launch (wide_overlap): on random forests the plan holds the same items (key
+// ranges, rows, slots) and merges as the serial plan, every key covered once; a plan that split
+// (WorkPlan::wide_split) has each folded copy's narrow items only on its first C0 - W CTAs and its
+// wide items only on its last W (1 <= W <= min(C0 - 1, folded wide items)); one that did not is
+// the serial plan, deal included.
 TEST(PackPlan, WideOverlapSplitsTheGrid) {
   Rng rng = Rng::for_current_test();
   const int32_t page_sizes[] = {1, 16, 64};
   const int32_t groups[] = {1, 2, 4, 8};
-  int64_t split = 0;
-  for (int iter = 0; iter < 120; ++iter) {
+  int64_t split = 0, kept = 0;
+  for (int iter = 0; iter < 160; ++iter) {
     const int32_t ps = page_sizes[iter % 3];
     const int32_t max_shared = ps == 1 ? 600 : (ps == 16 ? 200 : 60);
     const int levels = 1 + iter % 2;
@@ -311,8 +312,11 @@ TEST(PackPlan, WideOverlapSplitsTheGrid) {
     if (rng.randint(0, 1)) set_pack_traffic(cfg, 128, 2);
     const WorkPlan serial = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
     PackPlanConfig ov = cfg;
-    ov.wide_key_cost = static_cast<int32_t>(rng.randint(1, 4));
+    ov.wide_overlap = 1;
+    ov.wide_key_cost = 2.f;
+    ov.wide_split_margin = rng.randint(0, 2) ? 0.7f : 1.f;
     const WorkPlan p = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), ov);
+    ASSERT_EQ(serial.wide_split, 0) << "no split without wide_overlap";
     ASSERT_NO_FATAL_FAILURE(check_plan(bt, ov, p));
     // The same items, dealt differently: compare them as sorted records.
     auto records = [](const WorkPlan& w) {
@@ -330,9 +334,17 @@ TEST(PackPlan, WideOverlapSplitsTheGrid) {
     const WorkPlan again = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), ov);
     ASSERT_EQ(again.cta_indptr, p.cta_indptr) << "deterministic";
     ASSERT_EQ(again.wide_cta_indptr, p.wide_cta_indptr);
-    if (p.num_wide_items == 0) continue;
     const int32_t C0 = cfg.num_ctas / cfg.head_fold, n_nar = p.num_items() - p.num_wide_items;
-    if (C0 < 2) continue;
+    if (!p.wide_split) {
+      ASSERT_EQ(p.cta_indptr, serial.cta_indptr) << "no split: the serial deal";
+      ASSERT_EQ(p.wide_cta_indptr, serial.wide_cta_indptr);
+      ASSERT_EQ(p.item_slot, serial.item_slot);
+      kept += p.num_wide_items > 0;
+      continue;
+    }
+    ASSERT_GT(p.num_wide_items, 0);
+    ASSERT_GT(n_nar, 0);
+    ASSERT_GE(C0, 2);
     for (int32_t k = 0; k < cfg.head_fold; ++k) {
       int32_t last_nar = -1, first_wide = C0, wide_ctas = 0;
       for (int32_t c = 0; c < C0; ++c) {
@@ -343,7 +355,6 @@ TEST(PackPlan, WideOverlapSplitsTheGrid) {
         if (wide) first_wide = std::min(first_wide, c), ++wide_ctas;
       }
       ASSERT_LT(last_nar, first_wide) << "copy " << k << ": narrow CTAs first, wide CTAs last";
-      if (n_nar == 0) continue;
       ASSERT_GE(first_wide, 1);
       ASSERT_LE(wide_ctas, p.num_wide_items / cfg.head_fold);
       ++split;
@@ -351,6 +362,7 @@ TEST(PackPlan, WideOverlapSplitsTheGrid) {
   }
   EXPECT_GT(split, 15) << "the generator must produce plans of both kinds";
   RecordProperty("split", static_cast<int>(split));
+  RecordProperty("kept", static_cast<int>(kept));
 }
 
 // The forest builder reused over batches (PrefixForestBuilder keeps its buffers) gives the

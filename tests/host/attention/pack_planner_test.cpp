@@ -109,7 +109,11 @@ TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
     if (iter % 4 == 1 || iter % 4 == 2) {  // wide packs (PackPlanConfig::wide_rows) on half the cases
       cfg.wide_rows = 128;
       cfg.wide_min_rows = static_cast<int32_t>(rng.randint(0, 1) ? 64 : 33);
-      cfg.wide_key_cost = iter % 4 == 1 ? 2 : 0;  // the overlapped launch's split grid on half of them
+      if (iter % 4 == 1) {  // the overlapped launch's split grid (where estimated faster) on half of them
+        cfg.wide_overlap = 1;
+        cfg.wide_key_cost = 2.f;
+        cfg.wide_split_margin = 0.7f;
+      }
     }
     const WorkPlanLayout layout = layout_for(cfg, bt.batch());
     std::vector<unsigned char> image(layout.metadata_bytes()), fresh_image(layout.metadata_bytes());
