@@ -114,9 +114,10 @@ inline constexpr int32_t plan_staging_slots(std::size_t slot_bytes) { return slo
 // 1024-row selector, from 256 rows any length 1.007x geomean over the 60 trees (8 faster, 6
 // slower: 512-1024-key nodes, 32x8 B1-8-64 L512-512-512 0.89-0.91x), from 64 rows 0.979x (28
 // slower), from 64 rows with >= 4096 keys 1.009x (but 0.69x where a 2048-key root lost its wide
-// items: 64x8 B1-256 L2048-512), from 256 rows with >= 2048 keys 1.010x: 5 faster (16x8 /
-// 32x32 B1-256 L4096-128 1.27x / 1.20x, 64x8 B1-32 L2048-512 1.17x, L4096-128 1.09x), none
-// slower beyond the calls' spread (<= 4%, trees without wide items). So 256 rows and 2048 keys.
+// items: 64x8 B1-256 L2048-512), from 256 rows with >= 2048 keys 1.010x: the 4 trees it makes
+// wide are faster (16x8 / 32x32 B1-256 L4096-128 1.27x / 1.20x, 64x8 B1-32 L2048-512 1.17x,
+// L4096-128 1.09x), the 56 others the same plans within the runs' spread (0.96-1.02x). So 256
+// rows and 2048 keys.
 inline constexpr int32_t kPackWideMinRows = 256;
 inline constexpr int32_t kPackWideMinKeys = 2048;
 
@@ -131,12 +132,13 @@ inline constexpr int32_t kPackWideMinKeys = 2048;
 // and a wide CTA beside a decode CTA has the SM's tensor cores mostly to itself (32x8 B1-256
 // L4096-128 ran two 1024-key wide items per wide CTA in 155 us, <= 76 ns per key, against ~100
 // beside another wide CTA). Measured (bench/results/h100_pat_{,w64_,w256_,w256k2048_,w64k4096_}
-// 7b298fb.json, the split always taken vs share_serial in the same call, 76 tree x selector rows
-// with wide items): the split won every row whose serial / split estimate was >= 0.74 (up to
-// 1.58x: small nodes, whose wide items now run beside the decode kernel instead of before it) and
-// lost the 4 trees at <= 0.62 (0.86-0.99x: 64x8 B1-256 / B1-32 / B4-64 L4096-128, 32x8 B4-64
+// 7b298fb.json: the split always taken, "share", against "share_serial" in the same call; 99
+// tree x selector rows with wide items): serial / split estimate >= 0.735 on 84 rows, where the
+// split measured 0.98-1.58x of serial (geomean 1.17x; up to 1.58x on small nodes, whose wide
+// items now run beside the decode kernel instead of before it); <= 0.625 on 15 rows, where it
+// measured 0.86-1.006x (geomean 0.93x: 64x8 B1-256 / B1-32 / B4-64 L4096-128, 32x8 B4-64
 // L4096-128, wide-bound plans whose 32 wide items per folded copy ran one per CTA serially and
-// two per CTA split); 0.7 lies between (docs/perf-notes-decode.md "PAT overlapped wide launch").
+// two per CTA split). 0.7 lies between (docs/perf-notes-decode.md "PAT overlapped wide launch").
 inline constexpr float kPackWideKeyCost = 2.0f;
 inline constexpr float kPackWideSplitMargin = 0.7f;
 
