@@ -3,6 +3,7 @@
 
 #include "attention/merge_row.cuh"
 #include "common/cuda_check.h"
+#include "common/pdl_launch.h"
 #include "common/types.cuh"
 
 namespace weft::attn {
@@ -103,18 +104,8 @@ void launch_plan_merge(const plan::PlanPointers& plan, const MergeOutput& out, i
   // prefill kernel merges in place and is not followed by this grid) and waits on the device
   // (griddepcontrol.wait), which hides the launch gap between the two.
   // Captured into CUDA graphs as a programmatic edge.
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(num_blocks);
-  cfg.blockDim = dim3(kWarps * 32);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
   WEFT_DISPATCH_HALF_TYPES(out.dtype, "out", [&] {
-    WEFT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, plan_merge_kernel<scalar_t>, plan, out));
+    launch_programmatic(plan_merge_kernel<scalar_t>, dim3(num_blocks), dim3(kWarps * 32), 0, stream, plan, out);
   });
   WEFT_CUDA_CHECK_LAUNCH();
 }

@@ -3,6 +3,7 @@
 // extra instantiations compile in parallel with kernels.cu.
 #include "attention/merge.cuh"
 #include "common/cuda_check.h"
+#include "common/pdl_launch.h"
 #include "decode/decode_tc.cuh"
 #include "decode/launch.h"
 
@@ -48,17 +49,7 @@ void launch_packed(const DecodeParams<T>& p, int tile_rows, int grid, bool after
     if (tile_rows == kPlanTileQWide) {
       const size_t smem = SmemLayout<T, D, kPlanTileQWide>::bytes(p.stages, p.warps);
       if (after_wide) {  // beside the wide-pack kernel (LaunchArgs::after_wide; a graph's programmatic edge)
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(grid);
-        cfg.blockDim = dim3(p.warps * 32);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        WEFT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_multitile_kernel<T, D>, p));
+        launch_programmatic(decode_multitile_kernel<T, D>, dim3(grid), dim3(p.warps * 32), smem, stream, p);
       } else {
         decode_multitile_kernel<T, D><<<grid, p.warps * 32, smem, stream>>>(p);
       }
