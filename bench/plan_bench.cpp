@@ -555,6 +555,16 @@ void route_cases(const std::string& filter, const std::string& router_path) {
     });
     std::snprintf(note, sizeof note, "pick %s", pick >= 0 ? model.options[pick].name.c_str() : "none");
     print_row(c.name, "choose_route", ch, ch, note);
+    // The same step again through a RouteMemo (the wrapper's: consecutive decode steps share the
+    // features' grid cell): ref = without the memo, new = with it.
+    weft::decode::RouteMemo memo;
+    g_sink = weft::decode::choose_route(model, {lens.data(), c.batch, shared_new}, f0, &memo);
+    const Stats ch_memo = time_calls([&] {
+      g_sink = weft::decode::choose_route(model, {lens.data(), c.batch, shared_new}, f0, &memo);
+    });
+    print_row(c.name, "choose_route memo", ch, ch_memo,
+              weft::decode::choose_route(model, {lens.data(), c.batch, shared_new}, f0, &memo) == pick ? "same pick"
+                                                                                                       : "PICK DIFFERS");
     const Stats d_ref = time_calls([&] { g_sink = decide(true); });
     const Stats d_new = time_calls([&] { g_sink = decide(false); });
     print_row(c.name, "decide", d_ref, d_new, decide(true) == pick ? "same pick" : "PICK DIFFERS");

@@ -133,15 +133,45 @@ double predict_us(const RouteOption& opt, const StepSummary& s, int32_t hkv, int
   return dot(opt.coef, route_features(opt, s, hkv, slots));
 }
 
-StepFeatures step_features(const StepSummary& s) {
+namespace {
+
+// One pass over the lengths: total and longest (the step features and the admission bounds).
+struct StepTotals {
   int64_t keys = 0, longest = 0;
+};
+StepTotals step_totals(const StepSummary& s) {
+  StepTotals t;
   for (int32_t b = 0; b < s.batch; ++b) {
-    keys += s.kv_len[b];
-    longest = std::max<int64_t>(longest, s.kv_len[b]);
+    t.keys += s.kv_len[b];
+    t.longest = std::max<int64_t>(t.longest, s.kv_len[b]);
   }
-  const double shared = keys > 0 ? double(std::min(std::max<int64_t>(s.shared_keys, 0), keys)) / double(keys) : 0.0;
-  return {std::log2(double(std::max(1, s.batch))), std::log2(double(std::max<int64_t>(1, keys))),
-          std::log2(double(std::max<int64_t>(1, longest))), 4.0 * shared};
+  return t;
+}
+
+// The step's features (router.h, step_features) from its totals.
+StepFeatures raw_features(const StepSummary& s, const StepTotals& t) {
+  const double shared = t.keys > 0 ? double(std::min(std::max<int64_t>(s.shared_keys, 0), t.keys)) / double(t.keys) : 0.0;
+  return {std::log2(double(std::max(1, s.batch))), std::log2(double(std::max<int64_t>(1, t.keys))),
+          std::log2(double(std::max<int64_t>(1, t.longest))), 4.0 * shared};
+}
+
+// The step's cell on the grid of kStepFeatureQuantum (router.h): round(feature / quantum).
+std::array<int32_t, kStepFeatures> feature_grid(const StepSummary& s, const StepTotals& t) {
+  const StepFeatures x = raw_features(s, t);
+  std::array<int32_t, kStepFeatures> q{};
+  for (int i = 0; i < kStepFeatures; ++i) q[i] = static_cast<int32_t>(std::lround(x[i] / kStepFeatureQuantum));
+  return q;
+}
+
+}  // namespace
+
+StepFeatures step_features(const StepSummary& s) { return raw_features(s, step_totals(s)); }
+
+StepFeatures step_grid_point(const StepSummary& s) {
+  const std::array<int32_t, kStepFeatures> q = feature_grid(s, step_totals(s));
+  StepFeatures x{};
+  for (int i = 0; i < kStepFeatures; ++i) x[i] = q[i] * kStepFeatureQuantum;
+  return x;
 }
 
 namespace {
@@ -160,13 +190,39 @@ bool admitted(const RouteOption& o, const StepSummary& s, const RouteFilter& f) 
   return true;
 }
 
-// The nearest-neighbour vote (router.h); -1 when no admitted option was measured at every
-// neighbour or none fits max_tasks (the caller then asks the linear model).
-int32_t vote(const RouterModel& m, const StepSummary& s, const RouteFilter& filter) {
+// Bit o: option o may be voted for at this step: the filter admits it and, for a 1-D grid, its
+// tasks fit the caller's limit and give every SM one (>= slots / 2; router.h). Exact: the task
+// count is taken only where its bounds (rows x heads <= tasks <= (rows + keys / chunk) x heads,
+// also >= ceil(keys / chunk) x heads) do not decide.
+uint32_t admission_bits(const RouterModel& m, const StepSummary& s, const RouteFilter& filter, const StepTotals& t) {
+  const int64_t hkv = m.num_kv_heads;
+  const int64_t fill = std::max<int64_t>(1, m.slots / 2);
+  uint32_t bits = 0;
+  for (size_t o = 0; o < m.options.size(); ++o) {
+    const RouteOption& opt = m.options[o];
+    if (!admitted(opt, s, filter)) continue;
+    if (opt.route == Route::kWorkQueue || opt.route == Route::kNoSplit) {
+      const int64_t chunk = opt.route == Route::kNoSplit ? 0 : opt.chunk;
+      const int64_t lo = hkv * std::max<int64_t>(s.batch, chunk > 0 ? (t.keys + chunk - 1) / chunk : 0);
+      const int64_t hi = chunk > 0 ? hkv * (s.batch + t.keys / chunk + 1) : hkv * s.batch;
+      int64_t exact = -1;
+      auto tasks = [&] { return exact >= 0 ? exact : (exact = grid_tasks(s, chunk, m.num_kv_heads)); };
+      if (lo < fill && tasks() < fill) continue;
+      if (hi > filter.max_tasks && tasks() > filter.max_tasks) continue;
+    }
+    bits |= uint32_t(1) << o;
+  }
+  return bits;
+}
+
+// The nearest-neighbour vote (router.h) over the admitted options at the grid point q; -1 when no
+// admitted option was measured at every neighbour (the caller then asks the linear model).
+int32_t vote(const RouterModel& m, const std::array<int32_t, kStepFeatures>& q, uint32_t bits) {
   const int32_t nopt = static_cast<int32_t>(m.options.size());
   const int32_t k = std::min<int32_t>(m.neighbours, static_cast<int32_t>(m.steps.size()));
   if (k <= 0 || nopt > kRouterMaxOptions || k > kRouterMaxNeighbours) return -1;
-  const StepFeatures x = step_features(s);
+  StepFeatures x{};
+  for (int i = 0; i < kStepFeatures; ++i) x[i] = q[i] * kStepFeatureQuantum;
   // The k nearest calibration steps: insertion into a sorted array (k is small).
   int32_t near[kRouterMaxNeighbours];
   double dist[kRouterMaxNeighbours];
@@ -184,19 +240,26 @@ int32_t vote(const RouterModel& m, const StepSummary& s, const RouteFilter& filt
     dist[j] = d;
     near[j] = n;
   }
+  // Steps within one grid cell of the k-th are ties at the grid's resolution (a family of
+  // near-identical steps, e.g. homogeneous 32K rows, spans 1e-4 in log2 keys): all of them vote,
+  // in step order, up to kRouterMaxNeighbours. Without this the k of 40 such steps nearest to the
+  // cell centre decided by their order in the trace (79126df replayed homogeneous 0.971, 0.998
+  // with the whole family voting).
+  if (found == k) {
+    const double tie = dist[k - 1] + kStepFeatures * kStepFeatureQuantum * kStepFeatureQuantum;
+    found = 0;
+    for (int32_t n = 0; n < static_cast<int32_t>(m.steps.size()) && found < kRouterMaxNeighbours; ++n) {
+      double d = 0;
+      for (int i = 0; i < kStepFeatures; ++i) d += (m.steps[n].x[i] - x[i]) * (m.steps[n].x[i] - x[i]);
+      if (d <= tie) near[found++] = n;
+    }
+  }
   // Candidates: admitted and measured at every neighbour.
   bool cand[kRouterMaxOptions];
   double score[kRouterMaxOptions];
   int32_t ncand = 0;
-  // A 1-D grid must give every SM a task (router.h): below slots / 2 tasks it is no candidate.
-  // Tasks >= rows x KV heads, so only small batches pay the O(batch) count.
-  const int64_t fill = std::max<int64_t>(1, m.slots / 2);
-  const bool may_underfill = int64_t(s.batch) * m.num_kv_heads < fill;
   for (int32_t o = 0; o < nopt; ++o) {
-    const RouteOption& opt = m.options[o];
-    cand[o] = admitted(opt, s, filter);
-    if (cand[o] && may_underfill && (opt.route == Route::kWorkQueue || opt.route == Route::kNoSplit))
-      cand[o] = grid_tasks(s, opt.route == Route::kNoSplit ? 0 : opt.chunk, m.num_kv_heads) >= fill;
+    cand[o] = (bits >> o) & 1u;
     for (int32_t j = 0; j < found && cand[o]; ++j) cand[o] = m.steps[near[j]].wall_us[o] > 0;
     score[o] = 0;
     ncand += cand[o];
@@ -210,27 +273,30 @@ int32_t vote(const RouterModel& m, const StepSummary& s, const RouteFilter& filt
     for (int32_t o = 0; o < nopt; ++o)
       if (cand[o]) score[o] += w[o] / best;
   }
-  // Lowest score first (ties: the earlier option); a 1-D grid only if its tasks fit.
-  while (true) {
-    int32_t pick = -1;
-    for (int32_t o = 0; o < nopt; ++o)
-      if (cand[o] && (pick < 0 || score[o] < score[pick])) pick = o;
-    if (pick < 0) return -1;
-    const RouteOption& p = m.options[pick];
-    const bool one_d = p.route == Route::kWorkQueue || p.route == Route::kNoSplit;
-    if (!one_d || filter.max_tasks == INT64_MAX ||
-        grid_tasks(s, p.route == Route::kNoSplit ? 0 : p.chunk, m.num_kv_heads) <= filter.max_tasks)
-      return pick;
-    cand[pick] = false;
-  }
+  int32_t pick = -1;  // lowest score (ties: the earlier option)
+  for (int32_t o = 0; o < nopt; ++o)
+    if (cand[o] && (pick < 0 || score[o] < score[pick])) pick = o;
+  return pick;
 }
 
 }  // namespace
 
-int32_t choose_route(const RouterModel& m, const StepSummary& s, const RouteFilter& filter) {
-  if (!m.steps.empty()) {
-    const int32_t v = vote(m, s, filter);
-    if (v >= 0) return v;
+int32_t choose_route(const RouterModel& m, const StepSummary& s, const RouteFilter& filter, RouteMemo* memo) {
+  if (!m.steps.empty() && m.options.size() <= size_t(kRouterMaxOptions)) {
+    const StepTotals t = step_totals(s);
+    const std::array<int32_t, kStepFeatures> q = feature_grid(s, t);
+    const uint32_t bits = admission_bits(m, s, filter, t);
+    // The vote is a function of (q, bits) and the table only: the previous step's pick when they
+    // are the same (RouteMemo), else the vote.
+    if (memo != nullptr && memo->model == &m && memo->pick >= 0 && memo->q == q && memo->bits == bits) {
+      ++memo->hits;
+      return memo->pick;
+    }
+    const int32_t v = vote(m, q, bits);
+    if (v >= 0) {
+      if (memo != nullptr) *memo = RouteMemo{&m, q, bits, v, memo->hits};
+      return v;
+    }
   }
   const int64_t keys = total_keys(s);  // once for every option
   int32_t best = -1;

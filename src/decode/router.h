@@ -72,8 +72,16 @@ struct StepSummary {
 };
 
 // Step features of the nearest-neighbour vote (all in log2 units except the shared fraction,
-// scaled so a fully shared step is 4 units, a factor 16 of keys, from an unshared one).
+// scaled so a fully shared step is 4 units, a factor 16 of keys, from an unshared one). The vote
+// takes a step at the centre of its cell on a grid of kStepFeatureQuantum (step_grid_point; the
+// calibration steps keep their exact features, so two steps of one cell stay apart): 1/64 of a
+// log2 unit is 1.1% of keys, finer than the calibration steps' spacing, and consecutive decode
+// steps (one key per row more) share a cell for tens (b256 at 4K) to hundreds (B1 at 32K) of
+// steps, so a caller's RouteMemo skips the vote's search without making the pick depend on the
+// order of the steps. (1/16 merged whole families into one cell when the table's steps were
+// rounded too, and the earlier family won the ties: 79126df replayed homogeneous at 0.971.)
 inline constexpr int kStepFeatures = 4;
+inline constexpr double kStepFeatureQuantum = 1.0 / 64;
 using StepFeatures = std::array<double, kStepFeatures>;
 inline constexpr int kRouterMaxOptions = 16;
 inline constexpr int kRouterMaxNeighbours = 64;
@@ -109,8 +117,11 @@ struct RouterModel {
   static RouterModel from_json(const std::string& text);
 };
 
-// The step's features of the nearest-neighbour vote (log2 of max(1, x) for the counts).
+// The step's features (log2 of max(1, x) for the counts): what the table's calibration steps hold.
 StepFeatures step_features(const StepSummary& step);
+// The centre of the step's cell on the grid of kStepFeatureQuantum: where the vote measures the
+// distances to the calibration steps.
+StepFeatures step_grid_point(const StepSummary& step);
 
 // The features of `opt` for a step (model above). slots >= 1.
 RouterFeatures route_features(const RouteOption& opt, const StepSummary& step, int32_t num_kv_heads, int32_t slots);
@@ -140,7 +151,21 @@ struct RouteFilter {
 // filled the grid: 74061e5, B1 at 8K keys, c2048 = 32 tasks at 64 us GPU vs balanced 29); without
 // (or when no admitted option was measured at every neighbour), the lowest predicted time of the
 // linear model (ties: the earlier option). -1 when no option is admitted.
-int32_t choose_route(const RouterModel& model, const StepSummary& step, const RouteFilter& filter = {});
+//
+// The vote is a pure function of the table, the step's cell on the feature grid and which options
+// are admitted (filter, fill rule, task limit: exact per step); `memo` (optional, one per caller)
+// keeps the last (grid point, admitted options) -> pick and returns it for a step with the same
+// key without the O(calibration steps) search: the same pick as without the memo, whatever came
+// before. The linear model's picks are not memoized.
+struct RouteMemo {
+  const RouterModel* model = nullptr;
+  std::array<int32_t, kStepFeatures> q{};  // the step's cell: round(features / kStepFeatureQuantum)
+  uint32_t bits = 0;                       // bit o: option o admitted
+  int32_t pick = -1;                       // -1: empty
+  int64_t hits = 0;                        // steps answered from the memo (for tests and benches)
+};
+int32_t choose_route(const RouterModel& model, const StepSummary& step, const RouteFilter& filter = {},
+                     RouteMemo* memo = nullptr);
 
 // Non-negative least squares fit of coef to (features, time) samples (projected coordinate
 // descent on the normal equations, columns scaled to unit norm). Deterministic. relative: the

@@ -66,7 +66,7 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
       filter.prefix_share = im.share;
       filter.max_tasks = im.max_tasks;
       const decode::StepSummary step{table.seq_lens.host, table.batch_size, shared};
-      const int32_t pick = decode::choose_route(im.router, step, filter);
+      const int32_t pick = decode::choose_route(im.router, step, filter, &im.route_memo);
       const decode::Route r = pick >= 0                 ? im.router.options[pick].route
                               : im.share && shared > 0 ? decode::Route::kPrefixShare
                                                        : decode::Route::kBalanced;
