@@ -26,18 +26,20 @@
 //
 // Nearest-neighbour vote (tables with "steps", written since the session of 2026-11-24): the
 // table also stores every calibration step's step features (step_features: log2 batch, log2
-// total keys, log2 longest row, 4 x shared keys / total keys) and each option's MEASURED wall
-// time there. choose_route then takes the `neighbours` calibration steps nearest to the step
-// (squared Euclidean distance of the features; ties: the earlier step) and picks the admitted
-// option with the lowest sum of relative times over them (time / the best admitted option's time
-// at that neighbour). Why: the options are 1-5% apart and a per-option linear model ranks them by
+// total keys, log2 longest row, 4 x shared keys / total keys) and each option's wall time there
+// (CalibrationStep: modelled from the measured GPU time). choose_route then takes the `neighbours`
+// calibration steps nearest to the centre of the step's cell on the feature grid (squared
+// Euclidean distance; step_grid_point) and every step within one cell of the k-th, and picks the
+// admitted option with the lowest sum of relative times over them (time / the best admitted
+// option's time at that neighbour). Why: the options are 1-5% apart and a per-option linear model ranks them by
 // its fitting noise (46595fb on H100: it picked work_queue c2048/c4096 on every family, the
 // held-out ratio 0.944-0.998); the measured times rank them directly. Offline replay of 46595fb's
 // held-out measurements: docs/perf-notes-serve.md. The linear coefficients stay in the table (a
 // table without steps, or a step no neighbour can rank, uses them).
-// Decision cost: one O(batch) pass for the features, O(steps x (features + neighbours)) for the
-// nearest steps, O(neighbours x options) for the vote, O(batch) per 1-D-grid candidate checked
-// against max_tasks (kRouterMaxOptions / kRouterMaxNeighbours bound the fixed scratch: no heap).
+// Decision cost: one O(batch) pass for the features, O(batch) per 1-D-grid option only where the
+// bounds on its task count do not decide its admission, then (unless the caller's RouteMemo holds
+// the step's cell) two O(steps x features) passes for the neighbours and O(neighbours x options)
+// for the vote (kRouterMaxOptions / kRouterMaxNeighbours bound the fixed scratch: no heap).
 #pragma once
 #include <array>
 #include <climits>
