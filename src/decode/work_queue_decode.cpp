@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "attention/heuristics.h"
 #include "attention/variant_host.h"
 #include "common/cuda_check.h"
 #include "decode/decode_plan.h"
@@ -48,17 +49,12 @@ WorkQueueDecode::WorkQueueDecode(int32_t max_batch, int32_t num_qo_heads, int32_
   stages_ = decode_stages(head_dim);
   warps_ = decode_warps(head_dim);
   prepare_decode_work_plan(head_dim);
-  WEFT_CUDA_CHECK(cudaHostAlloc(&staging_, metadata_cap_, cudaHostAllocDefault));
-  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_, cudaEventDisableTiming));
+  // The decode wrapper's staging ring (staging_ring.h): plan() waits on the GPU only when every
+  // slot's copy is still queued, not on the previous plan's copy every time.
+  staging_.allocate(metadata_cap_, heuristics::plan_staging_slots(metadata_cap_));
 }
 
-WorkQueueDecode::~WorkQueueDecode() {
-  if (staging_done_) {
-    cudaEventSynchronize(staging_done_);
-    cudaEventDestroy(staging_done_);
-  }
-  if (staging_) cudaFreeHost(staging_);
-}
+WorkQueueDecode::~WorkQueueDecode() = default;  // the staging ring waits for its copies
 
 void WorkQueueDecode::plan(const BlockTable& table, int32_t chunk, int32_t page_size, DType dtype, KVLayout layout,
                            const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
@@ -87,11 +83,11 @@ void WorkQueueDecode::plan(const BlockTable& table, int32_t chunk, int32_t page_
                  "the schedule has " << plan_.num_items() << " tasks, the workspace holds " << max_tasks_);
   plan::pack_compact(plan_, kPlanTileQ, compact_);
   WEFT_CHECK_ARG(compact_.bytes.size() <= metadata_cap_, "max_tasks", "schedule metadata exceeds the workspace");
-  if (staging_pending_) WEFT_CUDA_CHECK(cudaEventSynchronize(staging_done_));
-  std::memcpy(staging_, compact_.bytes.data(), compact_.bytes.size());
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, staging_, compact_.bytes.size(), cudaMemcpyHostToDevice, stream));
-  WEFT_CUDA_CHECK(cudaEventRecord(staging_done_, stream));
-  staging_pending_ = true;
+  const int32_t slot = staging_.acquire();
+  unsigned char* staging = staging_.slot(slot);
+  std::memcpy(staging, compact_.bytes.data(), compact_.bytes.size());
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, staging, compact_.bytes.size(), cudaMemcpyHostToDevice, stream));
+  staging_.enqueued(slot, stream);
   page_size_ = page_size;
   dtype_ = dtype;
   layout_ = layout;

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "attention/plan/work_queue.h"
+#include "decode/staging_ring.h"
 #include "weft/attention.h"
 #include "weft/dtype.h"
 #include "weft/paged_kv.h"
@@ -46,9 +47,7 @@ class WorkQueueDecode {
   int32_t max_batch_, hq_, hkv_, d_, max_tasks_;
   std::size_t metadata_cap_ = 0;
   int32_t stages_ = 0, warps_ = 0;
-  void* staging_ = nullptr;  // pinned, metadata_cap_ bytes
-  cudaEvent_t staging_done_ = nullptr;
-  bool staging_pending_ = false;
+  StagingRing staging_;  // pinned slots of metadata_cap_ bytes (the decode wrapper's ring)
   bool planned_ = false;
   int32_t page_size_ = 0;
   DType dtype_ = DType::kBFloat16;
