@@ -4,6 +4,7 @@
 #include "attention/merge_row.cuh"
 #include "common/cuda_check.h"
 #include "common/pdl_launch.h"
+#include "common/ptx.cuh"
 #include "common/types.cuh"
 
 namespace weft::attn {
@@ -46,7 +47,7 @@ __global__ void __launch_bounds__(kWarps * 32) plan_merge_kernel(plan::PlanPoint
   if (static_cast<int>(blockIdx.x) < num_merges) first = load_entry(p, blockIdx.x, fold);
   // Wait for the attention grid to complete (and its partial writes to be visible) before
   // reading partials. A no-op when the launch had no programmatic dependency.
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  ptx::grid_dependency_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int m = blockIdx.x; m < num_merges; m += gridDim.x) {
     const MergeEntry e = m == static_cast<int>(blockIdx.x) ? first : load_entry(p, m, fold);

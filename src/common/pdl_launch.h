@@ -1,7 +1,7 @@
 // Programmatic dependent launch (sm_90+): a kernel launched through launch_programmatic may be
 // scheduled before the kernel ahead of it on the stream has finished (once every CTA of that one
-// executed griddepcontrol.launch_dependents or exited); it orders itself against it on the device
-// (griddepcontrol.wait, which also makes the earlier grid's memory visible). Captured into CUDA
+// executed ptx::grid_launch_dependents or exited); it orders itself against it on the device
+// (ptx::grid_dependency_wait, which also makes the earlier grid's memory visible; common/ptx.cuh). Captured into CUDA
 // graphs as a programmatic edge. Used by the prefill plan's merge (attention/merge.cu) and the
 // decode kernel beside the wide-pack kernel (decode/kernels_packed.cu).
 #pragma once

@@ -10,6 +10,22 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// Programmatic dependent launch (sm_90+; host side: common/pdl_launch.h). grid_launch_dependents:
+// the grid launched after this one with programmatic stream serialization may be scheduled once
+// every CTA of this grid executed it (or exited). grid_dependency_wait: blocks until the grid
+// ahead of this one (under that attribute) has completed and its memory is visible. Both are
+// no-ops where the launch has no programmatic dependency.
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // 16-byte global->shared async copy; src_bytes < 16 zero-fills the rest (0 = pure zero fill),
 // which is how tiles past the end of a sequence are padded without a branch on the load.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {

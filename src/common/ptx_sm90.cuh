@@ -178,11 +178,6 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 #endif
 }
 
-// Programmatic dependent launch: the grid launched after this one with the programmatic
-// stream-serialization attribute may be scheduled once every CTA of this grid executed this (or
-// exited); it still waits (griddepcontrol.wait) for this grid's completion and memory.
-__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-
 // Named barrier over `threads` threads (multiple of 32), id 1..15 (0 is __syncthreads).
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

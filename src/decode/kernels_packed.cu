@@ -4,6 +4,7 @@
 #include "attention/merge.cuh"
 #include "common/cuda_check.h"
 #include "common/pdl_launch.h"
+#include "common/ptx.cuh"
 #include "decode/decode_tc.cuh"
 #include "decode/launch.h"
 
@@ -34,9 +35,7 @@ template <class T, int D>
 __global__ void __launch_bounds__(kMaxThreads, 1) decode_multitile_kernel(const DecodeParams<T> p) {
   using V = attn::DefaultVariant;
   decode_items<T, D, kPlanTileQWide, TcMainloop<T, D, 4, V>, true, DecodeParams<T>, TcMainloop<T, D, 2, V>>(p);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (blockIdx.x == gridDim.x - 1) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
+  if (blockIdx.x == gridDim.x - 1) ptx::grid_dependency_wait();
 }
 // 16-row items with 16-row partial slots: head_dim 256, and every plan of 16-row tiles (the
 // work queue's tasks, work_queue_decode.cpp).

@@ -223,37 +223,32 @@ int32_t vote(const RouterModel& m, const std::array<int32_t, kStepFeatures>& q, 
   if (k <= 0 || nopt > kRouterMaxOptions || k > kRouterMaxNeighbours) return -1;
   StepFeatures x{};
   for (int i = 0; i < kStepFeatures; ++i) x[i] = q[i] * kStepFeatureQuantum;
-  // The k nearest calibration steps: insertion into a sorted array (k is small).
-  int32_t near[kRouterMaxNeighbours];
+  auto dist2 = [&](int32_t n) {
+    double d = 0;
+    for (int i = 0; i < kStepFeatures; ++i) d += (m.steps[n].x[i] - x[i]) * (m.steps[n].x[i] - x[i]);
+    return d;
+  };
+  // The k smallest distances to the calibration steps: insertion into a sorted array (k is small;
+  // k <= steps, so all k are found).
   double dist[kRouterMaxNeighbours];
   int32_t found = 0;
   for (int32_t n = 0; n < static_cast<int32_t>(m.steps.size()); ++n) {
-    double d = 0;
-    for (int i = 0; i < kStepFeatures; ++i) d += (m.steps[n].x[i] - x[i]) * (m.steps[n].x[i] - x[i]);
+    const double d = dist2(n);
     if (found == k && d >= dist[k - 1]) continue;
     int32_t j = found < k ? found++ : k - 1;
-    while (j > 0 && dist[j - 1] > d) {
-      dist[j] = dist[j - 1];
-      near[j] = near[j - 1];
-      --j;
-    }
+    for (; j > 0 && dist[j - 1] > d; --j) dist[j] = dist[j - 1];
     dist[j] = d;
-    near[j] = n;
   }
-  // Steps within one grid cell of the k-th are ties at the grid's resolution (a family of
-  // near-identical steps, e.g. homogeneous 32K rows, spans 1e-4 in log2 keys): all of them vote,
-  // in step order, up to kRouterMaxNeighbours. Without this the k of 40 such steps nearest to the
-  // cell centre decided by their order in the trace (79126df replayed homogeneous 0.971, 0.998
-  // with the whole family voting).
-  if (found == k) {
-    const double tie = dist[k - 1] + kStepFeatures * kStepFeatureQuantum * kStepFeatureQuantum;
-    found = 0;
-    for (int32_t n = 0; n < static_cast<int32_t>(m.steps.size()) && found < kRouterMaxNeighbours; ++n) {
-      double d = 0;
-      for (int i = 0; i < kStepFeatures; ++i) d += (m.steps[n].x[i] - x[i]) * (m.steps[n].x[i] - x[i]);
-      if (d <= tie) near[found++] = n;
-    }
-  }
+  // The voters: every step as near as the k-th, and those within one grid cell of it, which are
+  // ties at the grid's resolution (a family of near-identical steps, e.g. homogeneous 32K rows,
+  // spans 1e-4 in log2 keys): all of them vote, in step order, up to kRouterMaxNeighbours. Without
+  // the cell the k of 40 such steps nearest to the cell centre decided by their order in the trace
+  // (79126df replayed homogeneous 0.971, 0.998 with the whole family voting).
+  const double tie = dist[k - 1] + kStepFeatures * kStepFeatureQuantum * kStepFeatureQuantum;
+  int32_t near[kRouterMaxNeighbours];
+  found = 0;
+  for (int32_t n = 0; n < static_cast<int32_t>(m.steps.size()) && found < kRouterMaxNeighbours; ++n)
+    if (dist2(n) <= tie) near[found++] = n;
   // Candidates: admitted and measured at every neighbour.
   bool cand[kRouterMaxOptions];
   double score[kRouterMaxOptions];
@@ -508,6 +503,18 @@ size_t closing_bracket(const std::string& s, size_t open) {
   }
   throw Error("router table", "unterminated array");
 }
+// n comma-separated numbers from p (an array's first element): finite, and >= 0 if non_negative.
+void read_numbers(const char* p, double* out, int n, bool non_negative, const std::string& option, const char* what) {
+  for (int i = 0; i < n; ++i) {
+    char* end = nullptr;
+    out[i] = std::strtod(p, &end);
+    WEFT_CHECK_ARG(end != p && std::isfinite(out[i]) && (!non_negative || out[i] >= 0), "router table",
+                   "option " << option << ": " << what << " " << i << " must be a number"
+                             << (non_negative ? " >= 0" : ""));
+    p = end;
+    while (*p == ',' || *p == ' ') ++p;
+  }
+}
 Route route_of(const std::string& n) {
   for (Route r : {Route::kBalanced, Route::kWorkQueue, Route::kNoSplit, Route::kPrefixShare})
     if (n == route_name(r)) return r;
@@ -543,28 +550,12 @@ RouterModel RouterModel::from_json(const std::string& s) {
     o.chunk = static_cast<int32_t>(number_field(s, "chunk", a, b));
     const size_t c = s.find('[', s.find("\"coef\"", a));
     WEFT_CHECK_ARG(c < b, "router table", "missing \"coef\" in option " << o.name);
-    const char* p = s.c_str() + c + 1;
-    for (int f = 0; f < kRouterFeatures; ++f) {
-      char* end = nullptr;
-      o.coef[f] = std::strtod(p, &end);
-      WEFT_CHECK_ARG(end != p && o.coef[f] >= 0 && std::isfinite(o.coef[f]), "router table",
-                     "option " << o.name << ": coefficient " << f << " must be a number >= 0");
-      p = end;
-      while (*p == ',' || *p == ' ') ++p;
-    }
+    read_numbers(s.c_str() + c + 1, o.coef.data(), kRouterFeatures, /*non_negative=*/true, o.name, "coefficient");
     const size_t h = s.find("\"host\"", a);  // optional: the host-time fit (RouteOption::host_us)
     if (h < b) {
       const size_t hb = s.find('[', h);
       WEFT_CHECK_ARG(hb < b, "router table", "option " << o.name << ": \"host\" is not an array");
-      const char* q = s.c_str() + hb + 1;
-      for (int i = 0; i < 2; ++i) {
-        char* end = nullptr;
-        o.host_us[i] = std::strtod(q, &end);
-        WEFT_CHECK_ARG(end != q && std::isfinite(o.host_us[i]), "router table",
-                       "option " << o.name << ": host time coefficient " << i << " must be a number");
-        q = end;
-        while (*q == ',' || *q == ' ') ++q;
-      }
+      read_numbers(s.c_str() + hb + 1, o.host_us.data(), 2, /*non_negative=*/false, o.name, "host time coefficient");
     }
     m.options.push_back(o);
     pos = b + 1;

@@ -114,9 +114,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSM)
   // Overlapped launch (DecodeOptions::prefix_wide_overlap): the decode kernel after this one may
   // be scheduled at once (it reads nothing this grid writes; its last CTA waits for this grid
   // before exiting). A no-op when the next launch has no programmatic dependency.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
+  ptx::grid_launch_dependents();
   const int c = static_cast<int>(blockIdx.x);
   prefill::prefill_item_range<Tr>(p, rows.work.wide_cta_indptr[c], rows.work.wide_cta_indptr[c + 1],
                                   prefill::NoJitVariant{}, /*fold=*/0, rows);

@@ -45,7 +45,7 @@ struct BatchDecodeWrapper::Impl {
   plan::WorkspaceLayout layout;
   // Pinned staging slots (decode/staging_ring.h): plan() serializes into one, copies it into the
   // workspace and records its event; each of max(copy_bytes, the prefix-sharing layout's metadata)
-  // bytes; heuristics::staging_slots of them.
+  // bytes; heuristics::plan_staging_slots of them.
   decode::StagingRing staging;
   // What a balanced plan() copies: the metadata region, at least heuristics::kMinPlanCopyBytes (a
   // smaller copy costs the host 2-3 us where this one costs 1.3 us). The bytes past the metadata

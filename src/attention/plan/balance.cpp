@@ -224,17 +224,13 @@ int32_t Planner::deal_slow(double cost) {
 // (their sum) times 2^shift below 2^63. Exact then: the double loads of the general queue are
 // sums of integers below 2^53, which the integer loads equal.
 bool Planner::use_int_keys(const double* costs, std::size_t n, const std::size_t* counts) {
-  int shift = 1;
-  while ((int64_t(1) << shift) < cfg_.num_ctas) ++shift;
   double total = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const double c = costs[i];
     if (!(c >= 0 && c < 9007199254740992.0) || c != static_cast<double>(static_cast<int64_t>(c))) return false;
     total += c * double(counts ? counts[i] : 1);
   }
-  if (!(total < pow2_double(62 - shift))) return false;
-  key_shift_ = shift;
-  return true;
+  return int_keys_for_total(total);
 }
 
 void Planner::reset_deal_int() {
