@@ -15,7 +15,7 @@
 // sm90 plan (128 x 128 tiles, 132 CTAs). Every case checks that both planners give the same image
 // (decode: unfolded).
 //   weft-plan-bench [--filter SUBSTR] [--min-ms MS] [--copy] [--cold MB] [--router FILE]
-// (route/ rows: route_cases below.)
+// (route/ rows: plan_bench_route.cpp.)
 // --filter pat-shape (only when asked for: no timing): the "pat" trees' chunk bound, items and
 // deal makespan, prefix-sharing plans with chunks from the packed work vs the previous bound.
 // --copy (needs a GPU): per prefill case also times the plan into a pinned staging image + its one
@@ -45,73 +45,29 @@
 #include "attention/plan/prefix_forest.h"
 #include "attention/plan/work_plan.h"
 #include "decode/decode_plan.h"
-#include "decode/router.h"
 #include "paged/block_table.h"
 #include "prefill/prefill_plan.h"
 #include "tests/host/attention/plan_reference.h"
-#include "tests/host/decode/router_reference.h"
+#include "plan_bench.h"
 #include "prefix_tree.h"
 
 #include <cuda_runtime_api.h>
 
+namespace weft::plan_bench {
+double g_min_ms = 200;
+std::vector<unsigned char> g_cold_buf;
+volatile int32_t g_sink;
+}  // namespace weft::plan_bench
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace weft::plan_bench;
 using weft::plan::BalanceConfig;
 using weft::plan::BatchShape;
 using weft::plan::Plan;
 using weft::plan::WorkspaceLayout;
 
-double g_min_ms = 200;  // time budget per measured column
 bool g_copy = false;    // --copy: time the metadata copy + event record (needs a GPU)
-// --cold MB: before every timed call, write MB MiB of an unrelated buffer (not timed), so the call
-// finds its planner state and staging image evicted from the CPU caches, as a serving loop does
-// between two steps' plan() (the harness runs other wrappers and kernels in between).
-std::vector<unsigned char> g_cold_buf;
-void evict_caches() {
-  for (size_t i = 0; i < g_cold_buf.size(); i += 64) g_cold_buf[i] = static_cast<unsigned char>(g_cold_buf[i] + 1);
-}
-
-struct Stats {
-  double median = 0, p10 = 0, p90 = 0;
-  int calls = 0;
-};
-
-// Median of many warm calls of f (each timed alone; an f that returns a double times itself, in us).
-template <class F>
-Stats time_calls(F&& f) {
-  for (int i = 0; i < 20; ++i) f();  // warm: buffers grown, caches filled
-  std::vector<double> us;
-  const auto start = Clock::now();
-  while (us.size() < 20000 &&
-         (us.size() < 50 || std::chrono::duration<double, std::milli>(Clock::now() - start).count() < g_min_ms)) {
-    if (!g_cold_buf.empty()) evict_caches();
-    if constexpr (std::is_same_v<decltype(f()), double>) {
-      us.push_back(f());
-    } else {
-      const auto t0 = Clock::now();
-      f();
-      const auto t1 = Clock::now();
-      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    }
-  }
-  std::sort(us.begin(), us.end());
-  Stats s;
-  s.calls = static_cast<int>(us.size());
-  s.median = us[us.size() / 2];
-  s.p10 = us[us.size() / 10];
-  s.p90 = us[us.size() * 9 / 10];
-  return s;
-}
-
-volatile int32_t g_sink;  // keeps results observable
-
-void print_row(const std::string& name, const std::string& what, const Stats& ref, const Stats& neu,
-               const char* note) {
-  std::printf("%-40s %-16s %9.2f %9.2f %8.1fx   [%7.2f .. %7.2f]  %s\n", name.c_str(), what.c_str(), ref.median,
-              neu.median, neu.median > 0 ? ref.median / neu.median : 0.0, neu.p10, neu.p90, note);
-  std::fflush(stdout);
-}
 
 std::vector<int32_t> decode_lens(const std::string& dist, int batch) {
   std::vector<int32_t> v(batch);
@@ -441,161 +397,6 @@ void pack_cases(const std::string& filter) {
   print_row(name + "/lazy", "key+rewrite+ser", upd, upd, note);
 }
 
-// The router's host parts of BatchDecodeWrapper::plan(BlockTable) under DecodeRoute::kAuto with
-// share_prefixes (what the serving harness's routed wrapper runs, weft-serve-sim), on block tables
-// shaped like the harness's families (bench/serve/trace.cpp: page 16, 25% holes, scattered
-// physical page ids, row stride = max_blocks), with the committed H100 table
-// (data/router/h100.json, --router FILE), Llama-3-8B heads (8 KV heads):
-//   route/<case>  rows check       paged::check_block_table_rows; ref: twice (the kAuto wrapper
-//                                  and its balanced twin each checked the rows), new: once
-//   route/<case>  shared keys      decode::shared_prefix_keys; ref: the sort of (first id, row)
-//                                  keys (tests/host/decode/router_reference.h), new: the hash
-//   route/<case>  choose_route     the nearest-neighbour vote (one implementation: ref = new)
-//   route/<case>  decide           shared keys + choose_route (the harness's router_decide_us)
-//   route/<case>  decide (cold)    the same after 32 MiB of other writes (the harness runs every
-//                                  option between two routed plans: the router's data is not in
-//                                  L1/L2 when the routed plan starts)
-//   route/<case>  balanced plan    batch_shape + plan_decode + serialize (the fixed balanced
-//                                  route's planning, for scale)
-// Cases: b1 (one 32K row), b8 (bimodal), b32-shared (a 4096-key prefix shared by all), b256
-// (512..4096 keys, unshared).
-void route_cases(const std::string& filter, const std::string& router_path) {
-  if (!filter.empty() && std::string("route/").find(filter) == std::string::npos &&
-      filter.find("route") == std::string::npos)
-    return;
-  std::string text;
-  if (FILE* f = std::fopen(router_path.c_str(), "rb")) {
-    char buf[4096];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-    std::fclose(f);
-  }
-  if (text.empty()) {
-    std::printf("route/: cannot read the router table %s (--router FILE)\n", router_path.c_str());
-    return;
-  }
-  const weft::decode::RouterModel model = weft::decode::RouterModel::from_json(text);
-  constexpr int32_t kPage = 16, kGrid = 264, kHq = 32, kHkv = 8, kHeadDim = 128;
-  struct Case {
-    std::string name;
-    int32_t batch, shared_prefix;  // keys of a prefix every row lists first (0: none)
-  };
-  const Case cases[] = {{"route/b1", 1, 0}, {"route/b8", 8, 0}, {"route/b32-shared", 32, 4096}, {"route/b256", 256, 0}};
-  std::vector<unsigned char> evict(32u << 20);
-  unsigned char evict_round = 0;
-  for (const Case& c : cases) {
-    if (c.name.find(filter) == std::string::npos) continue;
-    std::mt19937_64 rng(99 + c.batch);
-    auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-    std::vector<int32_t> lens(c.batch);
-    for (int32_t b = 0; b < c.batch; ++b)
-      lens[b] = c.batch == 1   ? 32768
-                : c.batch == 8 ? (b % 4 == 0 ? uni(32768, 65536) : uni(1024, 4096))
-                               : c.shared_prefix + uni(c.shared_prefix ? 256 : 512, 4096);
-    const int32_t shared_pages = c.shared_prefix / kPage;
-    int32_t max_blocks = 0;
-    int64_t logical = shared_pages;
-    for (int32_t l : lens) {
-      max_blocks = std::max(max_blocks, (l + kPage - 1) / kPage);
-      logical += (l + kPage - 1) / kPage - shared_pages;
-    }
-    std::vector<int32_t> perm(size_t(logical * 4 / 3 + 1));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    std::vector<int32_t> ids(size_t(c.batch) * max_blocks, -1);
-    std::size_t next = size_t(shared_pages);
-    for (int32_t b = 0; b < c.batch; ++b)
-      for (int32_t p = 0; p < (lens[b] + kPage - 1) / kPage; ++p)
-        ids[size_t(b) * max_blocks + p] = perm[p < shared_pages ? size_t(p) : next++];
-    weft::BlockTable t;
-    t.batch_size = c.batch;
-    t.max_blocks = max_blocks;
-    t.row_stride = max_blocks;
-    // The device pointers are only checked (non-null, aligned), never read on the host: the host
-    // arrays stand in for them.
-    t.block_ids = {ids.data(), ids.data(), int64_t(ids.size())};
-    t.seq_lens = {lens.data(), lens.data(), c.batch};
-
-    const Stats chk1 = time_calls([&] { weft::paged::check_block_table_rows(t, kPage, -1); });
-    const Stats chk2 = time_calls([&] {
-      weft::paged::check_block_table_rows(t, kPage, -1);
-      weft::paged::check_block_table_rows(t, kPage, -1);
-    });
-    print_row(c.name, "rows check", chk2, chk1, "ref: outer + twin, new: once");
-    const int64_t shared_ref =
-        weft::decode::reference::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage);
-    const int64_t shared_new = weft::decode::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage);
-    const Stats sk_ref = time_calls([&] {
-      g_sink =
-          int32_t(weft::decode::reference::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage));
-    });
-    const Stats sk_new = time_calls([&] {
-      g_sink = int32_t(weft::decode::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage));
-    });
-    char note[160];
-    std::snprintf(note, sizeof note, "shared keys %lld %s", static_cast<long long>(shared_new),
-                  shared_ref == shared_new ? "(same)" : "DIFFERS FROM THE REFERENCE");
-    print_row(c.name, "shared keys", sk_ref, sk_new, note);
-    // What the kAuto wrapper decides (wrapper_plan.cpp): share_prefixes on, the task capacity of
-    // the harness's routed wrapper.
-    auto decide = [&](bool ref) {
-      const int64_t sh =
-          ref ? weft::decode::reference::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage)
-              : weft::decode::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage);
-      weft::decode::RouteFilter filter;
-      filter.balanced = sh <= 0;
-      filter.max_tasks = 65536;
-      return weft::decode::choose_route(model, {lens.data(), c.batch, sh}, filter);
-    };
-    const int32_t pick = decide(false);
-    weft::decode::RouteFilter f0;
-    f0.balanced = shared_new <= 0;
-    f0.max_tasks = 65536;
-    const Stats ch = time_calls([&] {
-      g_sink = weft::decode::choose_route(model, {lens.data(), c.batch, shared_new}, f0);
-    });
-    std::snprintf(note, sizeof note, "pick %s", pick >= 0 ? model.options[pick].name.c_str() : "none");
-    print_row(c.name, "choose_route", ch, ch, note);
-    // The same step again through a RouteMemo (the wrapper's: consecutive decode steps share the
-    // features' grid cell): ref = without the memo, new = with it.
-    weft::decode::RouteMemo memo;
-    g_sink = weft::decode::choose_route(model, {lens.data(), c.batch, shared_new}, f0, &memo);
-    const Stats ch_memo = time_calls([&] {
-      g_sink = weft::decode::choose_route(model, {lens.data(), c.batch, shared_new}, f0, &memo);
-    });
-    print_row(c.name, "choose_route memo", ch, ch_memo,
-              weft::decode::choose_route(model, {lens.data(), c.batch, shared_new}, f0, &memo) == pick ? "same pick"
-                                                                                                       : "PICK DIFFERS");
-    const Stats d_ref = time_calls([&] { g_sink = decide(true); });
-    const Stats d_new = time_calls([&] { g_sink = decide(false); });
-    print_row(c.name, "decide", d_ref, d_new, decide(true) == pick ? "same pick" : "PICK DIFFERS");
-    auto cold = [&](bool ref) {
-      return [&, ref] {
-        std::memset(evict.data(), ++evict_round, evict.size());
-        const auto t0 = Clock::now();
-        g_sink = decide(ref);
-        return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-      };
-    };
-    print_row(c.name, "decide (cold)", time_calls(cold(true)), time_calls(cold(false)), "after 32 MiB of writes");
-    // The fixed balanced route's planning on the same lengths (the wrapper's folded plan).
-    const int32_t rows = weft::decode::decode_tile_rows(kHq / kHkv, kHeadDim, false);
-    const int32_t fold = weft::decode::decode_head_fold(kHkv, kGrid);
-    const BalanceConfig cfg = weft::decode::balance_config(kGrid, kHq, kHkv, rows, fold);
-    const WorkspaceLayout layout(weft::decode::plan_bounds(c.batch, kHq, kHkv, kHeadDim, kGrid, rows, fold));
-    std::vector<unsigned char> img(layout.metadata_bytes());
-    weft::plan::Planner planner;
-    BatchShape shape;
-    Plan plan;
-    WorkspaceLayout::Image image;
-    const Stats bal = time_calls([&] {
-      weft::decode::batch_shape(lens.data(), c.batch, -1, shape);
-      weft::decode::plan_decode(shape, cfg, planner, plan);
-      layout.serialize(plan, img.data(), &image);
-    });
-    print_row(c.name, "balanced plan", bal, bal, "for scale: the fixed route's planning");
-  }
-}
-
 // The "pat" bench's trees (bench/cases_decode_pat.cu) x its head configs, d128, page 16, 264 CTAs:
 // the chunk bound, items and deal makespan (in the deal's cost units, rows + keys per CTA; mean in
 // brackets) of the wrapper's prefix-sharing plan (chunks from the packed work,
@@ -675,6 +476,7 @@ void copy_sweep(const std::string& filter) {
 }
 
 int main(int argc, char** argv) {
+  using namespace weft::plan_bench;
   std::string filter, router = WEFT_SOURCE_DIR "/data/router/h100.json";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
