@@ -269,6 +269,23 @@ TEST(Router, JsonRoundTripAndRejection) {
   EXPECT_EQ(thrown_argument([&] { RouterModel::from_json(neg); }), "router table");
 }
 
+TEST(Router, JsonHostFitRejectedWhenMalformed) {
+  RouterModel m;
+  m.num_kv_heads = 8;
+  m.slots = 264;
+  m.options = {option(Route::kBalanced, 0, {1, 0, 0, 0, 0})};
+  m.options[0].host_us = {30.5, 0.04};
+  const std::string good = m.to_json();
+  EXPECT_EQ(RouterModel::from_json(good).options[0].host_us[0], 30.5);
+  std::string not_number = good;
+  not_number.replace(not_number.find("[30.5"), 5, "[x0.5");
+  EXPECT_EQ(thrown_argument([&] { RouterModel::from_json(not_number); }), "router table");
+  std::string not_array = good;
+  not_array.replace(not_array.find("[30.5"), 1, " ");
+  not_array.replace(not_array.find("0.04]"), 5, "0.04 ");
+  EXPECT_EQ(thrown_argument([&] { RouterModel::from_json(not_array); }), "router table");
+}
+
 // A table with calibration steps over random steps: options balanced, two work-queue chunks, no
 // split and prefix sharing (measured only where the step shares keys); random wall times.
 struct VoteCase {

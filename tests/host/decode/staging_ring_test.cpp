@@ -10,10 +10,13 @@
 #include <vector>
 
 #include "decode/staging_ring.h"
+#include "tests/common/test_util.h"
 
 namespace {
 
+using weft::decode::StagingRing;
 using weft::decode::StagingSlots;
+using weft::test::thrown_argument;
 
 struct Counts {
   int queries = 0, waits = 0, slot_changes = 0;
@@ -107,6 +110,12 @@ TEST(StagingSlots, OtherStreamsOnlyFreeTheirOwnSlot) {
   per_thread.landed_through(1);
   EXPECT_TRUE(per_thread.pending(0));
   EXPECT_FALSE(per_thread.pending(1));
+}
+
+TEST(StagingRing, AllocateRejectsNoSlotsBeforeAnyCudaCall) {
+  StagingRing ring;  // no allocation: its destructor makes no CUDA call either
+  EXPECT_EQ(thrown_argument([&] { ring.allocate(4096, 0); }), "staging");
+  EXPECT_EQ(thrown_argument([&] { ring.allocate(4096, -2); }), "staging");
 }
 
 }  // namespace
