@@ -188,8 +188,7 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
     int64_t wide_keys = 0;  // per KV head
     for (size_t u = 0; u < forest.nodes.size(); ++u) {
       const int32_t q = sd.pack_reqs[u];
-      const int32_t per_pack = pack_item_requests(forest.nodes[u].req_end - forest.nodes[u].req_begin,
-                                                    int64_t(forest.nodes[u].page_end - forest.nodes[u].page_begin) * cfg.page_size, cfg);
+      const int32_t per_pack = pack_item_requests(forest.nodes[u], cfg);
       if (q == 0 || per_pack * g <= TR) continue;
       const int64_t items = q / per_pack + ((q % per_pack) * g > TR);  // a last item of <= TR rows is narrow
       wide_keys += items * (int64_t(forest.nodes[u].page_end - sd.pack_page_begin[u]) * cfg.page_size);
@@ -212,8 +211,7 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
       const int32_t k0 = sd.pack_page_begin[u] * cfg.page_size, k1 = forest.nodes[u].page_end * cfg.page_size;
       for (int32_t i = q_begin; i < q_end; ++i) sc.priv_start[sd.order[i]] = std::max(sc.priv_start[sd.order[i]], k1);
       // Requests per item: the tile selector on the node's sharers (as the profit model saw it).
-      const int32_t per_pack = pack_item_requests(forest.nodes[u].req_end - forest.nodes[u].req_begin,
-                                                    int64_t(forest.nodes[u].page_end - forest.nodes[u].page_begin) * cfg.page_size, cfg);
+      const int32_t per_pack = pack_item_requests(forest.nodes[u], cfg);
       for (int32_t h = 0; h < H; ++h)
         for (int32_t q0 = q_begin; q0 < q_end; q0 += per_pack) {
           const int32_t nr = std::min(per_pack, q_end - q0);

@@ -46,7 +46,7 @@ int64_t pack_duplicate_keys(const PrefixForest& forest, const PackPlanConfig& cf
   if (cfg.tile_rows / std::max(1, cfg.group_size) < 2) return 0;  // no packs: every request reads its keys itself
   int64_t dup = 0;
   for (const PrefixNode& n : forest.nodes) {
-    const int64_t s = n.req_end - n.req_begin, P = pack_item_requests(s, int64_t(n.page_end - n.page_begin) * cfg.page_size, cfg);
+    const int64_t s = n.req_end - n.req_begin, P = pack_item_requests(n, cfg);
     if (s >= std::max(2, cfg.min_sharers))
       dup += int64_t(n.page_end - n.page_begin) * cfg.page_size * (s - ceil_div(s, P));
   }

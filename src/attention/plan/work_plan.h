@@ -140,6 +140,10 @@ struct PackPlanConfig {
 // smaller item may run in the decode kernel: PAT's round-up rule for m).
 // node_keys: the node's own keys (its segment); wide only when >= wide_min_keys too.
 int32_t pack_item_requests(int64_t sharers, int64_t node_keys, const PackPlanConfig& cfg);
+// The same for a whole forest node: all its sharers over its own keys.
+inline int32_t pack_item_requests(const PrefixNode& n, const PackPlanConfig& cfg) {
+  return pack_item_requests(n.req_end - n.req_begin, int64_t(n.page_end - n.page_begin) * cfg.page_size, cfg);
+}
 
 // Where the keys of each forest node are read (schedule_packs, the memory-centric profit model):
 // node u's pack holds its first pack_reqs[u] requests in `order` (from req_begin[u]), over the
