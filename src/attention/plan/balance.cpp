@@ -140,6 +140,46 @@ inline Cut cut_tile(int64_t len, bool split, int64_t L, int64_t granularity) {
   return {clen, n_used};
 }
 
+// prepare()'s pass over the requests: query offsets (qo_indptr[1..batch]), tile counts, total keys
+// and the longest range, with the request checks folded into one flag (bad: validate_request and
+// the overflow checks fail somewhere; the caller runs them one by one for the error). A small
+// function of its own so that its sums stay in registers (inside prepare(), next to the error
+// paths, they lived on the stack: 3.3 ns per request at prefill/b64's 586).
+struct RequestTotals {
+  int64_t next = 0, num_tiles = 0, total = 0;
+  int32_t longest = 0;
+  bool one_tile = true, bad = false;
+};
+[[gnu::noinline]] RequestTotals request_totals(const int32_t* __restrict qo, const int32_t* __restrict kv,
+                                               const int32_t* __restrict ks, int32_t batch, int64_t gs, int64_t tq,
+                                               int32_t* __restrict qi) {
+  RequestTotals r;
+  int64_t next = 0, num_tiles = 0, total = 0;
+  int32_t longest = 0;
+  bool one_tile = true, bad = false;
+  for (int32_t b = 0; b < batch; ++b) {
+    const int32_t q = qo[b], k = kv[b], s0 = ks ? ks[b] : 0;
+    bad |= (q < 0) | (k < 0) | (s0 < 0) | (s0 > k);
+    next += q;
+    qi[b + 1] = static_cast<int32_t>(next);
+    const int64_t rows = int64_t(q) * gs;
+    bad |= rows > INT32_MAX;
+    const int64_t nt = rows <= tq ? (rows > 0) : (rows + tq - 1) / tq;
+    one_tile &= nt <= 1;
+    num_tiles += nt;
+    const int32_t len = nt > 0 ? k - s0 : 0;
+    total += int64_t(len) * nt;
+    longest = std::max(longest, len);
+  }
+  r.next = next;
+  r.num_tiles = num_tiles;
+  r.total = total;
+  r.longest = longest;
+  r.one_tile = one_tile;
+  r.bad = bad || next > INT32_MAX;
+  return r;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -301,6 +341,49 @@ int32_t Planner::deal_int_slow(uint64_t add) {
   return cta;
 }
 
+// A run of k chunks of one cost. Sequentially, each chunk takes the queue's smallest key q and puts
+// back q + add. With the sorted window Q[0..C) and t = Q[0] + add: while Q[i] < t, the smallest key
+// of the queue is Q[i] (every key put back so far is Q[i'] + add >= t), so the next j chunks go to
+// Q[0..j) in order (j: the leading keys below t, at most k and C), and the queue becomes Q[j..C)
+// with Q[0..j) + add, a sorted sequence, merged in from the back (the new loads are the largest but
+// a few, so the merge moves few keys). The same pops in the same order as deal_int: the same CTAs
+// and loads, with one comparison and one store per chunk where deal_int's heap sifts a key through
+// ~log2(C) levels (issue 19: the prefill b64 deal of 1172 chunks, runs of 2 to 124 equal costs).
+void Planner::deal_run_int(uint64_t cost, std::size_t k, int32_t* out) {
+  const std::size_t C = static_cast<std::size_t>(cfg_.num_ctas);
+  const uint64_t add = cost << key_shift_;
+  const uint64_t mask = (uint64_t(1) << key_shift_) - 1;
+  while (k > 0) {
+    if (head_ + 2 * C + 1 > iring_.size()) {  // room for the window and j <= C more keys
+      std::copy(iring_.begin() + head_, iring_.begin() + head_ + C, iring_.begin());
+      head_ = 0;
+    }
+    uint64_t* const q = iring_.data() + head_;
+    const uint64_t t = q[0] + add;
+    const std::size_t jmax = std::min(k, C);
+    std::size_t j = 1;
+    while (j < jmax && q[j] < t) ++j;
+    if (out) {
+      for (std::size_t i = 0; i < j; ++i) out[i] = static_cast<int32_t>(q[i] & mask);
+      out += j;
+    }
+    // Merge Q[j..C) (at q + j) with Q[0..j) + add into q[j .. C + j), from the back.
+    std::size_t d = C + j, a = C;
+    std::ptrdiff_t b = static_cast<std::ptrdiff_t>(j) - 1;
+    while (b >= 0) {
+      const uint64_t nb = q[b] + add;
+      if (a > j && q[a - 1] > nb) {
+        q[--d] = q[--a];
+      } else {
+        q[--d] = nb;
+        --b;
+      }
+    }
+    head_ += j;
+    k -= j;
+  }
+}
+
 double Planner::max_load_int() const {
   // Keys order as (load, cta): the largest key holds the largest load (the sorted queue's last).
   const std::size_t C = static_cast<std::size_t>(cfg_.num_ctas);
@@ -351,43 +434,47 @@ int64_t Planner::prepare(const BatchShape& shape, const BalanceConfig& cfg) {
   const int64_t tq = cfg.tile_q, H = cfg.num_kv_heads;
   qo_indptr_.resize(batch_ + 1);
   qo_indptr_[0] = 0;
-  int64_t next = 0, num_tiles = 0, total = 0;
-  int32_t longest = 0;
-  bool one_tile = true;
-  // While every request so far has at most one tile per KV head: its unit record and integral cost
-  // (build_whole_units).
+  // (units_: build_whole_units)
   units_.resize(batch_);
   u_icost_.resize(int_costs_ ? batch_ : 0);
-  Unit* const un = units_.data();
-  uint64_t* const uc = u_icost_.data();
+  Unit* __restrict const un = units_.data();
+  uint64_t* __restrict const uc = u_icost_.data();
   std::size_t U = 0;
   uint64_t umin = ~uint64_t(0), umax = 0, usum = 0;
-  for (int32_t b = 0; b < batch_; ++b) {
-    validate_request(qo, kv, ks, b);
-    next += qo[b];
-    WEFT_CHECK_ARG(next <= INT32_MAX, "shape.qo_len", "total query tokens overflow int32");
-    qo_indptr_[b + 1] = static_cast<int32_t>(next);
-    const int64_t rows = int64_t(qo[b]) * cfg.group_size;
-    WEFT_CHECK_ARG(rows <= INT32_MAX, "shape.qo_len", "rows of request " << b << " overflow int32");
-    const int64_t nt = rows <= tq ? (rows > 0) : (rows + tq - 1) / tq;
-    one_tile &= nt <= 1;
-    num_tiles += nt;
-    if (nt > 0) {
-      const int32_t kb = ks ? ks[b] : 0;
-      const int32_t len = kv[b] - kb;
-      total += int64_t(len) * nt;
-      longest = std::max(longest, len);
-      if (one_tile) {
-        un[U] = {b, static_cast<int32_t>(rows), kb, kv[b]};
-        if (int_costs_) {  // (rows and len below 2^31, ia / ib below 2^20: no overflow)
-          const uint64_t c = ia_ * static_cast<uint64_t>(rows) + ib_ * static_cast<uint64_t>(len);
-          uc[U] = c;
-          umin = std::min(umin, c);
-          umax = std::max(umax, c);
-          usum += c;
-        }
-        ++U;
+  const int64_t gs = cfg.group_size;
+  const int32_t nb = batch_;
+  const RequestTotals rt = request_totals(qo, kv, ks, nb, gs, tq, qo_indptr_.data());
+  const bool bad = rt.bad, one_tile = rt.one_tile;
+  const int64_t num_tiles = rt.num_tiles, total = rt.total;
+  const int32_t longest = rt.longest;
+  // Every request with rows in one tile per KV head: one unit record each, with its integral cost.
+  if (one_tile && !bad) {
+    const bool ic = int_costs_;
+    const uint64_t ia = ia_, ib = ib_;
+    for (int32_t b = 0; b < nb; ++b) {
+      const int32_t q = qo[b];
+      if (q == 0) continue;  // (rows = q x group_size > 0 otherwise)
+      const int32_t k = kv[b], s0 = ks ? ks[b] : 0;
+      const int32_t rows = static_cast<int32_t>(int64_t(q) * gs);
+      un[U] = {b, rows, s0, k};
+      if (ic) {  // (rows and len below 2^31, ia / ib below 2^20: no overflow)
+        const uint64_t c = ia * static_cast<uint64_t>(rows) + ib * static_cast<uint64_t>(k - s0);
+        uc[U] = c;
+        umin = std::min(umin, c);
+        umax = std::max(umax, c);
+        usum += c;
       }
+      ++U;
+    }
+  }
+  if (bad) {  // the checks one by one, in their order: the first failing one throws
+    int64_t tokens = 0;
+    for (int32_t b = 0; b < batch_; ++b) {
+      validate_request(qo, kv, ks, b);
+      tokens += qo[b];
+      WEFT_CHECK_ARG(tokens <= INT32_MAX, "shape.qo_len", "total query tokens overflow int32");
+      WEFT_CHECK_ARG(int64_t(qo[b]) * cfg.group_size <= INT32_MAX, "shape.qo_len",
+                     "rows of request " << b << " overflow int32");
     }
   }
   num_units_ = U;
@@ -500,8 +587,7 @@ double Planner::makespan(bool split, int64_t L) {
     reset_deal_int();
     for (std::size_t r = 0; r < R; ++r) {
       const auto& run = runs_[order_[r]];
-      const uint64_t c = static_cast<uint64_t>(run.first);
-      for (int64_t k = 0; k < run.second; ++k) deal_int(c);
+      deal_run_int(static_cast<uint64_t>(run.first), static_cast<std::size_t>(run.second), nullptr);
     }
     ms = max_load_int();
   } else if (R > 0) {
@@ -790,19 +876,30 @@ bool Planner::build_whole_units(Plan& p) {
   // cfg.deal_heads_together: the units before the tail go whole (H tiles to one CTA).
   const std::size_t tail = static_cast<std::size_t>(std::max(cfg_.grouped_tail_units, 0));
   const std::size_t grouped = cfg_.deal_heads_together && H > 1 && U > tail ? U - tail : 0;
-  for (std::size_t k = 0; k < grouped; ++k) {
-    const int32_t cta = deal_int(ic[o[k]] * static_cast<uint64_t>(H));
-    for (int32_t h = 0; h < H; ++h) as[k * H + h] = cta;
-    ci[cta + 1] += H;
-  }
-  for (std::size_t k = grouped; k < U; ++k) {
+  // Units of equal cost are consecutive in the sorted order: each run of them is dealt at once
+  // (deal_run_int: the CTAs deal_int gives them one by one).
+  grow(run_ctas_, grouped);
+  for (std::size_t k = 0; k < grouped;) {
     const uint64_t c = ic[o[k]];
-    for (int32_t h = 0; h < H; ++h) {
-      const int32_t cta = deal_int(c);
-      as[k * H + h] = cta;
-      ++ci[cta + 1];
+    std::size_t r = k + 1;
+    while (r < grouped && ic[o[r]] == c) ++r;
+    int32_t* const rc = run_ctas_.data();
+    deal_run_int(c * static_cast<uint64_t>(H), r - k, rc);
+    for (std::size_t u = k; u < r; ++u) {
+      const int32_t cta = rc[u - k];
+      for (int32_t h = 0; h < H; ++h) as[u * H + h] = cta;
+      ci[cta + 1] += H;
     }
+    k = r;
   }
+  for (std::size_t k = grouped; k < U;) {
+    const uint64_t c = ic[o[k]];
+    std::size_t r = k + 1;
+    while (r < U && ic[o[r]] == c) ++r;
+    deal_run_int(c, (r - k) * static_cast<std::size_t>(H), as + k * H);
+    k = r;
+  }
+  for (std::size_t i = grouped * H; i < n; ++i) ++ci[as[i] + 1];
   p.cta_cost.assign(C, 0.0);
   loads_int(p.cta_cost.data());
 

@@ -193,6 +193,9 @@ class Planner {
   void reset_deal_int();
   int32_t deal_int(uint64_t cost);
   int32_t deal_int_slow(uint64_t add);
+  // k chunks of one cost dealt one by one as deal_int deals them (the same CTAs, the same loads),
+  // from the sorted queue (never the heap): out[i] (when not null) receives chunk i's CTA.
+  void deal_run_int(uint64_t cost, std::size_t k, int32_t* out);
   void loads_int(double* loads) const;
   double max_load_int() const;  // the largest load in the integer queue
   void sort_int_desc(const uint64_t* cost, std::size_t n, uint64_t min_cost, uint64_t max_cost);
@@ -254,6 +257,7 @@ class Planner {
   std::vector<int32_t> assigned_, cursor_;
   std::vector<Slot> ring_, heap_;
   std::vector<uint64_t> iring_, iheap_;
+  std::vector<int32_t> run_ctas_;  // build_whole_units' grouped deal: one CTA per unit of a run
   std::vector<double> tmp_costs_;
   std::vector<std::size_t> tmp_counts_;
   int key_shift_ = 0;

@@ -177,6 +177,48 @@ TEST(PlanIdentity, IntegralCostPathsMatchReference) {
   }
 }
 
+// Unsplit plans of one tile per (request, KV head) with integral costs (build_whole_units, the
+// prefill segments' and the decode batches' path) whose costs take few distinct values: the deal
+// takes each run of equal costs at once (Planner::deal_run_int), with runs from 1 to many times the
+// CTA count and loads that tie, against the reference's one-at-a-time heap deal (the same CTAs,
+// order and loads bit for bit). Also the split makespans of plan_decode's bound search
+// (choose_split, makespan() with runs of (cost, count)) through balance() with splitting allowed.
+TEST(PlanIdentity, EqualCostRunsMatchReference) {
+  test::Rng rng = test::Rng::for_current_test();
+  Planner planner;
+  Plan plan;
+  for (int iter = 0; iter < 300; ++iter) {
+    BatchShape s;
+    BalanceConfig cfg;
+    cfg.num_ctas = static_cast<int32_t>(rng.randint(0, 3) == 0 ? rng.randint(1, 4) : rng.randint(1, 140));
+    cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 8));
+    cfg.group_size = static_cast<int32_t>(1 << rng.randint(0, 2));
+    cfg.tile_q = 16 << rng.randint(0, 3);
+    cfg.kv_granularity = static_cast<int32_t>(1 << rng.randint(0, 7));
+    const int distinct = static_cast<int>(rng.randint(1, 12));
+    std::vector<int32_t> values(distinct);
+    for (auto& v : values) v = static_cast<int32_t>(rng.randint(0, rng.randint(0, 1) ? 64 : 70000));
+    const int batch = static_cast<int>(rng.randint(0, 900));
+    for (int b = 0; b < batch; ++b) {
+      // Rows within one tile (some requests without rows), keys from the few values.
+      const int32_t max_q = cfg.tile_q / cfg.group_size;
+      s.qo_len.push_back(rng.randint(0, 9) == 0 ? 0 : static_cast<int32_t>(rng.randint(1, std::max(1, max_q))));
+      if (rng.randint(0, 3) == 0) s.qo_len.back() = max_q;  // many equal row counts too
+      s.kv_len.push_back(values[rng.randint(0, distinct - 1)]);
+    }
+    cfg.alpha = static_cast<double>(rng.randint(0, 2));
+    cfg.beta = static_cast<double>(rng.randint(1, 3));
+    cfg.allow_split = rng.randint(0, 1) == 1;
+    cfg.min_gain = rng.randint(0, 1) ? 0.1 : 0.0;
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << batch << " ctas " << cfg.num_ctas
+                                      << " heads " << cfg.num_kv_heads << " distinct " << distinct);
+    const Plan ref = reference::balance(s, cfg);
+    planner.balance(s, cfg, plan);
+    ASSERT_NO_FATAL_FAILURE(expect_same_plan(plan, ref));
+    if (HasFailure()) return;
+  }
+}
+
 // Plan::swap (what the decode wrapper does to make the next plan current) exchanges every field:
 // two different plans swapped equal each other's copies.
 TEST(PlanIdentity, SwapExchangesEveryField) {
