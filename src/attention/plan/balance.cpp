@@ -341,6 +341,19 @@ int32_t Planner::deal_int_slow(uint64_t add) {
   return cta;
 }
 
+// Average chunks per distinct cost from which a plan is dealt run by run (runs_pay).
+constexpr std::size_t kMinRunLength = 4;
+
+// Whether a deal of n chunks with `runs` distinct costs goes run by run (deal_run_int) rather than
+// chunk by chunk (deal_int): when the runs are long. With short runs (decode batches of distinct
+// lengths, one chunk per cost) the merge's insertion goes deep into the window (a cost below the
+// loads' spread) and moves most of it per chunk, where deal_int's heap sifts log2(C) levels:
+// weft-plan-bench decode random/b256 3.9 -> 6.1 us when every run was merged; prefill b64 (1172
+// chunks, 73 costs) 12.2 -> 8.8 us with the runs, and back to 12.9 if the queue fell back to the
+// heap at the first insertion deeper than 8 or 16 keys. Left: bimodal/b128 (two costs, 64 chunks
+// each, the short ones below the spread the long ones leave) 1.75 -> 2.0 us.
+inline bool runs_pay(std::size_t n, std::size_t runs) { return n >= kMinRunLength * runs; }
+
 // A run of k chunks of one cost. Sequentially, each chunk takes the queue's smallest key q and puts
 // back q + add. With the sorted window Q[0..C) and t = Q[0] + add: while Q[i] < t, the smallest key
 // of the queue is Q[i] (every key put back so far is Q[i'] + add >= t), so the next j chunks go to
@@ -354,6 +367,13 @@ void Planner::deal_run_int(uint64_t cost, std::size_t k, int32_t* out) {
   const uint64_t add = cost << key_shift_;
   const uint64_t mask = (uint64_t(1) << key_shift_) - 1;
   while (k > 0) {
+    if (heap_mode_) {  // (callers deal a whole plan one way: runs_pay())
+      for (; k > 0; --k) {
+        const int32_t cta = deal_int(cost);
+        if (out) *out++ = cta;
+      }
+      return;
+    }
     if (head_ + 2 * C + 1 > iring_.size()) {  // room for the window and j <= C more keys
       std::copy(iring_.begin() + head_, iring_.begin() + head_ + C, iring_.begin());
       head_ = 0;
@@ -587,7 +607,8 @@ double Planner::makespan(bool split, int64_t L) {
     reset_deal_int();
     for (std::size_t r = 0; r < R; ++r) {
       const auto& run = runs_[order_[r]];
-      deal_run_int(static_cast<uint64_t>(run.first), static_cast<std::size_t>(run.second), nullptr);
+      const uint64_t c = static_cast<uint64_t>(run.first);
+      for (int64_t k = 0; k < run.second; ++k) deal_int(c);
     }
     ms = max_load_int();
   } else if (R > 0) {
@@ -877,14 +898,19 @@ bool Planner::build_whole_units(Plan& p) {
   const std::size_t tail = static_cast<std::size_t>(std::max(cfg_.grouped_tail_units, 0));
   const std::size_t grouped = cfg_.deal_heads_together && H > 1 && U > tail ? U - tail : 0;
   // Units of equal cost are consecutive in the sorted order: each run of them is dealt at once
-  // (deal_run_int: the CTAs deal_int gives them one by one).
+  // (deal_run_int: the CTAs deal_int gives them one by one) where the runs are long (runs_pay).
+  std::size_t runs = U > 0;
+  for (std::size_t k = 1; k < U; ++k) runs += ic[o[k]] != ic[o[k - 1]];
+  const bool by_run = runs_pay(n, runs);
   grow(run_ctas_, grouped);
   for (std::size_t k = 0; k < grouped;) {
     const uint64_t c = ic[o[k]];
     std::size_t r = k + 1;
     while (r < grouped && ic[o[r]] == c) ++r;
     int32_t* const rc = run_ctas_.data();
-    deal_run_int(c * static_cast<uint64_t>(H), r - k, rc);
+    if (by_run) deal_run_int(c * static_cast<uint64_t>(H), r - k, rc);
+    else
+      for (std::size_t u = k; u < r; ++u) rc[u - k] = deal_int(c * static_cast<uint64_t>(H));
     for (std::size_t u = k; u < r; ++u) {
       const int32_t cta = rc[u - k];
       for (int32_t h = 0; h < H; ++h) as[u * H + h] = cta;
@@ -896,7 +922,9 @@ bool Planner::build_whole_units(Plan& p) {
     const uint64_t c = ic[o[k]];
     std::size_t r = k + 1;
     while (r < U && ic[o[r]] == c) ++r;
-    deal_run_int(c, (r - k) * static_cast<std::size_t>(H), as + k * H);
+    if (by_run) deal_run_int(c, (r - k) * static_cast<std::size_t>(H), as + k * H);
+    else
+      for (std::size_t i = k * H; i < r * H; ++i) as[i] = deal_int(c);
     k = r;
   }
   for (std::size_t i = grouped * H; i < n; ++i) ++ci[as[i] + 1];
