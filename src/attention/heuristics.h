@@ -100,6 +100,16 @@ inline constexpr int32_t kGroupedTailUnitsPerCta = 4;
 // at max_batch 256: 32 KiB, 128 KiB of pinned memory per wrapper), else 2.
 inline constexpr int32_t plan_staging_slots(std::size_t slot_bytes) { return slot_bytes <= 256 * 1024 ? 4 : 2; }
 
+// A balanced decode plan whose serialized arrays and CTA records take at most this many bytes (batch
+// 1 of Llama-3-8B on the folded 33-CTA plan: 16 items, ~2.3 KiB) takes the staging slots in turn
+// (StagingSlots::acquire's rotate): a slot known to have landed is written without asking the
+// driver, so a drained stream costs one cudaEventQuery per 4 plans instead of one per plan (0.25-0.47
+// us each on the H100 host, bench/results/h100_dplan_check_312808a.txt), for 4 x this many bytes of
+// staging lines in use. Larger plans reuse the newest slot (one query per plan): rotating them put
+// each plan on lines last written 4 plans earlier, and the serving harness's cold b256 plan read
+// slower in both pairs of that call (41.2 / 25.8 vs 31.5 / 24.3 us).
+inline constexpr std::size_t kRotateStagingMaxBytes = 4096;
+
 // Prefix sharing: the smallest node whose packs go WIDE (PackPlanConfig::wide_min_rows /
 // wide_min_keys: 128-row items through the prefill FA2 tile, decode/kernels_wide.cu) instead of
 // 32-row decode packs: at least kPackWideMinRows query rows (sharers x GQA group) AND

@@ -78,9 +78,10 @@ bool StagingRing::query(int32_t s) {
   return false;
 }
 
-int32_t StagingRing::acquire() {
+int32_t StagingRing::acquire(bool rotate) {
   return book_.acquire([this](int32_t s) { return query(s); },
-                       [this](int32_t s) { WEFT_CUDA_CHECK(cudaEventSynchronize(events_[std::size_t(s)])); });
+                       [this](int32_t s) { WEFT_CUDA_CHECK(cudaEventSynchronize(events_[std::size_t(s)])); },
+                       rotate);
 }
 
 void StagingRing::enqueued(int32_t s, cudaStream_t stream) {

@@ -45,11 +45,18 @@ class StagingSlots {
   // CUDA calls passed in: query(s) -> whether slot s's copy has landed, wait(s) -> blocks until it
   // has): the newest slot when its copy has landed (one query), else another slot known or found
   // (one more query) to have landed, else a wait for the oldest queued copy.
+  // rotate: a slot other than the newest that is known to have landed first, without asking the
+  // driver (a drained stream then costs one query per S plans instead of one per plan, and the
+  // plans take the slots in turn: for small images only, heuristics::kRotateStagingMaxBytes).
   template <class Query, class Wait>
-  int32_t acquire(Query&& query, Wait&& wait) {
+  int32_t acquire(Query&& query, Wait&& wait, bool rotate = false) {
     const int32_t n = newest_;
     if (n < 0) return 0;
     if (!pending_[n]) return n;
+    if (rotate) {
+      const int32_t f = free_other();
+      if (f >= 0) return f;
+    }
     if (query(n)) {  // the stream drained: the same slot again
       landed_through(n);
       return n;
@@ -89,7 +96,8 @@ class StagingRing {
   // A slot whose previous copy has landed: the newest slot when its copy has (one cudaEventQuery),
   // else another slot known or found (cudaEventQuery) to have landed, else a host wait
   // (cudaEventSynchronize) for the oldest queued copy: only when every slot's copy is queued.
-  int32_t acquire();
+  // rotate: StagingSlots::acquire's (a known-free other slot before a query).
+  int32_t acquire(bool rotate = false);
   unsigned char* slot(int32_t s) const { return base_ + std::size_t(s) * slot_bytes_; }
   // After the copy from slot s (the acquired one) is enqueued on `stream`: the slot's event.
   void enqueued(int32_t s, cudaStream_t stream);

@@ -169,8 +169,8 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   // copy is still queued).
   int32_t slot = -1;
   unsigned char* staging = nullptr;
-  auto staging_free = [&] {
-    slot = im.staging.acquire();
+  auto staging_free = [&](bool rotate) {
+    slot = im.staging.acquire(rotate);
     staging = im.staging.slot(slot);
   };
   std::size_t copy_bytes = 0, copy_offset = 0;
@@ -258,7 +258,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   }
   if (!balanced) {
     const plan::WorkPlan& wp = im.packer.current();
-    staging_free();
+    staging_free(false);
     im.share_image_ws = nullptr;  // until the copy below is queued
     im.staging_images[std::size_t(slot)].valid = false;  // the slot no longer holds a balanced image
     if (lazy) {
@@ -285,7 +285,10 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
         decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.balanced_tile_rows);
     const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows, im.head_fold);
     decode::plan_decode(shape, cfg, im.planner, im.next);
-    staging_free();
+    // What serialize writes: 8 item arrays, the CTA records and indptr, 5 merge arrays, 2 per request.
+    const std::size_t image_bytes = 4 * (8 * std::size_t(im.next.num_items()) + 13 * std::size_t(cfg.num_ctas) +
+                                         5 * std::size_t(im.next.num_merges()) + 2 * std::size_t(batch));
+    staging_free(image_bytes <= heuristics::kRotateStagingMaxBytes);
     im.layout.serialize(im.next, staging, &im.staging_images[std::size_t(slot)]);
     // The whole metadata region: its arrays sit at fixed offsets with max_items strides, so the
     // bytes a smaller plan uses are not contiguous (and the region also clears the previous plan's);

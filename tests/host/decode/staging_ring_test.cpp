@@ -24,7 +24,8 @@ struct Counts {
 
 // `plans` plan() calls on `streams` streams; before each, every stream lands all its copies with
 // probability p_drain, else at most one more (p_drain < 0: none, a copy lands only when waited for).
-Counts run_model(int slots, int streams, int plans, double p_drain, uint64_t seed) {
+// rotate: acquire()'s rotation (a known-free other slot before a query; small plans).
+Counts run_model(int slots, int streams, int plans, double p_drain, uint64_t seed, bool rotate = false) {
   std::mt19937_64 rng(seed);
   StagingSlots book(slots);
   std::vector<std::vector<int>> queued(streams);  // per stream: slot of each copy, in order
@@ -52,7 +53,8 @@ Counts run_model(int slots, int streams, int plans, double p_drain, uint64_t see
         [&](int s) {
           ++n.waits;
           done[copy[s].stream] = std::max(done[copy[s].stream], copy[s].pos + 1);
-        });
+        },
+        rotate);
     EXPECT_TRUE(landed(slot)) << "plan " << p << " rewrites slot " << slot << " while its copy is queued";
     if (last >= 0 && slot != last) ++n.slot_changes;
     last = slot;
@@ -68,10 +70,11 @@ TEST(StagingSlots, NeverRewritesAQueuedSlot) {
   for (int slots : {1, 2, 3, 4})
     for (int streams : {1, 2, 3})
       for (double p : {-1.0, 0.0, 0.3, 1.0})
-        for (uint64_t seed = 0; seed < 20; ++seed) {
-          run_model(slots, streams, 200, p, seed);
-          if (HasFailure()) return;
-        }
+        for (uint64_t seed = 0; seed < 20; ++seed)
+          for (bool rotate : {false, true}) {
+            run_model(slots, streams, 200, p, seed, rotate);
+            if (HasFailure()) return;
+          }
 }
 
 TEST(StagingSlots, DrainedStreamReusesOneSlotWithOneQueryPerPlan) {
@@ -79,6 +82,18 @@ TEST(StagingSlots, DrainedStreamReusesOneSlotWithOneQueryPerPlan) {
   EXPECT_EQ(n.queries, 299);  // the first plan finds the ring empty
   EXPECT_EQ(n.waits, 0);
   EXPECT_EQ(n.slot_changes, 0);  // the same lines and pages every step, as one buffer
+}
+
+TEST(StagingSlots, RotatingDrainedStreamQueriesOncePerRing) {
+  // Small plans (heuristics::kRotateStagingMaxBytes) take the slots in turn: the driver is asked
+  // only when no other slot is known to have landed, i.e. once per 4 plans, and never waited for.
+  const Counts n = run_model(4, 1, 301, 1.0, 7, true);
+  EXPECT_EQ(n.queries, 75);  // plans 4, 8, ..., 300
+  EXPECT_EQ(n.waits, 0);
+  EXPECT_EQ(n.slot_changes, 300 - 75);  // a query's plan reuses the newest slot (it landed)
+  // A busy stream still waits only when every slot's copy is queued.
+  EXPECT_EQ(run_model(4, 1, 4, -1.0, 1, true).waits, 0);
+  EXPECT_EQ(run_model(4, 1, 5, -1.0, 1, true).waits, 1);
 }
 
 TEST(StagingSlots, BusyStreamWaitsOnlyWhenEverySlotIsQueued) {
