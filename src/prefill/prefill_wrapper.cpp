@@ -35,6 +35,8 @@ struct BatchPrefillWrapper::State {
   bool paged = false;
   int64_t page_size = 0;
   std::vector<int32_t> kv_len;           // real requests
+  std::vector<int32_t> kv_len_next;      // plan_paged / plan_ragged's lengths for plan_common (reused:
+                                         // no allocation per plan; kv_len takes them once valid)
   std::vector<int32_t> kv_indptr_host;   // ragged
   TileConfig cfg;
   int32_t num_ctas = 0;
@@ -185,7 +187,8 @@ void BatchPrefillWrapper::plan_paged(const int32_t* qo_indptr_host, const PageTa
                                      const int32_t* mask_indptr_host, const PrefillPlanOptions& opt) {
   check::in_range(page_size, "page_size", 1, INT32_MAX);
   prefill::check_table_host(table, page_size);
-  std::vector<int32_t> kv_len(table.batch_size);
+  std::vector<int32_t>& kv_len = s_->kv_len_next;
+  kv_len.resize(table.batch_size);
   for (int32_t b = 0; b < table.batch_size; ++b)
     kv_len[b] = static_cast<int32_t>(kv_len_of(table, page_size, b));
   plan_common(qo_indptr_host, table.batch_size, kv_len, true, page_size, num_qo_heads, num_kv_heads,
@@ -202,7 +205,8 @@ void BatchPrefillWrapper::plan_ragged(const int32_t* qo_indptr_host, const int32
                                       const PrefillPlanOptions& opt) {
   WEFT_CHECK_ARG(batch >= 0, "batch", "must be >= 0, got " << batch);
   check::indptr(kv_indptr_host, batch, "kv_indptr");  // null only for an empty step (batch 0)
-  std::vector<int32_t> kv_len(batch);
+  std::vector<int32_t>& kv_len = s_->kv_len_next;
+  kv_len.resize(batch);
   for (int32_t b = 0; b < batch; ++b) kv_len[b] = kv_indptr_host[b + 1] - kv_indptr_host[b];
   plan_common(qo_indptr_host, batch, kv_len, false, 0, num_qo_heads, num_kv_heads, head_dim, dtype,
               variant, workspace, workspace_bytes, bounds, stream, mask_indptr_host, opt);
