@@ -152,7 +152,9 @@ Plan balance(const BatchShape& shape, const BalanceConfig& cfg);
 //    largest (equal costs, e.g. a uniform batch: round robin) a deal is O(1); the first time one is
 //    not, the sorted queue becomes a binary min-heap (a sorted array is one) with the same order.
 //    The order (load, index) is total, so every correct min-queue pops the same CTA as the
-//    std::priority_queue did, and loads are summed in the same order (identical doubles).
+//    std::priority_queue did, and loads are summed in the same order (identical doubles);
+//  - an unsplit one-tile-per-head plan whose costs come in long runs (causal prefill segments)
+//    deals each run of equal costs at once on the sorted queue (deal_run_int: the same pops).
 // Not thread-safe: one Planner per thread (a wrapper owns one).
 class Planner {
  public:
