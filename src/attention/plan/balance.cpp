@@ -146,14 +146,17 @@ inline Cut cut_tile(int64_t len, bool split, int64_t L, int64_t granularity) {
 // function of its own so that its sums stay in registers (inside prepare(), next to the error
 // paths, they lived on the stack: 3.3 ns per request at prefill/b64's 586).
 struct RequestTotals {
+  std::size_t units = 0;  // unit records written (requests with rows)
   int64_t next = 0, num_tiles = 0, total = 0;
   int32_t longest = 0;
   bool one_tile = true, bad = false;
 };
+template <class UnitT>
 [[gnu::noinline]] RequestTotals request_totals(const int32_t* __restrict qo, const int32_t* __restrict kv,
                                                const int32_t* __restrict ks, int32_t batch, int64_t gs, int64_t tq,
-                                               int32_t* __restrict qi) {
+                                               int32_t* __restrict qi, UnitT* __restrict un) {
   RequestTotals r;
+  std::size_t U = 0;
   int64_t next = 0, num_tiles = 0, total = 0;
   int32_t longest = 0;
   bool one_tile = true, bad = false;
@@ -170,7 +173,12 @@ struct RequestTotals {
     const int32_t len = nt > 0 ? k - s0 : 0;
     total += int64_t(len) * nt;
     longest = std::max(longest, len);
+    // The unit record (build_whole_units; meaningful while one_tile holds), written always and
+    // kept only for a request with rows.
+    un[U] = {b, static_cast<int32_t>(rows), s0, k};
+    U += nt > 0;
   }
+  r.units = U;
   r.next = next;
   r.num_tiles = num_tiles;
   r.total = total;
@@ -390,14 +398,12 @@ void Planner::deal_run_int(uint64_t cost, std::size_t k, int32_t* out) {
     // Merge Q[j..C) (at q + j) with Q[0..j) + add into q[j .. C + j), from the back.
     std::size_t d = C + j, a = C;
     std::ptrdiff_t b = static_cast<std::ptrdiff_t>(j) - 1;
-    while (b >= 0) {
-      const uint64_t nb = q[b] + add;
-      if (a > j && q[a - 1] > nb) {
-        q[--d] = q[--a];
-      } else {
-        q[--d] = nb;
-        --b;
-      }
+    while (b >= 0) {  // without branches on the keys (q[a - 1] is a popped key once a == j)
+      const uint64_t nb = q[b] + add, qa = q[a - 1];
+      const bool take_a = (a > j) & (qa > nb);
+      q[--d] = take_a ? qa : nb;
+      a -= take_a;
+      b -= !take_a;
     }
     head_ += j;
     k -= j;
@@ -463,28 +469,22 @@ int64_t Planner::prepare(const BatchShape& shape, const BalanceConfig& cfg) {
   uint64_t umin = ~uint64_t(0), umax = 0, usum = 0;
   const int64_t gs = cfg.group_size;
   const int32_t nb = batch_;
-  const RequestTotals rt = request_totals(qo, kv, ks, nb, gs, tq, qo_indptr_.data());
+  const RequestTotals rt = request_totals(qo, kv, ks, nb, gs, tq, qo_indptr_.data(), un);
   const bool bad = rt.bad, one_tile = rt.one_tile;
   const int64_t num_tiles = rt.num_tiles, total = rt.total;
   const int32_t longest = rt.longest;
-  // Every request with rows in one tile per KV head: one unit record each, with its integral cost.
+  // Every request with rows in one tile per KV head: the units' integral costs.
   if (one_tile && !bad) {
-    const bool ic = int_costs_;
-    const uint64_t ia = ia_, ib = ib_;
-    for (int32_t b = 0; b < nb; ++b) {
-      const int32_t q = qo[b];
-      if (q == 0) continue;  // (rows = q x group_size > 0 otherwise)
-      const int32_t k = kv[b], s0 = ks ? ks[b] : 0;
-      const int32_t rows = static_cast<int32_t>(int64_t(q) * gs);
-      un[U] = {b, rows, s0, k};
-      if (ic) {  // (rows and len below 2^31, ia / ib below 2^20: no overflow)
-        const uint64_t c = ia * static_cast<uint64_t>(rows) + ib * static_cast<uint64_t>(k - s0);
-        uc[U] = c;
+    U = rt.units;
+    if (int_costs_) {
+      const uint64_t ia = ia_, ib = ib_;
+      for (std::size_t u = 0; u < U; ++u) {  // (rows and len below 2^31, ia / ib below 2^20: no overflow)
+        const uint64_t c = ia * static_cast<uint64_t>(un[u].rows) + ib * static_cast<uint64_t>(un[u].kv_end - un[u].kv_begin);
+        uc[u] = c;
         umin = std::min(umin, c);
         umax = std::max(umax, c);
         usum += c;
       }
-      ++U;
     }
   }
   if (bad) {  // the checks one by one, in their order: the first failing one throws
