@@ -68,6 +68,8 @@ struct DecodePlanInfo {
                                // (DecodeOptions::prefix_wide_packs)
   bool wide_split = false;  // wide items on their own CTAs, the decode kernel started beside the
                             // wide kernel (DecodeOptions::prefix_wide_overlap)
+  bool wide_sm90 = false;   // the wide items run on the Hopper (sm90 wgmma) mainloop, not the FA2
+                            // tile (DecodeOptions::prefix_wide_sm90)
   bool lazy_update = false; // share_prefixes: the previous plan updated in place (only private
                             // suffixes grew; its key ranges and page bases copied, not the plan)
   bool prefix_fallback = false;  // share_prefixes: the table had no pack, the standard decode plan
@@ -146,6 +148,13 @@ struct DecodeOptions {
   // captured on either kind of plan replays the other correctly. false: always one after the
   // other.
   bool prefix_wide_overlap = true;
+  // Wide packs on the Hopper mainloop (TMA + wgmma, the sm90 prefill kernel) instead of the FA2
+  // tile, on an sm_90 device, where the plan's wide items hold consecutive requests (their query
+  // rows are then one TMA box; true of a batch ordered by prefix), the GQA group divides 128 and
+  // pages tile 128 keys; other plans keep the FA2 tile (plan_info().wide_sm90 says which ran).
+  // Not the same bits as the FA2 tile: a CUDA graph captured around run() replays only plans of
+  // the same kind (as with prefix_fallback). false: always the FA2 tile.
+  bool prefix_wide_sm90 = true;
   // Route (DecodeRoute). The work-queue routes and kAuto plan from a native block table
   // (plan(BlockTable) / run(BlockTable)); plan(PageTable) and plan_lengths() with kAuto plan the
   // balanced route, with kWorkQueue / kNoSplit they throw. A work-queue plan's grid follows the

@@ -25,28 +25,8 @@ static_assert(WideTile<half>::kWarpsKV == 1 && WideTile<half>::kRowsPerWarp == 3
 template <class T>
 void launch_wide(const LaunchArgs& a, const plan::WorkPlanPointers& work, cudaStream_t stream) {
   using Tr = WideTile<T>;
-  const DecodeParams<T, T> d = make_decode_params<T, T>(a);  // pools, page table, strides
-  prefill::PrefillParams p;
-  p.k = d.kv.k.data;
-  p.v = d.kv.v.data;
-  p.k_page_stride = d.kv.k.page_stride;
-  p.k_slot_stride = d.kv.k.slot_stride;
-  p.k_head_stride = d.kv.k.head_stride;
-  p.v_page_stride = d.kv.v.page_stride;
-  p.v_slot_stride = d.kv.v.slot_stride;
-  p.v_head_stride = d.kv.v.head_stride;
-  p.paged = 1;
-  p.page_size = d.kv.table.page_size;
-  p.page_shift = d.page_shift;
-  p.page_indices = d.kv.table.indices;  // item page bases index it (BSR indices or block-table rows)
-  p.group_size = a.group_size;
-  // Decode: the query is the last position, every key is visible (no causal / window / custom
-  // mask: prefix sharing refuses windows); the scale and soft cap are the variant's.
-  p.causal = 0;
-  p.window_left = -1;
-  p.scale_log2 = a.var.scale_log2;
-  p.softcap_pre = a.var.softcap_pre;
-  p.softcap_post = a.var.softcap_post;
+  const DecodeParams<T, T> d = make_decode_params<T, T>(a);
+  const prefill::PrefillParams p = wide_pack_params(d, a);
   WidePackRows rows;
   rows.work = work;
   rows.q = d.q;

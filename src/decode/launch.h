@@ -9,6 +9,7 @@
 #include "attention/plan/work_plan.h"
 #include "attention/variant.cuh"
 #include "decode/decode_plan.h"
+#include "prefill/sm90/sm90_launch.h"
 #include "weft/decode.h"
 #include "weft/paged_kv.h"
 #include "weft/tensor.h"
@@ -58,6 +59,17 @@ void prepare_decode_work_plan(int32_t head_dim);
 // fp16 / bf16 (wide_packs_compiled); 16-bit pools, no ALiBi / window / custom mask (weft::Error).
 bool wide_packs_compiled(int32_t head_dim, DType dtype);
 void launch_decode_wide_packs(const LaunchArgs& args, const plan::WorkPlanPointers& work, cudaStream_t stream);
+// The same items on the Hopper prefill mainloop (kernels_wide_sm90.cu) where its Q boxes can load
+// the plan's wide items' rows (plan::wide_rows_loadable): one box per request at GQA groups >=
+// kWideSm90GatherGroup (a box of group heads x 128 bytes is then whole 1024-byte swizzle atoms),
+// else one box of 128 / group consecutive tokens (the items' requests must be consecutive).
+// wide_sm90_shape: an sm90 instance and a GQA group / page size it runs (pure); wide_sm90_device:
+// the current device is sm_90 and the build holds the kernel's sm_90a code.
+inline constexpr int32_t kWideSm90GatherGroup = prefill::sm90::kQGatherMinGroup;
+bool wide_sm90_shape(int32_t group_size, int64_t page_size, DType dtype);
+bool wide_sm90_device();
+void prepare_decode_wide_sm90();
+void launch_decode_wide_sm90(const LaunchArgs& args, const plan::WorkPlanPointers& work, cudaStream_t stream);
 // Raises the wide-pack kernels' dynamic shared memory limit (outside graph capture).
 void prepare_decode_wide_packs();
 // Resident wide-pack CTAs per SM (also prepares them).

@@ -18,9 +18,43 @@
 #pragma once
 #include "attention/plan/work_plan.h"
 #include "common/ptx.cuh"
+#include "decode/decode_params.cuh"
+#include "decode/launch.h"
 #include "prefill/kernel/prefill_kernel.cuh"
 
 namespace weft::decode {
+
+// The prefill parameters both wide-pack mainloops read (host side): pools, page table (item page
+// bases index it: BSR indices or block-table rows), strides, the GQA group, the variant's scale
+// and soft cap, Q (the sm90 mainloop's tensor map; the FA2 one gathers through WidePackRows).
+// Decode: the query is the last position, every key is visible (no causal / window / custom
+// mask: prefix sharing refuses windows).
+template <class T>
+prefill::PrefillParams wide_pack_params(const DecodeParams<T, T>& d, const LaunchArgs& a) {
+  prefill::PrefillParams p;
+  p.q = d.q;
+  p.q_stride_token = d.q_stride_token;
+  p.q_stride_head = d.q_stride_head;
+  p.k = d.kv.k.data;
+  p.v = d.kv.v.data;
+  p.k_page_stride = d.kv.k.page_stride;
+  p.k_slot_stride = d.kv.k.slot_stride;
+  p.k_head_stride = d.kv.k.head_stride;
+  p.v_page_stride = d.kv.v.page_stride;
+  p.v_slot_stride = d.kv.v.slot_stride;
+  p.v_head_stride = d.kv.v.head_stride;
+  p.paged = 1;
+  p.page_size = d.kv.table.page_size;
+  p.page_shift = d.page_shift;
+  p.page_indices = d.kv.table.indices;
+  p.group_size = a.group_size;
+  p.causal = 0;
+  p.window_left = -1;
+  p.scale_log2 = a.var.scale_log2;
+  p.softcap_pre = a.var.softcap_pre;
+  p.softcap_post = a.var.softcap_post;
+  return p;
+}
 
 struct WidePackRows {
   plan::WorkPlanPointers work;

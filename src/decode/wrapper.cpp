@@ -211,6 +211,8 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
         options.prefix_wide_min_keys > 0 ? options.prefix_wide_min_keys : heuristics::kPackWideMinKeys;
     impl_->wide_overlap = options.prefix_wide_overlap;
     if (impl_->wide_packs) decode::prepare_decode_wide_packs();
+    impl_->wide_sm90_ok = impl_->wide_packs && options.prefix_wide_sm90 && decode::wide_sm90_device();
+    if (impl_->wide_sm90_ok) decode::prepare_decode_wide_sm90();
   }
   if (options.route != DecodeRoute::kBalanced) {
     Impl& im = *impl_;
@@ -376,7 +378,10 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
   a.tile_rows = work_plan_active() ? tile_rows : balanced_tile_rows;
   if (work_plan_active()) {
     if (wide_launch) {
-      decode::launch_decode_wide_packs(a, wlayout.pointers(workspace), stream);
+      if (wide_sm90)
+        decode::launch_decode_wide_sm90(a, wlayout.pointers(workspace), stream);
+      else
+        decode::launch_decode_wide_packs(a, wlayout.pointers(workspace), stream);
       // Overlapped (DecodeOptions::prefix_wide_overlap, a plan that split the CTAs between the
       // kinds: WorkPlan::wide_split): the decode kernel may start while the wide kernel runs (it
       // triggers at its start) on the CTAs the plan left it.

@@ -81,6 +81,10 @@ struct BatchDecodeWrapper::Impl {
   bool wide_overlap = true;   // DecodeOptions::prefix_wide_overlap
   bool wide_launch = false;
   bool wide_split = false;  // the plan split the CTAs between the kinds (WorkPlan::wide_split)
+  // DecodeOptions::prefix_wide_sm90 on an sm_90 device with the kernel's code (decode::
+  // wide_sm90_device), and whether the current plan runs its wide items there.
+  bool wide_sm90_ok = false;
+  bool wide_sm90 = false;
   plan::WorkPlanLayout wlayout;
   const PageTable* share_table = nullptr;
   plan::PackPlanner packer;            // keeps the last plan for lazy updates

@@ -252,6 +252,14 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     im.wide_launch = !balanced && wp.num_wide_items > 0;
     im.wide_split = im.wide_launch && wp.wide_split != 0;  // run(): the decode kernel beside the wide one
     info_.wide_split = im.wide_split;
+    // The wide items on the Hopper mainloop where its Q boxes can load their rows (whole groups;
+    // at GQA groups < 8 consecutive requests: decode::launch_decode_wide_sm90); a lazy update
+    // keeps the plan's rows, so its choice.
+    if (!lazy)
+      im.wide_sm90 = im.wide_launch && im.wide_sm90_ok && decode::wide_sm90_shape(pc.group_size, page_size, dtype) &&
+                     plan::wide_rows_loadable(wp, pc.group_size, std::max(1, pc.head_fold),
+                                              /*consecutive=*/pc.group_size < decode::kWideSm90GatherGroup);
+    info_.wide_sm90 = im.wide_launch && im.wide_sm90;
     info_.prefix_fallback = balanced;
     info_.lazy_update = false;
     if (balanced) im.share_image_ws = nullptr;  // the balanced image replaces the work plan's
@@ -336,7 +344,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   info_.route = static_cast<int32_t>(DecodeRoute::kBalanced);
   info_.route_chunk = 0;
   info_.prefix_sharing = im.work_plan_active();  // not when it fell back (prefix_fallback)
-  if (!im.work_plan_active()) info_.num_wide_items = 0, info_.wide_split = false;
+  if (!im.work_plan_active()) info_.num_wide_items = 0, info_.wide_split = false, info_.wide_sm90 = false;
 }
 
 void BatchDecodeWrapper::Impl::plan_work_queue(DecodePlanInfo& info, const BlockTable& table, int32_t chunk,

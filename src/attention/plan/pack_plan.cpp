@@ -575,4 +575,19 @@ void expand_item_kv(int32_t f, WorkPlan& p) {
     }
 }
 
+bool wide_rows_loadable(const WorkPlan& p, int32_t group_size, int32_t head_fold, bool consecutive) {
+  if (p.num_wide_items == 0 || group_size <= 0) return false;
+  const int32_t n = p.num_items() - p.num_wide_items, w0 = p.num_wide_items / std::max(1, head_fold);
+  for (int32_t i = n; i < n + w0; ++i) {  // the folded plan's wide items (copies share their rows)
+    const int32_t rb = p.item_row_begin[size_t(i)], re = p.item_row_end[size_t(i)];
+    if (rb % group_size != 0 || re <= rb) return false;
+    if (!consecutive) continue;
+    const int32_t j0 = rb / group_size, j1 = (re + group_size - 1) / group_size;  // the rows' requests
+    const int32_t* req = p.req_list.data() + p.item_req_begin[size_t(i)];
+    for (int32_t j = j0 + 1; j < j1; ++j)
+      if (req[j] != req[j0] + (j - j0)) return false;
+  }
+  return true;
+}
+
 }  // namespace weft::plan

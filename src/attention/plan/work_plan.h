@@ -235,6 +235,16 @@ void for_folded_items(const WorkPlan& p, int32_t head_fold, F&& f) {
   for (int32_t i = n; i < n + w0; ++i) f(i);
 }
 
+// Whether the Hopper mainloop's Q boxes can load every wide item's rows (decode wrapper,
+// DecodeOptions::prefix_wide_sm90; decode/kernels_wide_sm90.cu): its rows start at a whole GQA
+// group (row_begin a multiple of group_size: one box of group heads per request) and, with
+// `consecutive` (GQA groups < 8, whose Q tile is one box of 128 / group tokens), its requests are
+// consecutive (request req_list[req_begin + j] = first + j over the requests of its rows
+// [row_begin, row_end)): a decode batch's rows of such an item are then consecutive tokens of a
+// [batch, heads, head_dim] Q. False when the plan has no wide item. head_fold: the folded plan's
+// items are checked (for_folded_items: the copies share their rows).
+bool wide_rows_loadable(const WorkPlan& p, int32_t group_size, int32_t head_fold, bool consecutive);
+
 // Keys per chunk when a range of `len` keys is cut for max_chunk (make_pack_plan's rule: near-equal
 // chunks, a multiple of gran except the last); len itself when it is not cut (max_chunk 0 or
 // len <= max_chunk). The range then has ceil(len / chunk_keys) chunks (one when len is 0).

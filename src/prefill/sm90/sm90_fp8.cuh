@@ -183,15 +183,15 @@ __device__ __forceinline__ void widen_kv_tile(uint32_t sb, Bars<C> b, uint32_t t
 // The widening warps' loop (warps 1..3 of the producer warpgroup): the producer's tile sequence
 // (same items, same tile count). The TMA warp, where it widens too, calls widen_kv_tile from its
 // own loop (producer, sm90_kernel.cuh).
-template <int D, class T, class KV, class C>
-__device__ __forceinline__ void widen_warps(const KernelParams& P, unsigned char* smem, Bars<C> b, int wid,
-                                            int lane) {
+template <int D, class T, class KV, class C, class Rows>
+__device__ __forceinline__ void widen_warps(const KernelParams& P, const Rows& rows, unsigned char* smem, Bars<C> b,
+                                            int wid, int lane) {
   const PrefillParams& p = P.p;
   uint32_t tile_cnt = 0;
   const uint32_t sb = ptx90::smem_addr(smem);
-  const CtaItems items = cta_items(p);
+  const CtaItems items = rows.items(p);
   for (int w = items.begin; w < items.end; ++w) {
-    const int n_tiles = tile_count<C::kBlockN>(item_geometry(p, w, items.fold));
+    const int n_tiles = tile_count<C::kBlockN>(rows.geometry(p, w, items.fold));
     for (int t = 0; t < n_tiles; ++t, ++tile_cnt) widen_kv_tile<D, T, KV, C>(sb, b, tile_cnt, wid, lane);
   }
 }

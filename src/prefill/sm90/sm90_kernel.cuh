@@ -56,6 +56,38 @@
 
 namespace weft::prefill::sm90 {
 
+// Where the kernel's items come from and where their rows go (the Rows policy, as the FA2
+// mainloop's PlanRows in prefill_kernel.cuh). Sm90PlanRows: the prefill plan (cta_items,
+// item_geometry, write_item, the in-kernel merge of split tiles), its tensor maps staged per CTA
+// with the plan's row extents (stage_maps). The decode wrapper's wide packs pass their own
+// (decode/wide_pack_sm90.cuh: a work plan's wide items whose Q rows are contiguous tokens, partial
+// states in the work plan's slots, the kernel-parameter maps as they are).
+//   kStageMaps           per-CTA copies of the maps with the plan's extents (sm90_launch.h)
+//   kTriggerDependents   griddepcontrol.launch_dependents at the kernel's start (a programmatic
+//                        dependent launch after it may start at once)
+//   kGatherQ             at GQA groups >= 8, the Q tile as 128 / group boxes of one token each
+//                        (q_token(p, g, j): the token of tile rows j * group ..), the map's box
+//                        one token deep (Shapes::q_box_tokens); smaller groups: the one box of
+//                        128 / group consecutive tokens from g.token_abs0
+struct Sm90PlanRows {
+  static constexpr bool kStageMaps = true;
+  static constexpr bool kTriggerDependents = false;
+  static constexpr bool kGatherQ = false;
+  __device__ __forceinline__ CtaItems items(const PrefillParams& p) const { return cta_items(p); }
+  __device__ __forceinline__ ItemGeom geometry(const PrefillParams& p, int w, int fold) const {
+    return item_geometry(p, w, fold);
+  }
+  template <class Tr>
+  __device__ __forceinline__ void write(const SoftmaxState<Tr>& st, const PrefillParams& p, const ItemGeom& g,
+                                        int warp_row0, int lane, float vq) const {
+    write_item<Tr>(st, p, g, warp_row0, lane, vq);
+  }
+  template <class T, int D>
+  __device__ __forceinline__ void merge(const PrefillParams& p, const CtaItems& items, int tid_c) const {
+    merge_split_items<T, D>(p, items, tid_c);
+  }
+};
+
 // Producer warp. Lane 0 issues ragged boxes; paged tiles are cut into min(page_size, kBlockN)-row
 // pieces, lane i issuing piece i (its page id loaded by that lane): K one box per 64-column half
 // (the K-major S operand needs each half's keys contiguous across pages), V one box for all halves
@@ -77,14 +109,15 @@ namespace weft::prefill::sm90 {
 // copy of tile t + 1, which waits for tile t - 1's fp8 stages to be released by all four warps,
 // still goes out two tiles ahead of the consumers; before an item's Q wait it widens its last
 // pending tile (the consumers release Q only after the previous item's last tile).
-template <int D, class T, class KV, class C>
-__device__ __forceinline__ void producer(const KernelParams& P, unsigned char* smem, Bars<C> b,
+template <int D, class T, class KV, class C, class Rows>
+__device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows, unsigned char* smem, Bars<C> b,
                                          int lane) {
   const PrefillParams& p = P.p;
-  CUtensorMap* maps = stage_maps<C>(P, smem, lane);
-  const CUtensorMap* tm_q = maps + 0;
-  const CUtensorMap* tm_k = maps + 1;
-  const CUtensorMap* tm_v = maps + 2;
+  const CUtensorMap* maps = nullptr;
+  if constexpr (Rows::kStageMaps) maps = stage_maps<C>(P, smem, lane);
+  const CUtensorMap* tm_q = Rows::kStageMaps ? maps + 0 : &P.tm_q;
+  const CUtensorMap* tm_k = Rows::kStageMaps ? maps + 1 : &P.tm_k;
+  const CUtensorMap* tm_v = Rows::kStageMaps ? maps + 2 : &P.tm_v;
   const int rows_per_copy = P.rows_per_copy;
   constexpr int kBlockN = C::kBlockN;
   const int copies = kBlockN / rows_per_copy;  // 1 for ragged
@@ -107,9 +140,9 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
       pending = 0;
     }
   };
-  const CtaItems items = cta_items(p);
+  const CtaItems items = rows.items(p);
   for (int w = items.begin; w < items.end; ++w, ++item_cnt) {
-    const ItemGeom g = item_geometry(p, w, items.fold);
+    const ItemGeom g = rows.geometry(p, w, items.fold);
     // L2 prefetch of the item's Q boxes before the wait for the Q buffer, so its load after the
     // previous item's last S GEMM hits L2 (start latency: see start_prefetch; 16-bit pools: the
     // first item's was prefetched there).
@@ -126,6 +159,24 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
     bool q_issued = false;
     auto load_q = [&]() {
       ptx90::mbar_wait(b.q_empty(qb), qph ^ 1);
+      if constexpr (Rows::kGatherQ) {
+        // Rows of several requests (GQA group >= kQGatherMinGroup: the map's box is one token x
+        // group heads, >= 1024 bytes per half, whole 128-byte-swizzle atoms): box j = tile
+        // rows j * group .. + group - 1 from token rows.q_token(j), one box per lane and half.
+        if (gs >= kQGatherMinGroup) {
+          if (lane == 0) ptx90::mbar_arrive_expect_tx(b.q_full(qb), C::kQBytes);
+          __syncwarp();
+          for (int j = lane; j < kBlockM / gs; j += 32) {
+            const int tok = rows.q_token(p, g, j);
+#pragma unroll
+            for (int h = 0; h < C::kHalves; ++h)
+              ptx90::tma_load_3d(smem + qb * C::kQBytes + h * C::kQHalfBytes + j * gs * 128, tm_q, b.q_full(qb),
+                                 h * 64, g.kv_head * gs, tok);
+          }
+          q_issued = true;
+          return;
+        }
+      }
       if (lane == 0) {
         ptx90::mbar_arrive_expect_tx(b.q_full(qb), C::kQBytes);
         const int tok = g.token_abs0 + g.row_begin / gs;
@@ -252,12 +303,12 @@ __device__ __forceinline__ void producer(const KernelParams& P, unsigned char* s
 // chunked c512 h4096 / h8192 1.06-1.07x; long rows within the run's spread. (Handing every
 // item's geometry to the consumers through a shared-memory ring filled by warp 1 was tried
 // first: 260-430 bytes of consumer spills, not pursued.) One lane.
-template <class C>
-__device__ __forceinline__ void start_prefetch(const KernelParams& P) {
+template <class C, class Rows>
+__device__ __forceinline__ void start_prefetch(const KernelParams& P, const Rows& rows) {
   const PrefillParams& p = P.p;
-  const CtaItems items = cta_items(p);
+  const CtaItems items = rows.items(p);
   if (items.begin >= items.end) return;
-  const ItemGeom g = item_geometry(p, items.begin, items.fold);
+  const ItemGeom g = rows.geometry(p, items.begin, items.fold);
   const int gs = p.group_size;
 #pragma unroll
   for (int h = 0; h < C::kHalves; ++h)
@@ -314,8 +365,8 @@ inline constexpr int kPingPongBar = 2;
 // softmax of S_t runs while that P V is in flight; O is rescaled after it completes.
 // kPingPong: the two warpgroups take turns issuing their GEMMs (named barriers), so one
 // warpgroup's softmax overlaps the other's tensor-core work.
-template <int D, class T, class C, bool kOverlap, bool kPingPong, bool kPvWide>
-__device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* smem, Bars<C> b,
+template <int D, class T, class C, bool kOverlap, bool kPingPong, bool kPvWide, class Rows>
+__device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows, unsigned char* smem, Bars<C> b,
                                          int cwg, int tid_wg) {
   using Tr = Shim<D, T>;
   constexpr int kBlockN = C::kBlockN;
@@ -436,9 +487,9 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
   };
 
   uint32_t tile_cnt = 0, item_cnt = 0;
-  const CtaItems items = cta_items(p);
+  const CtaItems items = rows.items(p);
   for (int w = items.begin; w < items.end; ++w, ++item_cnt) {
-    const ItemGeom g = item_geometry(p, w, items.fold);
+    const ItemGeom g = rows.geometry(p, w, items.fold);
     const int n_tiles = tile_count<C::kBlockN>(g);
     const int ts0 = first_tile_key<C::kBlockN>(g);
     const float* kq_ptr = kF8 ? p.k_scale + g.kv_head * p.k_scale_stride : nullptr;
@@ -541,10 +592,10 @@ __device__ __forceinline__ void consumer(const KernelParams& P, unsigned char* s
 
     finish_state(st, scale);
     reduce_row_sums(st);
-    write_item<Tr>(st, p, g, warp_row0, lane, kF8 ? __ldg(p.v_scale + g.kv_head * p.v_scale_stride) : 1.f);
+    rows.template write<Tr>(st, p, g, warp_row0, lane, kF8 ? __ldg(p.v_scale + g.kv_head * p.v_scale_stride) : 1.f);
   }
   // Split tiles whose last slot this CTA counted: merged here (no merge kernel follows).
-  merge_split_items<T, D>(p, items, cwg * 128 + tid_wg);
+  rows.template merge<T, D>(p, items, cwg * 128 + tid_wg);
 }
 
 // kVariant bit 0: intra-warpgroup overlap; bit 1: ping-pong between the consumer warpgroups;
@@ -563,9 +614,12 @@ using CfgOf = std::conditional_t<
                        std::conditional_t<kSm90QDouble && D == 128, Cfg<D, T, 2, 0, 2, (kVariant & 4) ? 3 : 2>,
                                           Cfg<D, T, (kVariant & 4) && D != 256 ? 3 : 2>>>>;
 
-template <int D, class T, class KV, int kVariant>
-__global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_constant__ KernelParams P) {
+// Rows: Sm90PlanRows (the prefill plan) or the decode wrapper's wide packs (see Sm90PlanRows).
+template <int D, class T, class KV, int kVariant, class Rows = Sm90PlanRows>
+__global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_constant__ KernelParams P,
+                                                              const __grid_constant__ Rows rows) {
 #ifdef WEFT_SM90A_ENABLED
+  if constexpr (Rows::kTriggerDependents) ptx::grid_launch_dependents();
   using C = CfgOf<D, T, KV, kVariant>;
   constexpr bool kF8 = C::kF8Stages > 0;
   extern __shared__ unsigned char smem_raw[];
@@ -597,12 +651,13 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
   const int wg = tid / 128;
   if (wg == 0) {
     ptx90::setmaxnreg_dec<C::kProducerRegs>();
-    if (tid < 32) producer<D, T, KV, C>(P, smem, b, tid);
-    else if constexpr (kF8) widen_warps<D, T, KV, C>(P, smem, b, tid / 32 - (C::kWidenWarps == 4 ? 0 : 1), tid & 31);
-    else if (tid == 32) start_prefetch<C>(P);
+    if (tid < 32) producer<D, T, KV, C>(P, rows, smem, b, tid);
+    else if constexpr (kF8) widen_warps<D, T, KV, C>(P, rows, smem, b, tid / 32 - (C::kWidenWarps == 4 ? 0 : 1), tid & 31);
+    else if (tid == 32) start_prefetch<C>(P, rows);
   } else {
     ptx90::setmaxnreg_inc<C::kConsumerRegs>();
-    consumer<D, T, C, (kVariant & 1) != 0, (kVariant & 2) != 0, (kVariant & 8) != 0>(P, smem, b, wg - 1, tid - (wg * 128));
+    consumer<D, T, C, (kVariant & 1) != 0, (kVariant & 2) != 0, (kVariant & 8) != 0>(P, rows, smem, b, wg - 1,
+                                                                                     tid - (wg * 128));
   }
 #else
   __trap();  // built without sm_90a code: never selected (occupancy_prefill_sm90 reports 0)
@@ -626,7 +681,7 @@ static_assert(kPipelineVariant == 0 || kPipelineVariant == 3 || kPipelineVariant
 template <int D, class T, class KV, int V>
 void launch_variant(const KernelParams& kp, int num_ctas, cudaStream_t stream) {
   using C = CfgOf<D, T, KV, V>;
-  prefill_sm90_kernel<D, T, KV, V><<<num_ctas, C::kThreads, C::kSmemBytes, stream>>>(kp);
+  prefill_sm90_kernel<D, T, KV, V><<<num_ctas, C::kThreads, C::kSmemBytes, stream>>>(kp, Sm90PlanRows{});
 }
 
 template <int D, class T, class KV>

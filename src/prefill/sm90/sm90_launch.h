@@ -22,6 +22,11 @@ inline constexpr int kBlockM = 128;  // query rows of a CTA tile (two consumer w
 // to the 128 fp32 of O keeps a consumer thread under its 240 registers.
 constexpr int block_n(int head_dim) { return head_dim == 256 ? 64 : 128; }
 
+// Smallest GQA group whose Q rows may be gathered one token per box (Shapes::q_box_tokens = 1,
+// sm90_kernel.cuh kGatherQ): a box of group heads x 128 bytes then covers whole 1024-byte atoms
+// of the 128-byte swizzle, as the paged K/V pieces of >= 8 keys do (page sizes >= 8, tile_fits).
+inline constexpr int kQGatherMinGroup = 8;
+
 // What the tensor maps need beyond PrefillParams (extents of the tensors).
 struct Shapes {
   int64_t q_rows = 0;      // tokens of Q
@@ -30,6 +35,9 @@ struct Shapes {
   int64_t k_rows = 0;      // ragged: rows (tokens) of K; paged: pages of the K pool
   int64_t v_rows = 0;
   void* map_scratch = nullptr;  // kMapBytesPerCta per CTA of device memory (in the workspace)
+  // Tokens per Q box: 0 = kBlockM / group (the tile's rows as consecutive tokens); 1 = one token
+  // (rows gathered from several tokens, group >= 8: decode's wide packs, sm90_kernel.cuh kGatherQ).
+  int32_t q_box_tokens = 0;
 };
 
 // Graph safety of the tensor maps: a captured launch keeps its kernel parameters, while a later
@@ -67,6 +75,15 @@ bool eligible(int device, int32_t head_dim, DType dtype, int32_t group_size, boo
 // group and page size fit the kernel.
 bool shape_supported(int32_t head_dim, DType dtype, int32_t group_size, bool paged, int64_t page_size,
                      DType kv_dtype);
+// The tile's shape constraints (pure): the GQA group divides the 128-row tile (the Q box holds
+// 128 / group tokens x group heads) and, paged, pages tile a stage of block_n(head_dim) keys.
+constexpr bool tile_fits(int32_t head_dim, int32_t group_size, bool paged, int64_t page_size) {
+  const int64_t bn = block_n(head_dim);
+  if (group_size <= 0 || group_size > kBlockM || kBlockM % group_size != 0) return false;
+  const bool divides = page_size >= 8 && page_size <= bn && bn % page_size == 0;
+  const bool multiple = page_size >= bn && page_size % bn == 0;
+  return !paged || divides || multiple;
+}
 // The (head_dim, dtype, kv_dtype) instance; an empty Entry when not instantiated.
 Entry find(int32_t head_dim, DType dtype, DType kv_dtype);
 

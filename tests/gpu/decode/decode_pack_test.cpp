@@ -452,6 +452,16 @@ TEST(DecodeSmall, SharePrefixesNoSharingFallsBack) {
   }
 }
 
+// Compute capability 9.0 (the Hopper wide mainloop's device; DecodeOptions::prefix_wide_sm90).
+bool device_is_sm90() {
+  int dev = 0, major = 0, minor = 0;
+  const bool ok = cudaGetDevice(&dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess;
+  EXPECT_TRUE(ok) << "device attributes";
+  return ok && major == 9 && minor == 0;
+}
+
 // Runs the planned wrapper on bt (outputs poisoned) against the float64 reference, then once more:
 // bitwise the same output.
 void expect_reference_twice(BatchDecodeWrapper& w, Batch& bt) {
@@ -562,9 +572,15 @@ TEST(DecodeSmall, SharePrefixesLongRootFewPacks) {
 // run overlapped with the decode kernel (DecodeOptions::prefix_wide_overlap, the default: a
 // split grid, programmatic launch) and one after the other: the two give the same bits, and the
 // overlapped run captured in a CUDA graph replays them 20 times (poisoned outputs before each).
+// On an sm_90 device with pages of 16 the wide items run on the Hopper mainloop
+// (DecodeOptions::prefix_wide_sm90, plan_info().wide_sm90) at GQA 8, and at smaller groups where
+// the items' requests are consecutive; mode 3 runs the same plan on the FA2 tile (prefix_wide_sm90
+// off), against the reference too.
 TEST(DecodeSmall, SharePrefixesWidePacks) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();
+  const bool sm90 = device_is_sm90();
+  int sm90_plans = 0;
   const int32_t heads[][2] = {{32, 8}, {16, 4}, {64, 8}, {8, 1}, {16, 2}};
   int64_t wide_total = 0;
   for (int iter = 0; iter < 8; ++iter) {
@@ -616,13 +632,18 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
         if (r != leader) share_pages(bt.indices, bt.indptr, r, leader, pages);
     bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
     std::vector<float> overlapped;
-    for (int mode : {0, 1, 2}) {  // wide overlapped, wide one after the other, 32-row packs only
-      const bool wide = mode < 2;
-      SCOPED_TRACE(mode == 0 ? "wide packs, overlapped" : mode == 1 ? "wide packs, serial" : "32-row packs only");
+    // wide overlapped, wide one after the other, 32-row packs only, wide on the FA2 tile
+    for (int mode : {0, 1, 2, 3}) {
+      const bool wide = mode != 2;
+      SCOPED_TRACE(mode == 0   ? "wide packs, overlapped"
+                   : mode == 1 ? "wide packs, serial"
+                   : mode == 2 ? "32-row packs only"
+                               : "wide packs, FA2 tile");
       DecodeOptions opt;
       opt.share_prefixes = true;
       opt.prefix_wide_packs = wide;
       opt.prefix_wide_overlap = mode == 0;
+      opt.prefix_wide_sm90 = mode != 3;
       opt.prefix_wide_min_rows = 64;  // below the measured defaults (256 rows, 2048 keys): every
       opt.prefix_wide_min_keys = 1;   // >= 64-row node goes wide, however short
       const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
@@ -634,6 +655,13 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
       if (wide) {
         ASSERT_GT(info.num_wide_items, 0) << "the root holds >= 64 rows: it must go wide";
         wide_total += info.num_wide_items;
+        // The Hopper mainloop where it runs (sm_90, pages tiling 128 keys): always at GQA 8 (Q
+        // gathered per request), at smaller groups where the items' requests are consecutive
+        // (the forest's order: a request whose private tail fills a page sits in a child node).
+        const bool can = sm90 && mode != 3 && ps >= 8;
+        if (g >= 8) EXPECT_EQ(info.wide_sm90, can);
+        if (!can) EXPECT_FALSE(info.wide_sm90);
+        sm90_plans += info.wide_sm90;
       } else {
         ASSERT_EQ(info.num_wide_items, 0);
       }
@@ -663,6 +691,76 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
     }
   }
   RecordProperty("wide_items", static_cast<int>(wide_total));
+  RecordProperty("sm90_plans", sm90_plans);
+  if (sm90) EXPECT_GT(sm90_plans, 0) << "the GQA-8 page-16 forests must run on the Hopper mainloop";
+}
+
+// The Hopper wide mainloop's selection (DecodeOptions::prefix_wide_sm90): two 640-key roots shared
+// by 24 requests each (private tails of 1-15 keys), wide at prefix_wide_min_rows 64. GQA 4 (96
+// rows per root and KV head; Q tile = one box of 32 consecutive tokens): sharers in two
+// consecutive runs run on the Hopper mainloop on sm_90, interleaved (request r on root r % 2) on
+// the FA2 tile, re-planned on one wrapper. GQA 8 interleaved: the Hopper mainloop (Q gathered, one
+// box per request). Each against the float64 reference, bitwise twice; the Hopper plans also
+// replayed 20 times from a CUDA graph (poisoned outputs before each).
+TEST(DecodeSmall, SharePrefixesWideSm90Selection) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  const bool sm90 = device_is_sm90();
+  int sm90_plans = 0;
+  for (const int32_t g : {4, 8}) {
+    Case c;
+    c.hq = 8 * g;
+    c.hkv = 8;
+    c.d = 128;
+    c.dtype = g == 4 ? DType::kBFloat16 : DType::kFloat16;
+    const int32_t B = 48, root_pages = 40;  // 640 keys
+    for (int32_t b = 0; b < B; ++b) c.lens.push_back(root_pages * 16 + static_cast<int32_t>(rng.randint(1, 15)));
+    SCOPED_TRACE(c.describe());
+    DecodeOptions opt;
+    opt.share_prefixes = true;
+    opt.prefix_wide_min_rows = 64;
+    opt.prefix_wide_min_keys = 1;
+    const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
+    DeviceBuffer ws(ws_bytes);
+    BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
+    for (const bool interleaved : {false, true}) {
+      if (g == 8 && !interleaved) continue;
+      SCOPED_TRACE(interleaved ? "interleaved sharers" : "consecutive sharers");
+      Batch bt(c, rng);
+      for (int r = 0; r < B; ++r) {
+        const int leader = interleaved ? r % 2 : r / 24 * 24;
+        if (r != leader) share_pages(bt.indices, bt.indptr, r, leader, root_pages);
+      }
+      bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
+      w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+      const DecodePlanInfo& info = w.plan_info();
+      ASSERT_GT(info.num_wide_items, 0) << "each root holds >= 96 rows per KV head: it must go wide";
+      EXPECT_EQ(info.wide_sm90, sm90 && (g >= 8 || !interleaved));
+      sm90_plans += info.wide_sm90;
+      ASSERT_NO_FATAL_FAILURE(expect_reference_twice(w, bt));
+      if (!info.wide_sm90) continue;
+      const std::vector<float> first = bt.out();
+      cudaStream_t st;
+      WEFT_TEST_CUDA(cudaStreamCreate(&st));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      WEFT_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      run_for(w, bt, st);
+      WEFT_TEST_CUDA(cudaStreamEndCapture(st, &graph));
+      WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (int rep = 0; rep < 20; ++rep) {
+        bt.dout.poison(st);
+        bt.dlse.poison(st);
+        WEFT_TEST_CUDA(cudaGraphLaunch(exec, st));
+        WEFT_TEST_CUDA(cudaStreamSynchronize(st));
+        ASSERT_EQ(bt.out(), first) << "graph replay " << rep << " differs";
+      }
+      WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
+      WEFT_TEST_CUDA(cudaGraphDestroy(graph));
+      WEFT_TEST_CUDA(cudaStreamDestroy(st));
+    }
+  }
+  RecordProperty("sm90_plans", sm90_plans);
 }
 
 }  // namespace

@@ -280,6 +280,56 @@ TEST(PackPlan, TileSelectorPicksWideForManyRows) {
   EXPECT_EQ(pack_item_requests(64, 4096, cfg), 128);
 }
 
+// The Hopper wide mainloop's condition (wide_rows_loadable; decode wrapper, DecodeOptions::
+// prefix_wide_sm90): two 1024-key roots, each shared by 24 requests with a private page (GQA 8:
+// 192 rows per root and KV head, wide items of 128 and 64 rows at wide_rows 128). Sharers in two
+// consecutive runs: consecutive, and every wide item's row r is request req_list[req_begin +
+// row_begin / g] + (r - row_begin) / g (the Q token the kernel's box loads); interleaved (request
+// r on root r % 2): not consecutive; whole groups either way. Head-folded plans the same; no wide
+// item (wide packs off): false.
+TEST(PackPlan, WideRowsLoadableByTheHopperQBoxes) {
+  const int32_t ps = 16, root = 64, B = 48, g = 8;
+  for (const int32_t fold : {1, 2})
+    for (const bool interleaved : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "fold " << fold << (interleaved ? " interleaved" : " consecutive"));
+      std::vector<int32_t> indptr{0}, indices, kv_len;
+      for (int32_t r = 0; r < B; ++r) {
+        const int32_t tree = interleaved ? r % 2 : r / 24;
+        for (int32_t i = 0; i < root; ++i) indices.push_back(tree * root + i);
+        indices.push_back(2 * root + r);  // private page
+        indptr.push_back(static_cast<int32_t>(indices.size()));
+        kv_len.push_back(root * ps + 1 + r % (ps - 1));  // a partial private page: every request ends at its root
+      }
+      const PrefixForest f = build_prefix_forest(indptr.data(), indices.data(), kv_len.data(), B, ps);
+      PackPlanConfig cfg;
+      cfg.num_ctas = 132;
+      cfg.num_kv_heads = 2 * fold;
+      cfg.head_fold = fold;
+      cfg.group_size = g;
+      cfg.tile_rows = 32;
+      cfg.page_size = ps;
+      cfg.wide_rows = 128;
+      cfg.wide_min_rows = 64;
+      cfg.auto_chunk_min = 256;
+      const WorkPlan p = make_pack_plan(f, indptr.data(), kv_len.data(), cfg);
+      ASSERT_GT(p.num_wide_items, 0);
+      EXPECT_EQ(wide_rows_loadable(p, g, fold, /*consecutive=*/true), !interleaved);
+      EXPECT_TRUE(wide_rows_loadable(p, g, fold, /*consecutive=*/false)) << "whole groups either way";
+      if (!interleaved) {
+        for (int32_t i = p.num_items() - p.num_wide_items; i < p.num_items(); ++i) {
+          const int32_t rb = p.item_row_begin[i];
+          const int32_t* req = p.req_list.data() + p.item_req_begin[i];
+          for (int32_t r = rb; r < p.item_row_end[i]; ++r)
+            ASSERT_EQ(req[r / g], req[rb / g] + (r - rb) / g) << "item " << i << " row " << r;
+        }
+      }
+      PackPlanConfig narrow = cfg;
+      narrow.wide_rows = 0;
+      const WorkPlan q = make_pack_plan(f, indptr.data(), kv_len.data(), narrow);
+      EXPECT_FALSE(wide_rows_loadable(q, g, fold, false)) << "no wide item";
+    }
+}
+
 // The overlapped wide launch (wide_overlap): on random forests the plan holds the same items (key
 // ranges, rows, slots) and merges as the serial plan, every key covered once; a plan that split
 // (WorkPlan::wide_split) has each folded copy's narrow items only on its first C0 - W CTAs and its
