@@ -152,6 +152,16 @@ inline constexpr int32_t kPackWideMinKeys = 2048;
 inline constexpr float kPackWideKeyCost = 2.0f;
 inline constexpr float kPackWideSplitMargin = 0.7f;
 
+// Wide packs on the Hopper mainloop (DecodeOptions::prefix_wide_sm90) in plans the planner split
+// (WorkPlan::wide_split): false, they keep the FA2 tile. An sm90 CTA fills its SM (384 threads x
+// up to 168 registers, 224 KB), so the split deal's premise (one wide CTA beside one decode CTA
+// per SM) fails and the decode grid loses whole SMs. Measured in one call (H100,
+// bench/results/h100_pat_0b10d32.json, 12 tree rows with wide items, sm90 "share" vs the same plan
+// on the FA2 tile "share_fa2"): the 10 split plans 0.86-0.91x on sm90 (32x32 B1-256 L2048-512
+// 952.2 vs 859.2 us); the 2 serial plans 1.02x / 1.17x (64x8 B1-32 / B1-256 L4096-128, 64.5 vs
+// 65.9 and 196.4 vs 230.7 us).
+inline constexpr bool kPackWideSm90SplitPlans = false;
+
 // The fixed grid of a persistent kernel: `ctas_per_sm` resident CTAs on each of `sm_count` SMs
 // (at least one CTA per SM). Decode passes the smallest residency of all its kernels of the head
 // dim (the path is chosen at plan time, the grid at construction, for CUDA graphs); prefill the

@@ -253,10 +253,13 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     im.wide_split = im.wide_launch && wp.wide_split != 0;  // run(): the decode kernel beside the wide one
     info_.wide_split = im.wide_split;
     // The wide items on the Hopper mainloop where its Q boxes can load their rows (whole groups;
-    // at GQA groups < 8 consecutive requests: decode::launch_decode_wide_sm90); a lazy update
-    // keeps the plan's rows, so its choice.
+    // at GQA groups < 8 consecutive requests: decode::launch_decode_wide_sm90), in plans that run
+    // the two kinds one after the other: an sm90 CTA takes a whole SM (registers, 224 KB), so it
+    // cannot sit beside decode CTAs as a split plan's FA2 wide CTA does (heuristics::
+    // kPackWideSm90SplitPlans). A lazy update keeps the plan's rows and split, so its choice.
     if (!lazy)
-      im.wide_sm90 = im.wide_launch && im.wide_sm90_ok && decode::wide_sm90_shape(pc.group_size, page_size, dtype) &&
+      im.wide_sm90 = im.wide_launch && im.wide_sm90_ok && (!im.wide_split || heuristics::kPackWideSm90SplitPlans) &&
+                     decode::wide_sm90_shape(pc.group_size, page_size, dtype) &&
                      plan::wide_rows_loadable(wp, pc.group_size, std::max(1, pc.head_fold),
                                               /*consecutive=*/pc.group_size < decode::kWideSm90GatherGroup);
     info_.wide_sm90 = im.wide_launch && im.wide_sm90;
