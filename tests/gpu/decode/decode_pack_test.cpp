@@ -477,6 +477,29 @@ void expect_reference_twice(BatchDecodeWrapper& w, Batch& bt) {
   EXPECT_EQ(bt.out(), first) << "not bitwise deterministic";
 }
 
+// run() captured in a CUDA graph on a stream of its own, replayed 20 times, outputs poisoned
+// before each: every replay gives `expected` bitwise.
+void expect_graph_replays(BatchDecodeWrapper& w, Batch& bt, const std::vector<float>& expected) {
+  cudaStream_t st;
+  WEFT_TEST_CUDA(cudaStreamCreate(&st));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  WEFT_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  run_for(w, bt, st);
+  WEFT_TEST_CUDA(cudaStreamEndCapture(st, &graph));
+  WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 20; ++rep) {
+    bt.dout.poison(st);
+    bt.dlse.poison(st);
+    WEFT_TEST_CUDA(cudaGraphLaunch(exec, st));
+    WEFT_TEST_CUDA(cudaStreamSynchronize(st));
+    ASSERT_EQ(bt.out(), expected) << "graph replay " << rep << " differs";
+  }
+  WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
+  WEFT_TEST_CUDA(cudaGraphDestroy(graph));
+  WEFT_TEST_CUDA(cudaStreamDestroy(st));
+}
+
 // Random prefix forests (issue 21): a root of 0-24 shared pages, 1..64 children of 0-12 more
 // shared pages each, 1-3 requests per child with private tails of 1..3 pages' worth of keys, plus
 // unrelated and empty requests; GQA groups 1-8, head dims 64/128, page sizes 4/16. The wrapper
@@ -674,24 +697,7 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
       overlapped = bt.out();
       overlapped_sm90 = info.wide_sm90;
       // CUDA graph of the overlapped launch (a programmatic edge between the two kernels), 20 replays.
-      cudaStream_t st;
-      WEFT_TEST_CUDA(cudaStreamCreate(&st));
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      WEFT_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      run_for(w, bt, st);
-      WEFT_TEST_CUDA(cudaStreamEndCapture(st, &graph));
-      WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      for (int rep = 0; rep < 20; ++rep) {
-        bt.dout.poison(st);
-        bt.dlse.poison(st);
-        WEFT_TEST_CUDA(cudaGraphLaunch(exec, st));
-        WEFT_TEST_CUDA(cudaStreamSynchronize(st));
-        ASSERT_EQ(bt.out(), overlapped) << "graph replay " << rep << " differs";
-      }
-      WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
-      WEFT_TEST_CUDA(cudaGraphDestroy(graph));
-      WEFT_TEST_CUDA(cudaStreamDestroy(st));
+      ASSERT_NO_FATAL_FAILURE(expect_graph_replays(w, bt, overlapped));
     }
   }
   RecordProperty("wide_items", static_cast<int>(wide_total));
@@ -744,25 +750,7 @@ TEST(DecodeSmall, SharePrefixesWideSm90Selection) {
       sm90_plans += info.wide_sm90;
       ASSERT_NO_FATAL_FAILURE(expect_reference_twice(w, bt));
       if (!info.wide_sm90) continue;
-      const std::vector<float> first = bt.out();
-      cudaStream_t st;
-      WEFT_TEST_CUDA(cudaStreamCreate(&st));
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      WEFT_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      run_for(w, bt, st);
-      WEFT_TEST_CUDA(cudaStreamEndCapture(st, &graph));
-      WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      for (int rep = 0; rep < 20; ++rep) {
-        bt.dout.poison(st);
-        bt.dlse.poison(st);
-        WEFT_TEST_CUDA(cudaGraphLaunch(exec, st));
-        WEFT_TEST_CUDA(cudaStreamSynchronize(st));
-        ASSERT_EQ(bt.out(), first) << "graph replay " << rep << " differs";
-      }
-      WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
-      WEFT_TEST_CUDA(cudaGraphDestroy(graph));
-      WEFT_TEST_CUDA(cudaStreamDestroy(st));
+      ASSERT_NO_FATAL_FAILURE(expect_graph_replays(w, bt, bt.out()));
     }
   }
   RecordProperty("sm90_plans", sm90_plans);
