@@ -253,6 +253,7 @@ std::vector<double> Context::time_samples_ms(const std::function<void(cudaStream
 void Context::warm_up_once(const std::function<void(cudaStream_t)>& fn, double seconds) {
   if (warmed_up_) return;
   warmed_up_ = true;
+  if (opt_.warmup_s >= 0) seconds = opt_.warmup_s;
   const auto t0 = std::chrono::steady_clock::now();
   while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
     for (int i = 0; i < 20; ++i) fn(stream_);

@@ -71,6 +71,9 @@ class Context {
     // --pat-wide-min-keys N (> 0): DecodeOptions::prefix_wide_min_keys of the same rows (0: the
     // library default, heuristics::kPackWideMinKeys).
     int pat_wide_min_keys = 0;
+    // --warmup-s S (>= 0): seconds of the once-per-process GPU warm-up (warm_up_once; 1 s by
+    // default). 0 under a profiler (ncu counts and replays every launch of the warm-up loop).
+    double warmup_s = -1;
   };
   explicit Context(Options opt);
   ~Context();

@@ -32,6 +32,7 @@ void usage(const char* argv0) {
       "  --filter S      only cases whose name contains S (repeatable: any of them)\n"
       "  --quick         fewer reps (and fewer sizes, where groups honour ctx.quick())\n"
       "  --reps N        timed runs per case (overrides every group's default)\n"
+      "  --warmup-s S    seconds of the once-per-process GPU warm-up (default 1; 0 under ncu)\n"
       "  --json PATH     write every result as JSON\n"
       "  --commit SHA    recorded in JSON (default: env WEFT_COMMIT)\n"
       "  --no-ceilings   skip measuring the copy/read/gemm ceilings (fractions become null)\n"
@@ -175,6 +176,15 @@ int main(int argc, char** argv) {
         return 1;
       }
       opt.reps = static_cast<int>(n);
+    } else if (a == "--warmup-s") {
+      const std::string v = next("--warmup-s");
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(x >= 0 && x <= 60)) {
+        std::fprintf(stderr, "weft-bench: --warmup-s expects seconds in [0, 60], got '%s'\n", v.c_str());
+        return 1;
+      }
+      opt.warmup_s = x;
     } else if (a == "--json") json_path = next("--json");
     else if (a == "--commit") commit = next("--commit");
     else if (a == "--no-ceilings") opt.ceilings = false;

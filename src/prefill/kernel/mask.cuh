@@ -146,6 +146,53 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tr::kMB][Tr::kFragS][4],
   }
 }
 
+// Keys [begin, end) of an item that none of its rows masks: the variant's kv_limits of its last
+// row's position (window: the tightest begin) and of its first row's (causal: the tightest end),
+// inside [kv_lo, kv_hi). A tile [ts, ts + n) inside it needs no per-element mask; the same
+// decision as tile_needs_mask (masks monotone in the query position), computed once per item
+// instead of per tile. Empty with a custom mask (every tile is masked).
+__device__ __forceinline__ attn::KVRange unmasked_keys(const PrefillParams& p, const ItemGeom& g) {
+  const attn::DefaultVariant v = variant_of(p);
+  const int p_min = g.pos0 + g.row_begin / p.group_size;
+  const int p_max = g.pos0 + (g.row_end - 1) / p.group_size;
+  attn::KVRange r;
+  r.begin = max(g.kv_lo, v.kv_limits<int>(p_max, p_max).begin);
+  r.end = v.has_custom() ? r.begin : min(g.kv_hi, v.kv_limits<int>(p_min, p_min).end);
+  return r;
+}
+
+// apply_mask without a custom mask: a row at position pos sees exactly the keys
+// [kv_limits(pos, pos)) (exact for one position, variant.cuh) inside [kv_lo, kv_hi), none when
+// the row is padding. Per row two limits relative to the thread's first key; per element two
+// compares with a constant and a select (apply_mask: the variant's per-element predicate chain
+// and a custom-mask branch per element, ~4x the instructions of a whole unmasked tile's softmax
+// in the sm90 consumer's SASS).
+template <class Tr>
+__device__ __forceinline__ void apply_mask_rows(float (&s)[Tr::kMB][Tr::kFragS][4], const PrefillParams& p,
+                                                const ItemGeom& g, int warp_row0, int key0, int lane) {
+  const attn::DefaultVariant v = variant_of(p);
+  const int base = key0 + 2 * (lane & 3);  // key of element (n = 0, e = 0)
+#pragma unroll
+  for (int mb = 0; mb < Tr::kMB; ++mb) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = g.row_begin + warp_row0 + mb * 16 + (lane >> 2) + 8 * h;
+      const int pos = g.pos0 + row / p.group_size;
+      const attn::KVRange r = v.kv_limits<int>(pos, pos);
+      const int lo = max(g.kv_lo, r.begin) - base;
+      const int hi = row < g.row_end ? min(g.kv_hi, r.end) - base : lo;
+#pragma unroll
+      for (int n = 0; n < Tr::kFragS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = n * 8 + e;  // key - base
+          if (c < lo || c >= hi) s[mb][n][2 * h + e] = -INFINITY;
+        }
+      }
+    }
+  }
+}
+
 // The work items of launched CTA blockIdx.x: [begin, end) of its plan CTA, and its fold word for
 // item_geometry (head-folded plans, plan::plan_cta_of / fold_word_of_cta: the launch has
 // head_fold CTAs per plan CTA). Shared by the FA2 kernel and both sm90 warp roles.

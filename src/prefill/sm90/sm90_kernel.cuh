@@ -392,12 +392,19 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
   }
   auto issue_qk = [&](float (&sacc)[1][Tr::kFragS][4], int s) {
     const uint32_t sk = sbase + C::kOffK + s * C::kKVBytes;
+#if WEFT_SM90_FAST_MASK
+    const uint64_t qd = ptx90::desc_sw128(sq, 16, 1024), kd = ptx90::desc_sw128(sk, 16, 1024);
+#endif
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t qoff = (kk >> 2) * C::kQHalfBytes + (kk & 3) * 32;
       const uint32_t koff = (kk >> 2) * C::kKVHalfBytes + (kk & 3) * 32;
+#if WEFT_SM90_FAST_MASK
+      ptx90::Wgmma<kBlockN, T>::template ss<0>(&sacc[0][0][0], qd + (qoff >> 4), kd + (koff >> 4), kk > 0);
+#else
       ptx90::Wgmma<kBlockN, T>::template ss<0>(&sacc[0][0][0], ptx90::desc_sw128(sq + qoff, 16, 1024),
                                                ptx90::desc_sw128(sk + koff, 16, 1024), kk > 0);
+#endif
     }
     ptx90::wgmma_commit();
   };
@@ -462,9 +469,17 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
     if (lane == 0) ptx90::mbar_arrive(bar);
   };
   auto mask_softmax = [&](float (&sacc)[1][Tr::kFragS][4], SoftmaxState<Tr>& st, const ItemGeom& g, int ts,
-                          float (&fac)[2], float scale, const float* kq_ptr) {
+                          float (&fac)[2], float scale, const float* kq_ptr, const attn::KVRange& um) {
     prepare_logits<Tr>(sacc, p, kq_ptr);
+#if WEFT_SM90_FAST_MASK
+    if (ts < um.begin || ts + kBlockN > um.end) {
+      if (p.custom_mask == nullptr) apply_mask_rows<Tr>(sacc, p, g, warp_row0, ts, lane);
+      else apply_mask<Tr>(sacc, p, g, warp_row0, ts, lane);
+    }
+#else
+    (void)um;
     if (tile_needs_mask(p, g, ts, kBlockN) || ts < g.kv_lo) apply_mask<Tr>(sacc, p, g, warp_row0, ts, lane);
+#endif
     return softmax_tile<Tr>(sacc, st, scale, fac);
   };
   auto rescale_o = [&](SoftmaxState<Tr>& st, const float (&fac)[2]) {
@@ -493,6 +508,11 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
     const int n_tiles = tile_count<C::kBlockN>(g);
     const int ts0 = first_tile_key<C::kBlockN>(g);
     const float* kq_ptr = kF8 ? p.k_scale + g.kv_head * p.k_scale_stride : nullptr;
+#if WEFT_SM90_FAST_MASK
+    const attn::KVRange um = unmasked_keys(p, g);
+#else
+    const attn::KVRange um{};
+#endif
     // Softmax exponent scale (see the FA2 mainloop): raw scores x sm_scale log2 e (x the K scale),
     // or 1 after soft-cap.
     const float scale = p.softcap_pre == 0.f ? p.scale_log2 * (kF8 ? __ldg(kq_ptr) : 1.f) : 1.f;
@@ -520,7 +540,7 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
           release(b.k_empty(s));
           if (n_tiles == 1) release(b.q_empty(qb));
           float fac[2];
-          mask_softmax(sacc, st, g, ts0, fac, scale, kq_ptr);  // O is zero: no rescale needed
+          mask_softmax(sacc, st, g, ts0, fac, scale, kq_ptr, um);  // O is zero: no rescale needed
           pack_p(sacc, pa);
         }
         for (int t = 1; t < n_tiles; ++t) {
@@ -539,11 +559,24 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
           release(b.k_empty(s));
           if (t == n_tiles - 1) release(b.q_empty(qb));
           float fac[2];
-          const bool changed = mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr);
+          const bool changed = mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr, um);
+#if WEFT_SM90_SM_FIRST
+          if (changed) {
+            ptx90::wgmma_wait<0>();
+            fence_o(st);
+            release(b.v_empty(sp));
+            rescale_o(st, fac);
+          } else {
+            ptx90::wgmma_wait<0>();
+            fence_o(st);
+            release(b.v_empty(sp));
+          }
+#else
           ptx90::wgmma_wait<0>();
           fence_o(st);
           release(b.v_empty(sp));
           if (changed) rescale_o(st, fac);
+#endif
           pack_p(sacc, pa);
         }
         {
@@ -575,7 +608,7 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
         release(b.k_empty(s));
         if (t == n_tiles - 1) release(b.q_empty(qb));
         float fac[2];
-        if (mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr)) rescale_o(st, fac);
+        if (mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr, um)) rescale_o(st, fac);
         pack_p(sacc, pa);
         const int sv = tile_cnt % C::kVStages;
         ptx90::mbar_wait(b.v_full(sv), (tile_cnt / C::kVStages) & 1);

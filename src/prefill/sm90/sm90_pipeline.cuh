@@ -35,6 +35,17 @@
 #ifndef WEFT_SM90_V_ZERO_REQ
 #define WEFT_SM90_V_ZERO_REQ 0
 #endif
+// SM_FIRST: the consumer's wait for the previous tile's P V sits in the branches on the softmax's
+// result, so ptxas cannot hoist it above the softmax (in one block it did: the whole softmax ran
+// after the P V, defeating the intra-warpgroup overlap). FAST_MASK: the per-tile mask decision
+// from a per-item unmasked key range, boundary tiles without a custom mask masked by two limits
+// per row (apply_mask_rows), S descriptors as base + constant offsets.
+#ifndef WEFT_SM90_SM_FIRST
+#define WEFT_SM90_SM_FIRST 0
+#endif
+#ifndef WEFT_SM90_FAST_MASK
+#define WEFT_SM90_FAST_MASK 0
+#endif
 #ifndef WEFT_SM90_KV_FIRST
 #define WEFT_SM90_KV_FIRST 0
 #endif
