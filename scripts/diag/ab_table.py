@@ -3,10 +3,10 @@
 LOGDIR/fi_<pass>.json (fi_prefill_probe.py) -> printed table and two merged JSON files (rows
 named <tree>/<pass>/<row>; FlashInfer rows <pass>/<row>).
 
-    ab_table.py LOGDIR AB_OUT.json FI_OUT.json
+    ab_table.py LOGDIR AB_OUT.json FI_OUT.json [REF_TREE]
 
 Per row and tree: the ms of every pass, the median; x <tree> = median over passes of the paired
-ratio shipped ms / tree ms (same pass; > 1: the tree is faster); x FI = FlashInfer median ms /
+ratio REF ms / tree ms (same pass, REF_TREE default shipped; > 1: the tree is faster); x FI = FlashInfer median ms /
 the tree's median ms (> 1: weft faster). Also the nvidia-smi dmon log (LOGDIR/dmon.log): SM
 clock and power percentiles during the passes."""
 import glob
@@ -23,6 +23,7 @@ def fi_name(weft_name):
 
 def main():
     log, ab_out, fi_out = sys.argv[1:4]
+    ref = sys.argv[4] if len(sys.argv) > 4 else "shipped"
     merged, rows, order = None, {}, []
     for p in sorted(glob.glob(os.path.join(log, "ab_*_*.json"))):
         tree, ps = re.match(r"ab_(.+)_(\d+)\.json", os.path.basename(p)).groups()
@@ -55,14 +56,14 @@ def main():
                 fidoc["cases"].append(dict(c, name=f"{ps.group(1)}/{c['name']}"))
     if fidoc:
         json.dump(fidoc, open(fi_out, "w"), indent=1)
-    trees = sorted({t for r in rows.values() for t in r}, key=lambda t: (t != "shipped", t))
-    print("A/B: ms per pass | median; x = median paired shipped/tree; xFI = FlashInfer median / tree median")
+    trees = sorted({t for r in rows.values() for t in r}, key=lambda t: (t != ref, t != "shipped", t))
+    print(f"A/B: ms per pass | median; x = median paired {ref}/tree; xFI = FlashInfer median / tree median")
     for name in order:
         r = rows[name]
         f = fi.get(fi_name(name))
         fm = statistics.median(f) if f else None
         line = f"{name.replace('prefill/sm90/', ''):<28}"
-        base = r.get("shipped", {})
+        base = r.get(ref, {})
         for t in trees:
             v = r.get(t, {})
             if not v:
@@ -70,7 +71,7 @@ def main():
                 continue
             med = statistics.median(v.values())
             s = f" | {t} " + "/".join(f"{v[k]:.4f}" for k in sorted(v)) + f" [{med:.4f}]"
-            if t != "shipped":
+            if t != ref:
                 pr = [base[k] / v[k] for k in v if k in base]
                 if pr:
                     s += f" x{statistics.median(pr):.3f}"

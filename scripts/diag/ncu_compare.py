@@ -83,6 +83,8 @@ def opclass(op):
 
 def sass(path):
     rows = read_csv(path)
+    while rows and (not rows[0] or rows[0][0] != "Address"):  # a "Kernel Name" line precedes the header
+        rows = rows[1:]
     if not rows:
         return None
     h = rows[0]
@@ -90,7 +92,7 @@ def sass(path):
     src = next((ix[k] for k in ("Source", "SASS", "Instruction") if k in ix), None)
     ex = next((ix[k] for k in h if k.startswith("Instructions Executed") or k == "inst_executed"), None)
     samp = next((ix[k] for k in h if k.startswith("Warp Stall Sampling (All")), None)
-    stall_cols = [k for k in h if "stall" in k.lower() and not k.startswith("Warp Stall Sampling")]
+    stall_cols = [k for k in h if k.startswith("stall_") and "(Not Issued)" not in k]
     res = {"header": h, "ops": collections.Counter(), "stalls": collections.Counter(), "hot": [], "total_samples": 0}
     for r in rows[1:]:
         if src is None or len(r) <= src:

@@ -9,12 +9,20 @@
 #      for NCU_FI; each report exported as details / raw / SASS-source CSV, then summarized by
 #      scripts/diag/ncu_compare.py;
 #   3. per experiments tree: the whole weft_gpu_prefill suite, memcheck, racecheck (in parallel);
-#   4. AB_PASSES alternating passes of AB_FILTERS (shipped, then each tree; FlashInfer
-#      (fi_prefill_probe.py, FI_SHAPES) in passes 1 and AB_PASSES), nvidia-smi dmon alongside.
+#   4. AB_PASSES alternating passes of AB_FILTERS (OLD_BIN as tree "old" when set, shipped, then
+#      each tree; FlashInfer (fi_prefill_probe.py, FI_SHAPES) in passes 1 and AB_PASSES), nvidia-smi
+#      dmon alongside; x columns against AB_REF (default shipped);
+#   5. FINAL=1: torch SDPA cuDNN (bench/sdpa_prefill.py, SDPA_FILTERS) and bench/sm90_compare.py on
+#      the shipped tree's last pass with FlashInfer = fi_bench.py (FI_BENCH_ARGS, run while the trees
+#      build: its rows time CUDA-graph replays behind a GPU spin, so the compile load does not
+#      reach them) + the probe's rows.
 # Usage (device, repo root of the snapshot): scripts/diag/sm90-ncu.sh
 # Env: OUT, WEFT_COMMIT, KIT (FlashInfer kit dir, default ../.baselines), BENCH_BIN, EXPS,
-#      DEADLINE (s; 380), DISABLE, AB_PASSES (3), AB_FILTERS, FI_SHAPES, NCU_ROWS, NCU_FI.
-# Files in $OUT: console.txt, summary.txt, ab.json, fi_ab.json, ncu.tar.gz, logs.tar.gz.
+#      DEADLINE (s; 380), DISABLE, AB_PASSES (3), AB_FILTERS, FI_SHAPES, NCU_ROWS (- for none),
+#      NCU_FI, TEST_SHIPPED (1: the shipped tree's suite and sanitizers too), OLD_BIN, AB_REF,
+#      FINAL, FI_BENCH_ARGS, SDPA_FILTERS.
+# Files in $OUT: console.txt, summary.txt, ab.json, fi_ab.json, ncu.tar.gz, logs.tar.gz (+ FINAL:
+# final.json, fi.json, sdpa.json).
 set -uo pipefail
 OUT=${OUT:-/tmp/sm90ncu-out}
 LOG=/tmp/sm90ncu-logs
@@ -64,7 +72,13 @@ export_rep() {  # report-base
     || $NCU -i $r.ncu-rep --page source --csv > $r.sass.csv 2>> $r.err
   echo "  $(basename $r): details $(wc -l < $r.details.csv) raw $(wc -c < $r.raw.csv) B sass $(wc -l < $r.sass.csv) lines"
 }
-if [ -n "${BENCH_BIN:-}" ] && [ -x "$BENCH_BIN" ]; then
+if [ -n "${FINAL:-}" ]; then  # FlashInfer's kit rows while the trees build (GPU otherwise idle)
+  ( wait $FI_PID; PYTHONPATH=/tmp/site timeout 150 python3 $KIT/fi_bench.py --group prefill --variant fi-auto \
+      ${FI_BENCH_ARGS:-} --out $LOG/fi_bench.json > $LOG/fi_bench.log 2>&1; echo "fi_bench rc=$?" >> $LOG/fi_bench.log ) &
+  FIB_PID=$!
+fi
+[ "$NCU_ROWS" = - ] && NCU_ROWS="" && NCU_FI=""
+if [ -n "${BENCH_BIN:-}" ] && [ -x "$BENCH_BIN" ] && [ -n "$NCU_ROWS" ]; then
   for row in $NCU_ROWS; do
     room "ncu weft $row" || break
     tag=weft_$(echo $row | sed 's#prefill/sm90/##; s#/#_#g')
@@ -84,9 +98,11 @@ for shape in $NCU_FI; do
   echo "ncu $tag rc=$?"; grep -E "^==PROF==|==ERROR==|launches" $LOG/ncu/$tag.log | tail -3
   [ -f $LOG/ncu/$tag.ncu-rep ] && export_rep $LOG/ncu/$tag
 done
-python3 scripts/diag/ncu_compare.py $LOG/ncu > "$OUT/summary.txt" 2>&1; echo "ncu_compare rc=$?"
-head -c 6000 "$OUT/summary.txt"
-tar -czf "$OUT/ncu.tar.gz" -C $LOG/ncu $(cd $LOG/ncu && ls *.csv *.log 2>/dev/null)
+if [ -n "$NCU_ROWS$NCU_FI" ]; then
+  python3 scripts/diag/ncu_compare.py $LOG/ncu > "$OUT/summary.txt" 2>&1; echo "ncu_compare rc=$?"
+  head -c 6000 "$OUT/summary.txt"
+  tar -czf "$OUT/ncu.tar.gz" -C $LOG/ncu $(cd $LOG/ncu && ls *.csv *.log 2>/dev/null)
+fi
 
 # 3. builds done -> tests per experiments tree (parallel), sanitizers
 OK=()
@@ -101,25 +117,25 @@ SAN_RACE=${SAN_RACE:-PrefillSm90.ChunkedSplitAndEmpty:PrefillSm90.WindowSoftcapC
 if room tests; then
   P=()
   for t in "${OK[@]}"; do
-    [ $t = shipped ] && continue
+    [ $t = shipped ] && [ -z "${TEST_SHIPPED:-}" ] && continue
     ( timeout 150 build-$t/tests/weft_gpu_prefill --gtest_brief=1 > $LOG/test_$t.log 2>&1; echo "rc=$?" >> $LOG/test_$t.log ) &
     P+=($!)
   done
   for p in "${P[@]}"; do wait $p; done
-  for t in "${OK[@]}"; do [ $t = shipped ] && continue
+  for t in "${OK[@]}"; do [ $t = shipped ] && [ -z "${TEST_SHIPPED:-}" ] && continue
     echo "$t suite: $(tail -1 $LOG/test_$t.log)"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure" $LOG/test_$t.log | head -12
   done
 fi
 if room sanitizers; then
   P=()
   for t in "${OK[@]}"; do
-    [ $t = shipped ] && continue
+    [ $t = shipped ] && [ -z "${TEST_SHIPPED:-}" ] && continue
     ( timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 build-$t/tests/weft_gpu_prefill --gtest_filter="$SAN_MEM" > $LOG/memcheck_$t.log 2>&1; echo "rc=$?" >> $LOG/memcheck_$t.log
       timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 build-$t/tests/weft_gpu_prefill --gtest_filter="$SAN_RACE" > $LOG/racecheck_$t.log 2>&1; echo "rc=$?" >> $LOG/racecheck_$t.log ) &
     P+=($!)
   done
   for p in "${P[@]}"; do wait $p; done
-  for t in "${OK[@]}"; do [ $t = shipped ] && continue
+  for t in "${OK[@]}"; do [ $t = shipped ] && [ -z "${TEST_SHIPPED:-}" ] && continue
     for tool in memcheck racecheck; do
       echo "$t $tool: $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' $LOG/${tool}_$t.log | head -2 | tr '\n' ' ') $(grep -hE '^\[  (PASSED|FAILED)' $LOG/${tool}_$t.log | tr '\n' ' ') $(tail -1 $LOG/${tool}_$t.log)"
     done
@@ -133,10 +149,17 @@ AF=""; for f in $AB_FILTERS; do AF="$AF --filter $f"; done
 NP=${AB_PASSES:-3}
 nvidia-smi dmon -s pc -d 1 > $LOG/dmon.log 2>&1 &
 DMON=$!
+if [ -n "${FINAL:-}" ] && room sdpa; then  # torch SDPA cuDNN, the GPU otherwise idle
+  SF=""; for f in ${SDPA_FILTERS:-causal/L noncausal/ chunked/ d256/ d64/}; do SF="$SF --filter $f"; done
+  timeout 90 python3 bench/sdpa_prefill.py --backend cudnn $SF --budget 60 --out "$OUT/sdpa.json" > $LOG/sdpa.log 2>&1
+  echo "sdpa rc=$?"; tail -n 2 $LOG/sdpa.log
+fi
+ABT=("${OK[@]}"); [ -n "${OLD_BIN:-}" ] && ABT=(old "${OK[@]}")
 for pass in $(seq 1 $NP); do
-  for t in "${OK[@]}"; do
+  for t in "${ABT[@]}"; do
     room "ab $t $pass" || break 2
-    timeout 60 build-$t/bench/weft-bench --group prefill --no-ceilings $AF --commit "${WEFT_COMMIT:-}" \
+    bin=build-$t/bench/weft-bench; [ $t = old ] && bin=$OLD_BIN
+    timeout 60 $bin --group prefill --no-ceilings $AF --commit "${WEFT_COMMIT:-}" \
       --json $LOG/ab_${t}_$pass.json > $LOG/ab_${t}_$pass.log 2>&1
     echo "ab $t $pass rc=$?"
   done
@@ -146,6 +169,23 @@ for pass in $(seq 1 $NP); do
   fi
 done
 kill $DMON 2>/dev/null
-python3 scripts/diag/ab_table.py $LOG "$OUT/ab.json" "$OUT/fi_ab.json"
+python3 scripts/diag/ab_table.py $LOG "$OUT/ab.json" "$OUT/fi_ab.json" ${AB_REF:-shipped}
+if [ -n "${FINAL:-}" ]; then
+  wait $FIB_PID; tail -n 3 $LOG/fi_bench.log
+  python3 - $LOG "$OUT/fi.json" <<'PYEOF'
+import json, sys, os
+log, out = sys.argv[1:3]
+doc = json.load(open(os.path.join(log, "fi_bench.json"))) if os.path.exists(os.path.join(log, "fi_bench.json")) else {"cases": []}
+p = os.path.join(log, "fi_1.json")
+if os.path.exists(p):  # the probe's rows (ragged, non-causal; timed between the A/B passes) replace the kit's
+    probe = json.load(open(p))["cases"]
+    names = {c["name"] for c in probe}
+    doc["cases"] = [dict(c, variant="fi-auto-kit") if c["name"] in names else c for c in doc["cases"]] + probe
+doc["command"] = doc.get("command", "") + " ; + scripts/diag/fi_prefill_probe.py rows (A/B pass 1; the kit's rows of those names kept as variant fi-auto-kit)"
+json.dump(doc, open(out, "w"), indent=1)
+PYEOF
+  last=$(ls $LOG/ab_shipped_*.json | sort -V | tail -1)
+  python3 bench/sm90_compare.py --weft $last --fi "$OUT/fi.json" --sdpa "$OUT/sdpa.json" --out "$OUT/final.json" | tail -n 40
+fi
 echo "done t=$(el) s"
 tar -czf "$OUT/logs.tar.gz" -C $LOG $(cd $LOG && ls *.log *.json 2>/dev/null)

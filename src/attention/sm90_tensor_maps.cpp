@@ -130,6 +130,10 @@ void make_tensor_maps(KernelParams& kp, const Shapes& s, DType dtype, DType kv_d
   kp.v_half_bytes = static_cast<uint32_t>(piece) * 128;
   kp.v_piece_bytes = kp.v_half_bytes * static_cast<uint32_t>(halves);
   kp.v_sbo_bytes = piece >= 16 ? 1024 : kp.v_piece_bytes;
+  for (uint32_t kk = 0; kk < 8; ++kk) {
+    const uint32_t key = 16 * kk;
+    kp.v_kstep[kk] = ((key >> shift) * kp.v_piece_bytes + (key & static_cast<uint32_t>(rpc - 1)) * 128) >> 4;
+  }
 }
 
 }  // namespace weft::prefill::sm90

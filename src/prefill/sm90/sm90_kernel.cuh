@@ -392,19 +392,15 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
   }
   auto issue_qk = [&](float (&sacc)[1][Tr::kFragS][4], int s) {
     const uint32_t sk = sbase + C::kOffK + s * C::kKVBytes;
-#if WEFT_SM90_FAST_MASK
+    // k-step offsets added to the descriptors' address field (16-byte units; addresses < 256 KB:
+    // no carry out of it), not a descriptor encoded per k-step: fewer uniform instructions
+    // between the wgmma issues (see mask_softmax).
     const uint64_t qd = ptx90::desc_sw128(sq, 16, 1024), kd = ptx90::desc_sw128(sk, 16, 1024);
-#endif
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t qoff = (kk >> 2) * C::kQHalfBytes + (kk & 3) * 32;
       const uint32_t koff = (kk >> 2) * C::kKVHalfBytes + (kk & 3) * 32;
-#if WEFT_SM90_FAST_MASK
       ptx90::Wgmma<kBlockN, T>::template ss<0>(&sacc[0][0][0], qd + (qoff >> 4), kd + (koff >> 4), kk > 0);
-#else
-      ptx90::Wgmma<kBlockN, T>::template ss<0>(&sacc[0][0][0], ptx90::desc_sw128(sq + qoff, 16, 1024),
-                                               ptx90::desc_sw128(sk + koff, 16, 1024), kk > 0);
-#endif
     }
     ptx90::wgmma_commit();
   };
@@ -433,21 +429,26 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
       }
     } else {
       const uint64_t d0 = ptx90::desc_sw128(sv, P.v_half_bytes, P.v_sbo_bytes);
-      auto kstep = [&](int kk) {  // byte offset of key 16 kk
-        return (static_cast<uint32_t>(16 * kk) >> P.v_piece_shift) * P.v_piece_bytes +
-               (static_cast<uint32_t>(16 * kk) & static_cast<uint32_t>(P.rows_per_copy - 1)) * 128;
+      // Descriptor offset (16-byte units) of key 16 kk plus `bytes` (a half's offset).
+#if WEFT_SM90_PV_TABLE
+      auto koff = [&](int kk, uint32_t bytes) { return P.v_kstep[kk] + (bytes >> 4); };
+#else
+      auto koff = [&](int kk, uint32_t bytes) {
+        return ((static_cast<uint32_t>(16 * kk) >> P.v_piece_shift) * P.v_piece_bytes +
+                (static_cast<uint32_t>(16 * kk) & static_cast<uint32_t>(P.rows_per_copy - 1)) * 128 + bytes) >> 4;
       };
+#endif
       if constexpr (kPvWide && D == 128) {
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
-          ptx90::Wgmma<128, T>::template rs<1>(&st.o[0][0][0], pa[kk], d0 + (kstep(kk) >> 4), 1);
+          ptx90::Wgmma<128, T>::template rs<1>(&st.o[0][0][0], pa[kk], d0 + koff(kk, 0), 1);
       } else {
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsPV; ++kk)
 #pragma unroll
           for (int h = 0; h < C::kHalves; ++h)
             ptx90::Wgmma<64, T>::template rs<1>(&st.o[0][8 * h][0], pa[kk],
-                                                d0 + ((kstep(kk) + h * P.v_half_bytes) >> 4), 1);
+                                                d0 + koff(kk, h * P.v_half_bytes), 1);
       }
     }
     ptx90::wgmma_commit();
@@ -468,18 +469,22 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
     __syncwarp();
     if (lane == 0) ptx90::mbar_arrive(bar);
   };
+  // Masks: a tile needs one only outside the item's unmasked keys um (unmasked_keys, once per
+  // item: tile_needs_mask per tile cost ~60 uniform instructions, two integer divisions among
+  // them, in every tile's path); boundary tiles without a custom mask take apply_mask_rows (two
+  // limits per row; apply_mask's per-element predicate chain and custom-mask branch cost ~4x a
+  // whole unmasked tile's softmax). With the wait below, same-call A/B against the per-tile form
+  // (H100 run of ea93edd, perf notes "Where the tile time went"): causal ragged L1024-16384
+  // 1.07-1.20x, non-causal L8192 1.06x (Nsight Compute: weft issued 1376 uniform-datapath warp
+  // instructions per 128 x 128 tile against FlashInfer's 505; each consumer warp's wgmma issue
+  // competes for its sub-partition's issue slot with the other warpgroup's softmax).
   auto mask_softmax = [&](float (&sacc)[1][Tr::kFragS][4], SoftmaxState<Tr>& st, const ItemGeom& g, int ts,
                           float (&fac)[2], float scale, const float* kq_ptr, const attn::KVRange& um) {
     prepare_logits<Tr>(sacc, p, kq_ptr);
-#if WEFT_SM90_FAST_MASK
     if (ts < um.begin || ts + kBlockN > um.end) {
       if (p.custom_mask == nullptr) apply_mask_rows<Tr>(sacc, p, g, warp_row0, ts, lane);
       else apply_mask<Tr>(sacc, p, g, warp_row0, ts, lane);
     }
-#else
-    (void)um;
-    if (tile_needs_mask(p, g, ts, kBlockN) || ts < g.kv_lo) apply_mask<Tr>(sacc, p, g, warp_row0, ts, lane);
-#endif
     return softmax_tile<Tr>(sacc, st, scale, fac);
   };
   auto rescale_o = [&](SoftmaxState<Tr>& st, const float (&fac)[2]) {
@@ -508,11 +513,7 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
     const int n_tiles = tile_count<C::kBlockN>(g);
     const int ts0 = first_tile_key<C::kBlockN>(g);
     const float* kq_ptr = kF8 ? p.k_scale + g.kv_head * p.k_scale_stride : nullptr;
-#if WEFT_SM90_FAST_MASK
     const attn::KVRange um = unmasked_keys(p, g);
-#else
-    const attn::KVRange um{};
-#endif
     // Softmax exponent scale (see the FA2 mainloop): raw scores x sm_scale log2 e (x the K scale),
     // or 1 after soft-cap.
     const float scale = p.softcap_pre == 0.f ? p.scale_log2 * (kF8 ? __ldg(kq_ptr) : 1.f) : 1.f;
@@ -560,7 +561,10 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
           if (t == n_tiles - 1) release(b.q_empty(qb));
           float fac[2];
           const bool changed = mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr, um);
-#if WEFT_SM90_SM_FIRST
+          // The wait for P_{t-1} V_{t-1} sits in the branches on the softmax's result: in one
+          // block with the softmax, ptxas hoisted it to the block's top (SASS of 89392c5: the
+          // WARPGROUP.DEPBAR of gsb 0 before the row max), so the softmax of S_t ran after that
+          // P V instead of during it and the intra-warpgroup overlap was lost. Both arms wait.
           if (changed) {
             ptx90::wgmma_wait<0>();
             fence_o(st);
@@ -571,12 +575,6 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
             fence_o(st);
             release(b.v_empty(sp));
           }
-#else
-          ptx90::wgmma_wait<0>();
-          fence_o(st);
-          release(b.v_empty(sp));
-          if (changed) rescale_o(st, fac);
-#endif
           pack_p(sacc, pa);
         }
         {

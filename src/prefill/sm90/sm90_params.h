@@ -31,6 +31,10 @@ struct KernelParams {
   // layout (sm90_fp8.cuh).
   int32_t v_piece_shift = 7;  // log2(v_piece_keys)
   uint32_t v_half_bytes = 0, v_piece_bytes = 0, v_sbo_bytes = 0;
+  // Byte offset of key 16 kk (P V k-step kk) in a V stage in 16-byte units (the descriptors'
+  // address field), kk < 8: the same for every tile of the launch, so the consumers add it from
+  // the parameter space instead of deriving it from the piece geometry per k-step.
+  uint32_t v_kstep[8] = {};
 };
 
 // Encodes the three maps (cuTensorMapEncodeTiled through the runtime's driver entry point, so

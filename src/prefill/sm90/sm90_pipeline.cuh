@@ -35,16 +35,10 @@
 #ifndef WEFT_SM90_V_ZERO_REQ
 #define WEFT_SM90_V_ZERO_REQ 0
 #endif
-// SM_FIRST: the consumer's wait for the previous tile's P V sits in the branches on the softmax's
-// result, so ptxas cannot hoist it above the softmax (in one block it did: the whole softmax ran
-// after the P V, defeating the intra-warpgroup overlap). FAST_MASK: the per-tile mask decision
-// from a per-item unmasked key range, boundary tiles without a custom mask masked by two limits
-// per row (apply_mask_rows), S descriptors as base + constant offsets.
-#ifndef WEFT_SM90_SM_FIRST
-#define WEFT_SM90_SM_FIRST 0
-#endif
-#ifndef WEFT_SM90_FAST_MASK
-#define WEFT_SM90_FAST_MASK 0
+// PV_TABLE: the P V k-step offsets from KernelParams::v_kstep (host) instead of the piece
+// geometry per k-step (~6 uniform instructions per P V wgmma).
+#ifndef WEFT_SM90_PV_TABLE
+#define WEFT_SM90_PV_TABLE 0
 #endif
 #ifndef WEFT_SM90_KV_FIRST
 #define WEFT_SM90_KV_FIRST 0
