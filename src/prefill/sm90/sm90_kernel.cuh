@@ -96,10 +96,11 @@ struct Sm90PlanRows {
 // H100 run of 5b2fcc8), and page-128 pools (4 boxes per tile) as fast as ragged; whole-page V
 // boxes (page 16, d128: 24 instead of 32 boxes per stage) measured 1.08-1.09x on paged L8192 /
 // L16384 and 1.16x on d256 paged L8192 (same-call A/B, H100 run of 2a5f27b, perf notes). Pieces
-// entirely past kv_hi are not copied (their rows are masked). For a tile that ends past kv_hi the V copy completes on
-// v_tma; the warp then zeroes the V rows >= kv_hi - ts (TMA may have brought another request's
-// rows or a page's unused slots: 0 * NaN would poison O), fences the generic-proxy stores for the
-// async proxy (wgmma) and arrives on v_full.
+// entirely past kv_hi are not copied (their rows are masked). For a tile that ends past v_end (kv_hi;
+// ragged: the request's end, see v_end below) the V copy completes on v_tma; the warp then zeroes
+// the V rows >= v_end - ts (TMA may have brought another request's rows or a page's unused slots:
+// 0 * NaN would poison O), fences the generic-proxy stores for the async proxy (wgmma) and
+// arrives on v_full.
 // fp8 K/V pools (C::kF8Stages > 0, paged only): the same pieces land as ONE box of D bytes per
 // key row (no swizzle: [kBlockN][D] bytes, the widening warps' input, sm90_fp8.cuh) in the fp8
 // stages (k8_full / v8_full); no zeroing pass: every fp8 code widens to a finite value, so the
@@ -128,7 +129,6 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
   // kKvFirst: an item after the first issues its first tiles before it waits for its Q buffer
   // (q_at below says when); 16-bit pools.
   constexpr bool kKvFirst = kSm90KvFirst && !kF8;
-  constexpr bool kVZeroReq = kSm90VZeroReq;
   uint32_t tile_cnt = 0, item_cnt = 0;
   uint32_t vtma_phase = 0;  // bit s: parity of the next v_tma[s] phase
   constexpr bool kTmaWidens = kF8 && C::kWidenWarps == 4;
@@ -197,11 +197,14 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
     // without this item's Q (no wait can deadlock).
     const int q_at = kKvFirst && item_cnt > 0 ? min(n_tiles, min(kRingK, kRingV)) : 0;
     if (kKvFirst && (q_at == 0 || q_free())) load_q();
-    // First V row the producer zeroes in a tile: kv_hi, or with kVZeroReq on ragged pools the
-    // request's end (rows in [kv_hi, real_kv_len) are the request's own keys, masked like the rows
-    // before kv_lo that a window's first tile already reads unzeroed; rows past the request's end
-    // are another request's or TMA's zero fill).
-    const int v_end = kVZeroReq && !p.paged ? g.real_kv_len : g.kv_hi;
+    // First V row the producer zeroes in a tile: paged kv_hi; ragged the request's end (rows in
+    // [kv_hi, real_kv_len) are the request's own keys, finite and masked like the rows before
+    // kv_lo that a window's first tile already reads unzeroed; rows past the request's end are
+    // another request's or TMA's zero fill). So every causal item but a request's last segment
+    // needs no wait for its last V copy and no zeroing pass, and the producer keeps running ahead
+    // across items. Measured with the P V k-step table below (same-call A/B, H100 run of 39a91bc,
+    // perf notes "Where the tile time went"): causal ragged L1024-8192 1.05-1.17x, d64 1.10x.
+    const int v_end = !p.paged ? g.real_kv_len : g.kv_hi;
     int page_next = 0;  // paged: this lane's page id of the next tile
     if (p.paged && n_tiles > 0 && lane < copies && ts0 + lane * rows_per_copy < g.kv_hi)
       page_next = __ldg(p.page_indices + g.kv_base + (ts0 + lane * rows_per_copy) / p.page_size);
@@ -429,15 +432,10 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
       }
     } else {
       const uint64_t d0 = ptx90::desc_sw128(sv, P.v_half_bytes, P.v_sbo_bytes);
-      // Descriptor offset (16-byte units) of key 16 kk plus `bytes` (a half's offset).
-#if WEFT_SM90_PV_TABLE
+      // Descriptor offset (16-byte units) of key 16 kk plus `bytes` (a half's offset): the host's
+      // table (KernelParams::v_kstep), two uniform instructions per wgmma instead of ~6 deriving it
+      // from the piece geometry (see mask_softmax on what uniform instructions cost here).
       auto koff = [&](int kk, uint32_t bytes) { return P.v_kstep[kk] + (bytes >> 4); };
-#else
-      auto koff = [&](int kk, uint32_t bytes) {
-        return ((static_cast<uint32_t>(16 * kk) >> P.v_piece_shift) * P.v_piece_bytes +
-                (static_cast<uint32_t>(16 * kk) & static_cast<uint32_t>(P.rows_per_copy - 1)) * 128 + bytes) >> 4;
-      };
-#endif
       if constexpr (kPvWide && D == 128) {
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsPV; ++kk)

@@ -30,16 +30,6 @@
 // scripts/diag/sm90-dev.sh exp). KV_FIRST: after its first item the producer issues an item's
 // first K/V tiles before it waits for the Q buffer (sm90_kernel.cuh producer). Q_DOUBLE: two Q
 // buffers, the next item's Q loads while the consumers run the current item (CfgOf).
-// V_ZERO_REQ: on ragged pools the producer zeroes the V rows of a tile past the request's end only,
-// not past the item's kv_hi (no wait for the V copy of an item's last tile unless it ends the request).
-#ifndef WEFT_SM90_V_ZERO_REQ
-#define WEFT_SM90_V_ZERO_REQ 0
-#endif
-// PV_TABLE: the P V k-step offsets from KernelParams::v_kstep (host) instead of the piece
-// geometry per k-step (~6 uniform instructions per P V wgmma).
-#ifndef WEFT_SM90_PV_TABLE
-#define WEFT_SM90_PV_TABLE 0
-#endif
 #ifndef WEFT_SM90_KV_FIRST
 #define WEFT_SM90_KV_FIRST 0
 #endif
@@ -51,7 +41,6 @@ namespace weft::prefill::sm90 {
 
 inline constexpr bool kSm90KvFirst = WEFT_SM90_KV_FIRST != 0;
 inline constexpr bool kSm90QDouble = WEFT_SM90_Q_DOUBLE != 0;
-inline constexpr bool kSm90VZeroReq = WEFT_SM90_V_ZERO_REQ != 0;
 
 // Shape of the FA2 functions reused here (mask.cuh, mainloop.cuh, epilogue.cuh): one m16 row
 // block per warp (the wgmma accumulator of a warp is 16 rows), kBlockN / 8 n8 blocks of S.
