@@ -131,6 +131,10 @@ RAW_PAT = re.compile(r"pipe_tensor|gmma|inst_executed_pipe|pcsamp_warps_issue_st
                      r"smsp__warps_active|launch__registers|launch__grid|launch__block|gpu__time_duration\.sum")
 
 
+RAW_SKIP = re.compile(r"\.(min|max)\b|\.sum\.pct|_elapsed|peak_sustained$|per_second$|bgmma|igmma|src_fp16|src_tf32|"
+                      r"src_fp8|_realtime|\.peak_s")
+
+
 def main():
     d = sys.argv[1]
     tags = sorted(os.path.basename(p)[:-len(".details.csv")] for p in glob.glob(os.path.join(d, "*.details.csv")))
@@ -156,7 +160,7 @@ def main():
             unit = next((D[k][key][1] for k in names if key in D[k]), "")
             print(f"  {key[0][:22]:<22} {key[1][:44]:<44} " + " | ".join(f"{v:>14}" for v in vals) + f"  {unit}")
         R = {k: raw(os.path.join(d, pair[k] + ".raw.csv")) for k in names}
-        rk = sorted({m for k in names for m in R[k] if RAW_PAT.search(m)})
+        rk = sorted({m for k in names for m in R[k] if RAW_PAT.search(m) and not RAW_SKIP.search(m)})
         print("-- raw (%s)" % " | ".join(names))
         for m in rk:
             vals = [R[k].get(m, ("-", ""))[0] for k in names]
@@ -175,10 +179,10 @@ def main():
                 print("   sampled stall reasons (share): " + "  ".join(
                     f"{k2.replace('stall_', '')} {v / totst:.2f}" for k2, v in st.most_common(14)))
             print(f"   samples {S['total_samples']:.0f}; hottest instructions:")
-            for smp, addr, text, reasons in S["hot"][:28]:
+            for smp, addr, text, reasons in S["hot"][:20]:
                 rs = " ".join(f"{a.replace('stall_', '')[:14]}={b:.0f}" for a, b in sorted(reasons.items(), key=lambda x: -x[1])[:3])
                 print(f"   {smp / max(S['total_samples'], 1):6.3f} {addr:>6} {text:<70} {rs}")
-            if k == names[0]:
+            if k == names[0] and s == sorted(by_shape)[0]:
                 print("   source columns: " + ", ".join(S["header"][:60]))
     return 0
 

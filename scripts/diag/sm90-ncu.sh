@@ -73,7 +73,7 @@ export_rep() {  # report-base
   echo "  $(basename $r): details $(wc -l < $r.details.csv) raw $(wc -c < $r.raw.csv) B sass $(wc -l < $r.sass.csv) lines"
 }
 if [ -n "${FINAL:-}" ]; then  # FlashInfer's kit rows while the trees build (GPU otherwise idle)
-  ( wait $FI_PID; PYTHONPATH=/tmp/site timeout 150 python3 $KIT/fi_bench.py --group prefill --variant fi-auto \
+  ( while kill -0 $FI_PID 2>/dev/null; do sleep 1; done; PYTHONPATH=/tmp/site timeout 150 python3 $KIT/fi_bench.py --group prefill --variant fi-auto \
       ${FI_BENCH_ARGS:-} --out $LOG/fi_bench.json > $LOG/fi_bench.log 2>&1; echo "fi_bench rc=$?" >> $LOG/fi_bench.log ) &
   FIB_PID=$!
 fi
