@@ -138,39 +138,7 @@ if has exp; then
       echo "ab $b $pass rc=$?"
     done
   done
-  python3 - "$LOG" "$OUT/ab.json" <<'EOF'
-import glob, json, os, re, sys
-log, out = sys.argv[1], sys.argv[2]
-merged, rows = None, {}
-for p in sorted(glob.glob(os.path.join(log, "ab_*_*.json"))):
-    tree, ps = re.match(r"ab_(.+)_(\d+)\.json", os.path.basename(p)).groups()
-    d = json.load(open(p))
-    if merged is None:
-        merged = {k: v for k, v in d.items() if k != "cases"}
-        merged["cases"] = []
-    for c in d["cases"]:
-        if not c.get("ms"):
-            continue
-        rows.setdefault(c["name"], {}).setdefault(tree, []).append(c["ms"])
-        c = dict(c, name=f"{tree}/{ps}/{c['name']}")
-        merged["cases"].append(c)
-if merged:
-    merged["command"] = "scripts/diag/sm90-dev.sh exp: alternating passes, rows named <tree>/<pass>/<row>"
-    json.dump(merged, open(out, "w"), indent=1)
-trees = sorted({t for r in rows.values() for t in r}, key=lambda t: (t != "shipped", t))
-print("A/B (ms per pass; x = shipped best / tree best):")
-print("%-40s " % "row" + " ".join("%-24s" % t for t in trees))
-for name, r in rows.items():
-    base = min(r.get("shipped", [0]) or [0])
-    cells = []
-    for t in trees:
-        v = r.get(t, [])
-        s = "/".join("%.4f" % x for x in v)
-        if base and v and t != "shipped":
-            s += " x%.3f" % (base / min(v))
-        cells.append("%-24s" % s)
-    print("%-40s " % name.replace("prefill/sm90/", "") + " ".join(cells))
-EOF
+  python3 scripts/diag/ab_table.py "$LOG" "$OUT/ab.json" "$LOG/fi_ab_unused.json"
 fi
 if has fi && [ -n "${FI_PID:-}" ] && room fi; then
   wait $FI_PID
