@@ -10,7 +10,12 @@
 #   `git archive <sha> | tar -x -C .ab-base` and carried):
 #   OUT=... WEFT_COMMIT=<new sha> BASE_COMMIT=<old sha> PAIRS=2 scripts/diag/core-ab.sh .ab-base [bench args]
 # SKIP_BUILD=1: use weft-bench already built in /tmp/ab-old and /tmp/ab-new (plan-check.sh builds
-# them together with the tests). Each process gets an equal share of the time left before
+# them together with the tests; or binaries built on the dev box and unpacked there).
+# SAME_ROWS=1 (default): the new tree's runs are limited (--filter per row name) to the rows the
+# old tree's first run printed, so both processes run the same rows in the same order (the new
+# bench has ~2x the rows; a row's place in the process -- clock and power history -- moved
+# ratios by up to 17% in the 9b9ac8c A/B, e.g. decode/marginal/llama3-8b/b1/kv32768 0.825 there
+# and 0.987 in a same-rows run of the same call). SAME_ROWS=0: every row of both benches. Each process gets an equal share of the time left before
 # DEADLINE (so an early process cannot starve the later ones of their rows). Rows whose new (and
 # old) JSON cases carry extra.plan_us get extra.plan_us_new / plan_us_old (median over processes).
 set -uo pipefail
@@ -42,7 +47,11 @@ for i in $(seq 1 "${PAIRS:-2}"); do
     share=$((left / runs_left))
     runs_left=$((runs_left - 1))
     if [ "$share" -lt 10 ]; then echo "$tree run $i: skipped (deadline)"; continue; fi
-    timeout "$share" stdbuf -oL /tmp/ab-$tree/bench/weft-bench --group decode --group prefill "$@" \
+    rows=()
+    if [ "$tree" = new ] && [ "${SAME_ROWS:-1}" = 1 ] && [ -s /tmp/ab_old_1.log ]; then
+      while read -r r; do rows+=(--filter "$r"); done < <(grep -oE '^(decode|prefill)/\S+' /tmp/ab_old_1.log)
+    fi
+    timeout "$share" stdbuf -oL /tmp/ab-$tree/bench/weft-bench --group decode --group prefill "$@" "${rows[@]}" \
       --commit "${WEFT_COMMIT:-unknown}" --json "/tmp/ab_${tree}_$i.json" > "/tmp/ab_${tree}_$i.log" 2>&1 ||
       tail -3 "/tmp/ab_${tree}_$i.log"
     echo "$tree run $i: $(grep -cE '^(decode|prefill)/' "/tmp/ab_${tree}_$i.log") rows ($SECONDS s)"

@@ -111,9 +111,10 @@ __device__ __forceinline__ Item load_work_item(const plan::WorkPlanPointers& w, 
   return it;
 }
 
-// Head-folded plans (plan::Plan::head_fold): launched CTA c runs the items of plan CTA c % P
-// (P = PlanPointers::num_ctas) for sub-head j = c / P, its fold word (plan::fold_word; 0 without
-// folding: every mapping below is then the identity). An item's KV head is
+// Head-folded plans (plan::Plan::head_fold): launched CTA c runs the items of the plan CTA its
+// CtaRecord (one per launched CTA, in plan::fold_launch_order) names, for the sub-head j of the
+// record's fold word (plan::fold_word; 0 without folding: every mapping below is then the
+// identity). An item's KV head is
 // item_kv_head * head_fold + j, its partial slot j * S + s (S = PlanPointers::slot_stride, so one
 // merge's slots stay consecutive), its merge counter m * head_fold + j.
 using plan::fold_count;
@@ -147,16 +148,15 @@ __device__ __forceinline__ Item load_item(const plan::PlanPointers& p, int i, in
   return it;
 }
 
-// Launched CTA c's item range and first item from its plan CTA's CtaRecord, expanded for its
-// sub-head (*fold receives the CTA's fold word): three independent 16-byte loads, one load
-// round, where cta_indptr -> item arrays -> qo_indptr took three dependent rounds at the start
-// of every CTA (each a DRAM round trip after the plan's lines left L2). The plan CTA and the
-// sub-head come from the layout's constants (kernel parameters), not from memory.
+// Launched CTA c's item range and first item from its CtaRecord (decode layouts: one per launched
+// CTA, PlanBounds::launch_records), expanded for its sub-head (*fold receives the record's fold
+// word): three independent 16-byte loads, one load round, where cta_indptr -> item arrays ->
+// qo_indptr took three dependent rounds at the start of every CTA (each a DRAM round trip after
+// the plan's lines left L2).
 __device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int c, int* i0, int* i1, int* fold) {
-  const int pc = plan::plan_cta_of(c, p.num_ctas);
-  const int word = plan::fold_word_of_cta(c, p.num_ctas, p.head_fold);
-  const int4* rec = reinterpret_cast<const int4*>(p.cta_first + pc);
+  const int4* rec = reinterpret_cast<const int4*>(p.cta_first + c);
   const int4 a = __ldg(rec), b = __ldg(rec + 1), d = __ldg(rec + 2);
+  const int word = d.w;
   *i0 = a.x;
   *i1 = a.y;
   *fold = word;

@@ -105,10 +105,11 @@ struct Plan {
   // a request have the same rows and keys, so the plan of one head class, replicated, is a plan
   // of all of them: the planner's work and the metadata a plan() copies shrink head_fold times
   // (issue 19: plan() cost O(batch + splits), not O(batch x heads)). The kernels expand it:
-  // launched CTA c runs plan CTA c % P (P = num_ctas) with sub-head j = c / P (plan_cta_of,
-  // fold_word_of_cta), i.e. KV head item_kv_head * head_fold + j, partial slot j * S + s (S: the
-  // layout's max_slots, PlanPointers::slot_stride; so one merge's slots stay consecutive, fold_slot)
-  // and merge counter m * head_fold + j.
+  // a launched CTA runs one plan CTA for one sub-head j (decode: the layout's launch records,
+  // fold_launch_order; prefill: plan_cta_of / fold_word_of_cta), i.e. KV head
+  // item_kv_head * head_fold + j, partial slot j * S + s (S: the layout's max_slots,
+  // PlanPointers::slot_stride; so one merge's slots stay consecutive, fold_slot) and merge
+  // counter m * head_fold + j.
   int32_t head_fold = 1;
 
   std::vector<int32_t> cta_indptr;  // num_ctas + 1
@@ -281,6 +282,11 @@ struct PlanBounds {
   // and max_tiles are the FOLDED plan's; the launch has num_ctas * head_fold CTAs, and the CTA
   // records, merge counters and partial slots are sized for all of them.
   int32_t head_fold = 1;
+  // One CtaRecord per LAUNCHED CTA (num_ctas * head_fold, in fold_launch_order, each with its
+  // sub-head's fold word) instead of one per plan CTA: the decode kernels read record blockIdx.x
+  // (decode_common.cuh load_first_item), so the host picks which plan CTA and sub-head each
+  // launched CTA runs. false (prefill): one record per plan CTA, kernels map with plan_cta_of.
+  bool launch_records = false;
   // Bytes reserved at the END of the metadata region (inside metadata_bytes(), before the partial
   // states) for a caller's own per-plan arrays (the prefill segment arrays), so that one copy of
   // the metadata carries them too. WorkspaceLayout::tail_offset() is where they start; serialize()
@@ -308,11 +314,11 @@ struct PlanHeader {
 // the fold, j | (head_fold - 1) << 16 (0 without folding, where every expansion below is the
 // identity). Host and device (constexpr: kernels compile with --expt-relaxed-constexpr).
 constexpr int32_t fold_word(int32_t sub_head, int32_t head_fold) { return sub_head | (head_fold - 1) << 16; }
-// A folded launch has plan_ctas * head_fold CTAs, sub-head major: launched CTA c runs plan CTA
-// c % plan_ctas for sub-head c / plan_ctas, so the CTAs of one KV head are consecutive, as the
-// unfolded plan's round robin placed them. (The plan-CTA-major order, c / head_fold, put the 8
-// heads of one chunk on neighbouring CTAs and measured 6-14% slower on single-request 32K-key
-// decodes, H100 A/B at 3342642: b1/kv32768 rows.)
+// A folded launch without launch records (prefill) has plan_ctas * head_fold CTAs, sub-head
+// major: launched CTA c runs plan CTA c % plan_ctas for sub-head c / plan_ctas. (The
+// plan-CTA-major order, c / head_fold, put the 8 heads of one chunk on neighbouring CTAs and
+// measured 6-14% slower on single-request 32K-key decodes, H100 A/B at 3342642: b1/kv32768 rows.
+// Decode layouts write one record per launched CTA instead: fold_launch_order.)
 constexpr int32_t plan_cta_of(int32_t c, int32_t plan_ctas) { return c % plan_ctas; }
 constexpr int32_t fold_word_of_cta(int32_t c, int32_t plan_ctas, int32_t head_fold) {
   return fold_word(c / plan_ctas, head_fold);
@@ -329,19 +335,18 @@ constexpr int32_t fold_slot(int32_t slot, int32_t word, int32_t slot_stride) {
   return fold_sub_head(word) * slot_stride + slot;
 }
 
-// Per-plan-CTA copy of the CTA's item range and FIRST item (written by serialize, derived from
-// the arrays above): a persistent kernel reads it with one round of independent 16-byte loads
-// instead of the dependent chain cta_indptr -> item arrays -> qo_indptr. 48 bytes: three int4.
-// One record per PLAN CTA (num_ctas), as the plan holds it: a head-folded launch's head_fold
-// CTAs of plan CTA c read the same record and expand kv_head and partial_slot for their sub-head
-// (decode_common.cuh load_first_item), so the records a plan() writes and copies do not grow
-// with the fold (8 x fewer bytes for Llama-3-8B's 264-CTA decode grid).
+// Copy of a plan CTA's item range and FIRST item (written by serialize, derived from the arrays
+// above): a persistent kernel reads it with one round of independent 16-byte loads instead of the
+// dependent chain cta_indptr -> item arrays -> qo_indptr. 48 bytes: three int4. The fields are
+// the plan's (not expanded for a sub-head; the kernel expands kv_head and partial_slot with the
+// fold word). Layouts with PlanBounds::launch_records hold one record per launched CTA, in
+// fold_launch_order (fold: that CTA's sub-head); the others one per plan CTA (fold: sub-head 0).
 struct CtaRecord {
-  int32_t item_begin, item_end;  // cta_indptr[c], cta_indptr[c + 1]
+  int32_t item_begin, item_end;  // cta_indptr[c], cta_indptr[c + 1] of the record's plan CTA c
   int32_t request, kv_head, row_begin, row_end, kv_begin, kv_end, partial_slot;  // item item_begin
   int32_t token0;                // qo_indptr[request]: the request's first query token
   int32_t merge;                 // item_merge of item item_begin (the PLAN's merge index)
-  int32_t fold;                  // fold_word(0, head_fold): the plan's fold (0 without folding)
+  int32_t fold;                  // fold_word(j, head_fold) of the CTA's sub-head j (0 without folding)
 };
 static_assert(sizeof(CtaRecord) == 48, "CtaRecord is read as three 16-byte vectors");
 
@@ -349,8 +354,8 @@ static_assert(sizeof(CtaRecord) == 48, "CtaRecord is read as three 16-byte vecto
 struct PlanPointers {
   const PlanHeader* header;
   const int32_t* cta_indptr;
-  const CtaRecord* cta_first;  // num_ctas records (one per plan CTA), 16-byte aligned (fields
-                               // of an empty CTA's first item are 0)
+  const CtaRecord* cta_first;  // num_ctas (* head_fold with launch_records) records, 16-byte
+                               // aligned (fields of an empty CTA's first item are 0)
   const int32_t* item_request;
   const int32_t* item_kv_head;
   const int32_t* item_row_begin;
@@ -381,6 +386,40 @@ struct PlanPointers {
 };
 
 #if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
+// The launch order of a head-folded plan (PlanBounds::launch_records): which plan CTA and sub-head
+// each launched CTA runs. The plan CTAs are cut into runs of consecutive CTAs whose first items
+// are the same tile (request, KV head class, rows; empty CTAs form runs too); each run is
+// launched sub-head major: run [p0, p1) at launched CTA c0 gives CTA c0 + j * (p1 - p0) + (p - p0)
+// plan CTA p for sub-head j. This is the unfolded plan's round robin again (its LPT deal of equal
+// items put one tile's chunks on consecutive CTAs, the next head's after them): a one-request
+// split plan (b1/kv1024: 4 chunks per head) puts its 32 busy CTAs first, where the resident
+// CTAs of the first wave sit on distinct SMs (plain sub-head major c % P put them 33 apart, half
+// of them in the second wave on the SMs of the first half: b1 rows 3-10% slower in issue 19's
+// A/B at 9b9ac8c); a plan of one whole tile per CTA (b128/kv4096) runs a request's heads on
+// neighbouring CTAs (plain sub-head major: the d64 tensor-core rows 3-4% slower); a plan whose
+// CTAs all start in one tile (b1/kv32768) is sub-head major as before. fn(c, p, j, c0) per
+// launched CTA c, in order (c0: the launched CTA of plan CTA p's sub-head 0, visited before).
+template <class Fn>
+void fold_launch_order(const Plan& plan, Fn&& fn) {
+  const int32_t P = plan.num_ctas, F = plan.head_fold;
+  auto same_tile = [&](int32_t a, int32_t b) {
+    const int32_t ia = plan.cta_indptr[a], ib = plan.cta_indptr[b];
+    const bool ea = ia == plan.cta_indptr[a + 1], eb = ib == plan.cta_indptr[b + 1];
+    if (ea || eb) return ea && eb;
+    return plan.item_request[ia] == plan.item_request[ib] && plan.item_kv_head[ia] == plan.item_kv_head[ib] &&
+           plan.item_row_begin[ia] == plan.item_row_begin[ib];
+  };
+  int32_t c = 0;
+  for (int32_t p0 = 0; p0 < P;) {
+    int32_t p1 = p0 + 1;
+    while (p1 < P && same_tile(p1, p0)) ++p1;
+    const int32_t c0 = c;
+    for (int32_t j = 0; j < F; ++j)
+      for (int32_t p = p0; p < p1; ++p) fn(c++, p, j, c0 + (p - p0));
+    p0 = p1;
+  }
+}
+
 class WorkspaceLayout {
  public:
   static constexpr std::size_t kAlign = 256;
@@ -391,6 +430,8 @@ class WorkspaceLayout {
   int32_t max_items() const { return max_items_; }
   int32_t max_merges() const { return max_merges_; }
   int32_t max_slots() const { return max_slots_; }
+  // CtaRecords at PlanPointers::cta_first: num_ctas, or num_ctas * head_fold with launch_records.
+  int32_t num_records() const { return num_records_; }
   // Bytes of plan metadata (header + index arrays): what plan() copies host -> device.
   std::size_t metadata_bytes() const { return metadata_bytes_; }
   // Offset of the bounds' tail_bytes (the last bytes of the metadata region).
@@ -417,7 +458,7 @@ class WorkspaceLayout {
 
  private:
   PlanBounds bounds_{};
-  int32_t max_items_ = 0, max_merges_ = 0, max_slots_ = 0;
+  int32_t max_items_ = 0, max_merges_ = 0, max_slots_ = 0, num_records_ = 0;
   std::size_t off_cta_ = 0, off_first_ = 0, off_items_ = 0, off_merges_ = 0, off_counter_ = 0, off_qo_ = 0, off_kv_ = 0;
   std::size_t off_po_ = 0, off_plse_ = 0, off_tail_ = 0;
   std::size_t metadata_bytes_ = 0, total_bytes_ = 0;

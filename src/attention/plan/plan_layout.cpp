@@ -27,15 +27,16 @@ WorkspaceLayout::WorkspaceLayout(const PlanBounds& b) : bounds_(b) {
   WEFT_CHECK_ARG(b.head_fold >= 1 && b.head_fold <= 65536, "head_fold", "must be in [1, 65536], got " << b.head_fold);
   max_items_ = b.max_tiles + b.num_ctas;
   // Per launched CTA (folded plans: num_ctas * head_fold): merge counters and partial slots;
-  // CTA records per plan CTA.
+  // CTA records per launched CTA with launch_records (decode), else per plan CTA.
   const std::size_t fold = static_cast<std::size_t>(b.head_fold);
+  num_records_ = b.num_ctas * (b.launch_records ? b.head_fold : 1);
   max_merges_ = b.num_ctas;
   max_slots_ = 2 * b.num_ctas;
   std::size_t off = align_up(sizeof(PlanHeader), kAlign);
   off_cta_ = off;
   off = align_up(off + sizeof(int32_t) * (b.num_ctas + 1), kAlign);
   off_first_ = off;
-  off = align_up(off + sizeof(CtaRecord) * std::size_t(b.num_ctas), kAlign);
+  off = align_up(off + sizeof(CtaRecord) * std::size_t(num_records_), kAlign);
   off_items_ = off;
   off = align_up(off + sizeof(int32_t) * kItemArrays * std::size_t(max_items_), kAlign);
   off_merges_ = off;
@@ -196,10 +197,10 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
     }
     item_merge[i] = m;
   }
-  // One record per plan CTA, as the plan holds it (a folded launch's CTAs expand it).
+  // CTA records: plan CTA c's range and first item, as the plan holds it (the kernels expand it
+  // for their sub-head), one per plan CTA, or one per launched CTA in fold_launch_order.
   CtaRecord* first = const_cast<CtaRecord*>(v.cta_first);
-  const int32_t fold0 = fold_word(0, plan.head_fold);
-  for (int32_t c = 0; c < plan.num_ctas; ++c) {
+  auto record = [&](int32_t c, int32_t sub_head) {
     CtaRecord r{};
     r.item_begin = plan.cta_indptr[c];
     r.item_end = plan.cta_indptr[c + 1];
@@ -215,9 +216,20 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
       r.token0 = plan.qo_indptr[r.request];
       r.merge = item_merge[i];
     }
-    r.fold = fold0;
-    first[c] = r;
-  }
+    r.fold = fold_word(sub_head, plan.head_fold);
+    return r;
+  };
+  if (bounds_.launch_records)
+    fold_launch_order(plan, [&](int32_t c, int32_t p, int32_t j, int32_t c0) {
+      if (j == 0) {
+        first[c] = record(p, 0);
+      } else {  // sub-head j of the same plan CTA: the record of sub-head 0 with its fold word
+        first[c] = first[c0];
+        first[c].fold = fold_word(j, plan.head_fold);
+      }
+    });
+  else
+    for (int32_t c = 0; c < plan.num_ctas; ++c) first[c] = record(c, 0);
   if (image != nullptr) image->valid = true;
 }
 

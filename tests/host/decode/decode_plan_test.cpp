@@ -235,21 +235,29 @@ TEST(DecodePlan, HeadFoldExpandsToEveryHeadOnce) {
     std::vector<int> slot_used(size_t(slots_cap), 0);
     std::vector<double> load(grid, 0.0);
     double biggest_fold = 0;
-    // One record per plan CTA; the launch's layout constants give each launched CTA its plan CTA
-    // and sub-head (what decode_common.cuh load_first_item does).
+    // One record per launched CTA (PlanBounds::launch_records), its sub-head in its fold word
+    // (what decode_common.cuh load_first_item reads); every (plan CTA, sub-head) launched once.
     ASSERT_EQ(v.num_ctas, grid / fold);
     ASSERT_EQ(v.head_fold, fold);
     ASSERT_EQ(v.slot_stride, layout.max_slots());
+    ASSERT_EQ(layout.num_records(), grid);
     const int32_t S = v.slot_stride;
+    std::vector<int32_t> launched(size_t(grid), -1);  // (plan CTA, sub-head) -> launched CTA
+    plan::fold_launch_order(p, [&](int32_t c, int32_t pc, int32_t j, int32_t) {
+      ASSERT_EQ(launched[size_t(pc) * fold + j], -1);
+      launched[size_t(pc) * fold + j] = c;
+    });
+    for (int32_t x : launched) ASSERT_GE(x, 0);
     for (int32_t c = 0; c < grid; ++c) {
-      const int32_t pc = plan::plan_cta_of(c, v.num_ctas);
-      const plan::CtaRecord& r = v.cta_first[pc];
-      ASSERT_EQ(r.fold, plan::fold_word(0, fold));
-      ASSERT_EQ(r.item_begin, p.cta_indptr[pc]);
-      const int32_t word = plan::fold_word_of_cta(c, v.num_ctas, v.head_fold);
+      const plan::CtaRecord& r = v.cta_first[c];
+      const int32_t word = r.fold;
       const int32_t j = plan::fold_sub_head(word), y = plan::fold_count(word);
       ASSERT_EQ(y, fold);
-      ASSERT_EQ(j, c / (grid / fold));  // sub-head major (plan::fold_word_of_cta)
+      ASSERT_LT(j, fold);
+      const int32_t pc = int32_t(std::find(launched.begin(), launched.end(), c) - launched.begin()) / fold;
+      ASSERT_EQ(launched[size_t(pc) * fold + j], c);
+      ASSERT_EQ(r.item_begin, p.cta_indptr[pc]);
+      ASSERT_EQ(r.item_end, p.cta_indptr[pc + 1]);
       for (int32_t i = r.item_begin; i < r.item_end; ++i) {
         int32_t req = v.item_request[i], kvh = v.item_kv_head[i] * y + j, rb = v.item_row_begin[i];
         int32_t re = v.item_row_end[i], kb = v.item_kv_begin[i], ke = v.item_kv_end[i];
@@ -308,6 +316,52 @@ TEST(DecodePlan, HeadFoldExpandsToEveryHeadOnce) {
                                              full.item_kv_end[i] - full.item_kv_begin[i]));
     EXPECT_LE(ms_fold, ms_full + std::max(biggest, biggest_fold) + 1e-9);
   }
+}
+
+// plan::fold_launch_order: the launched CTAs of a folded plan run what the unfolded plan's CTAs
+// ran (its LPT deal of equal items: one tile's chunks on consecutive CTAs, the next head's after
+// them), the order of the bench rows that the plain sub-head-major launch left 3-10% slower in
+// issue 19's A/B at 9b9ac8c (b1/kv1024 and kv4096: busy CTAs first, one per SM of the first
+// wave; b128/kv4096: a request's heads on neighbouring CTAs). Where every plan CTA starts in one
+// tile (b1/kv32768) the order is sub-head major: launched CTA c runs plan CTA c % P.
+TEST(DecodePlan, FoldLaunchOrderFollowsTheUnfoldedDeal) {
+  struct Shape {
+    int32_t batch, kv, hq, hkv, grid;
+  };
+  const Shape same[] = {{1, 1024, 32, 8, 264},   {1, 4096, 32, 8, 264},  {1, 1024, 32, 32, 264},
+                        {1, 4096, 32, 32, 264},  {8, 1024, 32, 8, 264},  {32, 4096, 32, 8, 264},
+                        {128, 4096, 16, 8, 264}, {128, 4096, 16, 16, 264}, {32, 4096, 16, 8, 132},
+                        {1, 1024, 16, 8, 132},   {1, 32768, 16, 16, 264}};
+  for (const Shape& sh : same) {
+    SCOPED_TRACE(::testing::Message() << "b" << sh.batch << " kv" << sh.kv << " " << sh.hq << "/" << sh.hkv
+                                      << " grid " << sh.grid);
+    const std::vector<int32_t> lens(size_t(sh.batch), sh.kv);
+    const plan::BatchShape shape = batch_shape(lens.data(), sh.batch, -1);
+    const int32_t fold = decode_head_fold(sh.hkv, sh.grid);
+    ASSERT_GT(fold, 1);
+    const plan::Plan full = plan_decode(shape, balance_config(sh.grid, sh.hq, sh.hkv));
+    const plan::Plan p = plan_decode(shape, balance_config(sh.grid, sh.hq, sh.hkv, kPlanTileQ, fold));
+    int32_t n = 0;
+    plan::fold_launch_order(p, [&](int32_t c, int32_t pc, int32_t j, int32_t) {
+      ++n;
+      ASSERT_EQ(p.cta_indptr[pc + 1] - p.cta_indptr[pc], full.cta_indptr[c + 1] - full.cta_indptr[c]) << "cta " << c;
+      for (int32_t i = p.cta_indptr[pc], k = full.cta_indptr[c]; i < p.cta_indptr[pc + 1]; ++i, ++k) {
+        ASSERT_EQ(p.item_request[i], full.item_request[k]) << "cta " << c;
+        ASSERT_EQ(p.item_kv_head[i] * fold + j, full.item_kv_head[k]) << "cta " << c;
+        ASSERT_EQ(p.item_kv_begin[i], full.item_kv_begin[k]) << "cta " << c;
+        ASSERT_EQ(p.item_kv_end[i], full.item_kv_end[k]) << "cta " << c;
+      }
+    });
+    ASSERT_EQ(n, sh.grid);
+  }
+  // One request of 32K keys, 8 KV heads on 264 CTAs: 33 chunks per head fill all 33 plan CTAs.
+  const std::vector<int32_t> lens(1, 32768);
+  const plan::Plan p = plan_decode(batch_shape(lens.data(), 1, -1), balance_config(264, 32, 8, kPlanTileQ, 8));
+  plan::fold_launch_order(p, [&](int32_t c, int32_t pc, int32_t j, int32_t c0) {
+    ASSERT_EQ(pc, c % 33);
+    ASSERT_EQ(j, c / 33);
+    ASSERT_EQ(c0, pc);
+  });
 }
 
 }  // namespace
