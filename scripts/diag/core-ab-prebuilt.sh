@@ -6,7 +6,8 @@
 #   weft-bench.old.xz   the old tree's weft-bench and libweft.so.0.old.xz (it linked libweft shared)
 #   weft_gpu_decode.xz  optional: the new tree's decode GPU tests, run first (TESTS_FILTER, default
 #                       all) with their log in $OUT/gpu_tests.txt; MEMCHECK_FILTER (optional) runs
-#                       that filter under compute-sanitizer memcheck too.
+#                       that filter under compute-sanitizer memcheck too (TESTS_TIMEOUT /
+#                       MEMCHECK_TIMEOUT seconds, default 150 / 120).
 # Usage (repo root): OUT=... WEFT_COMMIT=<new> BASE_COMMIT=<old> BIN=<dir> PAIRS=3 DEADLINE=300 \
 #   scripts/diag/core-ab-prebuilt.sh [weft-bench args, e.g. --no-ceilings]
 # DEADLINE counts from core-ab.sh's start (after the tests).
@@ -29,10 +30,10 @@ ldd /tmp/ab-old/bench/weft-bench /tmp/ab-new/bench/weft-bench | grep "not found"
 if [ -f "$BIN/weft_gpu_decode.xz" ]; then
   unxz_to "$BIN/weft_gpu_decode.xz" /tmp/ab-tests/weft_gpu_decode || exit 1
   { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-    timeout 150 /tmp/ab-tests/weft_gpu_decode --gtest_filter="${TESTS_FILTER:-*}" 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) |tests ran|FAILED"
+    timeout "${TESTS_TIMEOUT:-150}" /tmp/ab-tests/weft_gpu_decode --gtest_filter="${TESTS_FILTER:-*}" 2>&1 | grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) |tests ran|FAILED"
     echo "gpu tests rc ${PIPESTATUS[0]}"
     if [ -n "${MEMCHECK_FILTER:-}" ]; then
-      timeout 120 compute-sanitizer --tool memcheck /tmp/ab-tests/weft_gpu_decode --gtest_filter="$MEMCHECK_FILTER" 2>&1 |
+      timeout "${MEMCHECK_TIMEOUT:-120}" compute-sanitizer --tool memcheck /tmp/ab-tests/weft_gpu_decode --gtest_filter="$MEMCHECK_FILTER" 2>&1 |
         grep -E "ERROR SUMMARY|tests ran|PASSED|FAILED"
     fi
   } > "$OUT/gpu_tests.txt" 2>&1
