@@ -70,6 +70,8 @@ struct DecodePlanInfo {
                             // wide kernel (DecodeOptions::prefix_wide_overlap)
   bool wide_sm90 = false;   // the wide items run on the Hopper (sm90 wgmma) mainloop, not the FA2
                             // tile (DecodeOptions::prefix_wide_sm90)
+  int32_t wide_grid = 0;    // CTAs of the wide launch when cut for one wave of the sm90 tile
+                            // (DecodeOptions::prefix_wide_sm90_wave); 0: num_ctas
   bool lazy_update = false; // share_prefixes: the previous plan updated in place (only private
                             // suffixes grew; its key ranges and page bases copied, not the plan)
   bool prefix_fallback = false;  // share_prefixes: the table had no pack, the standard decode plan
@@ -155,6 +157,13 @@ struct DecodeOptions {
   // Not the same bits as the FA2 tile: a CUDA graph captured around run() replays only plans of
   // the same kind (as with prefix_fallback). false: always the FA2 tile.
   bool prefix_wide_sm90 = true;
+  // With prefix_wide_sm90, in plans that run the two kinds one after the other: the wide items cut
+  // and dealt for ONE wave of the sm90 tile (one CTA per SM: the SM count), fewer and longer
+  // items than the decode grid's two waves (fewer partial sources per row to merge), at the chunk
+  // of the planner's wave cost model (PackPlanConfig::wide_wave_ctas, heuristics::
+  // kPackWideSm90ItemKeys). Same math per key; another cut, so not the same output bits as false.
+  // false: the wide items cut for the decode grid (the FA2 tile's cut).
+  bool prefix_wide_sm90_wave = true;
   // Route (DecodeRoute). The work-queue routes and kAuto plan from a native block table
   // (plan(BlockTable) / run(BlockTable)); plan(PageTable) and plan_lengths() with kAuto plan the
   // balanced route, with kWorkQueue / kNoSplit they throw. A work-queue plan's grid follows the

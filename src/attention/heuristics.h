@@ -166,6 +166,16 @@ inline constexpr float kPackWideSplitMargin = 0.7f;
 // 65.9 and 196.4 vs 230.7 us).
 inline constexpr bool kPackWideSm90SplitPlans = false;
 
+// The fixed cost of one wide item on the Hopper mainloop, in keys of streaming, for the planner's
+// one-wave cut (PackPlanConfig::wide_item_keys, DecodeOptions::prefix_wide_sm90_wave): the first
+// 128-key tile's load before any product (the pipeline fill, ~128 keys) plus the epilogue's 128
+// partial rows (128 x d128 fp32 = 64 KB, the bytes of 128 keys of K and V at 16 bits) written,
+// which the merge reads again (~128 more): ~256-384 keys; 256 taken. The cut is insensitive to
+// it where the items are a node's equal chunks: one wave beats w waves for any value > 0 (64x8
+// B1-32 L4096-128: 16 items of 512 keys per head class vs 32 of 256 keys in two waves).
+// Estimated, not fitted.
+inline constexpr int32_t kPackWideSm90ItemKeys = 256;
+
 // The fixed grid of a persistent kernel: `ctas_per_sm` resident CTAs on each of `sm_count` SMs
 // (at least one CTA per SM). Decode passes the smallest residency of all its kernels of the head
 // dim (the path is chosen at plan time, the grid at construction, for CUDA graphs); prefill the

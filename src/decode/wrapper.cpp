@@ -213,6 +213,7 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
     if (impl_->wide_packs) decode::prepare_decode_wide_packs();
     impl_->wide_sm90_ok = impl_->wide_packs && options.prefix_wide_sm90 && decode::wide_sm90_device();
     if (impl_->wide_sm90_ok) decode::prepare_decode_wide_sm90();
+    if (impl_->wide_sm90_ok && options.prefix_wide_sm90_wave) impl_->wide_wave_ctas = current_device().sms;
   }
   if (options.route != DecodeRoute::kBalanced) {
     Impl& im = *impl_;
@@ -378,9 +379,11 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
   a.tile_rows = work_plan_active() ? tile_rows : balanced_tile_rows;
   if (work_plan_active()) {
     if (wide_launch) {
-      if (wide_sm90)
-        decode::launch_decode_wide_sm90(a, wlayout.pointers(workspace), stream);
-      else
+      if (wide_sm90) {
+        decode::LaunchArgs aw = a;  // one wave of the sm90 tile: the plan's wide grid
+        if (wide_grid > 0) aw.grid = wide_grid;
+        decode::launch_decode_wide_sm90(aw, wlayout.pointers(workspace), stream);
+      } else
         decode::launch_decode_wide_packs(a, wlayout.pointers(workspace), stream);
       // Overlapped (DecodeOptions::prefix_wide_overlap, a plan that split the CTAs between the
       // kinds: WorkPlan::wide_split): the decode kernel may start while the wide kernel runs (it

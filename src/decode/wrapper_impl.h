@@ -85,6 +85,10 @@ struct BatchDecodeWrapper::Impl {
   // wide_sm90_device), and whether the current plan runs its wide items there.
   bool wide_sm90_ok = false;
   bool wide_sm90 = false;
+  // DecodeOptions::prefix_wide_sm90_wave: the SM count (one sm90 CTA per SM) when on, else 0;
+  // and the current plan's wide launch grid (WorkPlan::wide_grid; 0: grid).
+  int32_t wide_wave_ctas = 0;
+  int32_t wide_grid = 0;
   plan::WorkPlanLayout wlayout;
   const PageTable* share_table = nullptr;
   plan::PackPlanner packer;            // keeps the last plan for lazy updates

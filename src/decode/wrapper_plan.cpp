@@ -211,6 +211,13 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
       // Wide items cut from their own work (PackPlanConfig::max_slots): finer only while the
       // plan's partial slots fit the workspace's.
       pc.max_slots = im.wlayout.bounds().max_slots;
+      // One wave of the sm90 tile where it would run these wide items (serial plans): cut and
+      // dealt for the SM count (DecodeOptions::prefix_wide_sm90_wave); undone below when the
+      // plan's rows cannot be loaded there.
+      if (im.wide_wave_ctas > 0 && decode::wide_sm90_shape(pc.group_size, page_size, dtype)) {
+        pc.wide_wave_ctas = im.wide_wave_ctas;
+        pc.wide_item_keys = heuristics::kPackWideSm90ItemKeys;
+      }
     }
     if (im.cascade != nullptr) {  // plan_cascade: the stated levels' forest, planned fully
       std::vector<plan::CascadeLevelSpec> specs;
@@ -227,6 +234,21 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     } else {
       lazy = im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc) == plan::PackPlanner::Update::kLazy &&
              im.share_image_ws == workspace;
+    }
+    // A plan cut for the sm90 tile's wave whose wide rows that tile cannot load (they then run on
+    // the FA2 tile): planned again over the decode grid.
+    if (pc.wide_wave_ctas > 0 && im.packer.current().wide_grid > 0 &&
+        !plan::wide_rows_loadable(im.packer.current(), pc.group_size, std::max(1, pc.head_fold),
+                                  /*consecutive=*/pc.group_size < decode::kWideSm90GatherGroup)) {
+      pc.wide_wave_ctas = 0;
+      pc.wide_item_keys = 0;
+      lazy = false;
+      if (im.cascade != nullptr) {
+        im.packer.plan_forest(plan::PrefixForest(im.packer.forest()), t.indptr.host, kv_lens, pc);
+      } else {
+        im.packer.reset();
+        im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc);
+      }
     }
     if (pc.wide_rows > 0 && im.packer.current().num_slots() > im.wlayout.bounds().max_slots) {
       // A wide item fills rows / 32 partial slots: a plan past the workspace's slots is planned
@@ -263,6 +285,8 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
                      plan::wide_rows_loadable(wp, pc.group_size, std::max(1, pc.head_fold),
                                               /*consecutive=*/pc.group_size < decode::kWideSm90GatherGroup);
     info_.wide_sm90 = im.wide_launch && im.wide_sm90;
+    im.wide_grid = info_.wide_sm90 ? wp.wide_grid : 0;
+    info_.wide_grid = im.wide_grid;
     info_.prefix_fallback = balanced;
     info_.lazy_update = false;
     if (balanced) im.share_image_ws = nullptr;  // the balanced image replaces the work plan's

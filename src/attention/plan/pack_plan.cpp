@@ -53,24 +53,80 @@ WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const
 
 namespace {
 void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
-                        const PackPlanConfig& cfg_in, WorkPlan& p, PackPlanScratch& sc, bool wide_own_chunk);
+                        const PackPlanConfig& cfg_in, WorkPlan& p, PackPlanScratch& sc, bool wide_own_chunk,
+                        bool wave);
 }  // namespace
 
 void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                     const PackPlanConfig& cfg, WorkPlan& p, PackPlanScratch& sc) {
   WEFT_CHECK_ARG(cfg.max_slots >= 0, "cfg.max_slots", "must be >= 0, got " << cfg.max_slots);
-  make_pack_plan_cut(forest, indptr, kv_len, cfg, p, sc, true);
+  WEFT_CHECK_ARG(cfg.wide_wave_ctas >= 0 && cfg.wide_item_keys >= 0, "cfg.wide_wave_ctas",
+                 "wide_wave_ctas and wide_item_keys must be >= 0, got " << cfg.wide_wave_ctas << ", "
+                                                                       << cfg.wide_item_keys);
+  // One wave of the wide tile (PackPlanConfig::wide_wave_ctas) where the kinds run one after the
+  // other: without overlap at once; with it, only when the plan over the whole grid is not split
+  // (the split plan's wide items keep their tile and grid: the second cut only in serial plans).
+  const bool wave_ok = cfg.wide_wave_ctas >= std::max(1, cfg.head_fold) && cfg.auto_chunk_min > 0 && cfg.wide_rows > 0;
+  const bool wave_first = wave_ok && !cfg.wide_overlap;
+  make_pack_plan_cut(forest, indptr, kv_len, cfg, p, sc, true, wave_first);
+  if (wave_ok && !wave_first && p.num_wide_items > 0 && !p.wide_split)
+    make_pack_plan_cut(forest, indptr, kv_len, cfg, p, sc, true, true);
   // Wide items cut finer than max_chunk fill more partial slots (each ceil(rows / tile_rows));
   // past the workspace's slots (PackPlanConfig::max_slots) they are cut at max_chunk as the
   // narrow items (the plan before wide chunking), a function of the forest, cfg and the
   // private chunk counts, so lazy updates (pack_planner.h) keep it.
   if (cfg.max_slots > 0 && sc.wide_chunk != sc.max_chunk && p.num_slots() > cfg.max_slots)
-    make_pack_plan_cut(forest, indptr, kv_len, cfg, p, sc, false);
+    make_pack_plan_cut(forest, indptr, kv_len, cfg, p, sc, false, false);
 }
 
 namespace {
+// The wide items' chunk for one wave of a wide tile that takes a whole SM (PackPlanConfig::
+// wide_wave_ctas), Cw folded CTAs. Cost model, in keys of streaming: a wide item costs t0 + its
+// keys, t0 = cfg.wide_item_keys (its fixed cost: the pipeline fill before the first tile's
+// product, the epilogue, its 128 partial rows written and read again by the merge); a cut at
+// chunk c makes N(c) = sum over nodes of items x chunks(keys, c) items of at most L(c) keys
+// (chunk_keys, as for_chunks cuts), and the longest-first deal's makespan is estimated as
+// ceil(N(c) / Cw) x (t0 + L(c)) (exact when the items are equal: a node's chunks). N falls as
+// c grows, so for w = 1 .. kWaves the smallest c (a multiple of kv_granularity, at least
+// auto_chunk_min) with N(c) <= w x Cw is found by bisection, and the c of the least estimate
+// taken, ties to the longer chunk (fewer partial sources per row). With t0 > 0 that is the one
+// wave unless rounding leaves its longest item more than ~t0 keys above the others'.
+int32_t wave_chunk(const std::vector<PackPlanScratch::WideNode>& nodes, int32_t Cw, const PackPlanConfig& cfg) {
+  constexpr int kWaves = 4;  // more waves only add fixed costs (t0 per wave) to the same keys
+  const int64_t gran = std::max(1, cfg.kv_granularity), t0 = cfg.wide_item_keys;
+  int64_t max_len = 0;
+  for (const auto& u : nodes) max_len = std::max(max_len, u.keys);
+  const int64_t lo = (std::max<int64_t>(gran, cfg.auto_chunk_min) + gran - 1) / gran,
+                hi = std::max(lo, (max_len + gran - 1) / gran);  // in units of gran
+  auto count = [&](int64_t c, int64_t* longest) {  // N(c), L(c)
+    int64_t n = 0, l = 0;
+    for (const auto& u : nodes) {
+      const int64_t clen = chunk_keys(u.keys, static_cast<int32_t>(std::min<int64_t>(c, INT32_MAX / 2)), int32_t(gran));
+      n += u.items * ((u.keys + clen - 1) / clen);
+      l = std::max(l, std::min(clen, u.keys));
+    }
+    if (longest) *longest = l;
+    return n;
+  };
+  int64_t best_c = hi * gran;
+  double best = -1;
+  for (int w = 1; w <= kWaves; ++w) {
+    int64_t a = lo, b = hi;  // smallest c in [a, b] with N(c) <= w Cw, else b
+    while (a < b) {
+      const int64_t m = a + (b - a) / 2;
+      if (count(m * gran, nullptr) <= int64_t(w) * Cw) b = m; else a = m + 1;
+    }
+    int64_t l = 0;
+    const int64_t n = count(a * gran, &l);
+    const double est = double((n + Cw - 1) / Cw) * double(t0 + l);
+    if (best < 0 || est < best || (est == best && a * gran > best_c)) best = est, best_c = a * gran;
+  }
+  return static_cast<int32_t>(std::min<int64_t>(INT32_MAX / 2 / gran * gran, best_c));
+}
+
 void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
-                        const PackPlanConfig& cfg_in, WorkPlan& p, PackPlanScratch& sc, bool wide_own_chunk) {
+                        const PackPlanConfig& cfg_in, WorkPlan& p, PackPlanScratch& sc, bool wide_own_chunk,
+                        bool wave) {
   PackPlanConfig cfg = cfg_in;  // with auto_chunk_min: max_chunk from the packed work (below)
   WEFT_CHECK_ARG(cfg.num_ctas >= 1, "cfg.num_ctas", "must be >= 1, got " << cfg.num_ctas);
   WEFT_CHECK_ARG(cfg.num_kv_heads >= 1, "cfg.num_kv_heads", "must be >= 1, got " << cfg.num_kv_heads);
@@ -184,16 +240,23 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
   // 4096 keys on 64 of 264 CTAs (bench/results/h100_pat_48c877e.json, perf-notes-decode.md).
   // Never coarser than max_chunk. The profit model (schedule_packs) still counts max_chunk chunks.
   sc.wide_chunk = cfg.max_chunk;
+  // The wide kernel's folded CTAs: one wave of its tile (wide_wave_ctas / f per folded copy) or C.
+  const int32_t Cw = (wave ? std::min(cfg.wide_wave_ctas, cfg.num_ctas) : cfg.num_ctas) / f;
   if (wide_own_chunk && packs && cfg.auto_chunk_min > 0 && cfg.wide_rows > TR) {
     int64_t wide_keys = 0;  // per KV head
+    sc.wide_nodes.clear();  // (wide items per head, keys) of each node with wide items
     for (size_t u = 0; u < forest.nodes.size(); ++u) {
       const int32_t q = sd.pack_reqs[u];
       const int32_t per_pack = pack_item_requests(forest.nodes[u], cfg);
       if (q == 0 || per_pack * g <= TR) continue;
       const int64_t items = q / per_pack + ((q % per_pack) * g > TR);  // a last item of <= TR rows is narrow
-      wide_keys += items * (int64_t(forest.nodes[u].page_end - sd.pack_page_begin[u]) * cfg.page_size);
+      const int64_t len = int64_t(forest.nodes[u].page_end - sd.pack_page_begin[u]) * cfg.page_size;
+      wide_keys += items * len;
+      if (wave && items > 0 && len > 0) sc.wide_nodes.push_back({items * H, len});
     }
-    if (wide_keys > 0) {
+    if (wave && !sc.wide_nodes.empty()) {
+      sc.wide_chunk = wave_chunk(sc.wide_nodes, Cw, cfg);
+    } else if (wide_keys > 0) {
       const int64_t gran = std::max(1, cfg.kv_granularity);
       int64_t c = pack_max_chunk(wide_keys, cfg.num_kv_heads, cfg.num_ctas, cfg.auto_chunk_min, cfg.kv_granularity);
       c = std::min<int64_t>(INT32_MAX / 2 / gran * gran, (c + gran - 1) / gran * gran);
@@ -468,7 +531,7 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
   // < serial (the margin: PackPlanConfig::wide_split_margin). O(C) per plan with wide items.
   size_t wide_begin = 0;
   p.wide_split = 0;
-  if (n_wide > 0 && n_nar > 0 && C >= 2 && cfg.wide_overlap && cfg.wide_key_cost > 0.f) {
+  if (!wave && n_wide > 0 && n_nar > 0 && C >= 2 && cfg.wide_overlap && cfg.wide_key_cost > 0.f) {
     double cost_nar = 0, max_nar = 0, cost_wide = 0, max_wide = 0;
     for (int32_t j = 0; j < n; ++j) {
       const PackPlanScratch::Item& it = sc.items[sc.order[j]];
@@ -495,7 +558,7 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
   deal_range(0, n_nar, 0, wide_begin > 0 ? wide_begin : C);
   if (n_wide > 0) {
     counts = sc.cta_count.data() + C + 1;
-    deal_range(n_nar, n, wide_begin, C);
+    deal_range(n_nar, n, wide_begin, wave ? size_t(Cw) : C);  // one wave: the first Cw (serial plan)
   }
   // Flatten by CTA: the folded narrow items in CTA order (each CTA's in deal order; slots keep
   // their numbers), then the folded wide items in CTA order, written sequentially from the
@@ -527,12 +590,16 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
   for (int32_t k = 0; k < f; ++k)
     for (int32_t c = 0; c < C0; ++c) p.cta_indptr[size_t(k) * C0 + c] = k * n_nar + nar0[c];
   p.cta_indptr[cfg.num_ctas] = f * n_nar;
+  p.wide_grid = 0;
   if (n_wide > 0) {
-    p.wide_cta_indptr.resize(size_t(cfg.num_ctas) + 1);
+    // Copy k's wide CTAs at [k Cw, (k + 1) Cw) of the wide launch (Cw = C0 unless one wave: then
+    // the launch is the first f Cw CTAs, WorkPlan::wide_grid, the rest empty).
+    const int32_t Ck = wave ? Cw : C0;
+    p.wide_cta_indptr.assign(size_t(cfg.num_ctas) + 1, f * n);
     for (int32_t k = 0; k < f; ++k)
-      for (int32_t c = 0; c < C0; ++c)
-        p.wide_cta_indptr[size_t(k) * C0 + c] = (f - 1) * n_nar + k * n_wide + wide0[c];
-    p.wide_cta_indptr[cfg.num_ctas] = f * n;
+      for (int32_t c = 0; c < Ck; ++c)
+        p.wide_cta_indptr[size_t(k) * Ck + c] = (f - 1) * n_nar + k * n_wide + wide0[c];
+    if (wave) p.wide_grid = f * Cw;
   } else {
     p.wide_cta_indptr.clear();
   }

@@ -54,6 +54,9 @@ struct WorkPlan {
   // on each copy's first CTAs, wide items on its last ones): the wrapper then starts the decode
   // kernel beside the wide kernel; 0: each kind dealt over every CTA (run one after the other).
   int32_t wide_split = 0;
+  // The wide kernel's launched CTAs when the plan was cut for one wave of its tile
+  // (PackPlanConfig::wide_wave_ctas; CTAs >= wide_grid hold no wide item); 0: num_ctas.
+  int32_t wide_grid = 0;
   // Items (struct of arrays).
   std::vector<int32_t> item_req_begin, item_num_reqs, item_kv_head, item_row_begin, item_row_end;
   std::vector<int32_t> item_page_base, item_kv_begin, item_kv_end, item_slot;
@@ -129,6 +132,15 @@ struct PackPlanConfig {
   // when that plan's slots exceed max_slots (> 0: the workspace's WorkPlanBounds::max_slots)
   // they are cut at max_chunk instead. 0: no bound.
   int32_t max_slots = 0;
+  // One wave of a wide tile that takes a whole SM (the decode wrapper's Hopper mainloop,
+  // DecodeOptions::prefix_wide_sm90_wave: its SM count): > 0 and the plan runs its two kinds
+  // one after the other (not split, or wide_overlap 0), the wide items are cut and dealt for
+  // wide_wave_ctas CTAs (rounded down to a multiple of head_fold; WorkPlan::wide_grid) at the
+  // chunk the wave cost model picks (make_pack_plan: wide_item_keys = an item's fixed cost in
+  // keys, heuristics::kPackWideSm90ItemKeys), instead of over num_ctas at the keys-per-CTA bound.
+  // Needs auto_chunk_min > 0. 0: off.
+  int32_t wide_wave_ctas = 0;
+  int32_t wide_item_keys = 0;
 };
 
 // The tile selector of the pack planner: requests per item of a pack over a forest node with
@@ -218,6 +230,11 @@ struct PackPlanScratch {
   int64_t dup_keys = 0;
   // The keys per WIDE item at most (PackPlanConfig::max_slots; max_chunk when not cut apart).
   int32_t wide_chunk = 0;
+  // With PackPlanConfig::wide_wave_ctas: (wide items per folded copy, keys) of each node with wide items.
+  struct WideNode {
+    int64_t items, keys;
+  };
+  std::vector<WideNode> wide_nodes;
 };
 void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                     const PackPlanConfig& cfg, WorkPlan& out, PackPlanScratch& scratch);

@@ -1,0 +1,214 @@
+// The one-wave cut of wide items for a wide tile that takes a whole SM (PackPlanConfig::
+// wide_wave_ctas, the decode wrapper's Hopper mainloop: DecodeOptions::prefix_wide_sm90_wave):
+// on the PAT bench's minimum shared8 row the wide items are cut for one wave of 132 CTAs (fewer,
+// longer items; fewer partial sources per row); on random forests every (request, query head,
+// key) is still covered once, the wide items sit on the first wide_grid CTAs, split plans keep
+// their deal, and decode steps still update lazily.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "attention/plan/pack_planner.h"
+#include "bench/prefix_tree.h"
+#include "tests/host/attention/pack_plan_check.h"
+
+namespace weft::plan {
+namespace {
+
+using pack_check::Batch;
+using pack_check::check_plan;
+using pack_check::random_batch;
+using test::Rng;
+
+Batch batch_of(const bench::PrefixTreeBatch& t, int32_t page_size) {
+  Batch bt;
+  bt.page_size = page_size;
+  bt.indptr = t.indptr;
+  bt.indices = t.indices;
+  bt.kv_len = t.kv_len;
+  return bt;
+}
+
+// The decode wrapper's config at d128 with wide packs (decode/wrapper_plan.cpp, without linking
+// the decode component): 32-row tiles, 128-row wide items from 256 rows and 2048 keys, chunks
+// from the packed work (256-key minimum, 16-key granularity), overlap estimate on, head fold
+// gcd(KV heads, grid).
+PackPlanConfig wide_config(int32_t num_ctas, int32_t num_kv_heads, int32_t group_size) {
+  PackPlanConfig c;
+  c.num_ctas = num_ctas;
+  c.num_kv_heads = num_kv_heads;
+  c.group_size = group_size;
+  c.tile_rows = 32;
+  c.page_size = 16;
+  c.kv_granularity = 16;
+  set_pack_traffic(c, 128, 2);
+  c.auto_chunk_min = 256;
+  c.head_fold = std::gcd(num_kv_heads, num_ctas);
+  c.wide_rows = 128;
+  c.wide_min_rows = 256;
+  c.wide_min_keys = 2048;
+  c.wide_overlap = 1;
+  c.wide_key_cost = 2.f;
+  c.wide_split_margin = 0.7f;
+  return c;
+}
+
+int32_t max_sources(const WorkPlan& p) {
+  int32_t m = 0;
+  for (int32_t i = 0; i < p.num_merges(); ++i) m = std::max(m, p.merge_src_indptr[i + 1] - p.merge_src_indptr[i]);
+  return m;
+}
+
+// The PAT bench's minimum shared8 row (heads 64x8, B[1,32] L[4096,128], page 16; H100: 264-CTA
+// decode grid, 132 SMs). Over the decode grid: 2 row tiles x 8 KV heads x 16 chunks of 256 keys
+// = 256 wide items (two waves of the sm90 tile), 17 sources per row. One wave of 132 (head fold
+// 8: 16 CTAs per head class, 128 launched): 2 x 8 x 8 items of 512 keys, one per CTA, 9 sources.
+TEST(PackWave, MinimumRowRunsOneWave) {
+  const int32_t ps = 16;
+  const bench::PrefixTreeBatch t = bench::make_prefix_tree_batch({1, 32}, {4096, 128}, ps);
+  const Batch bt = batch_of(t, ps);
+  const PackPlanConfig grid = wide_config(264, 8, 8);
+  PackPlanScratch sc;
+  WorkPlan before;
+  const PrefixForest f = build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ps);
+  make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), grid, before, sc);
+  ASSERT_NO_FATAL_FAILURE(check_plan(bt, grid, before));
+  EXPECT_EQ(before.wide_split, 0) << "a serial plan (the sm90 tile's)";
+  EXPECT_EQ(before.num_wide_items, 256);
+  EXPECT_EQ(before.wide_grid, 0);
+  EXPECT_EQ(max_sources(before), 17);
+
+  PackPlanConfig wave = grid;
+  wave.wide_wave_ctas = 132;
+  wave.wide_item_keys = 256;
+  WorkPlan p;
+  make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), wave, p, sc);
+  ASSERT_NO_FATAL_FAILURE(check_plan(bt, wave, p));
+  EXPECT_EQ(sc.wide_chunk, 512);
+  EXPECT_EQ(p.wide_split, 0);
+  EXPECT_EQ(p.num_wide_items, 128);
+  EXPECT_EQ(p.wide_grid, 128);
+  EXPECT_EQ(max_sources(p), 9);
+  for (int32_t c = 0; c < wave.num_ctas; ++c)
+    EXPECT_EQ(p.wide_cta_indptr[c + 1] - p.wide_cta_indptr[c], c < 128 ? 1 : 0) << "CTA " << c;
+  // The narrow (private-suffix) items are the same items on the same CTAs.
+  EXPECT_EQ(p.cta_indptr, before.cta_indptr);
+  EXPECT_LT(p.num_slots(), before.num_slots());
+  // Without a fixed cost per item the model still takes one wave here (equal chunks).
+  wave.wide_item_keys = 0;
+  make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), wave, p, sc);
+  EXPECT_EQ(p.num_wide_items, 128);
+}
+
+// Random forests, groups, grids, head folds, waves (also past the grid: clamped), overlap on or
+// off: coverage; a plan that splits over the grid keeps that deal (no wave); otherwise the wide
+// items sit on the first f x (min(wave, grid) / f) CTAs, never more items than the uncut wave
+// needs, and the plan is deterministic.
+TEST(PackWave, RandomForestsCoverEveryKeyOnce) {
+  Rng rng = Rng::for_current_test();
+  const int32_t page_sizes[] = {1, 16, 64};
+  const int32_t groups[] = {1, 2, 4, 8};
+  int64_t waves = 0, kept_split = 0;
+  for (int iter = 0; iter < 160; ++iter) {
+    const int32_t ps = page_sizes[iter % 3];
+    const int32_t max_shared = ps == 1 ? 600 : (ps == 16 ? 200 : 60);
+    const int levels = 1 + iter % 2;
+    const Batch bt = random_batch(rng, ps, levels,
+                                  (levels == 1 ? 4 : 2) + static_cast<int>(rng.randint(1, levels == 1 ? 12 : 6)),
+                                  max_shared / 2);
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << bt.batch() << " page " << ps);
+    const PrefixForest f = build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ps);
+    PackPlanConfig cfg;
+    cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 2));
+    cfg.head_fold = cfg.num_kv_heads == 2 && rng.randint(0, 1) ? 2 : 1;
+    cfg.num_ctas = cfg.head_fold * static_cast<int32_t>(rng.randint(1, 132));
+    cfg.group_size = groups[rng.randint(0, 3)];
+    cfg.tile_rows = 32;
+    cfg.wide_rows = 128;
+    cfg.wide_min_rows = static_cast<int32_t>(rng.randint(33, 96));
+    cfg.page_size = ps;
+    cfg.auto_chunk_min = static_cast<int32_t>(16 * rng.randint(1, 16));
+    if (rng.randint(0, 1)) set_pack_traffic(cfg, 128, 2);
+    if (rng.randint(0, 1)) {
+      cfg.wide_overlap = 1;
+      cfg.wide_key_cost = 2.f;
+      cfg.wide_split_margin = rng.randint(0, 2) ? 0.7f : 1.f;
+    }
+    const WorkPlan base = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
+    PackPlanConfig wv = cfg;
+    wv.wide_wave_ctas = cfg.head_fold * static_cast<int32_t>(rng.randint(1, 140));
+    wv.wide_item_keys = static_cast<int32_t>(rng.randint(0, 512));
+    const WorkPlan p = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), wv);
+    ASSERT_NO_FATAL_FAILURE(check_plan(bt, wv, p));
+    const WorkPlan again = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), wv);
+    ASSERT_EQ(again.wide_cta_indptr, p.wide_cta_indptr) << "deterministic";
+    ASSERT_EQ(again.item_kv_begin, p.item_kv_begin);
+    ASSERT_EQ(again.src_slot, p.src_slot);
+    if (base.num_wide_items == 0) {
+      ASSERT_EQ(p.wide_grid, 0);
+      continue;
+    }
+    if (base.wide_split) {  // split over the grid: that plan, untouched
+      ASSERT_EQ(p.wide_split, 1);
+      ASSERT_EQ(p.wide_grid, 0);
+      ASSERT_EQ(p.wide_cta_indptr, base.wide_cta_indptr);
+      ASSERT_EQ(p.item_kv_end, base.item_kv_end);
+      ++kept_split;
+      continue;
+    }
+    ASSERT_EQ(p.wide_split, 0);
+    const int32_t grid = std::min(wv.wide_wave_ctas, cfg.num_ctas) / cfg.head_fold * cfg.head_fold;
+    ASSERT_EQ(p.wide_grid, grid);
+    for (int32_t c = grid; c < cfg.num_ctas; ++c)
+      ASSERT_EQ(p.wide_cta_indptr[c + 1], p.wide_cta_indptr[c]) << "CTA " << c << " past the wave";
+    ++waves;
+  }
+  EXPECT_GT(waves, 8) << "the generator must produce serial plans with wide items";
+  EXPECT_GT(kept_split, 5) << "and split ones";
+  RecordProperty("waves", static_cast<int>(waves));
+  RecordProperty("kept_split", static_cast<int>(kept_split));
+}
+
+// Decode steps (one token per request) on a wave-cut plan: the wide cut is a function of the
+// forest, so the steps update lazily, each with a fresh plan's items.
+TEST(PackWave, DecodeStepsStayLazy) {
+  const int32_t ps = 16;
+  const bench::PrefixTreeBatch t = bench::make_prefix_tree_batch({1, 32}, {2048, 100}, ps);
+  Batch bt = batch_of(t, ps);
+  PackPlanConfig cfg = wide_config(264, 8, 8);
+  cfg.wide_overlap = 0;  // this shorter root's plan would split over the grid (then no wave)
+  cfg.wide_wave_ctas = 132;
+  cfg.wide_item_keys = 256;
+  PackPlanner planner;
+  int32_t next_page = *std::max_element(bt.indices.begin(), bt.indices.end()) + 1;
+  int lazy = 0;
+  const int steps = 24;
+  for (int step = 0; step < steps; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    const auto kind = planner.plan(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), cfg);
+    lazy += kind == PackPlanner::Update::kLazy;
+    ASSERT_GT(planner.current().num_wide_items, 0);
+    ASSERT_EQ(planner.current().wide_grid, 128);
+    ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, planner.current()));
+    const WorkPlan fresh = make_pack_plan(planner.forest(), bt.indptr.data(), bt.kv_len.data(), cfg);
+    std::vector<int32_t> a = planner.current().item_kv_end, b = fresh.item_kv_end;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    ASSERT_EQ(a, b);
+    ASSERT_EQ(planner.current().wide_cta_indptr, fresh.wide_cta_indptr);
+    for (int32_t r = 0; r < bt.batch(); ++r) {  // one token each (a new page when the last is full)
+      if (bt.kv_len[r] % ps == 0) {
+        bt.indices.insert(bt.indices.begin() + bt.indptr[r + 1], next_page++);
+        for (size_t i = r + 1; i < bt.indptr.size(); ++i) ++bt.indptr[i];
+      }
+      ++bt.kv_len[r];
+    }
+  }
+  EXPECT_GE(lazy, steps / 2);
+}
+
+}  // namespace
+}  // namespace weft::plan
