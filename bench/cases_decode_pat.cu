@@ -15,13 +15,17 @@
 // (DecodeOptions::prefix_wide_overlap off), extra.overlap_speedup = its time / share's; trees
 // whose share plan ran its wide items on the Hopper mainloop (extra.wide_sm90 = 1,
 // DecodeOptions::prefix_wide_sm90) add ".../share_fa2": the same plan with the FA2 wide tile
-// (prefix_wide_sm90 off), extra.sm90_speedup = its time / share's. Bytes =
+// (prefix_wide_sm90 off), extra.sm90_speedup = its time / share's; trees whose share plan cut
+// its wide items for one wave of the sm90 tile (extra.wide_grid > 0, DecodeOptions::
+// prefix_wide_sm90_wave) add ".../share_grid": the sm90 tile on the decode grid's cut (the wave
+// option off), extra.wave_speedup = its time / share's. Bytes =
 // UNIQUE KV bytes (every page once, however many requests hold it) + q + out, so the fraction of
 // the read ceiling (measured in the same run) is on unique bytes; both rows carry
 // extra.unique_fraction_of_ceiling, the share row extra.speedup_vs_decode, items and packs.
 // "pat/summary": min_unique_fraction_shared8 (min over trees whose deepest shared level has >= 8
 // sharers per node; min_unique_fraction_shared8_fa2: the same with the share_fa2 row where a tree
-// has one), nosharing_speedup_vs_decode (min over head configs), and the host plan
+// has one; min_unique_fraction_shared8_grid: with the share_grid row where a tree has one),
+// nosharing_speedup_vs_decode (min over head configs), and the host plan
 // times of 256 requests x 3 levels (the weft-plan-bench "pack/b256/levels3" batch, Llama-3-8B
 // heads, this machine's grid): plan_us_256x3 / lazy_replan_us = PackPlanner full plan +
 // serialize / lazy update + key-array serialize (medians); wrapper_plan_us_256x3 /
@@ -67,6 +71,7 @@ std::string join(const std::vector<int32_t>& v) {
 struct PatOutcome {
   double speedup = 0, unique_fraction = 0;
   double unique_fraction_fa2 = 0;  // the share_fa2 row's where it ran, else unique_fraction
+  double unique_fraction_grid = 0;  // the share_grid row's where it ran, else unique_fraction
   bool ok = false;
 };
 
@@ -102,18 +107,21 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
   for (int32_t l : t.kv_len) keys += l;
   double decode_ms = 0, narrow_ms = 0, share_ms = 0;
   int32_t share_wide_items = 0;
-  bool share_sm90 = false;
+  bool share_sm90 = false, share_wave = false;
   // Modes: 0 standard decode, 1 share_prefixes with 32-row packs only (prefix_wide_packs off: the
   // plan before wide packs), 2 share_prefixes (wide packs where the tile selector picks them,
   // overlapped with the decode kernel: DecodeOptions::prefix_wide_overlap), 3 (only when 2 has
   // wide items) the same with the two kernels one after the other, 4 (only when 2 ran its wide
-  // items on the Hopper mainloop) mode 2 with the FA2 wide tile.
-  for (int mode : {0, 1, 2, 3, 4}) {
+  // items on the Hopper mainloop) mode 2 with the FA2 wide tile, 5 (only when 2 cut its wide items
+  // for one wave of the sm90 tile) mode 2 with the decode grid's cut.
+  for (int mode : {0, 1, 2, 3, 4, 5}) {
     if (mode == 3 && share_wide_items == 0) break;
-    if (mode == 4 && !share_sm90) break;
+    if (mode == 4 && !share_sm90) continue;
+    if (mode == 5 && !share_wave) break;
     const bool share = mode > 0;
     weft::bench::Result r;
-    r.name = base + (mode == 4   ? "/share_fa2"
+    r.name = base + (mode == 5   ? "/share_grid"
+                     : mode == 4 ? "/share_fa2"
                      : mode == 3 ? "/share_serial"
                      : mode == 2 ? "/share"
                      : mode == 1 ? "/share_narrow"
@@ -133,6 +141,7 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
       opt.prefix_wide_min_keys = ctx.pat_wide_min_keys();  // --pat-wide-min-keys (0: the default)
       opt.prefix_wide_overlap = mode != 3;
       opt.prefix_wide_sm90 = mode != 4;
+      opt.prefix_wide_sm90_wave = mode != 5;
       const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(batch, h.hq, h.hkv, kD, opt);
       DeviceArray ws(ws_bytes);
       weft::BatchDecodeWrapper w(batch, h.hq, h.hkv, kD, opt);
@@ -149,7 +158,8 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
                  {"prefix_fallback", double(w.plan_info().prefix_fallback)},  // DecodeOptions::prefix_fallback
                  {"wide_items", double(w.plan_info().num_wide_items)},        // DecodeOptions::prefix_wide_packs
                  {"wide_split", double(w.plan_info().wide_split)},            // DecodeOptions::prefix_wide_overlap
-                 {"wide_sm90", double(w.plan_info().wide_sm90)}};             // DecodeOptions::prefix_wide_sm90
+                 {"wide_sm90", double(w.plan_info().wide_sm90)},              // DecodeOptions::prefix_wide_sm90
+                 {"wide_grid", double(w.plan_info().wide_grid)}};             // DecodeOptions::prefix_wide_sm90_wave
       const double frac =
           ctx.ceilings().read_gbps > 0 ? r.bytes / (r.ms * 1e-3) / 1e9 / ctx.ceilings().read_gbps : 0.0;
       r.extra.push_back({"unique_fraction_of_ceiling", frac});
@@ -157,9 +167,13 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
       if (mode == 1) narrow_ms = r.ms;
       if (share && decode_ms > 0) r.extra.push_back({"speedup_vs_decode", decode_ms / r.ms});
       if (mode == 2 && narrow_ms > 0) r.extra.push_back({"speedup_vs_narrow_share", narrow_ms / r.ms});
-      if (mode == 2 && decode_ms > 0) res = {decode_ms / r.ms, frac, frac, true};
+      if (mode == 2 && decode_ms > 0) res = {decode_ms / r.ms, frac, frac, frac, true};
       if (mode == 2) share_ms = r.ms, share_wide_items = w.plan_info().num_wide_items;
       if (mode == 2) share_sm90 = w.plan_info().wide_sm90;
+      if (mode == 2) share_wave = w.plan_info().wide_grid > 0;
+      if (mode == 2) res.unique_fraction_grid = frac;
+      if (mode == 5 && share_ms > 0) r.extra.push_back({"wave_speedup", r.ms / share_ms});  // grid cut / wave cut
+      if (mode == 5) res.unique_fraction_grid = frac;
       if (mode == 4 && share_ms > 0) r.extra.push_back({"sm90_speedup", r.ms / share_ms});  // FA2 tile / sm90
       if (mode == 4) res.unique_fraction_fa2 = frac;
       if (mode == 3 && share_ms > 0) r.extra.push_back({"overlap_speedup", r.ms / share_ms});  // serial / overlapped
@@ -261,7 +275,7 @@ WEFT_BENCH_GROUP(pat) {
   const Heads heads[] = {{32, 32}, {16, 8}, {32, 8}, {64, 8}};
   const std::vector<weft::bench::PatTree> trees = weft::bench::pat_trees();
   double min_shared8 = std::numeric_limits<double>::infinity(), min_nosharing = std::numeric_limits<double>::infinity();
-  double min_shared8_fa2 = std::numeric_limits<double>::infinity();
+  double min_shared8_fa2 = std::numeric_limits<double>::infinity(), min_shared8_grid = min_shared8_fa2;
   for (const Heads& h : heads)
     for (weft::DType dt : {weft::DType::kBFloat16, weft::DType::kFloat16}) {
       if (dt == weft::DType::kFloat16 && !(h.hq == 32 && h.hkv == 8)) continue;  // fp16 at one head config
@@ -277,6 +291,7 @@ WEFT_BENCH_GROUP(pat) {
                                            {"sharers", std::to_string(sharers)}});
         if (o.ok && sharers >= 8) min_shared8 = std::min(min_shared8, o.unique_fraction);
         if (o.ok && sharers >= 8) min_shared8_fa2 = std::min(min_shared8_fa2, o.unique_fraction_fa2);
+        if (o.ok && sharers >= 8) min_shared8_grid = std::min(min_shared8_grid, o.unique_fraction_grid);
       }
       // No sharing: 64 requests of 2048 + 512 keys on distinct pages (a one-level "tree" of 64 leaves).
       const PrefixTreeBatch t = weft::bench::make_prefix_tree_batch({64}, {2560}, kPage);
@@ -292,6 +307,7 @@ WEFT_BENCH_GROUP(pat) {
     r.ms = r.extra[0].second * 1e-3;  // the full plan's host time
     if (std::isfinite(min_shared8)) r.extra.push_back({"min_unique_fraction_shared8", min_shared8});
     if (std::isfinite(min_shared8_fa2)) r.extra.push_back({"min_unique_fraction_shared8_fa2", min_shared8_fa2});
+    if (std::isfinite(min_shared8_grid)) r.extra.push_back({"min_unique_fraction_shared8_grid", min_shared8_grid});
     if (std::isfinite(min_nosharing)) r.extra.push_back({"nosharing_speedup_vs_decode", min_nosharing});
     // The wide-pack kernel runs on the decode grid: its residency per SM against the grid's.
     r.extra.push_back({"wide_ctas_per_sm", double(weft::decode::wide_pack_ctas_per_sm())});

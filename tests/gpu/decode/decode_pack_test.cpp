@@ -462,6 +462,14 @@ bool device_is_sm90() {
   return ok && major == 9 && minor == 0;
 }
 
+// The device's SM count (one sm90 wide CTA per SM: DecodeOptions::prefix_wide_sm90_wave).
+int32_t sm_count() {
+  int dev = 0, sms = 0;
+  EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  return sms;
+}
+
 // Runs the planned wrapper on bt (outputs poisoned) against the float64 reference, then once more:
 // bitwise the same output.
 void expect_reference_twice(BatchDecodeWrapper& w, Batch& bt) {
@@ -598,7 +606,9 @@ TEST(DecodeSmall, SharePrefixesLongRootFewPacks) {
 // On an sm_90 device with pages of 16 the wide items run on the Hopper mainloop
 // (DecodeOptions::prefix_wide_sm90, plan_info().wide_sm90) at GQA 8, and at smaller groups where
 // the items' requests are consecutive; mode 3 runs the same plan on the FA2 tile (prefix_wide_sm90
-// off), against the reference too.
+// off), against the reference too; mode 4 the serial plan with the sm90 tile's wide items cut for
+// the decode grid (DecodeOptions::prefix_wide_sm90_wave off; on, mode 1's sm90 plans are cut for
+// one wave of the SMs: plan_info().wide_grid).
 TEST(DecodeSmall, SharePrefixesWidePacks) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();
@@ -656,18 +666,21 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
     bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
     std::vector<float> overlapped;
     bool overlapped_sm90 = false;
-    // wide overlapped, wide one after the other, 32-row packs only, wide on the FA2 tile
-    for (int mode : {0, 1, 2, 3}) {
+    // wide overlapped, wide one after the other, 32-row packs only, wide on the FA2 tile, serial
+    // with the decode grid's cut
+    for (int mode : {0, 1, 2, 3, 4}) {
       const bool wide = mode != 2;
       SCOPED_TRACE(mode == 0   ? "wide packs, overlapped"
                    : mode == 1 ? "wide packs, serial"
                    : mode == 2 ? "32-row packs only"
-                               : "wide packs, FA2 tile");
+                   : mode == 3 ? "wide packs, FA2 tile"
+                               : "wide packs, serial, grid cut");
       DecodeOptions opt;
       opt.share_prefixes = true;
       opt.prefix_wide_packs = wide;
       opt.prefix_wide_overlap = mode == 0;
       opt.prefix_wide_sm90 = mode != 3;
+      opt.prefix_wide_sm90_wave = mode != 4;
       opt.prefix_wide_min_rows = 64;  // below the measured defaults (256 rows, 2048 keys): every
       opt.prefix_wide_min_keys = 1;   // >= 64-row node goes wide, however short
       const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
@@ -686,6 +699,13 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
         if (g >= 8) EXPECT_EQ(info.wide_sm90, can);
         if (!can) EXPECT_FALSE(info.wide_sm90);
         sm90_plans += info.wide_sm90;
+        // One wave of the sm90 tile in its serial plans: at most one CTA per SM.
+        if (info.wide_sm90 && mode != 4) {
+          EXPECT_GT(info.wide_grid, 0);
+          EXPECT_LE(info.wide_grid, sm_count());
+        } else {
+          EXPECT_EQ(info.wide_grid, 0);
+        }
       } else {
         ASSERT_EQ(info.num_wide_items, 0);
       }
