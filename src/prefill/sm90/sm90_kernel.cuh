@@ -88,6 +88,25 @@ struct Sm90PlanRows {
   }
 };
 
+// A partial tile's V (stage sw): wait for its copy on v_tma, zero the rows >= r0 (TMA may have
+// brought another request's rows or a page's unused slots: 0 * NaN would poison O), fence the
+// generic-proxy stores for the async proxy (wgmma) and arrive on v_full. One warp.
+template <class C>
+__device__ __forceinline__ void zero_v_tail(const KernelParams& P, Bars<C> b, unsigned char* sv, int sw, int r0,
+                                            uint32_t& vtma_phase, int lane) {
+  ptx90::mbar_wait(b.v_tma(sw), (vtma_phase >> sw) & 1);
+  vtma_phase ^= 1u << sw;
+  const int n = (C::kBlockN - r0) * 8;  // 16-byte chunks per half
+  for (int idx = lane; idx < n * C::kHalves; idx += 32) {
+    const int h = idx / n, rem = idx - h * n, r = r0 + rem / 8;
+    const int off = (r >> P.v_piece_shift) * P.v_piece_bytes + h * P.v_half_bytes + (r & (P.rows_per_copy - 1)) * 128;
+    *reinterpret_cast<uint4*>(sv + off + (rem % 8) * 16) = make_uint4(0, 0, 0, 0);
+  }
+  ptx90::fence_proxy_async_shared();
+  __syncwarp();
+  if (lane == 0) ptx90::mbar_arrive(b.v_full(sw));
+}
+
 // Producer warp. Lane 0 issues ragged boxes; paged tiles are cut into min(page_size, kBlockN)-row
 // pieces, lane i issuing piece i (its page id loaded by that lane): K one box per 64-column half
 // (the K-major S operand needs each half's keys contiguous across pages), V one box for all halves
@@ -212,7 +231,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
       const int s = tile_cnt % kRingK, sw = tile_cnt % kRingV;  // K stage, V stage
       const uint32_t ph = (tile_cnt / kRingK) & 1, phv = (tile_cnt / kRingV) & 1;
       const int ts = ts0 + t * kBlockN;
-      const bool partial = !kF8 && ts + kBlockN > v_end;
+      const bool partial = !kF8 && !p.paged && ts + kBlockN > v_end;
       unsigned char* sk = kF8 ? smem + C::kOffK8 + s * C::kKV8Bytes : smem + C::kOffK + s * C::kKVBytes;
       unsigned char* sv = kF8 ? smem + C::kOffV8 + sw * C::kKV8Bytes : smem + C::kOffV + sw * C::kKVBytes;
       uint64_t* k_bar = kF8 ? b.k8_full(s) : b.k_full(s);
@@ -255,14 +274,12 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
             ptx90::tma_load_4d(sk + h * C::kKVHalfBytes + lane * rows_per_copy * 128, tm_k, b.k_full(s),
                                h * 64, slot, g.kv_head, page);
         }
-        ptx90::mbar_wait(v_free, phv ^ 1);
-        if (lane == 0) ptx90::mbar_arrive_expect_tx(v_bar, bytes);
-        __syncwarp();
+        // 16-bit pools: V is the V warp's (producer_v).
         if constexpr (kF8) {
+          ptx90::mbar_wait(v_free, phv ^ 1);
+          if (lane == 0) ptx90::mbar_arrive_expect_tx(v_bar, bytes);
+          __syncwarp();
           if (active) ptx90::tma_load_4d(sv + lane * rows_per_copy * D, tm_v, v_bar, 0, slot, g.kv_head, page);
-        } else if (active) {
-          // V: one box per piece, every half at once (KernelParams: the V stage layout).
-          ptx90::tma_load_5d(sv + lane * P.v_piece_bytes, tm_v, v_bar, 0, slot, 0, g.kv_head, page);
         }
         if constexpr (kTmaWidens) {
           widen_pending();
@@ -270,24 +287,58 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
         }
       }
       if (!q_issued && (t + 1 == q_at || q_free())) load_q();
-      if (partial) {
-        ptx90::mbar_wait(b.v_tma(sw), (vtma_phase >> sw) & 1);
-        vtma_phase ^= 1u << sw;
-        const int r0 = max(v_end - ts, 0);
-        const int n = (kBlockN - r0) * 8;  // 16-byte chunks per half
-        for (int idx = lane; idx < n * C::kHalves; idx += 32) {
-          const int h = idx / n, rem = idx - h * n, r = r0 + rem / 8;
-          const int off = (r >> P.v_piece_shift) * P.v_piece_bytes + h * P.v_half_bytes +
-                          (r & (rows_per_copy - 1)) * 128;
-          *reinterpret_cast<uint4*>(sv + off + (rem % 8) * 16) = make_uint4(0, 0, 0, 0);
-        }
-        ptx90::fence_proxy_async_shared();
-        __syncwarp();
-        if (lane == 0) ptx90::mbar_arrive(b.v_full(sw));
-      }
+      if (partial) zero_v_tail<C>(P, b, sv, sw, max(v_end - ts, 0), vtma_phase, lane);
     }
   }
   widen_pending();
+}
+
+// V warp (warp 1 of the producer warpgroup; paged 16-bit pools): the V boxes of every tile, one
+// 5D box per page piece for all halves (KernelParams: the V stage layout), page ids loaded one tile
+// ahead, and the zeroing of a partial last tile's rows past kv_hi (zero_v_tail). The TMA warp
+// issues Q and K only, so the two streams of boxes (page 16, d128: 16 K and 8 V boxes per stage)
+// go out of two warps on two SM sub-partitions; both walk the same items and tiles, so the stage
+// rings and their phases match the consumers' (K: k_full / k_empty, V: v_full / v_empty / v_tma).
+// The kernel-parameter V map is used as it is: stage_maps changes no paged K/V extent.
+template <int D, class C, class Rows>
+__device__ __forceinline__ void producer_v(const KernelParams& P, const Rows& rows, unsigned char* smem, Bars<C> b,
+                                           int lane) {
+  const PrefillParams& p = P.p;
+  constexpr int kBlockN = C::kBlockN;
+  const int rows_per_copy = P.rows_per_copy;
+  const int copies = kBlockN / rows_per_copy;
+  // The V stage and its phase, stepped per tile (no division by kVStages: the warp runs at
+  // kProducerRegs registers).
+  int sw = 0;
+  uint32_t phv = 0, vtma_phase = 0;
+  const CtaItems items = rows.items(p);
+  for (int w = items.begin; w < items.end; ++w) {
+    const ItemGeom g = rows.geometry(p, w, items.fold);
+    const int n_tiles = tile_count<kBlockN>(g);
+    const int ts0 = first_tile_key<kBlockN>(g);
+    int page_next = 0;  // this lane's page id of the next tile
+    if (n_tiles > 0 && lane < copies && ts0 + lane * rows_per_copy < g.kv_hi)
+      page_next = __ldg(p.page_indices + g.kv_base + (ts0 + lane * rows_per_copy) / p.page_size);
+    for (int t = 0; t < n_tiles; ++t, sw = sw + 1 == C::kVStages ? 0 : sw + 1, phv ^= sw == 0 ? 1u : 0u) {
+      const int ts = ts0 + t * kBlockN;
+      const bool partial = ts + kBlockN > g.kv_hi;
+      unsigned char* sv = smem + C::kOffV + sw * C::kKVBytes;
+      uint64_t* v_bar = partial ? b.v_tma(sw) : b.v_full(sw);
+      const int j = ts + lane * rows_per_copy;
+      const bool active = lane < copies && j < g.kv_hi;
+      const int page = page_next, slot = active ? j % p.page_size : 0;
+      const int jn = j + kBlockN;
+      page_next = t + 1 < n_tiles && lane < copies && jn < g.kv_hi ? __ldg(p.page_indices + g.kv_base + jn / p.page_size)
+                                                                    : 0;
+      const int n_active = __popc(__ballot_sync(0xffffffffu, active));
+      ptx90::mbar_wait(b.v_empty(sw), phv ^ 1);
+      if (lane == 0)
+        ptx90::mbar_arrive_expect_tx(v_bar, static_cast<uint32_t>(n_active) * rows_per_copy * 128 * C::kHalves);
+      __syncwarp();
+      if (active) ptx90::tma_load_5d(sv + lane * P.v_piece_bytes, &P.tm_v, v_bar, 0, slot, 0, g.kv_head, page);
+      if (partial) zero_v_tail<C>(P, b, sv, sw, max(g.kv_hi - ts, 0), vtma_phase, lane);
+    }
+  }
 }
 
 // Start latency. Short causal prompts (L1024-4096) and chunked c512 ran at 0.6-0.86x FlashInfer's
@@ -682,7 +733,13 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
     ptx90::setmaxnreg_dec<C::kProducerRegs>();
     if (tid < 32) producer<D, T, KV, C>(P, rows, smem, b, tid);
     else if constexpr (kF8) widen_warps<D, T, KV, C>(P, rows, smem, b, tid / 32 - (C::kWidenWarps == 4 ? 0 : 1), tid & 31);
-    else if (tid == 32) start_prefetch<C>(P, rows);
+    else if (tid < 64) {
+      if (tid == 32) start_prefetch<C>(P, rows);
+      if (P.p.paged) {
+        __syncwarp();
+        producer_v<D, C>(P, rows, smem, b, tid - 32);
+      }
+    }
   } else {
     ptx90::setmaxnreg_inc<C::kConsumerRegs>();
     consumer<D, T, C, (kVariant & 1) != 0, (kVariant & 2) != 0, (kVariant & 8) != 0>(P, rows, smem, b, wg - 1,
