@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Diagnostic (device): same-call A/B of two dev-box builds of the Hopper prefill kernel (issue 20,
+# paged rows) with correctness of the new one, no device build. BIN holds (xz, stripped; Release,
+# CMAKE_CUDA_ARCHITECTURES=90a, static libweft):
+#   weft-bench.old.xz weft-bench.new.xz   the two trees' weft-bench
+#   weft_gpu_prefill.new.xz               the new tree's prefill GPU suite (all of it)
+#   weft_gpu_decode.new.xz                the new tree's decode GPU tests (DECODE_FILTER)
+# Order: the prefill suite, the decode filter, PASSES alternating A/B passes (old, new, new, old,
+# ...) over AB_FILTERS (weft-bench rows), then memcheck and racecheck on SAN_FILTER. Every step
+# starts only before DEADLINE seconds (from the start). $OUT: ab.json (ab_table.py: every pass,
+# rows named <tree>/<pass>/<row>), console.txt.
+# Usage (repo root of the device copy): OUT=... WEFT_COMMIT=<new> BASE_COMMIT=<old> BIN=<dir> \
+#   PASSES=3 DEADLINE=330 scripts/diag/sm90-paged-ab.sh
+set -uo pipefail
+export PATH=/usr/local/cuda/bin:$PATH
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+BIN=${BIN:?BIN: folder of the compressed binaries}
+OUT=${OUT:-./ab-out}
+LOG=/tmp/pab-logs
+D=/tmp/pab-bin
+mkdir -p "$OUT" "$LOG" "$D"
+exec > >(tee "$OUT/console.txt") 2>&1
+t0=$(date +%s)
+el() { echo $(( $(date +%s) - t0 )); }
+DEADLINE=${DEADLINE:-330}
+room() { local left=$(( DEADLINE - $(el) )); if [ "$left" -lt 10 ]; then echo "skip $1: deadline (t=$(el) s)"; return 1; fi; echo "== $1 (t=$(el) s)"; }
+cap() { local left=$(( DEADLINE + 20 - $(el) )); [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
+echo "new ${WEFT_COMMIT:-?} old ${BASE_COMMIT:-?}"
+for f in weft-bench.old weft-bench.new weft_gpu_prefill.new weft_gpu_decode.new; do
+  if [ -f "$BIN/$f.xz" ]; then
+    if command -v xz > /dev/null; then xz -dc "$BIN/$f.xz" > "$D/$f"; else
+      python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$BIN/$f.xz" "$D/$f"
+    fi
+    chmod +x "$D/$f"
+  fi
+done
+echo "unpacked (t=$(el) s)"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
+if room "prefill suite"; then
+  timeout "$(cap ${SUITE_CAP:-130})" "$D/weft_gpu_prefill.new" --gtest_filter="${PREFILL_FILTER:-*}" > "$LOG/prefill_suite.log" 2>&1
+  echo "prefill suite rc=$?"
+  grep -E "^\[ +(OK|FAILED|SKIPPED) |tests ran|PASSED|FAILED" "$LOG/prefill_suite.log" | tail -70
+fi
+if room "decode filter"; then
+  timeout "$(cap 60)" "$D/weft_gpu_decode.new" --gtest_filter="${DECODE_FILTER:-DecodeSmall.SharePrefixes*}" > "$LOG/decode.log" 2>&1
+  echo "decode rc=$?"
+  grep -E "^\[ +(OK|FAILED|SKIPPED) |tests ran|PASSED|FAILED" "$LOG/decode.log" | tail -20
+fi
+AB_FILTERS=${AB_FILTERS:-prefill/sm90/causal/ragged/ prefill/sm90/causal/paged/ prefill/sm90/causal/paged128/ prefill/sm90/chunked/ prefill/mixed prefill/sm90/d256/causal/paged/L8192 prefill/sm90/d64/causal/paged/L8192}
+AF=""; for f in $AB_FILTERS; do AF="$AF --filter $f"; done
+nvidia-smi dmon -s pc -d 1 > "$LOG/dmon.log" 2>&1 &
+DMON=$!
+for pass in $(seq 1 "${PASSES:-3}"); do
+  order="old new"; [ $((pass % 2)) -eq 0 ] && order="new old"
+  for b in $order; do
+    room "ab $b $pass" || break 2
+    tree=main; [ $b = new ] && tree=vwarp
+    timeout "$(cap 75)" "$D/weft-bench.$b" --group prefill --no-ceilings $AF ${AB_ARGS:-} \
+      --commit "$([ $b = new ] && echo "${WEFT_COMMIT:-}" || echo "${BASE_COMMIT:-}")" \
+      --json "$LOG/ab_${tree}_$pass.json" > "$LOG/ab_${tree}_$pass.log" 2>&1
+    echo "ab $tree $pass rc=$? (t=$(el) s)"
+  done
+done
+kill "$DMON" 2>/dev/null
+python3 scripts/diag/ab_table.py "$LOG" "$OUT/ab.json" "$LOG/fi_unused.json" main
+SAN=${SAN_FILTER:-PrefillSm90.BatchesPagedAndRagged:PrefillSm90.ChunkedSplitAndEmpty}
+for tool in memcheck racecheck; do
+  room "$tool" || continue
+  timeout "$(cap ${SAN_CAP:-70})" compute-sanitizer --tool $tool "$D/weft_gpu_prefill.new" --gtest_filter="$SAN" > "$LOG/$tool.log" 2>&1
+  echo "$tool rc=$?"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Race reported|tests ran|PASSED|FAILED" "$LOG/$tool.log" | tail -6
+done
+echo "done (t=$(el) s)"
+tar -czf "$OUT/logs.tar.gz" -C "$LOG" . 2>/dev/null
