@@ -5,8 +5,8 @@
 #   weft-bench.old.xz weft-bench.new.xz   the two trees' weft-bench
 #   weft_gpu_prefill.new.xz               the new tree's prefill GPU suite (all of it)
 #   weft_gpu_decode.new.xz                the new tree's decode GPU tests (DECODE_FILTER)
-# Order: the prefill suite, the decode filter, PASSES alternating A/B passes (old, new, new, old,
-# ...) over AB_FILTERS (weft-bench rows), then memcheck and racecheck on SAN_FILTER. Every step
+# Order: the prefill suite, the decode filter, memcheck and racecheck on SAN_FILTER, then PASSES
+# alternating A/B passes (old, new, new, old, ...) over AB_FILTERS (weft-bench rows). Every step
 # starts only before DEADLINE seconds (from the start). $OUT: ab.json (ab_table.py: every pass,
 # rows named <tree>/<pass>/<row>), console.txt.
 # Usage (repo root of the device copy): OUT=... WEFT_COMMIT=<new> BASE_COMMIT=<old> BIN=<dir> \
@@ -46,6 +46,13 @@ if room "decode filter"; then
   echo "decode rc=$?"
   grep -E "^\[ +(OK|FAILED|SKIPPED) |tests ran|PASSED|FAILED" "$LOG/decode.log" | tail -20
 fi
+SAN=${SAN_FILTER:-PrefillSm90.BatchesPagedAndRagged:PrefillSm90.ChunkedSplitAndEmpty}
+for tool in memcheck racecheck; do
+  room "$tool" || continue
+  timeout "$(cap ${SAN_CAP:-70})" compute-sanitizer --tool $tool "$D/weft_gpu_prefill.new" --gtest_filter="$SAN" > "$LOG/$tool.log" 2>&1
+  echo "$tool rc=$?"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Race reported|tests ran|PASSED|FAILED" "$LOG/$tool.log" | tail -6
+done
 AB_FILTERS=${AB_FILTERS:-prefill/sm90/causal/ragged/ prefill/sm90/causal/paged/ prefill/sm90/causal/paged128/ prefill/sm90/chunked/ prefill/mixed prefill/sm90/d256/causal/paged/L8192 prefill/sm90/d64/causal/paged/L8192}
 AF=""; for f in $AB_FILTERS; do AF="$AF --filter $f"; done
 nvidia-smi dmon -s pc -d 1 > "$LOG/dmon.log" 2>&1 &
@@ -63,12 +70,5 @@ for pass in $(seq 1 "${PASSES:-3}"); do
 done
 kill "$DMON" 2>/dev/null
 python3 scripts/diag/ab_table.py "$LOG" "$OUT/ab.json" "$LOG/fi_unused.json" main
-SAN=${SAN_FILTER:-PrefillSm90.BatchesPagedAndRagged:PrefillSm90.ChunkedSplitAndEmpty}
-for tool in memcheck racecheck; do
-  room "$tool" || continue
-  timeout "$(cap ${SAN_CAP:-70})" compute-sanitizer --tool $tool "$D/weft_gpu_prefill.new" --gtest_filter="$SAN" > "$LOG/$tool.log" 2>&1
-  echo "$tool rc=$?"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Race reported|tests ran|PASSED|FAILED" "$LOG/$tool.log" | tail -6
-done
 echo "done (t=$(el) s)"
 tar -czf "$OUT/logs.tar.gz" -C "$LOG" . 2>/dev/null
