@@ -4,7 +4,8 @@
 // (cta_indptr, longest first as dealt by attention/plan/balance.h):
 //   warpgroup 0  producer: its first warp issues the TMA loads (Q once per item; K and V tiles
 //                into a kStages-deep shared-memory ring, full/empty mbarriers per stage and
-//                operand); registers lowered to kProducerRegs with setmaxnreg.
+//                operand; on paged 16-bit pools its second warp issues the V tiles, producer_v);
+//                registers lowered to kProducerRegs with setmaxnreg.
 //   warpgroups 1, 2  consumers: each owns 64 of the 128 query rows; per KV tile
 //                S = Q K^T (wgmma m64n128k16, A and B from shared memory), mask / online softmax
 //                in registers (the FA2 path's functions, same register layout), P packed to 16-bit
@@ -110,7 +111,8 @@ __device__ __forceinline__ void zero_v_tail(const KernelParams& P, Bars<C> b, un
 // Producer warp. Lane 0 issues ragged boxes; paged tiles are cut into min(page_size, kBlockN)-row
 // pieces, lane i issuing piece i (its page id loaded by that lane): K one box per 64-column half
 // (the K-major S operand needs each half's keys contiguous across pages), V one box for all halves
-// (the V stage layout of KernelParams). Why V in one box: the sm90 paged rows ran at the rate of
+// (the V stage layout of KernelParams), issued by the V warp on 16-bit pools (producer_v). Why V
+// in one box: the sm90 paged rows ran at the rate of
 // ~2M boxes per ms over the GPU whatever the head dim (d128 32 and d256 64 boxes per 128 keys,
 // H100 run of 5b2fcc8), and page-128 pools (4 boxes per tile) as fast as ragged; whole-page V
 // boxes (page 16, d128: 24 instead of 32 boxes per stage) measured 1.08-1.09x on paged L8192 /
@@ -299,7 +301,10 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
 // issues Q and K only, so the two streams of boxes (page 16, d128: 16 K and 8 V boxes per stage)
 // go out of two warps on two SM sub-partitions; both walk the same items and tiles, so the stage
 // rings and their phases match the consumers' (K: k_full / k_empty, V: v_full / v_empty / v_tma).
-// The kernel-parameter V map is used as it is: stage_maps changes no paged K/V extent.
+// The kernel-parameter V map is used as it is: stage_maps changes no paged K/V extent. Measured
+// (same-call A/B against the single TMA warp, H100 run of e055435, perf notes "Paged: V boxes
+// from a second producer warp"): causal paged16 L1024-16384 1.07-1.23x, chunked 1.05-1.15x,
+// d256 paged 1.11x; d64 and page 128 within the spread; ragged code unchanged.
 template <int D, class C, class Rows>
 __device__ __forceinline__ void producer_v(const KernelParams& P, const Rows& rows, unsigned char* smem, Bars<C> b,
                                            int lane) {
