@@ -91,7 +91,8 @@ inline constexpr std::size_t kMinPlanCopyBytes = 32 * 1024;
 // 5.8% slower (bench/results/h100_prefill_plan_check_270bf7e.txt).
 inline constexpr int32_t kGroupedTailUnitsPerCta = 4;
 
-// Staging slots of a decode plan() (decode/staging_ring.h). A drained stream reuses one slot (as
+// Staging slots of a decode or prefill plan() (attention/staging_ring.h; prefill/plan/b64's ~93 KiB
+// image: 4 slots, 372 KiB of pinned memory per prefill wrapper). A drained stream reuses one slot (as
 // one buffer did); plans back to back, with the previous copy still queued, write another slot
 // instead of waiting for it on the host: with S slots a plan() waits only when the copies of the
 // last S plans are all queued. The bench's back-to-back plan() rows found the stream busy on 20 of

@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "attention/plan/work_queue.h"
-#include "decode/staging_ring.h"
+#include "attention/staging_ring.h"
 #include "weft/attention.h"
 #include "weft/dtype.h"
 #include "weft/paged_kv.h"
@@ -47,7 +47,7 @@ class WorkQueueDecode {
   int32_t max_batch_, hq_, hkv_, d_, max_tasks_;
   std::size_t metadata_cap_ = 0;
   int32_t stages_ = 0, warps_ = 0;
-  StagingRing staging_;  // pinned slots of metadata_cap_ bytes (the decode wrapper's ring)
+  plan::StagingRing staging_;  // pinned slots of metadata_cap_ bytes (the decode wrapper's ring)
   bool planned_ = false;
   int32_t page_size_ = 0;
   DType dtype_ = DType::kBFloat16;

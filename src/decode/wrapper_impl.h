@@ -21,7 +21,7 @@
 #include "decode/launch.h"
 #include "decode/router.h"
 #include "decode/run_checks.h"
-#include "decode/staging_ring.h"
+#include "attention/staging_ring.h"
 #include "decode/work_queue_decode.h"
 #include "paged/block_table.h"
 #include "weft/decode.h"
@@ -43,10 +43,10 @@ struct BatchDecodeWrapper::Impl {
   int32_t warps = 4;              // warps per CTA (decode::decode_warps)
   int32_t tile_rows = 16;         // rows per item (decode::decode_tile_rows)
   plan::WorkspaceLayout layout;
-  // Pinned staging slots (decode/staging_ring.h): plan() serializes into one, copies it into the
+  // Pinned staging slots (attention/staging_ring.h): plan() serializes into one, copies it into the
   // workspace and records its event; each of max(copy_bytes, the prefix-sharing layout's metadata)
   // bytes; heuristics::plan_staging_slots of them.
-  decode::StagingRing staging;
+  plan::StagingRing staging;
   // What a balanced plan() copies: the metadata region, at least heuristics::kMinPlanCopyBytes (a
   // smaller copy costs the host 2-3 us where this one costs 1.3 us). The bytes past the metadata
   // (zeros, or with share_prefixes what a work-plan image left in the staging slot) land on the

@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "attention/heuristics.h"
+#include "attention/staging_ring.h"
 #include "attention/variant_host.h"
 #include "common/cuda_check.h"
 #include "jit/jit_impl.h"
@@ -57,16 +59,17 @@ struct BatchPrefillWrapper::State {
   prefill::PrefillPlanner planner;
   prefill::PlanRequest req;
   prefill::SegmentedPlan sp;
-  plan::WorkspaceLayout::Image meta_image;
   plan::PlanBounds meta_bounds{};
-  // Pinned staging of the two copies plan() enqueues (metadata image, then the segment arrays):
-  // an asynchronous copy from pinned memory returns at once, where a pageable source made plan()
-  // wait for the driver's bounce copy (and, behind queued work, for the stream). The next plan()
-  // waits for staging_done only while the previous copy is still queued (as the decode wrapper).
-  unsigned char* staging = nullptr;
-  std::size_t staging_bytes = 0;
-  cudaEvent_t staging_done = nullptr;
-  bool staging_pending = false;
+  // Pinned staging slots of the one copy plan() enqueues (metadata image with the segment arrays at
+  // its end; attention/staging_ring.h, the decode wrapper's helper): an asynchronous copy from
+  // pinned memory returns at once, where a pageable source made plan() wait for the driver's bounce
+  // copy (and, behind queued work, for the stream). A plan() writes a slot whose last copy has
+  // landed: the previous plan's slot when the stream drained (one cudaEventQuery), another slot
+  // while that copy is still queued, a host wait only when every slot's copy is queued
+  // (heuristics::plan_staging_slots of them). Re-made larger when a plan's metadata outgrows a slot.
+  std::unique_ptr<plan::StagingRing> staging;
+  // What each slot holds (the next serialize into it clears only the previous plan's excess).
+  std::vector<plan::WorkspaceLayout::Image> staging_images;
   // The launch-topology facts plan() needs, per device (constant for a process): whether the sm90
   // mainloop can take a call shape, and each FA2 tile's persistent grid. Each is several runtime
   // calls (device attributes, cudaFuncSetAttribute, the occupancy calculator), measured as most
@@ -96,13 +99,6 @@ struct BatchPrefillWrapper::State {
   std::vector<std::pair<Sm90Key, bool>> sm90_eligible;
   std::vector<std::pair<GridKey, int32_t>> fa2_grid;
   std::vector<std::pair<int, int>> sms;  // (device, SM count)
-  ~State() {
-    if (staging_done != nullptr) {
-      cudaEventSynchronize(staging_done);
-      cudaEventDestroy(staging_done);
-    }
-    if (staging != nullptr) cudaFreeHost(staging);
-  }
 };
 
 namespace {
@@ -388,36 +384,31 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   prefill::SegmentedPlan& sp = s_->sp;
   s_->planner.make_plan(req, sp);
 
-  // Host image of the metadata (the segment arrays at its end: PrefillWorkspaceLayout) in the
-  // pinned staging buffer (reused once its previous copy has left it), then ONE asynchronous copy
-  // and the staging event.
+  // Host image of the metadata (the segment arrays at its end: PrefillWorkspaceLayout) in a pinned
+  // staging slot whose previous copy has left it (plan::StagingRing::acquire: no host wait while
+  // another slot is free), then ONE asynchronous copy and the slot's event.
   const std::size_t meta_bytes = layout.plan.metadata_bytes();
-  if (s_->staging_pending) WEFT_CUDA_CHECK(cudaEventSynchronize(s_->staging_done));
-  s_->staging_pending = false;
-  if (s_->staging_done == nullptr)
-    WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&s_->staging_done, cudaEventDisableTiming));
-  const plan::PlanBounds& pb = layout.plan.bounds();
-  const plan::PlanBounds& mb = s_->meta_bounds;
-  if (s_->staging_bytes < meta_bytes) {
-    if (s_->staging != nullptr) WEFT_CUDA_CHECK(cudaFreeHost(s_->staging));
-    s_->staging = nullptr;
-    s_->staging_bytes = 0;
-    WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&s_->staging), meta_bytes, cudaHostAllocDefault));
-    s_->staging_bytes = meta_bytes;
-    s_->meta_image = plan::WorkspaceLayout::Image{};  // a new buffer: cleared in full
+  if (!st.staging || st.staging->slot_bytes() < meta_bytes) {
+    st.staging.reset();  // its destructor waits for the copies still reading the old slots
+    auto ring = std::make_unique<plan::StagingRing>();
+    ring->allocate(meta_bytes, heuristics::plan_staging_slots(meta_bytes));
+    st.staging = std::move(ring);
+    st.staging_images.assign(std::size_t(st.staging->slots()), plan::WorkspaceLayout::Image{});  // cleared in full
   }
+  const plan::PlanBounds& pb = layout.plan.bounds();
+  const plan::PlanBounds& mb = st.meta_bounds;
   if (pb.max_batch != mb.max_batch || pb.max_tiles != mb.max_tiles || pb.num_ctas != mb.num_ctas ||
       pb.tile_q != mb.tile_q || pb.head_dim != mb.head_dim || pb.head_fold != mb.head_fold ||
       pb.tail_bytes != mb.tail_bytes) {
-    s_->meta_image = plan::WorkspaceLayout::Image{};  // another layout: cleared in full
-    s_->meta_bounds = pb;
+    for (plan::WorkspaceLayout::Image& im : st.staging_images) im = plan::WorkspaceLayout::Image{};  // another layout
+    st.meta_bounds = pb;
   }
-  unsigned char* meta = s_->staging;
-  layout.plan.serialize(sp.plan, meta, &s_->meta_image);  // throws if the plan exceeds the bounds
+  const int32_t slot = st.staging->acquire();
+  unsigned char* meta = st.staging->slot(slot);
+  layout.plan.serialize(sp.plan, meta, &st.staging_images[std::size_t(slot)]);  // throws if the plan exceeds the bounds
   prefill::segment_image(layout, sp, kv_len, meta + layout.off_seg_request);
   WEFT_CUDA_CHECK(cudaMemcpyAsync(workspace, meta, meta_bytes, cudaMemcpyHostToDevice, stream));
-  WEFT_CUDA_CHECK(cudaEventRecord(s_->staging_done, stream));
-  s_->staging_pending = true;
+  st.staging->enqueued(slot, stream);
 
   State& s = *s_;
   s.dtype = dtype;

@@ -407,7 +407,7 @@ TEST(Decode, RepeatedRunsBitwiseIdenticalWithSplit) {
 }
 
 // plan() called again and again while the stream lags far behind (a long memset ahead of it): each
-// plan finds the previous copy queued and writes another staging slot (decode/staging_ring.h, 4
+// plan finds the previous copy queued and writes another staging slot (attention/staging_ring.h, 4
 // slots), and from the 5th on waits for the oldest; every run must still see its own plan.
 // 11 batches of different lengths (split and unsplit plans), each run into its own outputs, then
 // every output against the reference. Then the same with one sync per plan (the ring's query path).

@@ -2,9 +2,12 @@
 // Prefill.* adds long sequences and sweeps. Every run poisons O and LSE with NaN first.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "attention/heuristics.h"
 #include "prefill_case.h"
 
 namespace weft::test::prefill {
@@ -212,6 +215,78 @@ TEST(PrefillSmall, GraphReplayAfterReplan) {
   check_against_reference(p2);
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+
+// plan() called back to back while the stream lags far behind (a long memset ahead of it): the
+// wrapper's staging ring (attention/staging_ring.h, heuristics::plan_staging_slots slots for a small
+// plan) lets the first S plans write a slot each without waiting for a copy queued behind the
+// memset, and only plan S + 1 waits (for the oldest copy, so the memset has then finished). Then
+// every plan + run, back to back and with one sync per step, against the reference: each run must
+// see its own plan. One layout for all (common bounds, cta_q 64), each case its own workspace.
+TEST(PrefillSmall, BackToBackPlansOnABusyStream) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  const int kSteps = 7;
+  std::vector<std::unique_ptr<Prepared>> ps;
+  PrefillBounds bounds{};
+  for (int i = 0; i < kSteps; ++i) {
+    Case c;
+    const int n = 1 + int(rng.randint(0, 4));
+    for (int b = 0; b < n; ++b) {
+      c.q_lens.push_back(int32_t(rng.randint(1, 90)));
+      c.kv_lens.push_back(c.q_lens.back() + int32_t(rng.randint(0, i % 3 == 0 ? 3000 : 400)));
+    }
+    c.variant = causal();
+    c.opt.cta_q = 64;
+    ps.push_back(std::make_unique<Prepared>());
+    prepare(*ps.back(), c, uint64_t(i));
+    bounds.max_batch = std::max(bounds.max_batch, ps.back()->bounds.max_batch);
+    bounds.max_total_q = std::max(bounds.max_total_q, ps.back()->bounds.max_total_q);
+    bounds.num_qo_heads = c.num_qo_heads;
+    bounds.num_kv_heads = c.num_kv_heads;
+    bounds.head_dim = c.head_dim;
+  }
+  for (auto& p : ps) {  // one layout: the ring's slots are not re-made between plans
+    p->bounds = bounds;
+    p->ws_bytes = BatchPrefillWrapper::workspace_size(bounds);
+    p->d_ws = DeviceBuffer(p->ws_bytes);
+  }
+  cudaStream_t s;
+  WEFT_TEST_CUDA(cudaStreamCreate(&s));
+  cudaEvent_t memset_done;
+  WEFT_TEST_CUDA(cudaEventCreateWithFlags(&memset_done, cudaEventDisableTiming));
+  const std::size_t kBusy = std::size_t(4) << 30;  // ~1.5 ms of memset on an H100
+  DeviceBuffer busy(kBusy);
+  BatchPrefillWrapper w;
+  plan_only(w, *ps[0], s);  // warm: the ring, the grid and the kernel choice are set up
+  WEFT_TEST_CUDA(cudaStreamSynchronize(s));
+  const int S = heuristics::plan_staging_slots(0);
+  ASSERT_LT(S, kSteps);
+  WEFT_TEST_CUDA(cudaMemsetAsync(busy.get(), 0, kBusy, s));
+  WEFT_TEST_CUDA(cudaEventRecord(memset_done, s));
+  for (int i = 0; i < S; ++i) plan_only(w, *ps[std::size_t(i)], s);
+  EXPECT_EQ(cudaEventQuery(memset_done), cudaErrorNotReady) << S << " plans waited for a copy behind the memset";
+  (void)cudaGetLastError();
+  plan_only(w, *ps[std::size_t(S)], s);  // every slot's copy queued: waits for the oldest
+  EXPECT_EQ(cudaEventQuery(memset_done), cudaSuccess) << "plan " << S + 1 << " wrote a slot whose copy was queued";
+  WEFT_TEST_CUDA(cudaStreamSynchronize(s));
+  for (int sync_each : {0, 1}) {
+    SCOPED_TRACE(sync_each ? "a sync after each step" : "back to back");
+    for (auto& p : ps) {
+      p->d_out.poison(s);
+      p->d_lse.poison(s);
+    }
+    WEFT_TEST_CUDA(cudaMemsetAsync(busy.get(), 0, kBusy, s));
+    for (auto& p : ps) {
+      plan_only(w, *p, s);
+      run_only(w, *p, s);
+      if (sync_each) WEFT_TEST_CUDA(cudaStreamSynchronize(s));
+    }
+    WEFT_TEST_CUDA(cudaStreamSynchronize(s));
+    for (auto& p : ps) check_against_reference(*p);
+  }
+  cudaEventDestroy(memset_done);
   cudaStreamDestroy(s);
 }
 

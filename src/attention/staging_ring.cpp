@@ -1,10 +1,10 @@
-#include "decode/staging_ring.h"
+#include "attention/staging_ring.h"
 
 #include <cstring>
 
 #include "common/cuda_check.h"
 
-namespace weft::decode {
+namespace weft::plan {
 
 StagingSlots::StagingSlots(int32_t slots)
     : pending_(std::size_t(slots < 1 ? 1 : slots), false),
@@ -89,4 +89,4 @@ void StagingRing::enqueued(int32_t s, cudaStream_t stream) {
   book_.enqueued(s, stream, stream != cudaStreamPerThread);
 }
 
-}  // namespace weft::decode
+}  // namespace weft::plan

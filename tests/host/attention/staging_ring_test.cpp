@@ -1,4 +1,4 @@
-// StagingSlots (decode/staging_ring.h): which staging slot a decode plan() writes and which copies
+// StagingSlots (attention/staging_ring.h): which staging slot a decode or prefill plan() writes and which copies
 // it must know have landed. A model of the GPU (copies complete in stream order, at random times)
 // runs the same acquire() the wrapper runs (its CUDA calls replaced by the model) and checks: a
 // slot is never rewritten while its copy may still be queued; a drained stream reuses one slot
@@ -9,13 +9,13 @@
 #include <random>
 #include <vector>
 
-#include "decode/staging_ring.h"
+#include "attention/staging_ring.h"
 #include "tests/common/test_util.h"
 
 namespace {
 
-using weft::decode::StagingRing;
-using weft::decode::StagingSlots;
+using weft::plan::StagingRing;
+using weft::plan::StagingSlots;
 using weft::test::thrown_argument;
 
 struct Counts {

@@ -1,4 +1,5 @@
-// The pinned staging slots a decode plan() serializes into and copies from (issues 19 / 22). With
+// The pinned staging slots a decode or prefill plan() serializes into and copies from (issues 19 /
+// 22; one helper for both wrappers, in the shared attention component). With
 // one staging buffer, a plan() called while the previous plan's copy was still queued (plans back
 // to back, the stream behind) waited for that copy on the host. With S slots it writes another
 // slot instead: a host wait on the GPU only when the copies from every slot are still queued.
@@ -15,7 +16,7 @@
 
 #include <cuda_runtime_api.h>
 
-namespace weft::decode {
+namespace weft::plan {
 
 // Which slot a plan writes and what is known about each slot's last copy. Pure bookkeeping, no
 // CUDA (host-tested: tests/host/decode/staging_ring_test.cpp); streams are opaque handles.
@@ -110,4 +111,4 @@ class StagingRing {
   StagingSlots book_;
 };
 
-}  // namespace weft::decode
+}  // namespace weft::plan
