@@ -19,7 +19,7 @@
 namespace weft::plan {
 
 // Which slot a plan writes and what is known about each slot's last copy. Pure bookkeeping, no
-// CUDA (host-tested: tests/host/decode/staging_ring_test.cpp); streams are opaque handles.
+// CUDA (host-tested: tests/host/attention/staging_ring_test.cpp); streams are opaque handles.
 class StagingSlots {
  public:
   explicit StagingSlots(int32_t slots = 1);
