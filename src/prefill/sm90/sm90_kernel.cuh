@@ -91,13 +91,19 @@ struct Sm90PlanRows {
 
 // A partial tile's V (stage sw): wait for its copy on v_tma, zero the rows >= r0 (TMA may have
 // brought another request's rows or a page's unused slots: 0 * NaN would poison O), fence the
-// generic-proxy stores for the async proxy (wgmma) and arrive on v_full. One warp.
+// generic-proxy stores for the async proxy (wgmma) and arrive on v_full. One warp: the TMA warp,
+// for ragged and paged tiles alike (on paged 16-bit pools the V warp issues the copy on v_tma).
+// The loop is not unrolled: it runs once per item's last tile, and unrolled (and inlined in both
+// producer warps, as e055435 had it) it cost the whole kernel's register allocation -- ptxas -v
+// spill stores / loads, d256 56/60 -> 260/312 bytes, d128 16/16 -> 104/112, the extra spills
+// mostly in the consumers' per-item code (d256 ragged 0.94-0.98x, perf notes).
 template <class C>
 __device__ __forceinline__ void zero_v_tail(const KernelParams& P, Bars<C> b, unsigned char* sv, int sw, int r0,
                                             uint32_t& vtma_phase, int lane) {
   ptx90::mbar_wait(b.v_tma(sw), (vtma_phase >> sw) & 1);
   vtma_phase ^= 1u << sw;
   const int n = (C::kBlockN - r0) * 8;  // 16-byte chunks per half
+#pragma unroll 1
   for (int idx = lane; idx < n * C::kHalves; idx += 32) {
     const int h = idx / n, rem = idx - h * n, r = r0 + rem / 8;
     const int off = (r >> P.v_piece_shift) * P.v_piece_bytes + h * P.v_half_bytes + (r & (P.rows_per_copy - 1)) * 128;
@@ -118,10 +124,10 @@ __device__ __forceinline__ void zero_v_tail(const KernelParams& P, Bars<C> b, un
 // boxes (page 16, d128: 24 instead of 32 boxes per stage) measured 1.08-1.09x on paged L8192 /
 // L16384 and 1.16x on d256 paged L8192 (same-call A/B, H100 run of 2a5f27b, perf notes). Pieces
 // entirely past kv_hi are not copied (their rows are masked). For a tile that ends past v_end (kv_hi;
-// ragged: the request's end, see v_end below) the V copy completes on v_tma; the warp then zeroes
-// the V rows >= v_end - ts (TMA may have brought another request's rows or a page's unused slots:
-// 0 * NaN would poison O), fences the generic-proxy stores for the async proxy (wgmma) and
-// arrives on v_full.
+// ragged: the request's end, see v_end below) the V copy (paged 16-bit: the V warp's) completes on
+// v_tma; this warp then zeroes the V rows >= v_end - ts (TMA may have brought another request's
+// rows or a page's unused slots: 0 * NaN would poison O), fences the generic-proxy stores for the
+// async proxy (wgmma) and arrives on v_full.
 // fp8 K/V pools (C::kF8Stages > 0, paged only): the same pieces land as ONE box of D bytes per
 // key row (no swizzle: [kBlockN][D] bytes, the widening warps' input, sm90_fp8.cuh) in the fp8
 // stages (k8_full / v8_full); no zeroing pass: every fp8 code widens to a finite value, so the
@@ -233,7 +239,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
       const int s = tile_cnt % kRingK, sw = tile_cnt % kRingV;  // K stage, V stage
       const uint32_t ph = (tile_cnt / kRingK) & 1, phv = (tile_cnt / kRingV) & 1;
       const int ts = ts0 + t * kBlockN;
-      const bool partial = !kF8 && !p.paged && ts + kBlockN > v_end;
+      const bool partial = !kF8 && ts + kBlockN > v_end;
       unsigned char* sk = kF8 ? smem + C::kOffK8 + s * C::kKV8Bytes : smem + C::kOffK + s * C::kKVBytes;
       unsigned char* sv = kF8 ? smem + C::kOffV8 + sw * C::kKV8Bytes : smem + C::kOffV + sw * C::kKVBytes;
       uint64_t* k_bar = kF8 ? b.k8_full(s) : b.k_full(s);
@@ -276,7 +282,8 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
             ptx90::tma_load_4d(sk + h * C::kKVHalfBytes + lane * rows_per_copy * 128, tm_k, b.k_full(s),
                                h * 64, slot, g.kv_head, page);
         }
-        // 16-bit pools: V is the V warp's (producer_v).
+        // 16-bit pools: V is the V warp's (producer_v); a partial tile's zeroing is this warp's
+        // (zero_v_tail below, on the v_tma barrier the V warp's copy completes on).
         if constexpr (kF8) {
           ptx90::mbar_wait(v_free, phv ^ 1);
           if (lane == 0) ptx90::mbar_arrive_expect_tx(v_bar, bytes);
@@ -297,7 +304,8 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
 
 // V warp (warp 1 of the producer warpgroup; paged 16-bit pools): the V boxes of every tile, one
 // 5D box per page piece for all halves (KernelParams: the V stage layout), page ids loaded one tile
-// ahead, and the zeroing of a partial last tile's rows past kv_hi (zero_v_tail). The TMA warp
+// ahead; a partial last tile's copy completes on v_tma and the TMA warp zeroes its rows past kv_hi
+// (zero_v_tail: one copy of that code in the kernel, see there). The TMA warp
 // issues Q and K only, so the two streams of boxes (page 16, d128: 16 K and 8 V boxes per stage)
 // go out of two warps on two SM sub-partitions; both walk the same items and tiles, so the stage
 // rings and their phases match the consumers' (K: k_full / k_empty, V: v_full / v_empty / v_tma).
@@ -315,7 +323,7 @@ __device__ __forceinline__ void producer_v(const KernelParams& P, const Rows& ro
   // The V stage and its phase, stepped per tile (no division by kVStages: the warp runs at
   // kProducerRegs registers).
   int sw = 0;
-  uint32_t phv = 0, vtma_phase = 0;
+  uint32_t phv = 0;
   const CtaItems items = rows.items(p);
   for (int w = items.begin; w < items.end; ++w) {
     const ItemGeom g = rows.geometry(p, w, items.fold);
@@ -341,7 +349,6 @@ __device__ __forceinline__ void producer_v(const KernelParams& P, const Rows& ro
         ptx90::mbar_arrive_expect_tx(v_bar, static_cast<uint32_t>(n_active) * rows_per_copy * 128 * C::kHalves);
       __syncwarp();
       if (active) ptx90::tma_load_5d(sv + lane * P.v_piece_bytes, &P.tm_v, v_bar, 0, slot, 0, g.kv_head, page);
-      if (partial) zero_v_tail<C>(P, b, sv, sw, max(g.kv_hi - ts, 0), vtma_phase, lane);
     }
   }
 }
