@@ -147,21 +147,27 @@ inline Cut cut_tile(int64_t len, bool split, int64_t L, int64_t granularity) {
 // paths, they lived on the stack: 3.3 ns per request at prefill/b64's 586).
 struct RequestTotals {
   std::size_t units = 0;  // unit records written (requests with rows)
+  uint64_t umin = ~uint64_t(0), umax = 0, usum = 0;  // their integral costs (kCost)
   int64_t next = 0, num_tiles = 0, total = 0;
   int32_t longest = 0;
   bool one_tile = true, bad = false;
 };
-template <class UnitT>
-[[gnu::noinline]] RequestTotals request_totals(const int32_t* __restrict qo, const int32_t* __restrict kv,
-                                               const int32_t* __restrict ks, int32_t batch, int64_t gs, int64_t tq,
-                                               int32_t* __restrict qi, UnitT* __restrict un) {
+// kStart: ks is given (prefill segments always give it). kCost: the unit's integral cost
+// ia * rows + ib * keys written beside its record (uc[U]) and its min / max / sum over the units
+// kept (the same values a second pass over the records computed; prefill b64: 586 segments).
+template <bool kStart, bool kCost, class UnitT>
+[[gnu::noinline]] RequestTotals request_totals_impl(const int32_t* __restrict qo, const int32_t* __restrict kv,
+                                                    const int32_t* __restrict ks, int32_t batch, int64_t gs,
+                                                    int64_t tq, int32_t* __restrict qi, UnitT* __restrict un,
+                                                    uint64_t ia, uint64_t ib, uint64_t* __restrict uc) {
   RequestTotals r;
   std::size_t U = 0;
+  uint64_t umin = ~uint64_t(0), umax = 0, usum = 0;
   int64_t next = 0, num_tiles = 0, total = 0;
   int32_t longest = 0;
   bool one_tile = true, bad = false;
   for (int32_t b = 0; b < batch; ++b) {
-    const int32_t q = qo[b], k = kv[b], s0 = ks ? ks[b] : 0;
+    const int32_t q = qo[b], k = kv[b], s0 = kStart ? ks[b] : 0;
     bad |= (q < 0) | (k < 0) | (s0 < 0) | (s0 > k);
     next += q;
     qi[b + 1] = static_cast<int32_t>(next);
@@ -176,9 +182,20 @@ template <class UnitT>
     // The unit record (build_whole_units; meaningful while one_tile holds), written always and
     // kept only for a request with rows.
     un[U] = {b, static_cast<int32_t>(rows), s0, k};
+    if (kCost) {  // (meaningful while !bad: rows and keys below 2^31, ia / ib below 2^20)
+      const uint64_t c = ia * static_cast<uint64_t>(static_cast<int32_t>(rows)) + ib * uint64_t(uint32_t(k) - uint32_t(s0));
+      uc[U] = c;
+      const bool keep = nt > 0;
+      umin = keep && c < umin ? c : umin;
+      umax = keep && c > umax ? c : umax;
+      usum += keep ? c : 0;
+    }
     U += nt > 0;
   }
   r.units = U;
+  r.umin = umin;
+  r.umax = umax;
+  r.usum = usum;
   r.next = next;
   r.num_tiles = num_tiles;
   r.total = total;
@@ -186,6 +203,17 @@ template <class UnitT>
   r.one_tile = one_tile;
   r.bad = bad || next > INT32_MAX;
   return r;
+}
+template <class UnitT>
+inline RequestTotals request_totals(const int32_t* qo, const int32_t* kv, const int32_t* ks, int32_t batch,
+                                    int64_t gs, int64_t tq, int32_t* qi, UnitT* un, uint64_t ia, uint64_t ib,
+                                    uint64_t* uc) {
+  if (uc) {
+    return ks ? request_totals_impl<true, true>(qo, kv, ks, batch, gs, tq, qi, un, ia, ib, uc)
+              : request_totals_impl<false, true>(qo, kv, ks, batch, gs, tq, qi, un, ia, ib, uc);
+  }
+  return ks ? request_totals_impl<true, false>(qo, kv, ks, batch, gs, tq, qi, un, 0, 0, nullptr)
+            : request_totals_impl<false, false>(qo, kv, ks, batch, gs, tq, qi, un, 0, 0, nullptr);
 }
 
 }  // namespace
@@ -469,22 +497,19 @@ int64_t Planner::prepare(const BatchShape& shape, const BalanceConfig& cfg) {
   uint64_t umin = ~uint64_t(0), umax = 0, usum = 0;
   const int64_t gs = cfg.group_size;
   const int32_t nb = batch_;
-  const RequestTotals rt = request_totals(qo, kv, ks, nb, gs, tq, qo_indptr_.data(), un);
+  // (a unit's cost at uc[U], U <= b: batch_ entries hold them)
+  const RequestTotals rt =
+      request_totals(qo, kv, ks, nb, gs, tq, qo_indptr_.data(), un, ia_, ib_, int_costs_ ? uc : nullptr);
   const bool bad = rt.bad, one_tile = rt.one_tile;
   const int64_t num_tiles = rt.num_tiles, total = rt.total;
   const int32_t longest = rt.longest;
-  // Every request with rows in one tile per KV head: the units' integral costs.
+  // Every request with rows in one tile per KV head: the units and their integral costs.
   if (one_tile && !bad) {
     U = rt.units;
     if (int_costs_) {
-      const uint64_t ia = ia_, ib = ib_;
-      for (std::size_t u = 0; u < U; ++u) {  // (rows and len below 2^31, ia / ib below 2^20: no overflow)
-        const uint64_t c = ia * static_cast<uint64_t>(un[u].rows) + ib * static_cast<uint64_t>(un[u].kv_end - un[u].kv_begin);
-        uc[u] = c;
-        umin = std::min(umin, c);
-        umax = std::max(umax, c);
-        usum += c;
-      }
+      umin = rt.umin;
+      umax = rt.umax;
+      usum = rt.usum;
     }
   }
   if (bad) {  // the checks one by one, in their order: the first failing one throws
@@ -654,31 +679,34 @@ bool Planner::int_keys_for_total(double total) {
 // the chunk lengths): a counting sort over [min_cost, max_cost] (one counting and one scatter
 // pass) where the range is short against n, else the LSD radix sort on max_cost - cost (only the
 // bytes that differ); nothing when the costs are already in order.
-void Planner::sort_int_desc(const uint64_t* cost, std::size_t n, uint64_t min_cost, uint64_t max_cost) {
-  if (n < 2 || min_cost == max_cost) return;
+std::size_t Planner::sort_int_desc(const uint64_t* cost, std::size_t n, uint64_t min_cost, uint64_t max_cost) {
+  if (n < 2 || min_cost == max_cost) return 0;
   uint32_t* ord = order_.data();
   bool sorted = true;
   for (std::size_t i = 1; i < n && sorted; ++i) sorted = cost[ord[i - 1]] >= cost[ord[i]];
-  if (sorted) return;
+  if (sorted) return 0;
   const uint64_t range = max_cost - min_cost + 1;
   if (range <= 65536 && range <= 4 * n + 256) {
     hist_.assign(static_cast<std::size_t>(range), 0);
     uint32_t* h = hist_.data();
     for (std::size_t i = 0; i < n; ++i) ++h[max_cost - cost[ord[i]]];
     uint32_t sum = 0;
+    std::size_t distinct = 0;
     for (std::size_t k = 0; k < range; ++k) {
       const uint32_t c = h[k];
       h[k] = sum;
       sum += c;
+      distinct += c != 0;
     }
     uint32_t* out = order_tmp_.data();
     for (std::size_t i = 0; i < n; ++i) out[h[max_cost - cost[ord[i]]]++] = ord[i];
     order_.swap(order_tmp_);
-    return;
+    return distinct;
   }
   for (std::size_t i = 0; i < n; ++i) keys_[i] = max_cost - cost[ord[i]];
   grow(hist_, 256);
   radix_sort(keys_.data(), ord, keys_tmp_.data(), order_tmp_.data(), n, hist_.data());
+  return 0;
 }
 
 void Planner::build(bool split, int64_t L, Plan& p) {
@@ -885,7 +913,7 @@ bool Planner::build_whole_units(Plan& p) {
   // the queue's bound.
   if (!(max_ic == 0 || n <= ~uint64_t(0) / max_ic)) return false;
   if (!int_keys_for_total(static_cast<double>(sum_ic * static_cast<uint64_t>(H)))) return false;
-  sort_int_desc(ic, U, min_ic, max_ic);
+  const std::size_t distinct = sort_int_desc(ic, U, min_ic, max_ic);
   const uint32_t* const o = order_.data();  // (sort_int_desc may swap order_'s buffer)
 
   // Step 5: the deal, tile by tile in the sorted order (unit o[k]'s H heads back to back).
@@ -899,8 +927,12 @@ bool Planner::build_whole_units(Plan& p) {
   const std::size_t grouped = cfg_.deal_heads_together && H > 1 && U > tail ? U - tail : 0;
   // Units of equal cost are consecutive in the sorted order: each run of them is dealt at once
   // (deal_run_int: the CTAs deal_int gives them one by one) where the runs are long (runs_pay).
-  std::size_t runs = U > 0;
-  for (std::size_t k = 1; k < U; ++k) runs += ic[o[k]] != ic[o[k - 1]];
+  // (the counting sort counted them; otherwise one pass over the sorted costs)
+  std::size_t runs = distinct;
+  if (runs == 0) {
+    runs = U > 0;
+    for (std::size_t k = 1; k < U; ++k) runs += ic[o[k]] != ic[o[k - 1]];
+  }
   const bool by_run = runs_pay(n, runs);
   grow(run_ctas_, grouped);
   for (std::size_t k = 0; k < grouped;) {
@@ -938,19 +970,18 @@ bool Planner::build_whole_units(Plan& p) {
   int32_t *const ir = it.request, *const ih = it.kv_head, *const irb = it.row_begin, *const ire = it.row_end;
   int32_t *const ikb = it.kv_begin, *const ike = it.kv_end, *const isl = it.partial_slot;
   int32_t* const cur = cursor_.data();
-  // Item i's (unit, head) as unit * 256 + head, scattered to its CTA's next place (one scattered
-  // store per item), then the seven arrays written in one sequential pass.
-  perm_.resize(n);
-  uint32_t* const pm = perm_.data();
-  for (std::size_t k = 0; k < U; ++k)
-    for (int32_t h = 0; h < H; ++h) pm[cur[as[k * H + h]]++] = o[k] << 8 | static_cast<uint32_t>(h);
-  for (std::size_t i = 0; i < n; ++i) {
-    const Unit u = un[pm[i] >> 8];
-    ir[i] = u.request;
-    ih[i] = static_cast<int32_t>(pm[i] & 0xff);
-    ire[i] = u.rows;
-    ikb[i] = u.kv_begin;
-    ike[i] = u.kv_end;
+  // Each item written straight to its CTA's next place, the unit read once for its H heads.
+  for (std::size_t k = 0; k < U; ++k) {
+    const Unit u = un[o[k]];
+    const int32_t* const ak = as + k * H;
+    for (int32_t h = 0; h < H; ++h) {
+      const int32_t i = cur[ak[h]]++;
+      ir[i] = u.request;
+      ih[i] = h;
+      ire[i] = u.rows;
+      ikb[i] = u.kv_begin;
+      ike[i] = u.kv_end;
+    }
   }
   std::fill(irb, irb + n, 0);   // whole tiles: every row from 0,
   std::fill(isl, isl + n, -1);  // final outputs

@@ -201,7 +201,8 @@ class Planner {
   void deal_run_int(uint64_t cost, std::size_t k, int32_t* out);
   void loads_int(double* loads) const;
   double max_load_int() const;  // the largest load in the integer queue
-  void sort_int_desc(const uint64_t* cost, std::size_t n, uint64_t min_cost, uint64_t max_cost);
+  // Returns the number of distinct costs when its counting sort ran (the non-empty buckets), else 0.
+  std::size_t sort_int_desc(const uint64_t* cost, std::size_t n, uint64_t min_cost, uint64_t max_cost);
   bool int_keys_for_total(double total);
   // Tiles in generation order, built on first use (ensure_tiles): a prepare() whose requests each
   // fit one tile per KV head (decode; causal prefill segments) leaves them implicit, and an
@@ -248,7 +249,6 @@ class Planner {
   std::vector<uint64_t> u_icost_;  // their integral costs (int_costs_)
   std::size_t num_units_ = 0;
   uint64_t u_min_ = 0, u_max_ = 0, u_sum_ = 0;
-  std::vector<uint32_t> perm_;
   std::vector<int32_t> t_chunk0_;  // tile t's chunks: [t_chunk0_[t], t_chunk0_[t + 1])
   std::vector<double> c_cost_;
   std::vector<uint64_t> c_icost_;
