@@ -235,6 +235,15 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
       lazy = im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc) == plan::PackPlanner::Update::kLazy &&
              im.share_image_ws == workspace;
     }
+    // A full re-plan with the options changed below (the same forest for a cascade).
+    const auto plan_again = [&] {
+      if (im.cascade != nullptr) {
+        im.packer.plan_forest(plan::PrefixForest(im.packer.forest()), t.indptr.host, kv_lens, pc);
+      } else {
+        im.packer.reset();
+        im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc);
+      }
+    };
     // A plan cut for the sm90 tile's wave whose wide rows that tile cannot load (they then run on
     // the FA2 tile): planned again over the decode grid.
     if (pc.wide_wave_ctas > 0 && im.packer.current().wide_grid > 0 &&
@@ -243,24 +252,14 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
       pc.wide_wave_ctas = 0;
       pc.wide_item_keys = 0;
       lazy = false;
-      if (im.cascade != nullptr) {
-        im.packer.plan_forest(plan::PrefixForest(im.packer.forest()), t.indptr.host, kv_lens, pc);
-      } else {
-        im.packer.reset();
-        im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc);
-      }
+      plan_again();
     }
     if (pc.wide_rows > 0 && im.packer.current().num_slots() > im.wlayout.bounds().max_slots) {
       // A wide item fills rows / 32 partial slots: a plan past the workspace's slots is planned
       // again without wide packs (the bounds were sized for 32-row packs).
       pc.wide_rows = 0;
       lazy = false;
-      if (im.cascade != nullptr) {
-        im.packer.plan_forest(plan::PrefixForest(im.packer.forest()), t.indptr.host, kv_lens, pc);
-      } else {
-        im.packer.reset();
-        im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc);
-      }
+      plan_again();
     }
     const plan::WorkPlan& wp = im.packer.current();
     pack_chunk = im.packer.max_chunk();

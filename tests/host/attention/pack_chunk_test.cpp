@@ -21,18 +21,10 @@ namespace weft::plan {
 namespace {
 
 using pack_check::Batch;
+using pack_check::batch_of;
 using pack_check::check_plan;
 using pack_check::random_batch;
 using test::Rng;
-
-Batch batch_of(const bench::PrefixTreeBatch& t, int32_t page_size) {
-  Batch bt;
-  bt.page_size = page_size;
-  bt.indptr = t.indptr;
-  bt.indices = t.indices;
-  bt.kv_len = t.kv_len;
-  return bt;
-}
 
 // The decode wrapper's prefix-sharing config at d128 (bench::pack_bench_config without linking
 // the decode component: 32-row tiles, head fold gcd(KV heads, grid), chunks from the packed work

@@ -29,6 +29,17 @@ struct Batch {
   int32_t batch() const { return static_cast<int32_t>(kv_len.size()); }
 };
 
+// A batch from a generated tree (bench::PrefixTreeBatch or anything with indptr / indices / kv_len).
+template <class Tree>
+Batch batch_of(const Tree& t, int32_t page_size) {
+  Batch bt;
+  bt.page_size = page_size;
+  bt.indptr = t.indptr;
+  bt.indices = t.indices;
+  bt.kv_len = t.kv_len;
+  return bt;
+}
+
 inline Batch random_batch(Rng& rng, int32_t page_size, int max_levels, int fanout, int32_t max_shared_pages) {
   Batch bt;
   bt.page_size = page_size;
@@ -217,6 +228,39 @@ inline void check_plan(const Batch& bt, const PackPlanConfig& cfg, const WorkPla
   }
   for (size_t x = 0; x < merged.size(); ++x)
     ASSERT_EQ(merged[x] + final_rows[x], 1) << "output row " << x << ": merged " << merged[x] << ", final " << final_rows[x];
+}
+
+// One case of the wide-pack property tests: a random 1- or 2-level forest (page 1 / 16 / 64 by
+// iteration) and a random config with 128-row wide items, head fold 1 or 2 and optional traffic
+// costs. The draws' order is fixed (the tests' random streams depend on it).
+struct WideCase {
+  Batch bt;
+  PrefixForest forest;
+  PackPlanConfig cfg;
+};
+inline WideCase random_wide_case(Rng& rng, int iter) {
+  static constexpr int32_t kPageSizes[] = {1, 16, 64};
+  static constexpr int32_t kGroups[] = {1, 2, 4, 8};
+  WideCase c;
+  const int32_t ps = kPageSizes[iter % 3];
+  const int32_t max_shared = ps == 1 ? 600 : (ps == 16 ? 200 : 60);
+  const int levels = 1 + iter % 2;
+  c.bt = random_batch(rng, ps, levels,
+                      (levels == 1 ? 4 : 2) + static_cast<int>(rng.randint(1, levels == 1 ? 12 : 6)),
+                      max_shared / 2);
+  c.forest = build_prefix_forest(c.bt.indptr.data(), c.bt.indices.data(), c.bt.kv_len.data(), c.bt.batch(), ps);
+  PackPlanConfig& cfg = c.cfg;
+  cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 2));
+  cfg.head_fold = cfg.num_kv_heads == 2 && rng.randint(0, 1) ? 2 : 1;
+  cfg.num_ctas = cfg.head_fold * static_cast<int32_t>(rng.randint(1, 132));
+  cfg.group_size = kGroups[rng.randint(0, 3)];
+  cfg.tile_rows = 32;
+  cfg.wide_rows = 128;
+  cfg.wide_min_rows = static_cast<int32_t>(rng.randint(33, 96));
+  cfg.page_size = ps;
+  cfg.auto_chunk_min = static_cast<int32_t>(16 * rng.randint(1, 16));
+  if (rng.randint(0, 1)) set_pack_traffic(cfg, 128, 2);
+  return c;
 }
 
 }  // namespace weft::plan::pack_check

@@ -19,18 +19,10 @@ namespace weft::plan {
 namespace {
 
 using pack_check::Batch;
+using pack_check::batch_of;
 using pack_check::check_plan;
 using pack_check::random_batch;
 using test::Rng;
-
-Batch batch_of(const bench::PrefixTreeBatch& t, int32_t page_size) {
-  Batch bt;
-  bt.page_size = page_size;
-  bt.indptr = t.indptr;
-  bt.indices = t.indices;
-  bt.kv_len = t.kv_len;
-  return bt;
-}
 
 // The decode wrapper's config at d128 with wide packs (decode/wrapper_plan.cpp, without linking
 // the decode component): 32-row tiles, 128-row wide items from 256 rows and 2048 keys, chunks
@@ -109,29 +101,13 @@ TEST(PackWave, MinimumRowRunsOneWave) {
 // needs, and the plan is deterministic.
 TEST(PackWave, RandomForestsCoverEveryKeyOnce) {
   Rng rng = Rng::for_current_test();
-  const int32_t page_sizes[] = {1, 16, 64};
-  const int32_t groups[] = {1, 2, 4, 8};
   int64_t waves = 0, kept_split = 0;
   for (int iter = 0; iter < 160; ++iter) {
-    const int32_t ps = page_sizes[iter % 3];
-    const int32_t max_shared = ps == 1 ? 600 : (ps == 16 ? 200 : 60);
-    const int levels = 1 + iter % 2;
-    const Batch bt = random_batch(rng, ps, levels,
-                                  (levels == 1 ? 4 : 2) + static_cast<int>(rng.randint(1, levels == 1 ? 12 : 6)),
-                                  max_shared / 2);
-    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << bt.batch() << " page " << ps);
-    const PrefixForest f = build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ps);
-    PackPlanConfig cfg;
-    cfg.num_kv_heads = static_cast<int32_t>(rng.randint(1, 2));
-    cfg.head_fold = cfg.num_kv_heads == 2 && rng.randint(0, 1) ? 2 : 1;
-    cfg.num_ctas = cfg.head_fold * static_cast<int32_t>(rng.randint(1, 132));
-    cfg.group_size = groups[rng.randint(0, 3)];
-    cfg.tile_rows = 32;
-    cfg.wide_rows = 128;
-    cfg.wide_min_rows = static_cast<int32_t>(rng.randint(33, 96));
-    cfg.page_size = ps;
-    cfg.auto_chunk_min = static_cast<int32_t>(16 * rng.randint(1, 16));
-    if (rng.randint(0, 1)) set_pack_traffic(cfg, 128, 2);
+    pack_check::WideCase wc = pack_check::random_wide_case(rng, iter);
+    const Batch& bt = wc.bt;
+    const PrefixForest& f = wc.forest;
+    PackPlanConfig& cfg = wc.cfg;
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << bt.batch() << " page " << bt.page_size);
     if (rng.randint(0, 1)) {
       cfg.wide_overlap = 1;
       cfg.wide_key_cost = 2.f;
