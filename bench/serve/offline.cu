@@ -19,7 +19,7 @@ namespace weft::serve::sim {
 
 using weft::decode::RouterFeatures;
 
-// --refit WALLS --gpu NAME --slots N [--router-us X] [--neighbours K] --calibration TEXT --out TABLE: a router
+// --refit WALLS --gpu NAME --slots N [--router-us X] [--neighbours K] [--vote-margin F] --calibration TEXT --out TABLE: a router
 // table fitted (on the host, no device) to per-step wall times measured by an earlier calibration
 // run on --seed / --steps: WALLS has one line per (family, option), "family option w0 w1 ...", the
 // medians of that run's non-empty steps in order, and per (family, option) a line
@@ -90,6 +90,7 @@ bool refit(const Args& a) {
     measured.push_back(std::move(mf));
   }
   add_modelled_steps(m, measured, a.neighbours);
+  m.vote_margin = a.vote_margin;
   if (m.router_us <= 0) {  // no --router-us: the decision's median host time here, on these steps
     std::vector<double> d;
     for (const auto& [fam, fam_steps] : steps)

@@ -28,6 +28,7 @@ struct Args {
   uint64_t replay_seed = 20260623;
   int32_t slots = 0, neighbours = kRouterNeighbours;
   double router_us = 0;
+  double vote_margin = weft::decode::kRouterVoteMargin;  // --vote-margin (the table's "vote_margin")
   uint64_t seed = 20260623;
   int32_t steps = 40, reps = 7;
   bool check = true;

@@ -235,6 +235,7 @@ int main(int argc, char** argv) {
     else if (s == "--slots") a.slots = std::stoi(next());
     else if (s == "--router-us") a.router_us = std::stod(next());
     else if (s == "--neighbours") a.neighbours = std::stoi(next());
+    else if (s == "--vote-margin") a.vote_margin = std::stod(next());
     else if (s == "--calibration") a.calibration_text = next();
     else if (s == "--replay") a.replay = next();
     else if (s == "--replay-seed") a.replay_seed = std::stoull(next());
@@ -446,6 +447,7 @@ int main(int argc, char** argv) {
         measured.push_back(std::move(mf));
       }
       add_modelled_steps(m, measured);
+      m.vote_margin = a.vote_margin;
       // The router's own decision time on the calibration steps (median over repeats).
       std::vector<double> d;
       for (const std::string& fam : fams) {

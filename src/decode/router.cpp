@@ -268,10 +268,14 @@ int32_t vote(const RouterModel& m, const std::array<int32_t, kStepFeatures>& q, 
     for (int32_t o = 0; o < nopt; ++o)
       if (cand[o]) score[o] += w[o] / best;
   }
-  int32_t pick = -1;  // lowest score (ties: the earlier option)
+  // The lowest score, then the earliest option within the table's resolution of it
+  // (kRouterVoteMargin: a closer call is the calibration run's noise).
+  int32_t best = -1;
   for (int32_t o = 0; o < nopt; ++o)
-    if (cand[o] && (pick < 0 || score[o] < score[pick])) pick = o;
-  return pick;
+    if (cand[o] && (best < 0 || score[o] < score[best])) best = o;
+  for (int32_t o = 0; o < best; ++o)
+    if (cand[o] && score[o] <= score[best] * (1 + m.vote_margin)) return o;
+  return best;
 }
 
 }  // namespace
@@ -459,7 +463,7 @@ std::string RouterModel::to_json() const {
   if (!steps.empty()) {
     // One row per calibration step: its kStepFeatures features, then each option's wall us (-1:
     // not measured), in the order of "options".
-    os << ",\n  \"neighbours\": " << neighbours
+    os << ",\n  \"neighbours\": " << neighbours << ",\n  \"vote_margin\": " << vote_margin
        << ",\n  \"step_features\": [\"log2_batch\", \"log2_keys\", \"log2_longest\", \"shared_fraction_x4\"],\n"
        << "  \"steps\": [\n";
     for (size_t n = 0; n < steps.size(); ++n) {
@@ -570,6 +574,13 @@ RouterModel RouterModel::from_json(const std::string& s) {
   WEFT_CHECK_ARG(k >= 1 && k <= kRouterMaxNeighbours && k == std::floor(k), "router table",
                  "\"neighbours\" must be an integer in [1, " << kRouterMaxNeighbours << "], got " << k);
   m.neighbours = static_cast<int32_t>(k);
+  // Optional (tables before it have none: kRouterVoteMargin).
+  const size_t vm = s.find("\"vote_margin\"", opts_end);
+  if (vm != std::string::npos && vm < st) {
+    const double margin = number_field(s, "vote_margin", opts_end, st);
+    WEFT_CHECK_ARG(margin >= 0 && margin <= 0.5, "router table", "\"vote_margin\" must be in [0, 0.5], got " << margin);
+    m.vote_margin = margin;
+  }
   const size_t a = s.find('[', st);
   WEFT_CHECK_ARG(a != std::string::npos, "router table", "\"steps\" is not an array");
   const size_t end = closing_bracket(s, a);

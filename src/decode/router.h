@@ -31,7 +31,8 @@
 // calibration steps nearest to the centre of the step's cell on the feature grid (squared
 // Euclidean distance; step_grid_point) and every step within one cell of the k-th, and picks the
 // admitted option with the lowest sum of relative times over them (time / the best admitted
-// option's time at that neighbour). Why: the options are 1-5% apart and a per-option linear model ranks them by
+// option's time at that neighbour), the earliest option in the table's order whose sum is within
+// vote_margin of the lowest (kRouterVoteMargin). Why: the options are 1-5% apart and a per-option linear model ranks them by
 // its fitting noise (46595fb on H100: it picked work_queue c2048/c4096 on every family, the
 // held-out ratio 0.944-0.998); the measured times rank them directly. Offline replay of 46595fb's
 // held-out measurements: docs/perf-notes-serve.md. The linear coefficients stay in the table (a
@@ -87,6 +88,15 @@ inline constexpr double kStepFeatureQuantum = 1.0 / 64;
 using StepFeatures = std::array<double, kStepFeatures>;
 inline constexpr int kRouterMaxOptions = 16;
 inline constexpr int kRouterMaxNeighbours = 64;
+// The vote's resolution (RouterModel::vote_margin when a table does not give one): an option
+// wins only where its mean relative time over the voters beats the EARLIER admitted options' by
+// more than this fraction; within it the earliest option in the table's order (balanced first)
+// is picked. Why 2%: the options of the serving families are 1-5% apart, and two runs of one build
+// rank them differently by 1-2% (calibration and held-out seeds of 3702730 / 448c7b4 on H100:
+// c2048 / c4096 first in one run, balanced first by 1-2% in the other; docs/perf-notes-serve.md
+// "The vote's resolution"), so a difference inside 2% is the run's noise, not a property of
+// the step.
+inline constexpr double kRouterVoteMargin = 0.02;
 
 // One calibration step of the table: its features and each option's wall time (us), in the order
 // of RouterModel::options; < 0 where the option was not measured (prefix sharing outside
@@ -112,6 +122,7 @@ struct RouterModel {
   std::string calibration;      // what the coefficients were fitted on (seed, families, steps)
   std::vector<RouteOption> options;
   int32_t neighbours = 0;              // k of the vote (0: no steps, the linear model decides)
+  double vote_margin = kRouterVoteMargin;  // the vote's resolution ("vote_margin", [0, 0.5])
   std::vector<CalibrationStep> steps;  // the calibration steps (nearest-neighbour vote)
 
   std::string to_json() const;

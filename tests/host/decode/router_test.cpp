@@ -340,6 +340,17 @@ std::vector<int32_t> voters(const RouterModel& m, const StepSummary& s) {
   return v;
 }
 
+// The vote's pick from per-option scores (< 0: not a candidate): the lowest, then the earliest
+// option within `margin` of it (router.h, kRouterVoteMargin).
+int32_t within_margin_pick(const std::vector<double>& score, double margin) {
+  int32_t best = -1;
+  for (int32_t o = 0; o < int32_t(score.size()); ++o)
+    if (score[o] >= 0 && (best < 0 || score[o] < score[best])) best = o;
+  for (int32_t o = 0; o < best; ++o)
+    if (score[o] >= 0 && score[o] <= score[best] * (1 + margin)) return o;
+  return best;
+}
+
 TEST(Router, VotePicksTheCalibrationStepsBestOnItsOwnData) {
   // One neighbour: at a calibration step the vote is that step's fastest admitted option, unless
   // other steps lie within a grid cell of it (random batches of 30-60 rows of uniform lengths lie
@@ -357,13 +368,9 @@ TEST(Router, VotePicksTheCalibrationStepsBestOnItsOwnData) {
       f.balanced = bal;
       const int32_t pick = choose_route(c.m, c.sums[n], f);
       ASSERT_GE(pick, 0);
-      int32_t best = -1;
-      for (int32_t o = 0; o < int32_t(c.m.options.size()); ++o) {
-        const double w = c.m.steps[first].wall_us[o];
-        if (w < 0 || (!bal && o == 0)) continue;
-        if (best < 0 || w < c.m.steps[first].wall_us[best]) best = o;
-      }
-      EXPECT_EQ(pick, best) << "step " << n;
+      std::vector<double> w = c.m.steps[first].wall_us;
+      if (!bal) w[0] = -1;
+      EXPECT_EQ(pick, within_margin_pick(w, c.m.vote_margin)) << "step " << n;
       if (c.sums[n].shared_keys == 0) EXPECT_NE(c.m.options[pick].route, Route::kPrefixShare);
     }
   }
@@ -428,12 +435,48 @@ TEST(Router, VoteIsTheLowestSumOfRelativeTimesOverTheNearestSteps) {
         for (size_t o = 0; o < w.size(); ++o)
           if (ok[o]) score[o] += w[o] / best;
       }
-      int32_t want = 0;
-      for (int32_t o = 1; o < 4; ++o)
-        if (score[o] < score[want]) want = o;
-      EXPECT_EQ(choose_route(c.m, s), want) << "k " << k << " trial " << trial;
+      score[4] = -1;
+      EXPECT_EQ(choose_route(c.m, s), within_margin_pick(score, c.m.vote_margin)) << "k " << k << " trial " << trial;
     }
   }
+}
+
+TEST(Router, VoteKeepsTheEarlierOptionWithinTheMargin) {
+  // One calibration step, balanced (option 0) against c1024 (option 1): c1024 wins only when it
+  // is faster by more than the margin; a margin of 0 is the plain lowest time.
+  VoteCase c = vote_case(5, 1, 1);
+  const std::vector<int32_t> lens(16, 30000);
+  const StepSummary s{lens.data(), 16, 0};
+  RouteFilter f;
+  c.m.steps.assign(1, CalibrationStep{step_features(s), {101.5, 100, 500, 500, -1}});
+  ASSERT_DOUBLE_EQ(c.m.vote_margin, kRouterVoteMargin);
+  EXPECT_EQ(choose_route(c.m, s, f), 0);  // 1.5% apart: inside 2%
+  c.m.steps[0].wall_us = {102.5, 100, 500, 500, -1};
+  EXPECT_EQ(choose_route(c.m, s, f), 1);  // 2.5% apart
+  c.m.vote_margin = 0;
+  c.m.steps[0].wall_us = {100.1, 100, 500, 500, -1};
+  EXPECT_EQ(choose_route(c.m, s, f), 1);
+  c.m.vote_margin = 0.05;  // the earliest within the margin, not the second best
+  c.m.steps[0].wall_us = {104, 103, 100, 500, -1};
+  EXPECT_EQ(choose_route(c.m, s, f), 0);
+  c.m.steps[0].wall_us = {106, 103, 100, 500, -1};
+  EXPECT_EQ(choose_route(c.m, s, f), 1);
+  f.balanced = false;  // a non-admitted earlier option is no candidate
+  c.m.steps[0].wall_us = {100, 103, 100, 500, -1};
+  EXPECT_EQ(choose_route(c.m, s, f), 1);
+  // The table keeps its margin; a margin outside [0, 0.5] is rejected naming the table.
+  c.m.vote_margin = 0.035;
+  const std::string text = c.m.to_json();
+  EXPECT_DOUBLE_EQ(RouterModel::from_json(text).vote_margin, 0.035);
+  for (const char* bad : {"-0.01", "0.6", "nan"}) {
+    std::string t = text;
+    t.replace(t.find("0.035"), 5, bad);
+    EXPECT_EQ(thrown_argument([&] { RouterModel::from_json(t); }), "router table") << bad;
+  }
+  // A table without the field (written before it) gets kRouterVoteMargin.
+  std::string old = text;
+  old.erase(old.find(",\n  \"vote_margin\""), std::string(",\n  \"vote_margin\": 0.035").size());
+  EXPECT_DOUBLE_EQ(RouterModel::from_json(old).vote_margin, kRouterVoteMargin);
 }
 
 TEST(Router, VoteRespectsTheTaskLimitAndFallsBackToTheModel) {
