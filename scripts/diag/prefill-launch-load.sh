@@ -49,7 +49,7 @@ CPP
 g++ -std=c++17 -O1 -I"$OLD/src" -I"$OLD/include" "$TMP/dump.cpp" "$OLD/src/prefill/prefill_plan.cpp" \
   "$OLD/src/attention/plan/balance.cpp" -o "$TMP/old"
 g++ -std=c++17 -O1 -DFOLDED -I"$NEW/src" -I"$NEW/include" -I"$GEN" "$TMP/dump.cpp" "$NEW/src/prefill/prefill_plan.cpp" \
-  "$NEW/src/attention/plan/balance.cpp" "$NEW/src/attention/plan/plan_layout.cpp" "$NEW/src/attention/heuristics.cpp" -o "$TMP/new"
+  "$NEW"/src/attention/plan/balance*.cpp "$NEW/src/attention/plan/plan_layout.cpp" "$NEW/src/attention/heuristics.cpp" -o "$TMP/new"
 for L in $LENS; do
   for t in old new; do
     "$TMP/$t" "$L" 264 | awk -v t="$t" -v L="$L" '
