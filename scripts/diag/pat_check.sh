@@ -9,39 +9,23 @@
 #   [STAGES="build tests san bench fi"] [JOBS=16] [RACE_FILTER=gtest filter] scripts/diag/pat_check.sh
 # (The dev box dry-run: JOBS=2 STAGES=build, under nice.)
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$ROOT" || exit 1
-export PATH="/usr/local/cuda/bin:$PATH"
-OUT="${OUT:-$ROOT/pat-out}"
-mkdir -p "$OUT"
+source "$(dirname "${BASH_SOURCE[0]}")/lib-pat.sh"
+pat_init
 B="$ROOT/build-pat"
 STAGES="${STAGES:-build tests san bench fi}"
 BASELINES="${BASELINES:-$ROOT/.baselines}"
 BUDGET="${BUDGET:-430}"
 JOBS="${JOBS:-16}"
 RACE_FILTER="${RACE_FILTER:-DecodeSmall.SharePrefixesWidePacks}"
-T0=$SECONDS
-say() { echo "=== [$((SECONDS - T0))s] $*" | tee -a "$OUT/steps.log"; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-left() { echo $((BUDGET - (SECONDS - T0))); }
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
-echo "commit ${WEFT_COMMIT:-?}" | tee -a "$OUT/env.txt"
+pat_env
 
 if has fi; then  # FlashInfer's wheels install while weft builds
   (python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$BASELINES"/whl/*.whl \
      > "$OUT/fi_install.log" 2>&1; echo "rc=$?" >> "$OUT/fi_install.log") &
 fi
 
-if has build; then
-  say build
-  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_BUILD_TESTS=ON \
-    -DWEFT_BUILD_BENCH=ON -DWEFT_WITH_COMM=OFF -DWEFT_DISABLE="comm;prefill;tp;pod;norm" > "$OUT/build.log" 2>&1 || { say "configure failed"; tail -30 "$OUT/build.log"; }
-  timeout 240 ninja -C "$B" -j"$JOBS" weft_gpu_decode weft-bench >> "$OUT/build.log" 2>&1
-  rc=$?
-  say "build rc=$rc"
-  [ $rc -ne 0 ] && grep -E "error|FAILED" "$OUT/build.log" | head -30
-fi
+if has build; then pat_build 240; fi
 
 PACK_TESTS='DecodeSmall.WorkPlanPacksMatchReference:DecodeSmall.SharePrefixes*:DecodeSmall.CascadeLevelsMatchReference'
 if has tests; then

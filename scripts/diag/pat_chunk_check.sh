@@ -7,71 +7,20 @@
 # the whole decode suite with what is left. Model: pat_check.sh.
 #   OUT=<dir> WEFT_COMMIT=<sha> [BUDGET=seconds] [JOBS=16] [LOWER="64 256"] scripts/diag/pat_chunk_check.sh
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$ROOT" || exit 1
-export PATH="/usr/local/cuda/bin:$PATH"
-OUT="${OUT:-$ROOT/pat-out}"
-mkdir -p "$OUT"
+source "$(dirname "${BASH_SOURCE[0]}")/lib-pat.sh"
+pat_init
 B="$ROOT/build-pat"
 BUDGET="${BUDGET:-280}"
 JOBS="${JOBS:-16}"
 LOWER="${LOWER:-64 256}"
-T0=$SECONDS
-say() { echo "=== [$((SECONDS - T0))s] $*" | tee -a "$OUT/steps.log"; }
-left() { echo $((BUDGET - (SECONDS - T0))); }
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
-echo "commit ${WEFT_COMMIT:-?}" | tee -a "$OUT/env.txt"
+pat_env
 
-say build
-cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_BUILD_TESTS=ON \
-  -DWEFT_BUILD_BENCH=ON -DWEFT_WITH_COMM=OFF -DWEFT_DISABLE="comm;prefill;tp;pod;norm" > "$OUT/build.log" 2>&1 || { say "configure failed"; tail -30 "$OUT/build.log"; }
-timeout 200 ninja -C "$B" -j"$JOBS" weft_gpu_decode weft-bench >> "$OUT/build.log" 2>&1
-rc=$?
-say "build rc=$rc"
-[ $rc -ne 0 ] && { grep -E "error|FAILED" "$OUT/build.log" | head -30; }
+pat_build 200
+pat_tests 60 "$B/tests/weft_gpu_decode"
+pat_memcheck 60 "$B/tests/weft_gpu_decode" DecodeSmall.SharePrefixesWidePacks
 
-PACK_TESTS='DecodeSmall.WorkPlanPacksMatchReference:DecodeSmall.SharePrefixes*:DecodeSmall.CascadeLevels*'
-say tests
-timeout 60 "$B/tests/weft_gpu_decode" --gtest_brief=1 --gtest_filter="$PACK_TESTS" > "$OUT/tests_pat.log" 2>&1
-echo "pat tests rc=$?" | tee -a "$OUT/steps.log"
-grep -E "PASSED|FAILED|Failure|tests ran" "$OUT/tests_pat.log" | head -20
+pat_bench default
+for n in $LOWER; do pat_bench "w$n" --pat-wide-min-rows "$n"; done
 
-say memcheck
-timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/weft_gpu_decode" --gtest_brief=1 \
-  --gtest_filter=DecodeSmall.SharePrefixesWidePacks > "$OUT/memcheck.log" 2>&1
-echo "memcheck rc=$?" | tee -a "$OUT/steps.log"
-grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.log" | tail -4
-
-say "bench default selector"
-timeout 40 "$B/bench/weft-bench" --group pat --commit "${WEFT_COMMIT:-?}" --json "$OUT/pat_default.json" > "$OUT/bench_default.log" 2>&1
-echo "bench default rc=$?" | tee -a "$OUT/steps.log"
-for n in $LOWER; do
-  say "bench --pat-wide-min-rows $n"
-  timeout 40 "$B/bench/weft-bench" --group pat --pat-wide-min-rows "$n" --commit "${WEFT_COMMIT:-?}" \
-    --json "$OUT/pat_w$n.json" > "$OUT/bench_w$n.log" 2>&1
-  echo "bench w$n rc=$?" | tee -a "$OUT/steps.log"
-done
-
-t=$(( $(left) - 10 ))
-if [ $t -gt 20 ]; then
-  say "decode suite"
-  timeout "$t" "$B/tests/weft_gpu_decode" --gtest_brief=1 > "$OUT/tests_decode.log" 2>&1
-  echo "decode suite rc=$? (124: out of time)" | tee -a "$OUT/steps.log"
-else
-  say "decode suite skipped: budget"
-fi
-say "all done"
-{
-  cat "$OUT/env.txt" "$OUT/steps.log"
-  for f in build tests_pat memcheck tests_decode; do
-    [ -f "$OUT/$f.log" ] || continue
-    echo "----- $f.log (filtered)"
-    grep -E "error|FAILED|Failure|PASSED|SUMMARY|rc=|tests ran|Expected|Which is|actual|OK \]" "$OUT/$f.log" | head -60
-  done
-  for f in "$OUT"/bench_*.log; do
-    echo "----- $(basename "$f") (summary)"
-    grep -E "summary|nosharing|FAIL|error|group pat" "$f" | head -10
-  done
-} > "$OUT/check.txt"
-rm -f "$OUT"/*.log "$OUT/env.txt"
+pat_decode_suite 10 20 "$B/tests/weft_gpu_decode"
+pat_finish build tests_pat memcheck tests_decode

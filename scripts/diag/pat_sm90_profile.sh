@@ -5,27 +5,16 @@
 # or ncu's gpu__time_duration per launch where nsys is missing).
 #   OUT=<dir> BIN=<dir> WEFT_COMMIT=<sha> [PROFILE=pat/64x8/bf16/B1-32/L4096-128/] scripts/diag/pat_sm90_profile.sh
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$ROOT" || exit 1
-export PATH="/usr/local/cuda/bin:$PATH"
-OUT="${OUT:-$ROOT/pat-out}"
+source "$(dirname "${BASH_SOURCE[0]}")/lib-pat.sh"
 BIN="${BIN:?BIN: folder with weft-bench.xz and weft_gpu_decode.xz}"
+pat_init
 PROFILE="${PROFILE:-pat/64x8/bf16/B1-32/L4096-128/}"
-mkdir -p "$OUT"
-T0=$SECONDS
-say() { echo "=== [$((SECONDS - T0))s] $*" | tee -a "$OUT/steps.log"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$OUT/steps.log"
 echo "commit ${WEFT_COMMIT:-?}" | tee -a "$OUT/steps.log"
-X="$(mktemp -d)"
-for b in weft-bench weft_gpu_decode; do xz -dc "$BIN/$b.xz" > "$X/$b" && chmod +x "$X/$b"; done
+pat_unpack weft-bench weft_gpu_decode
 
-say tests
-timeout 70 "$X/weft_gpu_decode" --gtest_brief=1 \
-  --gtest_filter='DecodeSmall.WorkPlanPacksMatchReference:DecodeSmall.SharePrefixes*:DecodeSmall.CascadeLevels*' \
-  > "$OUT/tests.txt" 2>&1
-echo "pat tests rc=$?" | tee -a "$OUT/steps.log"
-grep -E "PASSED|FAILED|Failure" "$OUT/tests.txt" | head -10 | tee -a "$OUT/steps.log"
+pat_tests 70 "$X/weft_gpu_decode" "$OUT/tests.txt"
+grep -E "PASSED|FAILED|Failure" "$OUT/tests.txt" | head -10 >> "$OUT/steps.log"  # (steps.log comes back)
 
 say "bench pat"
 timeout 60 "$X/weft-bench" --group pat --commit "${WEFT_COMMIT:-?}" --json "$OUT/pat.json" > "$OUT/bench_pat.txt" 2>&1
