@@ -15,15 +15,8 @@
 # Usage (repo root of the new tree; the old tree extracted with git archive and carried):
 #   OUT=... WEFT_COMMIT=<new> BASE_COMMIT=<old> [DEADLINE=400] scripts/diag/dplan-check.sh <old tree>
 set -uo pipefail
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-BASE_SRC=${1:?usage: dplan-check.sh <old source tree>}
-OUT="${OUT:-./dplan-check-out}"
-mkdir -p "$OUT"
-SECONDS=0
-DEADLINE=${DEADLINE:-400}
-LOG="$OUT/log.txt"
-note() { echo "[$SECONDS s] $*" | tee -a "$LOG"; }
-left() { echo $((DEADLINE - SECONDS)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib-ab.sh"
+ab_init dplan-check 400 "$@"
 DIS="prefill;pod;norm;comm;tp"
 {
   lscpu | grep -E "Model name|^CPU\(s\)|MHz|L2|L3"
@@ -110,17 +103,9 @@ json.dump({"base_commit": base, "commit": new,
 PY
 
 # The harness's b256 family: decode_plan_us_p50_256, old / new / old / new.
-for run in 1 2; do
-  for tree in old new; do
-    [ "$(left)" -gt 25 ] || { note "no time left for serve $tree $run"; continue; }
-    timeout $(( $(left) - 5 )) /tmp/ab-$tree/bench/weft-serve-sim --router data/router/h100.json --seed 20260623 \
-      --steps 40 --families b256 --out "$OUT/serve_${tree}_$run.json" > /tmp/serve_${tree}_$run.log 2>&1
-    rc=$?
-    note "serve $tree $run rc $rc: $(python3 -c "
+ab_serve 25 "
 import json,sys
-d=json.load(open('$OUT/serve_${tree}_$run.json'))
+d=json.load(open(sys.argv[1]))
 s=[c for c in d['cases'] if c['name']=='serve/summary']
-print({k:v for k,v in s[0]['extra'].items() if 'plan' in k} if s else 'no summary')" 2>&1 | tail -1)"
-  done
-done
+print({k:v for k,v in s[0]['extra'].items() if 'plan' in k} if s else 'no summary')"
 note "done"

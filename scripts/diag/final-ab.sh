@@ -10,14 +10,8 @@
 #   OUT=... WEFT_COMMIT=<new> BASE_COMMIT=<old> [PAIRS=3] [AB_DEADLINE=300] [DEADLINE=420] \
 #     AB_ARGS="--group prefill --filter prefill/chunked/" scripts/diag/final-ab.sh <old tree>
 set -uo pipefail
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-BASE_SRC=${1:?usage: final-ab.sh <old source tree>}
-OUT="${OUT:-./final-ab-out}"
-mkdir -p "$OUT"
-SECONDS=0
-DEADLINE=${DEADLINE:-420}
-LOG="$OUT/log.txt"
-note() { echo "[$SECONDS s] $*" | tee -a "$LOG"; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib-ab.sh"
+ab_init final-ab 420 "$@"
 build() {  # <source dir> <build dir> <log>
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DISABLE="norm;comm;tp" -DWEFT_WITH_COMM=OFF \
     -DWEFT_BUILD_TESTS=OFF > "$3" 2>&1 && ninja -C "$2" -j8 weft-bench weft-serve-sim >> "$3" 2>&1
@@ -32,18 +26,11 @@ SKIP_BUILD=1 DEADLINE=$(( ${AB_DEADLINE:-300} - SECONDS )) PAIRS="${PAIRS:-3}" O
   bash scripts/diag/core-ab.sh "$BASE_SRC" --no-ceilings ${AB_ARGS:---group prefill --filter prefill/chunked/} 2>&1 |
   tee "$OUT/ab.log" | tail -6
 note "A/B done"
-for run in 1 2; do
-  for tree in old new; do
-    [ $((DEADLINE - SECONDS)) -gt 30 ] || { note "no time left for serve $tree $run"; continue; }
-    timeout $((DEADLINE - SECONDS - 5)) /tmp/ab-$tree/bench/weft-serve-sim --router data/router/h100.json \
-      --seed 20260623 --steps 40 --families b256 --out "$OUT/serve_${tree}_$run.json" > /tmp/serve_$tree$run.log 2>&1
-    note "serve $tree $run rc $?: $(python3 -c "
-import json
-d=json.load(open('$OUT/serve_${tree}_$run.json'))
+ab_serve 30 "
+import json, sys
+d=json.load(open(sys.argv[1]))
 r=d['families'][0]['routes']
 print('decode_plan_us_p50_256', [c for c in d['cases'] if c['name']=='serve/summary'][0]['extra'].get('decode_plan_us_p50_256'),
       ' '.join('%s %.1f/%.1f/%.1f' % (k, v['plan_us_p50'], v['wall_us_mean'], v['gpu_us_mean']) for k, v in sorted(r.items())))
-" 2>&1 | tail -1)"
-  done
-done
+"
 note "done"
