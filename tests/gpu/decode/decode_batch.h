@@ -146,6 +146,42 @@ inline void run_for(BatchDecodeWrapper& w, Batch& bt, cudaStream_t s = nullptr) 
   w.run(bt.tq, bt.cache, bt.table, bt.tout, bt.c.with_lse ? &bt.tlse : nullptr, s);
 }
 
+// A stream of its own and, after capture(w, bt), run_for(w, bt) captured on it into an
+// instantiated CUDA graph; all destroyed with the object. replay(): one launch, synchronized.
+class CapturedRun {
+ public:
+  CapturedRun() { EXPECT_EQ(cudaStreamCreate(&st_), cudaSuccess); }
+  ~CapturedRun() {
+    if (exec_) {
+      EXPECT_EQ(cudaGraphExecDestroy(exec_), cudaSuccess);
+    }
+    if (graph_) {
+      EXPECT_EQ(cudaGraphDestroy(graph_), cudaSuccess);
+    }
+    if (st_) {
+      EXPECT_EQ(cudaStreamDestroy(st_), cudaSuccess);
+    }
+  }
+  CapturedRun(const CapturedRun&) = delete;
+  CapturedRun& operator=(const CapturedRun&) = delete;
+  cudaStream_t stream() const { return st_; }
+  void capture(BatchDecodeWrapper& w, Batch& bt) {
+    WEFT_TEST_CUDA(cudaStreamBeginCapture(st_, cudaStreamCaptureModeThreadLocal));
+    run_for(w, bt, st_);
+    WEFT_TEST_CUDA(cudaStreamEndCapture(st_, &graph_));
+    WEFT_TEST_CUDA(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  void replay() {
+    WEFT_TEST_CUDA(cudaGraphLaunch(exec_, st_));
+    WEFT_TEST_CUDA(cudaStreamSynchronize(st_));
+  }
+
+ private:
+  cudaStream_t st_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 // Compare the batch's outputs with the float64 reference; tolerance from the low-precision
 // emulation of the same computation.
 inline void check_against_reference(const Batch& bt) {

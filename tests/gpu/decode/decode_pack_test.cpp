@@ -22,6 +22,7 @@ namespace {
 using test::DeviceBuffer;
 using test::Rng;
 using test_decode::Batch;
+using test_decode::CapturedRun;
 using test_decode::Case;
 using test_decode::check_against_reference;
 using test_decode::plan_for;
@@ -169,10 +170,8 @@ TEST(DecodeSmall, SharePrefixesLazyUpdate) {
   const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
   DeviceBuffer ws(ws_bytes);
   BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
-  cudaStream_t st;
-  WEFT_TEST_CUDA(cudaStreamCreate(&st));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
+  CapturedRun graph;
+  const cudaStream_t st = graph.stream();
   int lazy = 0;
   for (int step = 0; step <= steps; ++step) {
     std::vector<int32_t> lens = start;
@@ -186,16 +185,10 @@ TEST(DecodeSmall, SharePrefixesLazyUpdate) {
     lazy += w.plan_info().lazy_update;
     if (step == 0 || step == steps) EXPECT_FALSE(w.plan_info().lazy_update);
     EXPECT_GT(w.plan_info().num_packs, 0);
-    if (step == 0) {
-      WEFT_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      run_for(w, bt, st);
-      WEFT_TEST_CUDA(cudaStreamEndCapture(st, &graph));
-      WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    }
+    if (step == 0) ASSERT_NO_FATAL_FAILURE(graph.capture(w, bt));
     bt.dout.poison();
     bt.dlse.poison();
-    WEFT_TEST_CUDA(cudaGraphLaunch(exec, st));
-    WEFT_TEST_CUDA(cudaStreamSynchronize(st));
+    ASSERT_NO_FATAL_FAILURE(graph.replay());
     check_against_reference(bt);
     const std::vector<float> got = bt.out(), got_lse = bt.lse();
     // A fresh wrapper and workspace: a full plan of the same table.
@@ -217,9 +210,6 @@ TEST(DecodeSmall, SharePrefixesLazyUpdate) {
   // only append keys: lazy. (H100 at c7848f5 counted 3 with every output equal to the fresh plan's
   // and the reference; the earlier bound steps - 2 = 4 had not been run on a GPU.)
   EXPECT_EQ(lazy, 3) << "decode steps that only append keys must re-plan lazily";
-  WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
-  WEFT_TEST_CUDA(cudaGraphDestroy(graph));
-  WEFT_TEST_CUDA(cudaStreamDestroy(st));
 }
 
 // BatchDecodeWrapper::plan_cascade: explicitly stated 3-level sharing (FlashInfer-style levels:
@@ -337,26 +327,19 @@ TEST(DecodeSmall, SharePrefixesWrapper) {
     check_against_reference(bt);
     // Graph captured on this plan, replayed after a re-plan (same buffers, other page ids and
     // sharing: request 3 now shares 30 pages with request 0, request 1 only 8).
-    cudaStream_t st;
-    WEFT_TEST_CUDA(cudaStreamCreate(&st));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    WEFT_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    run_for(w, bt, st);
-    WEFT_TEST_CUDA(cudaStreamEndCapture(st, &graph));
-    WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    std::iota(bt.indices.begin(), bt.indices.end(), 0);  // unique pages again (pool has room)
-    share(bt, 1, 0, 8);
-    share(bt, 3, 0, 30);
-    w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, st);
-    bt.dout.poison();
-    bt.dlse.poison();
-    WEFT_TEST_CUDA(cudaGraphLaunch(exec, st));
-    WEFT_TEST_CUDA(cudaStreamSynchronize(st));
-    check_against_reference(bt);
-    WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
-    WEFT_TEST_CUDA(cudaGraphDestroy(graph));
-    WEFT_TEST_CUDA(cudaStreamDestroy(st));
+    {
+      CapturedRun graph;
+      ASSERT_NO_FATAL_FAILURE(graph.capture(w, bt));
+      std::iota(bt.indices.begin(), bt.indices.end(), 0);  // unique pages again (pool has room)
+      share(bt, 1, 0, 8);
+      share(bt, 3, 0, 30);
+      w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes,
+             graph.stream());
+      bt.dout.poison();
+      bt.dlse.poison();
+      ASSERT_NO_FATAL_FAILURE(graph.replay());
+      check_against_reference(bt);
+    }
     // Rejected: plan_lengths (no page table to find prefixes in), a sliding window.
     EXPECT_THROW(w.plan_lengths(c.lens.data(), B, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var,
                                 ws.get(), ws_bytes, nullptr),
@@ -488,24 +471,14 @@ void expect_reference_twice(BatchDecodeWrapper& w, Batch& bt) {
 // run() captured in a CUDA graph on a stream of its own, replayed 20 times, outputs poisoned
 // before each: every replay gives `expected` bitwise.
 void expect_graph_replays(BatchDecodeWrapper& w, Batch& bt, const std::vector<float>& expected) {
-  cudaStream_t st;
-  WEFT_TEST_CUDA(cudaStreamCreate(&st));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  WEFT_TEST_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  run_for(w, bt, st);
-  WEFT_TEST_CUDA(cudaStreamEndCapture(st, &graph));
-  WEFT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  CapturedRun graph;
+  ASSERT_NO_FATAL_FAILURE(graph.capture(w, bt));
   for (int rep = 0; rep < 20; ++rep) {
-    bt.dout.poison(st);
-    bt.dlse.poison(st);
-    WEFT_TEST_CUDA(cudaGraphLaunch(exec, st));
-    WEFT_TEST_CUDA(cudaStreamSynchronize(st));
+    bt.dout.poison(graph.stream());
+    bt.dlse.poison(graph.stream());
+    ASSERT_NO_FATAL_FAILURE(graph.replay());
     ASSERT_EQ(bt.out(), expected) << "graph replay " << rep << " differs";
   }
-  WEFT_TEST_CUDA(cudaGraphExecDestroy(exec));
-  WEFT_TEST_CUDA(cudaGraphDestroy(graph));
-  WEFT_TEST_CUDA(cudaStreamDestroy(st));
 }
 
 // Random prefix forests (issue 21): a root of 0-24 shared pages, 1..64 children of 0-12 more
