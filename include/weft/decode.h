@@ -155,14 +155,17 @@ struct DecodeOptions {
   // rows are then one TMA box; true of a batch ordered by prefix), the GQA group divides 128 and
   // pages tile 128 keys; other plans keep the FA2 tile (plan_info().wide_sm90 says which ran).
   // Not the same bits as the FA2 tile: a CUDA graph captured around run() replays only plans of
-  // the same kind (as with prefix_fallback). false: always the FA2 tile.
+  // the same kind (as with prefix_fallback). false: always the FA2 tile. Ignored where wide packs
+  // do not run (without share_prefixes or prefix_wide_packs, head_dim other than 128) and on other
+  // devices.
   bool prefix_wide_sm90 = true;
   // With prefix_wide_sm90, in plans that run the two kinds one after the other: the wide items cut
   // and dealt for ONE wave of the sm90 tile (one CTA per SM: the SM count), fewer and longer
   // items than the decode grid's two waves (fewer partial sources per row to merge), at the chunk
   // of the planner's wave cost model (PackPlanConfig::wide_wave_ctas, heuristics::
   // kPackWideSm90ItemKeys). Same math per key; another cut, so not the same output bits as false.
-  // false: the wide items cut for the decode grid (the FA2 tile's cut).
+  // false: the wide items cut for the decode grid (the FA2 tile's cut). Ignored where
+  // prefix_wide_sm90 is (and with it off): plan_info().wide_grid is then 0.
   bool prefix_wide_sm90_wave = true;
   // Route (DecodeRoute). The work-queue routes and kAuto plan from a native block table
   // (plan(BlockTable) / run(BlockTable)); plan(PageTable) and plan_lengths() with kAuto plan the

@@ -1,5 +1,6 @@
 #include "attention/staging_ring.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "common/cuda_check.h"
@@ -53,6 +54,8 @@ StagingRing::~StagingRing() {
 
 void StagingRing::allocate(std::size_t slot_bytes, int32_t slots) {
   WEFT_CHECK_ARG(base_ == nullptr && slots >= 1, "staging", "allocated twice or with " << slots << " slots");
+  WEFT_CHECK_ARG(slot_bytes >= 1 && slot_bytes <= SIZE_MAX / std::size_t(slots), "staging",
+                 "slot_bytes " << slot_bytes << " x " << slots << " slots: need 1 byte or more, the total within size_t");
   void* p = nullptr;
   WEFT_CUDA_CHECK(cudaHostAlloc(&p, slot_bytes * std::size_t(slots), cudaHostAllocDefault));
   base_ = static_cast<unsigned char*>(p);

@@ -22,7 +22,7 @@ namespace weft::plan {
 // CUDA (host-tested: tests/host/attention/staging_ring_test.cpp); streams are opaque handles.
 class StagingSlots {
  public:
-  explicit StagingSlots(int32_t slots = 1);
+  explicit StagingSlots(int32_t slots = 1);  // slots < 1: one slot
   int32_t slots() const { return static_cast<int32_t>(pending_.size()); }
   // The slot of the last copy enqueued, -1 before the first.
   int32_t newest() const { return newest_; }
@@ -90,7 +90,9 @@ class StagingRing {
   StagingRing(const StagingRing&) = delete;
   StagingRing& operator=(const StagingRing&) = delete;
   ~StagingRing();
-  // Pinned memory and events (weft::Error("CUDA") on failure).
+  // Pinned memory and events (weft::Error("CUDA") on failure). Once, with slots >= 1 and
+  // slot_bytes >= 1 (their product within size_t): weft::Error("staging") before any CUDA call
+  // otherwise.
   void allocate(std::size_t slot_bytes, int32_t slots);
   int32_t slots() const { return book_.slots(); }
   std::size_t slot_bytes() const { return slot_bytes_; }

@@ -337,5 +337,64 @@ TEST(DecodeSmall, SharePrefixesWideSm90Selection) {
   RecordProperty("sm90_plans", sm90_plans);
 }
 
+// DecodeOptions::prefix_wide_sm90 and prefix_wide_sm90_wave (both on, the defaults) are ignored
+// where they do not apply (weft/decode.h): without wide packs (prefix_wide_packs off, or head_dim
+// 64: wide packs are head_dim 128 only) and without share_prefixes the plan has no wide items,
+// and plan_info() says no sm90 tile and no wave grid. The control (wide packs on at head_dim 128,
+// the same batch) has wide items: the batch would go wide. Every plan against the float64
+// reference, bitwise equal over a second run.
+TEST(DecodeSmall, SharePrefixesWideSm90IgnoredWhereNotApplicable) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  for (int d : {128, 64}) {
+    // 0: wide packs on, 1: wide packs off, 2: no share_prefixes
+    for (int mode : {0, 1, 2}) {
+      Case c;
+      c.hkv = 2;
+      c.hq = 16;  // GQA 8: the 8 sharers hold 64 query rows, prefix_wide_min_rows below
+      c.d = d;
+      c.dtype = DType::kBFloat16;
+      // 8 requests on a 20-page root with private tails of 1-47 keys, one unrelated, one empty.
+      std::vector<int32_t> lens;
+      for (int r = 0; r < 8; ++r) lens.push_back(20 * 16 + static_cast<int32_t>(rng.randint(1, 47)));
+      lens.push_back(700);
+      lens.push_back(0);
+      c.lens = lens;
+      SCOPED_TRACE(::testing::Message() << c.describe() << " mode " << mode);
+      const int32_t B = static_cast<int32_t>(c.lens.size());
+      Batch bt(c, rng);
+      for (int r = 1; r < 8; ++r) share_pages(bt.indices, bt.indptr, r, 0, 20);
+      bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
+      DecodeOptions opt;
+      opt.share_prefixes = mode != 2;
+      opt.prefix_wide_packs = mode != 1;
+      opt.prefix_wide_sm90 = true;
+      opt.prefix_wide_sm90_wave = true;
+      opt.prefix_wide_min_rows = 64;  // the root's 64 rows go wide where wide packs apply
+      opt.prefix_wide_min_keys = 1;
+      const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
+      DeviceBuffer ws(ws_bytes);
+      BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
+      w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+      const DecodePlanInfo& info = w.plan_info();
+      if (mode == 0 && d == 128) {
+        EXPECT_GT(info.num_wide_items, 0) << "control: the root's 64 rows go wide";
+      } else {
+        EXPECT_EQ(info.num_wide_items, 0);
+        EXPECT_FALSE(info.wide_sm90);
+        EXPECT_EQ(info.wide_grid, 0);
+      }
+      if (mode == 2) {
+        EXPECT_FALSE(info.prefix_sharing);
+        EXPECT_EQ(info.num_packs, 0);
+      } else {
+        EXPECT_TRUE(info.prefix_sharing);
+        EXPECT_GT(info.num_packs, 0);
+      }
+      ASSERT_NO_FATAL_FAILURE(expect_reference_twice(w, bt));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft

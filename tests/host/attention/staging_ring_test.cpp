@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -131,6 +132,32 @@ TEST(StagingRing, AllocateRejectsNoSlotsBeforeAnyCudaCall) {
   StagingRing ring;  // no allocation: its destructor makes no CUDA call either
   EXPECT_EQ(thrown_argument([&] { ring.allocate(4096, 0); }), "staging");
   EXPECT_EQ(thrown_argument([&] { ring.allocate(4096, -2); }), "staging");
+}
+
+// Empty slots, and slots whose total overflows size_t (it would allocate the wrapped, smaller
+// total): rejected before any CUDA call (without a GPU a CUDA call would throw "CUDA" instead).
+TEST(StagingRing, AllocateRejectsBadSlotBytesBeforeAnyCudaCall) {
+  StagingRing ring;
+  EXPECT_EQ(thrown_argument([&] { ring.allocate(0, 2); }), "staging");
+  EXPECT_EQ(thrown_argument([&] { ring.allocate(SIZE_MAX / 2 + 1, 2); }), "staging");
+  EXPECT_EQ(thrown_argument([&] { ring.allocate(SIZE_MAX, 8); }), "staging");
+  EXPECT_EQ(ring.slots(), 1);  // nothing allocated: the default book of one slot
+  EXPECT_EQ(ring.slot_bytes(), 0u);
+}
+
+// Fewer than one slot is one slot: every plan writes slot 0, waiting for its previous copy.
+TEST(StagingSlots, FewerThanOneSlotIsOne) {
+  for (int32_t n : {0, -1, -100}) {
+    StagingSlots book(n);
+    EXPECT_EQ(book.slots(), 1) << n;
+    EXPECT_EQ(book.acquire([](int32_t) { return false; }, [](int32_t) {}), 0);
+    int a = 0;
+    book.enqueued(0, &a);
+    int waits = 0;
+    EXPECT_EQ(book.acquire([](int32_t) { return false; }, [&](int32_t s) { waits += s == 0; }), 0);
+    EXPECT_EQ(waits, 1) << "one slot, its copy queued: the plan waits for it";
+    EXPECT_FALSE(book.pending(0));
+  }
 }
 
 }  // namespace
