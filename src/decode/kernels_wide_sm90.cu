@@ -41,9 +41,6 @@ struct WideSm90Rows : WidePackRows {
   // The overlapped launch (DecodeOptions::prefix_wide_overlap): the decode kernel after this one
   // may start at once, as with the FA2 wide kernel.
   static constexpr bool kTriggerDependents = true;
-  // K from the TMA warp alone (the K-halves split of the prefill plan, Sm90PlanRows, was not
-  // measured on wide packs).
-  static constexpr bool kSplitK = false;
   // GQA group >= 8: Q gathered, one box of one token x group heads per request of the item.
   static constexpr bool kGatherQ = true;
 

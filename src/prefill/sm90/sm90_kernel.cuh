@@ -4,7 +4,7 @@
 // (cta_indptr, longest first as dealt by attention/plan/balance.h):
 //   warpgroup 0  producer: its first warp issues the TMA loads (Q once per item; K and V tiles
 //                into a kStages-deep shared-memory ring, full/empty mbarriers per stage and
-//                operand; on paged 16-bit pools its second warp issues the V tiles, producer_side);
+//                operand; on paged 16-bit pools its second warp issues the V tiles, producer_v);
 //                registers lowered to kProducerRegs with setmaxnreg.
 //   warpgroups 1, 2  consumers: each owns 64 of the 128 query rows; per KV tile
 //                S = Q K^T (wgmma m64n128k16, A and B from shared memory), mask / online softmax
@@ -66,9 +66,6 @@ namespace weft::prefill::sm90 {
 //   kStageMaps           per-CTA copies of the maps with the plan's extents (sm90_launch.h)
 //   kTriggerDependents   griddepcontrol.launch_dependents at the kernel's start (a programmatic
 //                        dependent launch after it may start at once)
-//   kSplitK              paged 16-bit pools, head_dim >= 128: warp 2 of the producer warpgroup
-//                        issues the upper half of K's 64-column halves (producer_side), the TMA
-//                        warp the lower half (see producer_side)
 //   kGatherQ             at GQA groups >= 8, the Q tile as 128 / group boxes of one token each
 //                        (q_token(p, g, j): the token of tile rows j * group ..), the map's box
 //                        one token deep (Shapes::q_box_tokens); smaller groups: the one box of
@@ -76,7 +73,6 @@ namespace weft::prefill::sm90 {
 struct Sm90PlanRows {
   static constexpr bool kStageMaps = true;
   static constexpr bool kTriggerDependents = false;
-  static constexpr bool kSplitK = true;
   static constexpr bool kGatherQ = false;
   __device__ __forceinline__ CtaItems items(const PrefillParams& p) const { return cta_items(p); }
   __device__ __forceinline__ ItemGeom geometry(const PrefillParams& p, int w, int fold) const {
@@ -118,17 +114,10 @@ __device__ __forceinline__ void zero_v_tail(const KernelParams& P, Bars<C> b, un
   if (lane == 0) ptx90::mbar_arrive(b.v_full(sw));
 }
 
-// K halves split between two producer warps (paged 16-bit pools, Rows::kSplitK, head_dim >= 128):
-// the TMA warp issues K's 64-column halves [0, kHalves / 2) of every tile, warp 2 of the producer
-// warpgroup (producer_side) halves [kHalves / 2, kHalves); k_full then expects two arrivals, each
-// warp's arrive_expect_tx carrying its own boxes' bytes (see the kernel's barrier init).
-template <class C, class Rows>
-inline constexpr bool kSplitKOf = Rows::kSplitK && C::kF8Stages == 0 && C::kHalves >= 2;
-
 // Producer warp. Lane 0 issues ragged boxes; paged tiles are cut into min(page_size, kBlockN)-row
 // pieces, lane i issuing piece i (its page id loaded by that lane): K one box per 64-column half
 // (the K-major S operand needs each half's keys contiguous across pages), V one box for all halves
-// (the V stage layout of KernelParams), issued by the V warp on 16-bit pools (producer_side). Why V
+// (the V stage layout of KernelParams), issued by the V warp on 16-bit pools (producer_v). Why V
 // in one box: the sm90 paged rows ran at the rate of
 // ~2M boxes per ms over the GPU whatever the head dim (d128 32 and d256 64 boxes per 128 keys,
 // H100 run of 5b2fcc8), and page-128 pools (4 boxes per tile) as fast as ragged; whole-page V
@@ -167,9 +156,6 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
   // kKvFirst: an item after the first issues its first tiles before it waits for its Q buffer
   // (q_at below says when); 16-bit pools.
   constexpr bool kKvFirst = kSm90KvFirst && !kF8;
-  // Paged 16-bit pools: the K halves this warp issues (kSplitKOf: the lower half; the upper are
-  // warp 2's).
-  constexpr int kKHalves = kSplitKOf<C, Rows> ? C::kHalves / 2 : C::kHalves;
   uint32_t tile_cnt = 0, item_cnt = 0;
   uint32_t vtma_phase = 0;  // bit s: parity of the next v_tma[s] phase
   constexpr bool kTmaWidens = kF8 && C::kWidenWarps == 4;
@@ -284,7 +270,7 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
         page_next = t + 1 < n_tiles && lane < copies && jn < g.kv_hi
                         ? __ldg(p.page_indices + g.kv_base + jn / p.page_size) : 0;
         const int n_active = __popc(__ballot_sync(0xffffffffu, active));
-        const uint32_t bytes = static_cast<uint32_t>(n_active) * rows_per_copy * (kF8 ? D : 128 * kKHalves);
+        const uint32_t bytes = static_cast<uint32_t>(n_active) * rows_per_copy * (kF8 ? D : 128 * C::kHalves);
         ptx90::mbar_wait(k_free, ph ^ 1);
         if (lane == 0) ptx90::mbar_arrive_expect_tx(k_bar, bytes);
         __syncwarp();
@@ -292,11 +278,11 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
           if (active) ptx90::tma_load_4d(sk + lane * rows_per_copy * D, tm_k, k_bar, 0, slot, g.kv_head, page);
         } else if (active) {
 #pragma unroll
-          for (int h = 0; h < kKHalves; ++h)
+          for (int h = 0; h < C::kHalves; ++h)
             ptx90::tma_load_4d(sk + h * C::kKVHalfBytes + lane * rows_per_copy * 128, tm_k, b.k_full(s),
                                h * 64, slot, g.kv_head, page);
         }
-        // 16-bit pools: V is the V warp's (producer_side); a partial tile's zeroing is this warp's
+        // 16-bit pools: V is the V warp's (producer_v); a partial tile's zeroing is this warp's
         // (zero_v_tail below, on the v_tma barrier the V warp's copy completes on).
         if constexpr (kF8) {
           ptx90::mbar_wait(v_free, phv ^ 1);
@@ -316,71 +302,53 @@ __device__ __forceinline__ void producer(const KernelParams& P, const Rows& rows
   widen_pending();
 }
 
-// Side producer warps of paged 16-bit pools, walking the same items and tiles as the TMA warp so
-// the stage rings and their phases match the consumers'; each warp's arrive_expect_tx on its full
-// barrier carries its own boxes' bytes.
-//   kK false: warp 1, the V boxes of every tile, one 5D box per page piece for all halves
-//             (KernelParams: the V stage layout); a partial last tile's copy completes on v_tma
-//             and the TMA warp zeroes its rows past kv_hi (zero_v_tail: one copy of that code in
-//             the kernel, see there). Measured (same-call A/B against the single TMA warp, H100
-//             run of e055435, perf notes "Paged: V boxes from a second producer warp"): causal
-//             paged16 L1024-16384 1.07-1.23x, chunked 1.05-1.15x, d256 paged 1.11x; d64 and page
-//             128 within the spread; ragged code unchanged.
-//   kK true:  warp 2 (kSplitKOf), K's upper 64-column halves [kHalves / 2, kHalves) of every
-//             tile, one 4D box per page piece and half, on k_full (two arrivals, see
-//             kSplitKOf); the TMA warp issues Q and the lower halves. So at d128 page 16 the 24
-//             boxes of a stage go out of three warps (8 each) on three SM sub-partitions.
-// The kernel-parameter maps are used as they are: stage_maps changes no paged K/V extent.
-// Register allocation (ptxas allocates the kernel as one function: code here moves spills in
-// the consumers, see zero_v_tail): ONE inlined copy for both warps (kK a runtime flag; two
-// template copies: d256 spill stores / loads 60 / 64 bytes), the page id loaded right before
-// the stage wait (its latency under the wait; a one-tile lookahead as the TMA warp's: d128 24 /
-// 24, d256 160 / 208) and a lane's piece offsets and bytes from the parameter space (16-bit paged
-// pools: v_half_bytes = rows_per_copy x 128 B, v_piece_bytes = halves x that; computed from
-// rows_per_copy: d256 164 / 212). This form: d128 16 / 16, d256 52 / 56 (main 16 / 16, 56 / 60).
+// V warp (warp 1 of the producer warpgroup; paged 16-bit pools): the V boxes of every tile, one
+// 5D box per page piece for all halves (KernelParams: the V stage layout), page ids loaded one tile
+// ahead; a partial last tile's copy completes on v_tma and the TMA warp zeroes its rows past kv_hi
+// (zero_v_tail: one copy of that code in the kernel, see there). The TMA warp
+// issues Q and K only, so the two streams of boxes (page 16, d128: 16 K and 8 V boxes per stage)
+// go out of two warps on two SM sub-partitions; both walk the same items and tiles, so the stage
+// rings and their phases match the consumers' (K: k_full / k_empty, V: v_full / v_empty / v_tma).
+// The kernel-parameter V map is used as it is: stage_maps changes no paged K/V extent. Measured
+// (same-call A/B against the single TMA warp, H100 run of e055435, perf notes "Paged: V boxes
+// from a second producer warp"): causal paged16 L1024-16384 1.07-1.23x, chunked 1.05-1.15x,
+// d256 paged 1.11x; d64 and page 128 within the spread; ragged code unchanged.
 template <int D, class C, class Rows>
-__device__ __forceinline__ void producer_side(const KernelParams& P, const Rows& rows, unsigned char* smem, Bars<C> b,
-                                              int lane, bool kK) {
+__device__ __forceinline__ void producer_v(const KernelParams& P, const Rows& rows, unsigned char* smem, Bars<C> b,
+                                           int lane) {
   const PrefillParams& p = P.p;
   constexpr int kBlockN = C::kBlockN;
-  const int ring = kK ? C::kStages : C::kVStages;
   const int rows_per_copy = P.rows_per_copy;
   const int copies = kBlockN / rows_per_copy;
-  // The stage and its phase, stepped per tile (no division by the ring size: the warp runs at
+  // The V stage and its phase, stepped per tile (no division by kVStages: the warp runs at
   // kProducerRegs registers).
-  int st = 0;
-  uint32_t ph = 0;
+  int sw = 0;
+  uint32_t phv = 0;
   const CtaItems items = rows.items(p);
   for (int w = items.begin; w < items.end; ++w) {
     const ItemGeom g = rows.geometry(p, w, items.fold);
     const int n_tiles = tile_count<kBlockN>(g);
     const int ts0 = first_tile_key<kBlockN>(g);
-    for (int t = 0; t < n_tiles; ++t, st = st + 1 == ring ? 0 : st + 1, ph ^= st == 0 ? 1u : 0u) {
+    int page_next = 0;  // this lane's page id of the next tile
+    if (n_tiles > 0 && lane < copies && ts0 + lane * rows_per_copy < g.kv_hi)
+      page_next = __ldg(p.page_indices + g.kv_base + (ts0 + lane * rows_per_copy) / p.page_size);
+    for (int t = 0; t < n_tiles; ++t, sw = sw + 1 == C::kVStages ? 0 : sw + 1, phv ^= sw == 0 ? 1u : 0u) {
       const int ts = ts0 + t * kBlockN;
-      const bool partial = !kK && ts + kBlockN > g.kv_hi;
-      unsigned char* dst = smem + (kK ? C::kOffK : C::kOffV) + st * C::kKVBytes;
-      uint64_t* full = kK ? b.k_full(st) : partial ? b.v_tma(st) : b.v_full(st);
+      const bool partial = ts + kBlockN > g.kv_hi;
+      unsigned char* sv = smem + C::kOffV + sw * C::kKVBytes;
+      uint64_t* v_bar = partial ? b.v_tma(sw) : b.v_full(sw);
       const int j = ts + lane * rows_per_copy;
       const bool active = lane < copies && j < g.kv_hi;
-      // The page id, loaded before the wait for the stage (its latency under the wait).
-      const int page = active ? __ldg(p.page_indices + g.kv_base + j / p.page_size) : 0;
-      const int slot = active ? j % p.page_size : 0;
+      const int page = page_next, slot = active ? j % p.page_size : 0;
+      const int jn = j + kBlockN;
+      page_next = t + 1 < n_tiles && lane < copies && jn < g.kv_hi ? __ldg(p.page_indices + g.kv_base + jn / p.page_size)
+                                                                    : 0;
       const int n_active = __popc(__ballot_sync(0xffffffffu, active));
-      ptx90::mbar_wait(kK ? b.k_empty(st) : b.v_empty(st), ph ^ 1);
+      ptx90::mbar_wait(b.v_empty(sw), phv ^ 1);
       if (lane == 0)
-        ptx90::mbar_arrive_expect_tx(full, static_cast<uint32_t>(n_active) *
-                                               (kK ? P.v_half_bytes * (C::kHalves / 2) : P.v_piece_bytes));
+        ptx90::mbar_arrive_expect_tx(v_bar, static_cast<uint32_t>(n_active) * rows_per_copy * 128 * C::kHalves);
       __syncwarp();
-      if (active) {
-        if (kK) {
-#pragma unroll
-          for (int h = C::kHalves / 2; h < C::kHalves; ++h)
-            ptx90::tma_load_4d(dst + h * C::kKVHalfBytes + lane * P.v_half_bytes, &P.tm_k, full, h * 64, slot,
-                               g.kv_head, page);
-        } else {
-          ptx90::tma_load_5d(dst + lane * P.v_piece_bytes, &P.tm_v, full, 0, slot, 0, g.kv_head, page);
-        }
-      }
+      if (active) ptx90::tma_load_5d(sv + lane * P.v_piece_bytes, &P.tm_v, v_bar, 0, slot, 0, g.kv_head, page);
     }
   }
 }
@@ -757,7 +725,7 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
       ptx90::mbar_init(b.q_empty(i), C::kConsumerWarps);
     }
     for (int s = 0; s < C::kMaxStages; ++s) {  // full: TMA (arrive + tx), or fp8: the widening warps
-      ptx90::mbar_init(b.k_full(s), kF8 ? C::kWidenWarps : kSplitKOf<C, Rows> && P.p.paged ? 2 : 1);
+      ptx90::mbar_init(b.k_full(s), kF8 ? C::kWidenWarps : 1);
       ptx90::mbar_init(b.k_empty(s), C::kConsumerWarps);
       ptx90::mbar_init(b.v_full(s), kF8 ? C::kWidenWarps : 1);
       ptx90::mbar_init(b.v_empty(s), C::kConsumerWarps);
@@ -777,13 +745,11 @@ __global__ void __launch_bounds__(384, 1) prefill_sm90_kernel(const __grid_const
     ptx90::setmaxnreg_dec<C::kProducerRegs>();
     if (tid < 32) producer<D, T, KV, C>(P, rows, smem, b, tid);
     else if constexpr (kF8) widen_warps<D, T, KV, C>(P, rows, smem, b, tid / 32 - (C::kWidenWarps == 4 ? 0 : 1), tid & 31);
-    else if (tid < (kSplitKOf<C, Rows> ? 96 : 64)) {
-      // warp 1: start_prefetch, then (paged) the V boxes; warp 2 (kSplitKOf, paged): K's upper
-      // halves. One call site: producer_side is inlined once (see there).
+    else if (tid < 64) {
       if (tid == 32) start_prefetch<C>(P, rows);
       if (P.p.paged) {
         __syncwarp();
-        producer_side<D, C, Rows>(P, rows, smem, b, tid & 31, tid >= 64);
+        producer_v<D, C>(P, rows, smem, b, tid - 32);
       }
     }
   } else {
