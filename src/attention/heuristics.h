@@ -68,6 +68,10 @@ PrefillTiles prefill_tiles(double avg_packed_qo_len, int32_t head_dim);
 // instances measured 1.39-1.61x the FA2 kernel's, heuristics.cpp). kSm90 / kFA2 bypass this.
 bool prefill_auto_prefers_sm90(bool wide_tile, bool fp8_kv);
 
+// Whether a prefill plan deals its KV head classes in turn (plan::BalanceConfig::heads_in_turn):
+// the Hopper mainloop's plans (sm90: one CTA per SM, every CTA resident at once).
+bool prefill_heads_in_turn(bool sm90);
+
 // ---- both ----
 
 // The smallest host -> device copy a plan() enqueues from its pinned staging buffer: a decode

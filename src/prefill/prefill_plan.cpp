@@ -83,6 +83,7 @@ void PrefillPlanner::make_plan(const PlanRequest& r, SegmentedPlan& out) {
   cfg.min_chunk = r.min_chunk;
   cfg.allow_split = r.allow_split;
   cfg.deal_heads_together = r.deal_heads_together;
+  cfg.heads_in_turn = r.heads_in_turn;
   cfg.grouped_tail_units = heuristics::kGroupedTailUnitsPerCta * cfg.num_ctas;
   // Cost of a chunk ~ rows x keys of MMA work for a full tile; alpha covers the per-item fixed
   // cost (Q load, epilogue) as if the tile had cta_kv more keys.

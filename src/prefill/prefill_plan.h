@@ -45,6 +45,9 @@ struct PlanRequest {
   // segments fit one query tile with integral costs, else the standard plan). The prefill
   // wrapper passes PrefillPlanOptions::deal_heads_together (default off); POD never sets it.
   bool deal_heads_together = false;
+  // Deal the KV head classes in turn (plan::BalanceConfig::heads_in_turn; the wrapper:
+  // heuristics::prefill_heads_in_turn).
+  bool heads_in_turn = false;
 };
 
 // The wrapper's head fold: gcd(num_kv_heads, num_ctas) (every KV head of a segment has the same

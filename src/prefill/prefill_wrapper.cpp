@@ -381,6 +381,7 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   req.allow_split = opt.allow_split_kv;
   req.min_chunk = opt.min_chunk;
   req.deal_heads_together = opt.deal_heads_together;
+  req.heads_in_turn = heuristics::prefill_heads_in_turn(use_sm90);
   prefill::SegmentedPlan& sp = s_->sp;
   s_->planner.make_plan(req, sp);
 

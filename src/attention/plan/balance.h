@@ -73,6 +73,12 @@ struct BalanceConfig {
   // the loads out (issue 19's plan cost; heuristics::grouped_tail_units). false: the plan above.
   bool deal_heads_together = false;
   int32_t grouped_tail_units = 0;
+  // Deal order by KV head: every chunk of KV head 0 in step 4's sorted order, then head 1's, ...
+  // (a stable partition of the sorted chunks by head; deal_heads_together does not apply). Each
+  // CTA then runs its head-0 items before its head-1 items, so the CTAs of one moment stream the
+  // K/V of few heads, which L2 can hold across the waves of a long causal prompt (the Hopper
+  // prefill, heuristics::prefill_heads_in_turn). false: step 4's order.
+  bool heads_in_turn = false;
   // Copied into Plan::head_fold (the planner plans num_kv_heads heads on num_ctas CTAs either way;
   // the caller passes the folded counts).
   int32_t head_fold = 1;

@@ -134,6 +134,17 @@ void Planner::build(bool split, int64_t L, Plan& p) {
 
   // Steps 4-5: a stable sort by cost, descending; deal, lowest (load, CTA index) first.
   const int32_t C = cfg.num_ctas;
+  // cfg.heads_in_turn: the sorted order partitioned by KV head, stable (a counting pass).
+  auto heads_in_turn = [&]() {
+    if (!cfg.heads_in_turn || cfg.num_kv_heads <= 1) return;
+    const Chunk* chunks = chunks_.data();
+    auto head_of = [&](uint32_t c) { return tiles[whole ? c : static_cast<uint32_t>(chunks[c].tile)].kv_head; };
+    cursor_.assign(static_cast<std::size_t>(cfg.num_kv_heads) + 1, 0);
+    for (std::size_t k = 0; k < n; ++k) ++cursor_[head_of(order_[k]) + 1];
+    for (int32_t h = 0; h < cfg.num_kv_heads; ++h) cursor_[h + 1] += cursor_[h];
+    for (std::size_t k = 0; k < n; ++k) order_tmp_[cursor_[head_of(order_[k])]++] = order_[k];
+    order_.swap(order_tmp_);
+  };
   grow(assigned_, n);
   p.cta_cost.assign(C, 0.0);
   // The integer sum is exact unless n * max_ic could exceed 2^64 (then the double queue is used).
@@ -141,6 +152,7 @@ void Planner::build(bool split, int64_t L, Plan& p) {
   if (int_costs_) total_cost = static_cast<double>(total_ic);
   if (int_costs_ && n > 0 && total_exact && int_keys_for_total(total_cost)) {
     sort_int_desc(c_icost_.data(), n, min_ic, max_ic);
+    heads_in_turn();
     reset_deal_int();
     const uint64_t* ic = c_icost_.data();
     const uint32_t* ord = order_.data();
@@ -154,6 +166,7 @@ void Planner::build(bool split, int64_t L, Plan& p) {
     for (std::size_t i = 0; i < n; ++i) keys_[i] = desc_key(c_cost_[order_[i]]);
     grow(hist_, 256);
     radix_sort(keys_.data(), order_.data(), keys_tmp_.data(), order_tmp_.data(), n, hist_.data());
+    heads_in_turn();
     if (use_int_keys(c_cost_.data(), n, nullptr)) {
       reset_deal_int();
       for (std::size_t k = 0; k < n; ++k) assigned_[k] = deal_int(static_cast<uint64_t>(c_cost_[order_[k]]));
@@ -236,9 +249,11 @@ bool Planner::build_whole_units(Plan& p) {
   p.cta_indptr.assign(C + 1, 0);
   int32_t* const ci = p.cta_indptr.data();  // items per CTA first (at c + 1), then their offsets
   reset_deal_int();
+  // cfg.heads_in_turn: head 0's tiles (the units in sorted order) all before head 1's, ...
+  const bool in_turn = cfg_.heads_in_turn && H > 1;
   // cfg.deal_heads_together: the units before the tail go whole (H tiles to one CTA).
   const std::size_t tail = static_cast<std::size_t>(std::max(cfg_.grouped_tail_units, 0));
-  const std::size_t grouped = cfg_.deal_heads_together && H > 1 && U > tail ? U - tail : 0;
+  const std::size_t grouped = !in_turn && cfg_.deal_heads_together && H > 1 && U > tail ? U - tail : 0;
   // Units of equal cost are consecutive in the sorted order: each run of them is dealt at once
   // (deal_run_int: the CTAs deal_int gives them one by one) where the runs are long (runs_pay).
   // (the counting sort counted them; otherwise one pass over the sorted costs)
@@ -264,14 +279,34 @@ bool Planner::build_whole_units(Plan& p) {
     }
     k = r;
   }
-  for (std::size_t k = grouped; k < U;) {
-    const uint64_t c = ic[o[k]];
-    std::size_t r = k + 1;
-    while (r < U && ic[o[r]] == c) ++r;
-    if (by_run) deal_run_int(c, (r - k) * static_cast<std::size_t>(H), as + k * H);
-    else
-      for (std::size_t i = k * H; i < r * H; ++i) as[i] = deal_int(c);
-    k = r;
+  if (in_turn) {
+    // Runs of one head: U / runs units each (runs_pay for the U-chunk deal of one head).
+    const bool by_run_h = runs_pay(U, runs);
+    grow(run_ctas_, U);
+    int32_t* const rc = run_ctas_.data();
+    for (int32_t h = 0; h < H; ++h)
+      for (std::size_t k = 0; k < U;) {
+        const uint64_t c = ic[o[k]];
+        std::size_t r = k + 1;
+        while (r < U && ic[o[r]] == c) ++r;
+        if (by_run_h) {
+          deal_run_int(c, r - k, rc);
+          for (std::size_t u = k; u < r; ++u) as[u * H + h] = rc[u - k];
+        } else {
+          for (std::size_t u = k; u < r; ++u) as[u * H + h] = deal_int(c);
+        }
+        k = r;
+      }
+  } else {
+    for (std::size_t k = grouped; k < U;) {
+      const uint64_t c = ic[o[k]];
+      std::size_t r = k + 1;
+      while (r < U && ic[o[r]] == c) ++r;
+      if (by_run) deal_run_int(c, (r - k) * static_cast<std::size_t>(H), as + k * H);
+      else
+        for (std::size_t i = k * H; i < r * H; ++i) as[i] = deal_int(c);
+      k = r;
+    }
   }
   for (std::size_t i = grouped * H; i < n; ++i) ++ci[as[i] + 1];
   p.cta_cost.assign(C, 0.0);
@@ -284,17 +319,22 @@ bool Planner::build_whole_units(Plan& p) {
   int32_t *const ir = it.request, *const ih = it.kv_head, *const irb = it.row_begin, *const ire = it.row_end;
   int32_t *const ikb = it.kv_begin, *const ike = it.kv_end, *const isl = it.partial_slot;
   int32_t* const cur = cursor_.data();
-  // Each item written straight to its CTA's next place, the unit read once for its H heads.
-  for (std::size_t k = 0; k < U; ++k) {
-    const Unit u = un[o[k]];
-    const int32_t* const ak = as + k * H;
-    for (int32_t h = 0; h < H; ++h) {
-      const int32_t i = cur[ak[h]]++;
-      ir[i] = u.request;
-      ih[i] = h;
-      ire[i] = u.rows;
-      ikb[i] = u.kv_begin;
-      ike[i] = u.kv_end;
+  // Each item written straight to its CTA's next place, in the deal order.
+  auto put = [&](std::size_t k, int32_t h, const Unit& u) {
+    const int32_t i = cur[as[k * H + h]]++;
+    ir[i] = u.request;
+    ih[i] = h;
+    ire[i] = u.rows;
+    ikb[i] = u.kv_begin;
+    ike[i] = u.kv_end;
+  };
+  if (in_turn) {
+    for (int32_t h = 0; h < H; ++h)
+      for (std::size_t k = 0; k < U; ++k) put(k, h, un[o[k]]);
+  } else {
+    for (std::size_t k = 0; k < U; ++k) {  // the unit read once for its H heads
+      const Unit u = un[o[k]];
+      for (int32_t h = 0; h < H; ++h) put(k, h, u);
     }
   }
   std::fill(irb, irb + n, 0);   // whole tiles: every row from 0,

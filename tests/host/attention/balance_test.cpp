@@ -218,6 +218,77 @@ TEST(BalancePlanner, RowTilesOfOneHeadAreDealtTogether) {
   EXPECT_EQ(q.item_row_begin[q.cta_indptr[1]], 0) << "generation order: tile 0's chunks first";
 }
 
+// heads_in_turn on unsplit plans against a direct statement of it: tiles in generation order
+// (request, kv_head, row tile), a stable sort by cost descending, a stable partition by KV head,
+// then the LPT deal (lowest (load, CTA) first) and each CTA's items in deal order. One tile per
+// request and head (Planner::build_whole_units) and several (build), integral costs and not (the
+// double queue), the planner reused (stale state would show); plus check_plan's invariants and
+// each CTA's heads non-decreasing.
+TEST(BalancePlanner, HeadsInTurnDealsHeadByHead) {
+  Rng rng = Rng::for_current_test();
+  Planner planner;
+  Plan p;
+  for (int iter = 0; iter < 120; ++iter) {
+    const int batch = static_cast<int>(rng.randint(1, 80));
+    BatchShape s;
+    s.kv_len = random_lengths(rng, batch, 16384, iter % 2 == 0);
+    s.qo_len.resize(batch);
+    BalanceConfig cfg;
+    cfg.num_ctas = static_cast<int32_t>(rng.randint(1, 40));
+    cfg.num_kv_heads = static_cast<int32_t>(rng.randint(2, 4));
+    cfg.group_size = 4;
+    cfg.tile_q = 128;
+    cfg.kv_granularity = 128;
+    cfg.allow_split = false;
+    cfg.alpha = iter % 3 == 2 ? 0.37 : 1.0;
+    cfg.heads_in_turn = true;
+    const bool one_tile = iter % 4 < 2;  // segments of one tile per head (build_whole_units)
+    for (int b = 0; b < batch; ++b)
+      s.qo_len[b] = std::min<int32_t>(s.kv_len[b], static_cast<int32_t>(one_tile ? rng.randint(1, 32) : rng.randint(0, 200)));
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << batch << " ctas " << cfg.num_ctas);
+    planner.balance(s, cfg, p);
+    ASSERT_NO_FATAL_FAILURE(check_plan(s, cfg, p));
+    struct T {
+      int32_t b, h, r0, r1;
+      double cost;
+    };
+    std::vector<T> tiles;
+    for (int b = 0; b < batch; ++b)
+      for (int32_t h = 0; h < cfg.num_kv_heads; ++h) {
+        const int32_t rows = s.qo_len[b] * cfg.group_size;
+        for (int32_t r0 = 0; r0 < rows; r0 += cfg.tile_q) {
+          const int32_t r1 = std::min(rows, r0 + cfg.tile_q);
+          tiles.push_back({b, h, r0, r1, chunk_cost(cfg, r1 - r0, s.kv_len[b])});
+        }
+      }
+    std::stable_sort(tiles.begin(), tiles.end(), [](const T& x, const T& y) { return x.cost > y.cost; });
+    std::stable_sort(tiles.begin(), tiles.end(), [](const T& x, const T& y) { return x.h < y.h; });
+    std::vector<double> load(cfg.num_ctas, 0.0);
+    std::vector<std::vector<T>> per_cta(cfg.num_ctas);
+    for (const T& t : tiles) {
+      const int c = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[c] += t.cost;
+      per_cta[c].push_back(t);
+    }
+    for (int c = 0; c < cfg.num_ctas; ++c) {
+      ASSERT_EQ(p.cta_indptr[c + 1] - p.cta_indptr[c], static_cast<int32_t>(per_cta[c].size())) << "cta " << c;
+      for (std::size_t k = 0; k < per_cta[c].size(); ++k) {
+        const int i = p.cta_indptr[c] + static_cast<int>(k);
+        const T& t = per_cta[c][k];
+        ASSERT_EQ(p.item_request[i], t.b) << "cta " << c << " item " << k;
+        ASSERT_EQ(p.item_kv_head[i], t.h) << "cta " << c << " item " << k;
+        ASSERT_EQ(p.item_row_begin[i], t.r0) << "cta " << c << " item " << k;
+        ASSERT_EQ(p.item_row_end[i], t.r1) << "cta " << c << " item " << k;
+        if (k > 0) ASSERT_LE(p.item_kv_head[i - 1], p.item_kv_head[i]);
+      }
+    }
+    // Deterministic: the same plan again (the planner's scratch reused).
+    Plan q;
+    planner.balance(s, cfg, q);
+    ASSERT_TRUE(same_plan(p, q));
+  }
+}
+
 TEST(BalancePlanner, NoSplitWhenNotNeeded) {
   // 128 requests x 8 heads of 4K keys on 132 CTAs: each tile is far below total / CTAs.
   BatchShape s;
