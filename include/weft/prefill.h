@@ -76,7 +76,8 @@ struct PrefillPlanOptions {
   // one-tile-at-a-time deal on the measured shapes). On the H100 it cut prefill/plan/b64's plan()
   // from 60.8 to 48.2 us but ran that plan 5.8% slower on the GPU (0.420 vs 0.397 ms, the same
   // process; bench/results/h100_prefill_plan_check_270bf7e.txt), so the default deals every tile
-  // alone. The bench group prefill_plan_ab times both.
+  // alone. The bench group prefill_plan_ab times both. Ignored where the Hopper mainloop runs the
+  // call: its plans deal the head classes in turn (docs/perf-notes-prefill.md, "L2 at 16K").
   bool deal_heads_together = false;
 };
 

@@ -285,9 +285,13 @@ TEST(PrefillSm90, HeadDim256Forced128OnFa2Rejected) {
 
 // PrefillPlanOptions::deal_heads_together (the default): a batch with more segments than the
 // one-tile-at-a-time tail (48 causal prompts of 64..320 tokens: ~260 segments of 32 tokens for
-// Llama-3-8B's 32 / 8 heads, 2 head classes on the 33 CTAs of the folded sm90 plan) is dealt with
-// a segment's head classes together: against the reference, and bit for bit the output of the
-// one-tile-at-a-time plan of the same inputs (each tile is computed whole by one CTA either way).
+// Llama-3-8B's 32 / 8 heads, 2 head classes on the 33 CTAs of the folded sm90 plan): against the
+// reference, and bit for bit the output of the plan without the option (each tile is computed
+// whole by one CTA either way). Since 7213575 the sm90 plans deal the head classes in turn
+// (heuristics::prefill_heads_in_turn), which takes precedence over deal_heads_together: both runs
+// here are that deal, so this checks the in-turn plan of a many-segment batch against the
+// reference and that the option leaves the sm90 plan unchanged (the grouped deal itself:
+// PrefillPlan.HeadClassesDealtTogetherMatchGroupedLpt, host).
 TEST(PrefillSm90, HeadClassesDealtTogetherSameBits) {
   WEFT_REQUIRE_SM90();
   Case c;
