@@ -44,11 +44,17 @@ __device__ __forceinline__ int32_t start_item(const P& p, const Item& it, const 
   int32_t pg_next = pg0;
   for (int s = 0; s < S - 1; ++s) {
     if (s < nt) {
-      const int32_t pg = pg_next;
       const int k0 = it.kv_begin + (warp + s * W) * kWarpKeys;
+      // The row offsets of tile s from its page ids BEFORE the next lookup is issued: the lookup
+      // then loads into pg_next's own register. Issued first (pg = pg_next; lookup; offsets from
+      // pg), both values were live at once and ptxas copied the new page id into the loop-carried
+      // register right after the load, waiting for it in the same iteration (the KV loop's
+      // lookahead lost: 2-3x the long-scoreboard stalls in the CUDA-core kernel, 3-4% slower
+      // forced CUDA-core rows; perf-notes-decode.md "Page lookahead and the register copy").
+      const int64_t off = kv_row_offset(p, pg_next, k0, it.kv_head, lane);
       pg_next = s + 1 < nt ? kv_lookup_page(p, pages, k0 + W * kWarpKeys, it.kv_end, lane) : -1;
       T* st = sPipe + (s * W + warp) * 2 * L::kTileElems;
-      kv_issue<T, D>(p, kv_row_offset(p, pg, k0, it.kv_head, lane), lane, st, st + L::kTileElems);
+      kv_issue<T, D>(p, off, lane, st, st + L::kTileElems);
     }
     ptx::cp_async_commit();
   }
@@ -167,10 +173,12 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
         {
           const int tn = t + S - 1;
           if (tn < nt) {
-            const int32_t pg = pg_next;
+            // Tile tn's row offsets from its page ids (requested a tile ago), THEN the lookup of
+            // tile tn + 1 into the same variable: see start_item (register reuse, no copy).
+            const int64_t off = kv_row_offset(p, pg_next, tile_k0(tn), it.kv_head, lane);
             pg_next = tn + 1 < nt ? kv_lookup_page(p, pages, tile_k0(tn + 1), it.kv_end, lane) : -1;
             T* st = stage(wr);
-            kv_issue<T, D>(p, kv_row_offset(p, pg, tile_k0(tn), it.kv_head, lane), lane, st, st + L::kTileElems);
+            kv_issue<T, D>(p, off, lane, st, st + L::kTileElems);
           }
           ptx::cp_async_commit();
           wr = wr + 1 == S ? 0 : wr + 1;
