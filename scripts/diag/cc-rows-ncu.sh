@@ -4,9 +4,12 @@
 # build: dev-box Release sm_90a binaries (core-ab.sh's flags), xz-compressed in BIN:
 #   weft-bench.old.xz + libweft.so.0.old.xz   5427bc0 (shared libweft)
 #   weft-bench.<tag>.xz                        each other tree (static libweft), TAGS="new ..."
+# 0. TESTS_FILTER (optional, with weft_gpu_decode.xz in BIN): that tree's decode GPU tests
+#    (TESTS_TIMEOUT s), then MEMCHECK_FILTER under compute-sanitizer memcheck -> gpu_tests.txt.
 # 1. Nsight Compute (--set full, --clock-control none) on one launch (the 3rd) of the CUDA-core
 #    kernel of each NCU_ROWS row, per tree: details / raw / SASS-source CSV pages -> ncu.tar.gz.
 # 2. Same-call A/B of AB_ROWS (core-ab.sh's interleaved processes, same rows): old vs each tag.
+# NCU_ROWS=- skips step 1.
 # Usage (device, folder holding this script): OUT=... BIN=... TAGS="new" scripts/diag/cc-rows-ncu.sh
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -30,9 +33,23 @@ ldd /tmp/cc/bin/weft-bench.* | grep "not found" && exit 1
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | tail -1)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 echo "ncu: $NCU $($NCU --version | tail -1)"
+if [ -n "${TESTS_FILTER:-}" ] && [ -f "$BIN/weft_gpu_decode.xz" ]; then
+  unxz_to "$BIN/weft_gpu_decode.xz" /tmp/cc/bin/weft_gpu_decode
+  { timeout "${TESTS_TIMEOUT:-80}" /tmp/cc/bin/weft_gpu_decode --gtest_filter="$TESTS_FILTER" 2>&1 |
+      grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) |tests ran|FAILED|Failure"
+    echo "gpu tests rc ${PIPESTATUS[0]} ($SECONDS s)"
+    if [ -n "${MEMCHECK_FILTER:-}" ]; then
+      timeout "${MEMCHECK_TIMEOUT:-60}" compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/cc/bin/weft_gpu_decode \
+        --gtest_filter="$MEMCHECK_FILTER" 2>&1 | grep -E "ERROR SUMMARY|tests ran|PASSED|FAILED|OK \]"
+      echo "memcheck rc ${PIPESTATUS[0]} ($SECONDS s)"
+    fi
+  } > "$OUT/gpu_tests.txt" 2>&1
+  tail -6 "$OUT/gpu_tests.txt"
+fi
 room() { [ $((DEADLINE - SECONDS)) -ge "$1" ] || { echo "skip $2: deadline ($SECONDS s)"; return 1; }; }
 
 # 1. ncu, old and each tag per row (old first)
+[ "$NCU_ROWS" = - ] && NCU_ROWS=""
 for row in $NCU_ROWS; do
   for t in old $TAGS; do
     room 60 "ncu $t $row" || break 2
@@ -50,7 +67,7 @@ for row in $NCU_ROWS; do
     fi
   done
 done
-tar -czf "$OUT/ncu.tar.gz" -C /tmp/cc/ncu $(cd /tmp/cc/ncu && ls *.csv *.log 2>/dev/null)
+[ -n "$NCU_ROWS" ] && tar -czf "$OUT/ncu.tar.gz" -C /tmp/cc/ncu $(cd /tmp/cc/ncu && ls *.csv *.log 2>/dev/null)
 
 # 2. A/B: old, tag1, tag2, ... interleaved, PAIRS rounds, the same rows in every process
 filters=()
