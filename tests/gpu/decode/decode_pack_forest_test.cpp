@@ -4,9 +4,12 @@
 // named *Small* form the compute-sanitizer subset. The packs' base cases: decode_pack_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
+#include "bench/prefix_tree.h"
 #include "tests/common/gpu_util.h"
+#include "tests/common/pat_chain_trees.h"
 #include "tests/common/test_util.h"
 #include "tests/gpu/decode/decode_batch.h"
 #include "weft/decode.h"
@@ -339,54 +342,34 @@ TEST(DecodeSmall, SharePrefixesWideSm90Selection) {
 
 // The programmatic launch chain of a serial plan cut for one wave of the sm90 tile
 // (DecodeOptions::prefix_wide_overlap on, plan_info().wide_grid > 0): the decode kernel of the
-// private suffixes starts while wide CTAs still run, and the work plan's merge is launched
-// programmatically after it (waiting on the device for both grids' partials). Random forests of
-// the PAT bench's shape, small: GQA 8, pages 16 / 64, 1-3 levels (a root of 256..2048 keys shared
-// by 8..40 requests, 1..6 children of 0..4 more pages, 1..3 grandchildren at level 3), private
-// suffixes of 1..4 pages' worth of keys, one unrelated and one empty request. Each forest: the
-// chain (overlap on) against the float64 reference, bitwise twice, bitwise equal to the serial
-// launches (overlap off, the same plan), and 20 replays of a CUDA graph of the chain (outputs
-// poisoned before each).
+// private suffixes starts while wide CTAs still run (its last CTA waits for the wide grid), and the
+// work plan's merge is launched programmatically after it. Seeded random trees of the PAT bench's
+// shape (test::chain_tree: a 3072..4096-key root shared by 32..48 requests, 64 x 8 heads, suffixes
+// of 1..128 keys, pages 16 / 64), which the wrapper's planner plans serial with a wave on an H100
+// or H200 grid (host test PackWave.ChainTreesPlanSerialWaves). Each tree: the chain (overlap on)
+// against the float64 reference, bitwise twice, 20 replays of a CUDA graph of it (outputs
+// poisoned before each), and bitwise equal to the same plan's launches one after the other
+// (overlap off: no programmatic edge between the wide and decode kernels).
 TEST(DecodeSmall, SharePrefixesWideSm90WaveChain) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();
-  const bool sm90 = device_is_sm90();
-  int chains = 0;
-  const int32_t heads[][2] = {{64, 8}, {16, 2}, {32, 4}};
-  for (int iter = 0; iter < 6; ++iter) {
+  const bool sm90 = device_is_sm90() && sm_count() == 132;  // the grid the host test plans for
+  for (int iter = 0; iter < 3; ++iter) {
+    const test::ChainTree ct = test::chain_tree(iter);
+    const bench::PrefixTreeBatch t = bench::make_prefix_tree_batch(ct.fan, ct.keys, ct.page_size);
     Case c;
-    c.hq = heads[iter % 3][0];
-    c.hkv = heads[iter % 3][1];
+    c.hq = ct.hq;
+    c.hkv = ct.hkv;
     c.d = 128;
     c.dtype = iter % 2 ? DType::kFloat16 : DType::kBFloat16;
-    c.page_size = iter % 3 == 2 ? 64 : 16;
-    const int ps = c.page_size;
-    const int levels = 1 + iter % 3;
-    const int root = static_cast<int>(rng.randint(256 / ps, 2048 / ps));
-    const int sharers = static_cast<int>(rng.randint(8, 40));
-    const int children = levels == 1 ? 1 : static_cast<int>(rng.randint(1, 6));
-    std::vector<int32_t> lens;
-    std::vector<std::vector<std::pair<int, int>>> paths;  // per request: (leader, pages) per level
-    for (int r = 0; r < sharers; ++r) {
-      const int ch = r % children, ch_leader = ch;  // requests 0..children-1 lead their child
-      const int ch_pages = levels == 1 ? 0 : 1 + (ch * 7) % 4;
-      const int gc = levels == 3 ? (r / children) % 3 : 0;
-      const int gc_leader = ch_leader + gc * children;  // the first request of that grandchild
-      const int gc_pages = levels == 3 ? 1 + gc : 0;
-      paths.push_back({{0, root}, {ch_leader, root + ch_pages}, {gc_leader, root + ch_pages + gc_pages}});
-      lens.push_back((root + ch_pages + gc_pages) * ps + static_cast<int32_t>(rng.randint(1, 4 * ps)));
-    }
-    lens.push_back(static_cast<int32_t>(rng.randint(1, 40 * ps)));  // unrelated
-    lens.push_back(0);                                              // empty
-    c.lens = lens;
-    SCOPED_TRACE(::testing::Message() << c.describe() << " levels " << levels << " root " << root << " sharers "
-                                      << sharers << " children " << children);
+    c.page_size = ct.page_size;
+    c.lens = t.kv_len;
+    SCOPED_TRACE(::testing::Message() << c.describe() << " root " << ct.keys[0] << " sharers " << ct.fan[1]);
     const int32_t B = static_cast<int32_t>(c.lens.size());
     Batch bt(c, rng);
-    // A leader's path is its own: share in request order, so every leader's pages are final first.
-    for (int r = 0; r < sharers; ++r)
-      for (const auto& [leader, pages] : paths[r])
-        if (r != leader && leader < r) share_pages(bt.indices, bt.indptr, r, leader, pages);
+    ASSERT_EQ(bt.indptr, t.indptr);
+    // The tree's page ids (< its pool size, within the batch's), in place: bt.table reads bt.indices.
+    std::copy(t.indices.begin(), t.indices.end(), bt.indices.begin());
     bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
     std::vector<float> chained;
     for (const bool overlap : {true, false}) {
@@ -394,7 +377,7 @@ TEST(DecodeSmall, SharePrefixesWideSm90WaveChain) {
       DecodeOptions opt;
       opt.share_prefixes = true;
       opt.prefix_wide_overlap = overlap;
-      opt.prefix_wide_min_rows = 64;  // the root holds >= 64 rows per KV head: wide
+      opt.prefix_wide_min_rows = 64;  // the host test's config (the root holds >= 256 rows per KV head)
       opt.prefix_wide_min_keys = 1;
       const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
       DeviceBuffer ws(ws_bytes);
@@ -402,22 +385,24 @@ TEST(DecodeSmall, SharePrefixesWideSm90WaveChain) {
       w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
       const DecodePlanInfo& info = w.plan_info();
       ASSERT_FALSE(info.prefix_fallback);
-      ASSERT_GT(info.num_wide_items, 0) << "the root holds >= 64 rows: it must go wide";
-      const bool wave = info.wide_sm90 && info.wide_grid > 0 && !info.wide_split;
-      // A plan the planner split between the kinds keeps the FA2 tile (kPackWideSm90SplitPlans).
-      if (sm90 && !info.wide_split) EXPECT_TRUE(wave) << "GQA 8, pages tiling 128 keys: the sm90 tile's wave";
-      ASSERT_NO_FATAL_FAILURE(expect_reference_twice(w, bt));
+      ASSERT_GT(info.num_wide_items, 0) << "the root holds >= 256 rows: it must go wide";
+      if (sm90) {
+        EXPECT_FALSE(info.wide_split) << "a serial plan (PackWave.ChainTreesPlanSerialWaves)";
+        EXPECT_TRUE(info.wide_sm90);
+        EXPECT_GT(info.wide_grid, 0) << "cut for one wave of the sm90 tile";
+      }
       if (overlap) {
+        ASSERT_NO_FATAL_FAILURE(expect_reference_twice(w, bt));
         chained = bt.out();
-        chains += wave;
         ASSERT_NO_FATAL_FAILURE(expect_graph_replays(w, bt, chained));
-      } else if (!info.wide_split) {
+      } else {  // the same plan's kernels one after the other: the same bits
+        bt.dout.poison();
+        run_for(w, bt);
+        WEFT_TEST_CUDA(cudaDeviceSynchronize());
         EXPECT_EQ(bt.out(), chained) << "the programmatic chain and the serial launches differ";
       }
     }
   }
-  RecordProperty("chains", chains);
-  if (sm90) EXPECT_GT(chains, 0);
 }
 
 // DecodeOptions::prefix_wide_sm90 and prefix_wide_sm90_wave (both on, the defaults) are ignored
