@@ -18,7 +18,10 @@
 // (prefix_wide_sm90 off), extra.sm90_speedup = its time / share's; trees whose share plan cut
 // its wide items for one wave of the sm90 tile (extra.wide_grid > 0, DecodeOptions::
 // prefix_wide_sm90_wave) add ".../share_grid": the sm90 tile on the decode grid's cut (the wave
-// option off), extra.wave_speedup = its time / share's. Bytes =
+// option off), extra.wave_speedup = its time / share's; those trees also add
+// ".../share_timeline" and ".../share_serial_timeline": the share / share_serial graph's launches
+// timed one by one (harness graph_timeline: node<k> = kernel name, node<k>_alone_us,
+// node<k>_prefix_us = the sequence up to it). Bytes =
 // UNIQUE KV bytes (every page once, however many requests hold it) + q + out, so the fraction of
 // the read ceiling (measured in the same run) is on unique bytes; both rows carry
 // extra.unique_fraction_of_ceiling, the share row extra.speedup_vs_decode, items and packs.
@@ -178,6 +181,25 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
       if (mode == 4) res.unique_fraction_fa2 = frac;
       if (mode == 3 && share_ms > 0) r.extra.push_back({"overlap_speedup", r.ms / share_ms});  // serial / overlapped
       ctx.report(r);
+      // The launches of plans cut for one wave of the sm90 tile (share and share_serial), one by
+      // one: ".../share_timeline" and ".../share_serial_timeline" (graph_timeline: per node its
+      // name, alone_us and the sequence up to it, prefix_us; ms = the whole sequence).
+      if ((mode == 2 || mode == 3) && w.plan_info().wide_grid > 0) {
+        weft::bench::Result tl;
+        tl.name = base + (mode == 2 ? "/share_timeline" : "/share_serial_timeline");
+        tl.params = r.params;
+        const std::vector<weft::bench::GraphNodeTime> nodes = weft::bench::graph_timeline(
+            ctx, [&](cudaStream_t st) { w.run(tq, cache, table, tout, nullptr, st); });
+        for (size_t k = 0; k < nodes.size(); ++k) {
+          tl.params.push_back({"node" + std::to_string(k), nodes[k].name.substr(0, 96)});
+          tl.extra.push_back({"node" + std::to_string(k) + "_alone_us", nodes[k].alone_ms * 1e3});
+          tl.extra.push_back({"node" + std::to_string(k) + "_prefix_us", nodes[k].prefix_ms * 1e3});
+        }
+        tl.ms = nodes.empty() ? 0 : nodes.back().prefix_ms;
+        tl.bytes = r.bytes;
+        tl.ceiling = "read";
+        ctx.report(tl);
+      }
     } catch (const std::exception& e) {
       ctx.report_error(r, e.what());
     }

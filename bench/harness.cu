@@ -281,6 +281,53 @@ void with_graph(Context& ctx, const LaunchFn& capture, const std::function<void(
   cudaGraphDestroy(graph);
 }
 
+std::vector<GraphNodeTime> graph_timeline(Context& ctx, const LaunchFn& capture) {
+  const cudaStream_t cap = ctx.capture_stream();
+  cudaGraph_t graph;
+  WEFT_BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
+  capture(cap);
+  WEFT_BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
+  std::size_t n = 0;
+  WEFT_BENCH_CUDA(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  WEFT_BENCH_CUDA(cudaGraphGetNodes(graph, nodes.data(), &n));
+  // The graph with only the nodes for which keep(j) holds, timed.
+  const auto time_kept = [&](const std::function<bool(std::size_t)>& keep) {
+    cudaGraph_t clone;
+    WEFT_BENCH_CUDA(cudaGraphClone(&clone, graph));
+    for (std::size_t j = 0; j < n; ++j) {
+      if (keep(j)) continue;
+      cudaGraphNode_t c;
+      WEFT_BENCH_CUDA(cudaGraphNodeFindInClone(&c, nodes[j], clone));
+      WEFT_BENCH_CUDA(cudaGraphDestroyNode(c));
+    }
+    cudaGraphExec_t exec;
+    WEFT_BENCH_CUDA(cudaGraphInstantiate(&exec, clone, 0));
+    const double ms = ctx.time_ms([exec](cudaStream_t st) { WEFT_BENCH_CUDA(cudaGraphLaunch(exec, st)); });
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(clone);
+    return ms;
+  };
+  std::vector<GraphNodeTime> out(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    cudaGraphNodeType type;
+    WEFT_BENCH_CUDA(cudaGraphNodeGetType(nodes[k], &type));
+    out[k].name = "node type " + std::to_string(int(type));
+    if (type == cudaGraphNodeTypeKernel) {
+      cudaKernelNodeParams kp{};
+      const char* name = nullptr;
+      if (cudaGraphKernelNodeGetParams(nodes[k], &kp) == cudaSuccess && cudaFuncGetName(&name, kp.func) == cudaSuccess &&
+          name != nullptr)
+        out[k].name = name;
+      cudaGetLastError();  // a name not found is not an error of the case
+    }
+    out[k].prefix_ms = time_kept([k](std::size_t j) { return j <= k; });
+    out[k].alone_ms = time_kept([k](std::size_t j) { return j == k; });
+  }
+  cudaGraphDestroy(graph);
+  return out;
+}
+
 double Context::gb_per_s(const Result& r) {
   return (r.ms > 0 && r.bytes > 0) ? r.bytes / r.ms / 1e6 : 0.0;
 }

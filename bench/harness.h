@@ -160,6 +160,21 @@ double plain_read_ms(Context& ctx, std::size_t bytes, int copies = 1, int runs =
 // function that launches the instantiated graph on a given stream.
 void with_graph(Context& ctx, const LaunchFn& capture, const std::function<void(const LaunchFn&)>& use);
 
+// A launch sequence's timeline without a profiler (nsys does not run on the lent machines and ncu
+// could not profile the sm90 wide kernel's tensor maps): `capture` is captured into a graph of
+// nodes n_0 .. n_{N-1} (cudaGraphGetNodes order: capture order); for each k, `prefix_ms` = the
+// median time of the graph with only n_0 .. n_k kept (dependencies on dropped nodes dropped with
+// them), `alone_ms` = the graph with only n_k, both timed as every case (time_ms: L2 flushed
+// before each run). prefix_ms[k] - prefix_ms[k - 1] is what n_k adds to the sequence (its time
+// not hidden by overlap, plus the gap before it); alone_ms[k] its time by itself after a flush
+// (a consumer alone reads the producer's outputs of an earlier run, from DRAM). `name` = the
+// kernel's (mangled) name, else the node type.
+struct GraphNodeTime {
+  std::string name;
+  double prefix_ms = 0, alone_ms = 0;
+};
+std::vector<GraphNodeTime> graph_timeline(Context& ctx, const LaunchFn& capture);
+
 // RAII device allocation (src/common/device_allocation.h; throws weft::Error("CUDA", ...) on failure).
 using DeviceArray = weft::detail::DeviceAllocation;
 

@@ -147,8 +147,11 @@ struct DecodeOptions {
   // plan_info().wide_split, heuristics::kPackWideSplitMargin) instead of the wide kernel first:
   // a wide node's longest item overlaps the decode kernel instead of adding to it. Same output
   // bits either way (each item writes its own partial slots; the same merge), and a graph
-  // captured on either kind of plan replays the other correctly. false: always one after the
-  // other.
+  // captured on either kind of plan replays the other correctly. Also in a serial plan cut for
+  // one wave of the sm90 tile (plan_info().wide_grid > 0): the decode kernel launched the same
+  // programmatic way, its CTAs taking the SMs the wave leaves free and each wide CTA's SM as it
+  // exits (same bits). false: always one after the other, the decode kernel after the wide one's
+  // completion.
   bool prefix_wide_overlap = true;
   // Wide packs on the Hopper mainloop (TMA + wgmma, the sm90 prefill kernel) instead of the FA2
   // tile, on an sm_90 device, where the plan's wide items hold consecutive requests (their query

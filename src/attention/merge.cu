@@ -65,8 +65,12 @@ __global__ void __launch_bounds__(kWarps * 32) plan_merge_kernel(plan::PlanPoint
 
 template <class T>
 __global__ void __launch_bounds__(kWarps * 32) work_plan_merge_kernel(plan::WorkPlanPointers p, MergeOutput out) {
+  // Launched programmatically after the decode kernel (launch_work_plan_merge): the header (plan
+  // data, copied by plan() before the attention kernels) is read before waiting for that grid's
+  // completion and memory; every partial after it.
   const int num_merges = p.header->num_merges;
   const int tile_q = p.header->tile_rows;
+  ptx::grid_dependency_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int m = blockIdx.x; m < num_merges; m += gridDim.x) {
     const int token = p.merge_request[m], kv_head = p.merge_kv_head[m];
@@ -89,8 +93,13 @@ void launch_work_plan_merge(const plan::WorkPlanPointers& plan, const MergeOutpu
   WEFT_CHECK_ARG(out.head_dim % 4 == 0 && out.head_dim > 0, "head_dim",
                  "must be a positive multiple of 4, got " << out.head_dim);
   WEFT_CHECK_ARG(num_blocks >= 1, "num_blocks", "must be >= 1, got " << num_blocks);
+  // Programmatic dependent launch (as launch_plan_merge): the grid is scheduled when the decode
+  // kernel's CTAs have exited (it triggers no earlier) instead of after the stream's full
+  // completion of it, and waits on the device (griddepcontrol.wait) for its memory. The decode
+  // kernel of a plan with wide items completes only after the wide grid (its last CTA waits for
+  // it: decode/kernels_packed.cu), so the partials of both kernels are visible after the wait.
   WEFT_DISPATCH_HALF_TYPES(out.dtype, "out", [&] {
-    work_plan_merge_kernel<scalar_t><<<num_blocks, kWarps * 32, 0, stream>>>(plan, out);
+    launch_programmatic(work_plan_merge_kernel<scalar_t>, dim3(num_blocks), dim3(kWarps * 32), 0, stream, plan, out);
   });
   WEFT_CUDA_CHECK_LAUNCH();
 }

@@ -387,8 +387,12 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
         decode::launch_decode_wide_packs(a, wlayout.pointers(workspace), stream);
       // Overlapped (DecodeOptions::prefix_wide_overlap, a plan that split the CTAs between the
       // kinds: WorkPlan::wide_split): the decode kernel may start while the wide kernel runs (it
-      // triggers at its start) on the CTAs the plan left it.
-      a.after_wide = wide_split;
+      // triggers at its start) on the CTAs the plan left it. A serial plan cut for one wave of the
+      // sm90 tile (wide_grid > 0: at most one wide CTA per SM, every one resident at once) launches
+      // the decode kernel the same way: its CTAs take the SMs the wave leaves free (132 - 128 on
+      // an H100 at 8 KV heads) and each SM as its wide CTA exits, instead of waiting for the last
+      // wide CTA and the launch after it. Same bits: the decode items write their own slots.
+      a.after_wide = wide_split || (wide_overlap && wide_sm90 && wide_grid > 0);
     }
     decode::launch_decode_work_plan(a, wlayout.pointers(workspace), stream);
     return;

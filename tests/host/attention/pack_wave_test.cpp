@@ -13,6 +13,7 @@
 
 #include "attention/plan/pack_planner.h"
 #include "bench/prefix_tree.h"
+#include "tests/common/pat_chain_trees.h"
 #include "tests/host/attention/pack_plan_check.h"
 
 namespace weft::plan {
@@ -184,6 +185,33 @@ TEST(PackWave, DecodeStepsStayLazy) {
     }
   }
   EXPECT_GE(lazy, steps / 2);
+}
+
+// The GPU test of the programmatic launch chain (DecodeSmall.SharePrefixesWideSm90WaveChain) runs
+// test::chain_tree(0..2) with wide packs from 64 rows: the decode wrapper's config on an H100
+// (264-CTA decode grid, 132 SMs, overlap estimate on) must plan each serial (no split) with its
+// wide items cut for one wave, so the chain is what that test runs.
+TEST(PackWave, ChainTreesPlanSerialWaves) {
+  for (int iter = 0; iter < 6; ++iter) {  // the GPU test's 3 and 3 more
+    const test::ChainTree ct = test::chain_tree(iter);
+    const bench::PrefixTreeBatch t = bench::make_prefix_tree_batch(ct.fan, ct.keys, ct.page_size);
+    const Batch bt = batch_of(t, ct.page_size);
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " heads " << ct.hq << "x" << ct.hkv << " page "
+                                      << ct.page_size << " root " << ct.keys[0] << " requests " << bt.batch());
+    PackPlanConfig cfg = wide_config(264, ct.hkv, ct.hq / ct.hkv);
+    cfg.page_size = ct.page_size;
+    cfg.wide_min_rows = 64;
+    cfg.wide_min_keys = 1;
+    cfg.wide_wave_ctas = 132;
+    cfg.wide_item_keys = 256;
+    const PrefixForest f =
+        build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ct.page_size);
+    const WorkPlan p = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
+    ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, p));
+    EXPECT_GT(p.num_wide_items, 0);
+    EXPECT_EQ(p.wide_split, 0);
+    EXPECT_GT(p.wide_grid, 0);
+  }
 }
 
 }  // namespace
