@@ -159,6 +159,7 @@ double run_decode_case(weft::bench::Context& ctx, const std::string& name, const
     const size_t pool_elems = size_t(num_pages) * kPageSize * m.hkv * m.d;
     std::vector<double> one_ms_all, plan_us, plan_b2b_us;
     int plan_b2b_busy = 0;
+    uint64_t plan_news = 0;  // C++ allocations in the warm plan_us calls (operator new)
     double marginal_ms = 0, steady_ms = 0;
     weft::DecodePlanInfo info;
     // One measurement per allocation of the pools. Identical cases were measured 0.82 and 0.94
@@ -240,7 +241,9 @@ double run_decode_case(weft::bench::Context& ctx, const std::string& name, const
       plan_once();  // cold: the planner's buffers grow here
       WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
       for (int i = 0; rep == 0 && i < kPlanCalls; ++i) {
+        const uint64_t n0 = weft::bench::operator_news();
         plan_us.push_back(plan_once());
+        plan_news += weft::bench::operator_news() - n0;
         WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
       }
       for (int i = 0; rep == 0 && i < kPlanCalls; ++i) {
@@ -287,6 +290,7 @@ double run_decode_case(weft::bench::Context& ctx, const std::string& name, const
     std::sort(plan_b2b_us.begin(), plan_b2b_us.end());
     const std::vector<std::pair<std::string, double>> trace = std::move(r.extra);  // diagnostic build only
     r.extra = {{"plan_us", plan_us[plan_us.size() / 2]},
+               {"plan_allocs", plan_us.empty() ? 0.0 : double(plan_news) / double(plan_us.size())},
                {"plan_b2b_us", plan_b2b_us[plan_b2b_us.size() / 2]},
                {"plan_b2b_busy", double(plan_b2b_busy)},
                {"one_run_ms", median_ms},

@@ -136,11 +136,15 @@ double run_prefill_case(weft::bench::Context& ctx, const std::string& name,
                       s, nullptr, plan_opt);
     };
     // plan() host time: the median of 21 warm calls (after one cold call), each on an idle stream.
+    // plan_allocs: C++ allocations (operator new) per warm call.
     std::vector<double> plan_us;
+    uint64_t news = 0;
     for (int i = 0; i < 22; ++i) {
+      const uint64_t n0 = weft::bench::operator_news();
       const auto t0 = std::chrono::steady_clock::now();
       plan();
       const auto t1 = std::chrono::steady_clock::now();
+      if (i > 0) news += weft::bench::operator_news() - n0;
       if (i > 0) plan_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
     }
@@ -165,7 +169,8 @@ double run_prefill_case(weft::bench::Context& ctx, const std::string& name,
           r.ms = ctx.time_ms(launch);
         });
     const weft::PrefillPlanInfo& info = w.plan_info();
-    r.extra = {{"plan_us", plan_us[plan_us.size() / 2]}, {"cta_q", double(info.cta_q)},
+    r.extra = {{"plan_us", plan_us[plan_us.size() / 2]}, {"plan_allocs", double(news) / double(plan_us.size())},
+               {"plan_us_min", plan_us.front()}, {"cta_q", double(info.cta_q)},
                {"cta_kv", double(info.cta_kv)}, {"num_ctas", double(info.num_ctas)},
                {"num_items", double(info.num_items)}, {"num_merges", double(info.num_merges)},
                {"sm90", is_sm90 ? 1.0 : 0.0}};

@@ -34,6 +34,9 @@
 
 namespace weft::bench {
 
+// C++ allocations of this process so far (global operator new: bench/alloc_count.cpp).
+uint64_t operator_news();
+
 // Measured at start-up in the same process (zero when run with --no-ceilings).
 struct Ceilings {
   double copy_gbps = 0;    // cudaMemcpyAsync D2D of 2 GiB, bytes read + written

@@ -16,6 +16,7 @@
 // (decode: unfolded).
 //   weft-plan-bench [--filter SUBSTR] [--min-ms MS] [--copy] [--cold MB] [--router FILE]
 // (route/ rows: plan_bench_route.cpp.)
+// --filter cpu (only when asked for): the host's calibration rows (cpu_cases).
 // --filter pat-shape (only when asked for: no timing): the "pat" trees' chunk bound, items and
 // deal makespan, prefix-sharing plans with chunks from the packed work vs the previous bound.
 // --copy (needs a GPU): per prefill case also times the plan into a pinned staging image + its one
@@ -36,6 +37,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <sys/mman.h>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -306,6 +308,24 @@ void prefill_cases(const std::string& filter) {
       layout_fold.plan.serialize(sp_new.plan, img_fold.data(), &image);
       put_extras(img_fold.data(), sp_new, layout_fold);
     });
+    {  // the parts of "plan+serialize" (host time split for the device host, issue 19)
+      const Stats plan_only = time_calls([&] { planner.make_plan(req_fold, sp_new); });
+      print_row(c.name, "plan only", plan_only, plan_only, "PrefillPlanner::make_plan (folded)");
+      const Stats ser_only = time_calls([&] {
+        layout_fold.plan.serialize(sp_new.plan, img_fold.data(), &image);
+        put_extras(img_fold.data(), sp_new, layout_fold);
+      });
+      print_row(c.name, "serialize only", ser_only, ser_only, "incremental image + segment arrays");
+      WorkspaceLayout::Image fresh;
+      const Stats ser_full = time_calls([&] {
+        fresh.valid = false;  // the whole metadata region cleared first (a new staging slot)
+        layout_fold.plan.serialize(sp_new.plan, img_fold.data(), &fresh);
+        put_extras(img_fold.data(), sp_new, layout_fold);
+      });
+      char mnote[64];
+      std::snprintf(mnote, sizeof mnote, "region cleared each call (%zu B)", img_fold.size());
+      print_row(c.name, "serialize, clear", ser_full, ser_full, mnote);
+    }
     char note[128];
     std::snprintf(note, sizeof note, "segs %d items %d merges %d %s | fold %d: %d x %d", last_ref.plan.batch,
                   last_ref.plan.num_items(), last_ref.plan.num_merges(), same ? "same image" : "IMAGE DIFFERS",
@@ -456,6 +476,55 @@ void pat_shape_cases(const std::string& filter) {
     }
 }
 
+// "cpu/" rows (only when the filter names "cpu": calibration, no planner): what this machine's CPU
+// and memory cost for work of a plan's shape, to compare hosts (issue 19: the same planner binary
+// took ~3x longer on the H100 host than on the dev box). chain: a dependent multiply-add chain
+// (4 cycles per step on current x86 cores: imul 3 + add 1), reported as the clock it implies;
+// sum16k: a sum over 16 KiB (L1); memset93k: the prefill b64 image's region, warm; heap256k:
+// malloc + touch + free of 256 KiB (glibc maps it fresh each time: page faults); touch64k: mmap,
+// write and munmap 64 KiB (16 first-touch page faults).
+void cpu_cases(const std::string& filter) {
+  if (filter.find("cpu") == std::string::npos) return;
+  constexpr int kSteps = 100000;
+  const Stats chain = time_calls([&] {
+    uint64_t x = static_cast<uint64_t>(g_sink) | 1;
+    for (int i = 0; i < kSteps; ++i) x = x * 0x9E3779B97F4A7C15ull + 1;
+    g_sink = static_cast<int32_t>(x);
+  });
+  char note[96];
+  std::snprintf(note, sizeof note, "%d dependent steps: %.2f GHz at 4 cycles/step", kSteps, 4.0 * kSteps / (chain.median * 1e3));
+  print_row("cpu/chain", "mul-add chain", chain, chain, note);
+  std::vector<int32_t> a(4096, 1);
+  const Stats sum = time_calls([&] {
+    int32_t t = 0;
+    for (int32_t v : a) t += v ^ g_sink;
+    g_sink = t;
+  });
+  print_row("cpu/sum16k", "sum 16 KiB", sum, sum, "L1-resident");
+  std::vector<unsigned char> img(93184);
+  const Stats ms = time_calls([&] {
+    std::memset(img.data(), g_sink & 1, img.size());
+    g_sink = img[img.size() / 2];
+  });
+  print_row("cpu/memset93k", "memset 91 KiB", ms, ms, "warm buffer");
+  const Stats heap = time_calls([&] {
+    auto* p = static_cast<unsigned char*>(std::malloc(256 * 1024));
+    for (size_t i = 0; i < 256 * 1024; i += 4096) p[i] = 1;
+    g_sink = p[4096];
+    std::free(p);
+  });
+  print_row("cpu/heap256k", "malloc+touch+free", heap, heap, "64 pages, glibc mmap threshold");
+  const Stats touch = time_calls([&] {
+    void* m = mmap(nullptr, 64 * 1024, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return;
+    auto* p = static_cast<unsigned char*>(m);
+    for (size_t i = 0; i < 64 * 1024; i += 4096) p[i] = 1;
+    g_sink = p[0];
+    munmap(m, 64 * 1024);
+  });
+  print_row("cpu/touch64k", "mmap+touch+unmap", touch, touch, "16 first-touch page faults");
+}
+
 }  // namespace
 
 // --copy: the pinned -> device copy's host cost by size (the driver may take a different route for
@@ -511,6 +580,7 @@ int main(int argc, char** argv) {
   pack_cases(filter);
   route_cases(filter, router);
   pat_shape_cases(filter);
+  cpu_cases(filter);
   copy_sweep(filter);
   return 0;
 }
