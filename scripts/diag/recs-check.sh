@@ -50,13 +50,13 @@ for i in 1 2 3; do
     /tmp/rc/pb_$v --min-ms 250 --filter prefill/b64/q64-448 >> "$LOG" 2>&1
   done
 done
-note "cpu rows (new), unpinned under time -v, then pinned to CPU 3"
+note "cpu rows (new), unpinned under time -v, then pinned to CPU 1"
 /usr/bin/time -v /tmp/rc/pb_new --min-ms 250 --filter cpu > /tmp/rc/cpu.txt 2> /tmp/rc/time.txt
 cat /tmp/rc/cpu.txt >> "$LOG"
 grep -E "Maximum resident|page faults|context switches|Elapsed|Percent of CPU" /tmp/rc/time.txt >> "$LOG"
-taskset -c 3 /tmp/rc/pb_new --min-ms 250 --filter cpu >> "$LOG" 2>&1
+taskset -c 1 /tmp/rc/pb_new --min-ms 250 --filter cpu >> "$LOG" 2>&1
 note "prefill b64 pinned (new)"
-taskset -c 3 /tmp/rc/pb_new --min-ms 250 --filter prefill/b64/q64-448 >> "$LOG" 2>&1
+taskset -c 1 /tmp/rc/pb_new --min-ms 250 --filter prefill/b64/q64-448 >> "$LOG" 2>&1
 echo "stat after: $(head -1 /proc/stat)" >> "$LOG"
 
 ROWS=(--filter prefill/plan/b64 --filter decode/plan/llama3-8b/b1/kv4096 --filter decode/plan/llama3-8b/b256/kv4096
