@@ -240,12 +240,18 @@ double run_decode_case(weft::bench::Context& ctx, const std::string& name, const
       };
       plan_once();  // cold: the planner's buffers grow here
       WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+      // (WEFT_BENCH_ALLOC_TRACE set: the call stacks of the first allocations in these calls, stderr.)
+      const bool trace = rep == 0 && std::getenv("WEFT_BENCH_ALLOC_TRACE") != nullptr;
+      plan_us.reserve(plan_us.size() + kPlanCalls);  // (the counts below are plan()'s alone)
+      if (trace) weft::bench::trace_allocs(8);
       for (int i = 0; rep == 0 && i < kPlanCalls; ++i) {
         const uint64_t n0 = weft::bench::operator_news();
-        plan_us.push_back(plan_once());
+        const double us = plan_once();
         plan_news += weft::bench::operator_news() - n0;
+        plan_us.push_back(us);
         WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
       }
+      if (trace) weft::bench::print_alloc_traces(r.name.c_str());
       for (int i = 0; rep == 0 && i < kPlanCalls; ++i) {
         plan_b2b_busy += cudaStreamQuery(s) == cudaErrorNotReady;
         plan_b2b_us.push_back(plan_once());

@@ -36,6 +36,10 @@ namespace weft::bench {
 
 // C++ allocations of this process so far (global operator new: bench/alloc_count.cpp).
 uint64_t operator_news();
+// Diagnostic (bench/alloc_count.cpp): record the call stacks of the next n allocations; print them
+// (stderr, "alloc-trace" lines of object+offset).
+void trace_allocs(int n);
+void print_alloc_traces(const char* what);
 
 // Measured at start-up in the same process (zero when run with --no-ceilings).
 struct Ceilings {

@@ -10,7 +10,9 @@
 #      decode GPU-time rows of each launch mode (b1 kv1024/4096/32768, Llama-2-7B b1, b128);
 #   4. compute-sanitizer memcheck on a small decode filter (new);
 #   5. the whole weft_gpu_decode suite (new), until DEADLINE seconds.
-# Writes $OUT: log.txt, rows_{old,new}_{1,2,3}.json, gpu_decode.txt.
+# PLANBENCH=0 skips step 2; ALLOC_TRACE=1 first prints the call stacks of the allocations in the new
+# weft-bench's warm decode plan() calls (WEFT_BENCH_ALLOC_TRACE, stderr -> log.txt); PAIRS (3).
+# Writes $OUT: log.txt, rows_{old,new}_<i>.json, gpu_decode.txt.
 # Usage (repo root): OUT=... WEFT_COMMIT=<new> BASE_COMMIT=<old> DEADLINE=280 <dir>/recs-check.sh <dir>
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -42,6 +44,7 @@ ldd /tmp/rc/wb_new /tmp/rc/gpu_decode | grep "not found" >> "$LOG"
   echo "stat before: $(head -1 /proc/stat)"
 } >> "$LOG" 2>&1
 
+if [ "${PLANBENCH:-1}" = 1 ]; then
 note "plan-bench, old/new interleaved"
 for i in 1 2 3; do
   for v in old new; do
@@ -58,11 +61,18 @@ taskset -c 1 /tmp/rc/pb_new --min-ms 250 --filter cpu >> "$LOG" 2>&1
 note "prefill b64 pinned (new)"
 taskset -c 1 /tmp/rc/pb_new --min-ms 250 --filter prefill/b64/q64-448 >> "$LOG" 2>&1
 echo "stat after: $(head -1 /proc/stat)" >> "$LOG"
+fi
 
 ROWS=(--filter prefill/plan/b64 --filter decode/plan/llama3-8b/b1/kv4096 --filter decode/plan/llama3-8b/b256/kv4096
   --filter decode/llama3-8b/b1/kv1024 --filter decode/llama3-8b/b1/kv4096 --filter decode/llama3-8b/b1/kv32768
   --filter decode/llama2-7b/b1/kv4096 --filter decode/llama3-8b/b128/kv4096)
-for i in 1 2 3; do
+if [ "${ALLOC_TRACE:-0}" = 1 ]; then
+  note "allocation call stacks (new weft-bench, warm decode plan() calls)"
+  WEFT_BENCH_ALLOC_TRACE=1 timeout 60 /tmp/rc/wb_new --group decode --filter decode/plan/llama3-8b/b1/kv4096 \
+    --filter decode/plan/llama3-8b/b256/kv4096 --filter decode/llama2-7b/b1/kv4096 --no-ceilings > /tmp/rc/trace.log 2>&1
+  grep alloc-trace /tmp/rc/trace.log >> "$LOG"
+fi
+for i in $(seq 1 "${PAIRS:-3}"); do
   for v in old new; do
     c=${BASE_COMMIT:-old}; [ "$v" = new ] && c=${WEFT_COMMIT:-new}
     timeout 60 /tmp/rc/wb_$v --group decode,prefill "${ROWS[@]}" --no-ceilings --commit "$c" \

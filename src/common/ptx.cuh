@@ -26,23 +26,13 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
-// 16- and 8-byte global loads issued where they stand, on every path: volatile loads, which
-// neither the compiler nor ptxas drops or sinks into a branch (decode's load_first_item reads its
-// candidate records and the launch mode in one round this way; with __ldg, and with volatile asm of
-// ld.global.nc, ptxas loaded one candidate and branched on the mode before loading the others:
-// a second dependent round for those CTAs). Volatile global loads are served by L2, where a
-// plan's records are read once per CTA anyway.
-__device__ __forceinline__ int4 ld_keep_v4(const void* p) {
-  int4 v;
-  asm volatile("ld.volatile.global.v4.s32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ int2 ld_keep_v2(const void* p) {
-  int2 v;
-  asm volatile("ld.volatile.global.v2.s32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
+// x, through a register move the compiler cannot look into (non-volatile asm: it may still be
+// scheduled or removed as any computation): keeps a bit mask from being folded back into a branch
+// (decode's load_first_item picks one of three loaded records by masks).
+__device__ __forceinline__ int opaque(int x) {
+  int y;
+  asm("mov.b32 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
 }
 
 // 16-byte global->shared async copy; src_bytes < 16 zero-fills the rest (0 = pure zero fill),

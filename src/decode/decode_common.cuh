@@ -160,15 +160,18 @@ __device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int
   const int4* r0 = rec + 3 * plan::launch_slot(plan::kLaunchRecords, c, p);
   const int4* r1 = rec + 3 * plan::launch_slot(plan::kLaunchSubHeadMajor, c, p);
   const int4* r2 = rec + 3 * plan::launch_slot(plan::kLaunchPlanMajor, c, p);
-  // ptx::ld_keep_*: all ten issued here, on every path (the mode must not gate a record's load).
-  const int2 launch = ptx::ld_keep_v2(&p.header->launch_mode);
-  const int4 a0 = ptx::ld_keep_v4(r0), b0 = ptx::ld_keep_v4(r0 + 1), d0 = ptx::ld_keep_v4(r0 + 2);
-  const int4 a1 = ptx::ld_keep_v4(r1), b1 = ptx::ld_keep_v4(r1 + 1), d1 = ptx::ld_keep_v4(r1 + 2);
-  const int4 a2 = ptx::ld_keep_v4(r2), b2 = ptx::ld_keep_v4(r2 + 1), d2 = ptx::ld_keep_v4(r2 + 2);
+  const int2 launch = __ldg(reinterpret_cast<const int2*>(&p.header->launch_mode));
+  const int4 a0 = __ldg(r0), b0 = __ldg(r0 + 1), d0 = __ldg(r0 + 2);
+  const int4 a1 = __ldg(r1), b1 = __ldg(r1 + 1), d1 = __ldg(r1 + 2);
+  const int4 a2 = __ldg(r2), b2 = __ldg(r2 + 1), d2 = __ldg(r2 + 2);
   const int mode = launch.x;
+  // The choice as bit masks (all ones or zero) that the compiler cannot see through (ptx::opaque):
+  // every candidate's value is used, so no load waits for the mode. (A select let nvcc load one
+  // candidate, branch on the mode, and load the others only then: a second dependent round.)
+  const int m1 = ptx::opaque(-int(mode == plan::kLaunchSubHeadMajor)), m2 = ptx::opaque(-int(mode == plan::kLaunchPlanMajor));
+  auto pick1 = [&](int x0, int x1, int x2) { return x0 ^ ((x0 ^ x1) & m1) ^ ((x0 ^ x2) & m2); };
   auto pick = [&](const int4& x0, const int4& x1, const int4& x2) {
-    const int4& x = mode == plan::kLaunchSubHeadMajor ? x1 : mode == plan::kLaunchPlanMajor ? x2 : x0;
-    return x;
+    return make_int4(pick1(x0.x, x1.x, x2.x), pick1(x0.y, x1.y, x2.y), pick1(x0.z, x1.z, x2.z), pick1(x0.w, x1.w, x2.w));
   };
   const int4 a = pick(a0, a1, a2), b = pick(b0, b1, b2), d = pick(d0, d1, d2);
   const int word = plan::launch_fold(mode, c, p, d.w);
