@@ -202,16 +202,16 @@ void decode_cases(const std::string& filter) {
         double ms_ref = 0, ms_new = 0;
         for (double c : last_ref.cta_cost) ms_ref = std::max(ms_ref, c);
         for (double c : plan_new.cta_cost) ms_new = std::max(ms_new, c);
-        // The CTA records the folded image holds (plan::launch_layout: per plan CTA, or per launched
-        // CTA up to the last busy one) and the bytes serialize writes (the wrapper's estimate).
-        const weft::plan::LaunchLayout ll = weft::plan::launch_layout(plan_new);
+        // The CTA records the folded image holds (plan::launch_records_used: per launched CTA up to
+        // the last busy one) and the bytes serialize writes (the wrapper's estimate).
+        const weft::plan::LaunchRecords ll = weft::plan::launch_records_used(plan_new);
         const std::size_t written = 4 * (8 * std::size_t(plan_new.num_items()) + std::size_t(plan_new.num_ctas) +
                                          12 * std::size_t(ll.records) + 5 * std::size_t(plan_new.num_merges()) +
                                          2 * std::size_t(batch));
         char note[200];
-        std::snprintf(note, sizeof note, "items %d merges %d | fold %d: %d x %d, makespan %.3fx | records %d (mode %d), %zu B",
+        std::snprintf(note, sizeof note, "items %d merges %d | fold %d: %d x %d, makespan %.3fx | records %d, %zu B",
                       last_ref.num_items(), last_ref.num_merges(), fold, plan_new.num_items(), fold,
-                      ms_ref > 0 ? ms_new / ms_ref : 1.0, ll.records, ll.mode, written);
+                      ms_ref > 0 ? ms_new / ms_ref : 1.0, ll.records, written);
         print_row(name, "plan+serialize", p_ref, p_new, note);
         if (g_copy) {
           const Stats c = time_copy(img_new.data(), img_new.size());  // the folded layout's region

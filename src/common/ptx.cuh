@@ -26,15 +26,6 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
-// x, through a register move the compiler cannot look into (non-volatile asm: it may still be
-// scheduled or removed as any computation): keeps a bit mask from being folded back into a branch
-// (decode's load_first_item picks one of three loaded records by masks).
-__device__ __forceinline__ int opaque(int x) {
-  int y;
-  asm("mov.b32 %0, %1;\n" : "=r"(y) : "r"(x));
-  return y;
-}
-
 // 16-byte global->shared async copy; src_bytes < 16 zero-fills the rest (0 = pure zero fill),
 // which is how tiles past the end of a sequence are padded without a branch on the load.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes = 16) {

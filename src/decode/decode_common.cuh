@@ -112,8 +112,9 @@ __device__ __forceinline__ Item load_work_item(const plan::WorkPlanPointers& w, 
 }
 
 // Head-folded plans (plan::Plan::head_fold): launched CTA c runs the items of the plan CTA its
-// CtaRecord names (plan::fold_launch_order's order; load_first_item), for the sub-head j of its
-// fold word (plan::fold_word; 0 without folding: every mapping below is then the identity). An item's KV head is
+// CtaRecord (one per launched CTA, in plan::fold_launch_order) names, for the sub-head j of the
+// record's fold word (plan::fold_word; 0 without folding: every mapping below is then the
+// identity). An item's KV head is
 // item_kv_head * head_fold + j, its partial slot j * S + s (S = PlanPointers::slot_stride, so one
 // merge's slots stay consecutive), its merge counter m * head_fold + j.
 using plan::fold_count;
@@ -147,37 +148,17 @@ __device__ __forceinline__ Item load_item(const plan::PlanPointers& p, int i, in
   return it;
 }
 
-// Launched CTA c's item range and first item from its CtaRecord, expanded for its sub-head (*fold
-// receives its fold word). The plan's launch mode (PlanHeader::launch_mode) says where the host
-// wrote it: record c (kLaunchRecords; none past launch_end), or the record of plan CTA c % P
-// (kLaunchSubHeadMajor) or c / F (kLaunchPlanMajor), whose fold word the CTA computes. The mode
-// and all three candidates are read in one round of independent loads (10 x 16 bytes at most,
-// from the same few lines as the other CTAs'), and the mode picks one: one load round as with a
-// record per launched CTA, where cta_indptr -> item arrays -> qo_indptr took three dependent rounds
-// at the start of every CTA (each a DRAM round trip after the plan's lines left L2).
+// Launched CTA c's item range and first item from its CtaRecord (decode layouts: one per launched
+// CTA, PlanBounds::launch_records), expanded for its sub-head (*fold receives the record's fold
+// word): three independent 16-byte loads, one load round, where cta_indptr -> item arrays ->
+// qo_indptr took three dependent rounds at the start of every CTA (each a DRAM round trip after
+// the plan's lines left L2).
 __device__ __forceinline__ Item load_first_item(const plan::PlanPointers& p, int c, int* i0, int* i1, int* fold) {
-  const int4* rec = reinterpret_cast<const int4*>(p.cta_first);
-  const int4* r0 = rec + 3 * plan::launch_slot(plan::kLaunchRecords, c, p);
-  const int4* r1 = rec + 3 * plan::launch_slot(plan::kLaunchSubHeadMajor, c, p);
-  const int4* r2 = rec + 3 * plan::launch_slot(plan::kLaunchPlanMajor, c, p);
-  const int2 launch = __ldg(reinterpret_cast<const int2*>(&p.header->launch_mode));
-  const int4 a0 = __ldg(r0), b0 = __ldg(r0 + 1), d0 = __ldg(r0 + 2);
-  const int4 a1 = __ldg(r1), b1 = __ldg(r1 + 1), d1 = __ldg(r1 + 2);
-  const int4 a2 = __ldg(r2), b2 = __ldg(r2 + 1), d2 = __ldg(r2 + 2);
-  const int mode = launch.x;
-  // The choice as bit masks (all ones or zero) that the compiler cannot see through (ptx::opaque):
-  // every candidate's value is used, so no load waits for the mode. (A select let nvcc load one
-  // candidate, branch on the mode, and load the others only then: a second dependent round.)
-  const int m1 = ptx::opaque(-int(mode == plan::kLaunchSubHeadMajor)), m2 = ptx::opaque(-int(mode == plan::kLaunchPlanMajor));
-  auto pick1 = [&](int x0, int x1, int x2) { return x0 ^ ((x0 ^ x1) & m1) ^ ((x0 ^ x2) & m2); };
-  auto pick = [&](const int4& x0, const int4& x1, const int4& x2) {
-    return make_int4(pick1(x0.x, x1.x, x2.x), pick1(x0.y, x1.y, x2.y), pick1(x0.z, x1.z, x2.z), pick1(x0.w, x1.w, x2.w));
-  };
-  const int4 a = pick(a0, a1, a2), b = pick(b0, b1, b2), d = pick(d0, d1, d2);
-  const int word = plan::launch_fold(mode, c, p, d.w);
-  const bool idle = plan::launch_idle(mode, launch.y, c);
-  *i0 = idle ? 0 : a.x;
-  *i1 = idle ? 0 : a.y;
+  const int4* rec = reinterpret_cast<const int4*>(p.cta_first + c);
+  const int4 a = __ldg(rec), b = __ldg(rec + 1), d = __ldg(rec + 2);
+  const int word = d.w;
+  *i0 = a.x;
+  *i1 = a.y;
   *fold = word;
   Item it;
   it.req = a.z;

@@ -60,7 +60,7 @@ plan::PlanBounds plan_bounds(int32_t max_batch, int32_t num_qo_heads, int32_t nu
   b.max_tiles = static_cast<int32_t>(tiles);
   b.num_ctas = grid / head_fold;
   b.head_fold = head_fold;
-  b.launch_records = true;  // the decode kernels find their CtaRecord by the plan's launch mode (launch_layout)
+  b.launch_records = true;  // the decode kernels read their CtaRecord by launched CTA (fold_launch_order)
   b.tile_q = tile_rows;
   b.head_dim = head_dim;
   return b;

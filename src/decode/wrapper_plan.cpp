@@ -319,11 +319,11 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
         decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.balanced_tile_rows);
     const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows, im.head_fold);
     decode::plan_decode(shape, cfg, im.planner, im.next);
-    // What serialize writes: 8 item arrays, indptr, the CTA records (12 words each, as many as the
-    // plan's launch mode needs: plan::launch_layout), 5 merge arrays, 2 per request.
+    // What serialize writes: 8 item arrays, indptr, the CTA records (12 words, one per launched
+    // CTA up to the last busy one: plan::launch_records_used), 5 merge arrays, 2 per request.
     const std::size_t image_bytes =
         4 * (8 * std::size_t(im.next.num_items()) + std::size_t(cfg.num_ctas) +
-             12 * std::size_t(plan::launch_layout(im.next).records) + 5 * std::size_t(im.next.num_merges()) +
+             12 * std::size_t(plan::launch_records_used(im.next).records) + 5 * std::size_t(im.next.num_merges()) +
              2 * std::size_t(batch));
     staging_free(image_bytes <= heuristics::kRotateStagingMaxBytes);
     im.layout.serialize(im.next, staging, &im.staging_images[std::size_t(slot)]);

@@ -288,11 +288,11 @@ struct PlanBounds {
   // and max_tiles are the FOLDED plan's; the launch has num_ctas * head_fold CTAs, and the CTA
   // records, merge counters and partial slots are sized for all of them.
   int32_t head_fold = 1;
-  // Room for one CtaRecord per LAUNCHED CTA (num_ctas * head_fold) and a launch mode in the
-  // header (PlanHeader::launch_mode): the decode kernels find their record by it
+  // One CtaRecord per LAUNCHED CTA (num_ctas * head_fold, in fold_launch_order, each with its
+  // sub-head's fold word) instead of one per plan CTA: the decode kernels read record blockIdx.x
   // (decode_common.cuh load_first_item), so the host picks which plan CTA and sub-head each
-  // launched CTA runs (fold_launch_order) and writes only the records that order needs
-  // (launch_layout). false (prefill): one record per plan CTA, kernels map with plan_cta_of.
+  // launched CTA runs; serialize writes them up to the last busy one (launch_records_used), the
+  // others stay zero (no item). false (prefill): one record per plan CTA, kernels map with plan_cta_of.
   bool launch_records = false;
   // Bytes reserved at the END of the metadata region (inside metadata_bytes(), before the partial
   // states) for a caller's own per-plan arrays (the prefill segment arrays), so that one copy of
@@ -314,15 +314,8 @@ struct PlanHeader {
   int32_t num_partial_slots;
   int32_t split;
   int32_t head_fold;
-  int32_t reserved0;  // keeps the launch fields below one aligned 8-byte load (load_first_item)
-  // Decode layouts (PlanBounds::launch_records): how a launched CTA finds its CtaRecord
-  // (LaunchMode below) and, for kLaunchRecords, the first launched CTA that runs no item. 0 / 0
-  // elsewhere (and for unfolded plans, where every rule is the identity).
-  int32_t launch_mode;
-  int32_t launch_end;
-  int32_t reserved[2];
+  int32_t reserved[5];
 };
-static_assert(sizeof(PlanHeader) == 64, "PlanHeader: 64 bytes, launch_mode at byte 48 (8-byte aligned)");
 
 // Head folding (Plan::head_fold) as seen by a launched CTA: its fold word packs its sub-head j and
 // the fold, j | (head_fold - 1) << 16 (0 without folding, where every expansion below is the
@@ -353,9 +346,9 @@ constexpr int32_t fold_slot(int32_t slot, int32_t word, int32_t slot_stride) {
 // above): a persistent kernel reads it with one round of independent 16-byte loads instead of the
 // dependent chain cta_indptr -> item arrays -> qo_indptr. 48 bytes: three int4. The fields are
 // the plan's (not expanded for a sub-head; the kernel expands kv_head and partial_slot with the
-// fold word). Layouts with PlanBounds::launch_records hold, by the plan's launch mode, one record
-// per plan CTA (fold: sub-head 0's word, the kernel computes its own) or one per launched CTA
-// before launch_end, in fold_launch_order (fold: that CTA's sub-head); the others one per plan CTA.
+// fold word). Layouts with PlanBounds::launch_records hold one record per launched CTA, in
+// fold_launch_order (fold: that CTA's sub-head; all zero past launch_records_used: no item); the
+// others one per plan CTA (fold: sub-head 0).
 struct CtaRecord {
   int32_t item_begin, item_end;  // cta_indptr[c], cta_indptr[c + 1] of the record's plan CTA c
   int32_t request, kv_head, row_begin, row_end, kv_begin, kv_end, partial_slot;  // item item_begin
@@ -369,9 +362,8 @@ static_assert(sizeof(CtaRecord) == 48, "CtaRecord is read as three 16-byte vecto
 struct PlanPointers {
   const PlanHeader* header;
   const int32_t* cta_indptr;
-  const CtaRecord* cta_first;  // num_ctas (* head_fold with launch_records: room for every
-                               // launch mode) records, 16-byte aligned (fields of an empty CTA's
-                               // first item are 0)
+  const CtaRecord* cta_first;  // num_ctas (* head_fold with launch_records) records, 16-byte
+                               // aligned (fields of an empty CTA's first item are 0)
   const int32_t* item_request;
   const int32_t* item_kv_head;
   const int32_t* item_row_begin;
@@ -399,54 +391,7 @@ struct PlanPointers {
   int32_t num_ctas;
   int32_t head_fold;
   int32_t slot_stride;
-  // launch_magic(num_ctas), launch_magic(head_fold): the launched CTA's quotients (launch_slot).
-  uint32_t ctas_magic;
-  uint32_t fold_magic;
 };
-
-// How the launched CTAs of a head-folded decode plan (P plan CTAs, fold F, P * F launched CTAs) find
-// their CtaRecord (PlanHeader::launch_mode), so that serialize writes only the records the launch
-// order needs instead of one per launched CTA (issue 19's b1 plan cost: 264 records of 48 bytes were
-// 12.4 KiB of a Llama-3-8B batch-1 image, ~1/3 of its serialize time). The order itself is always
-// fold_launch_order's; the mode only says where the host wrote it:
-//   kLaunchSubHeadMajor  one record per PLAN CTA; launched CTA c runs plan CTA c % P for sub-head
-//                        c / P. fold_launch_order gives this when the plan is one run (every plan
-//                        CTA starts in one tile, b1/kv32768), and for unfolded plans (F = 1).
-//   kLaunchPlanMajor     one record per plan CTA; c runs plan CTA c / F for sub-head c % F: every
-//                        run of busy plan CTAs is one CTA long (batches of whole tiles, b32 and up).
-//   kLaunchRecords       one record per launched CTA c < launch_end, in fold_launch_order with its
-//                        sub-head's fold word; the launched CTAs from launch_end on run nothing
-//                        (the runs of empty plan CTAs after the last busy one: b1/kv4096 writes 128
-//                        records, b1/kv1024 32).
-// A kernel reads the header's mode and the three candidate records (slots c, c % P, c / F) in ONE
-// round of independent loads and keeps the one the mode names (launch_slot, launch_fold,
-// launch_idle; plan::launch_record is the host's copy of that choice, for tests).
-inline constexpr int32_t kLaunchSubHeadMajor = 0;
-inline constexpr int32_t kLaunchPlanMajor = 1;
-inline constexpr int32_t kLaunchRecords = 2;
-// c / d by one multiply (the kernels divide the launched CTA by P and F before their first loads;
-// a division by a run-time value is a ~20-instruction dependent chain): magic = ceil(2^31 / d),
-// exact for 0 <= c < 2^15 and 1 <= d <= 2^16 (c / d + c * e / (d * 2^31) with e = magic * d - 2^31
-// < d, and c * e < 2^31 keeps the error below 1 / d). Decode layouts check P * F <= kLaunchMaxCtas.
-inline constexpr int32_t kLaunchMaxCtas = 1 << 15;
-constexpr uint32_t launch_magic(int32_t d) { return uint32_t(((uint64_t(1) << 31) + uint64_t(d) - 1) / uint64_t(d)); }
-constexpr int32_t launch_quot(int32_t c, uint32_t magic) { return int32_t((uint64_t(uint32_t(c)) * magic) >> 31); }
-// The record slot launched CTA c reads in `mode` (v: PlanPointers' layout constants).
-template <class V>
-constexpr int32_t launch_slot(int32_t mode, int32_t c, const V& v) {
-  return mode == kLaunchSubHeadMajor ? c - launch_quot(c, v.ctas_magic) * v.num_ctas
-         : mode == kLaunchPlanMajor  ? launch_quot(c, v.fold_magic)
-                                     : c;
-}
-// The fold word of launched CTA c (record_fold: the fold field of the record it read).
-template <class V>
-constexpr int32_t launch_fold(int32_t mode, int32_t c, const V& v, int32_t record_fold) {
-  return mode == kLaunchSubHeadMajor ? fold_word(launch_quot(c, v.ctas_magic), v.head_fold)
-         : mode == kLaunchPlanMajor  ? fold_word(c - launch_quot(c, v.fold_magic) * v.head_fold, v.head_fold)
-                                     : record_fold;
-}
-// Whether launched CTA c runs no item without reading a record (past launch_end).
-constexpr bool launch_idle(int32_t mode, int32_t launch_end, int32_t c) { return mode == kLaunchRecords && c >= launch_end; }
 
 #if !WEFT_RTC  // host only (NVRTC: common/rtc_compat.h)
 // The launch order of a head-folded plan (PlanBounds::launch_records): which plan CTA and sub-head
@@ -461,35 +406,23 @@ constexpr bool launch_idle(int32_t mode, int32_t launch_end, int32_t c) { return
 // A/B at 9b9ac8c); a plan of one whole tile per CTA (b128/kv4096) runs a request's heads on
 // neighbouring CTAs (plain sub-head major: the d64 tensor-core rows 3-4% slower); a plan whose
 // CTAs all start in one tile (b1/kv32768) is sub-head major as before.
-// The run of plan CTAs that starts at p0: its end p1 (the CTAs after p0 whose first items are p0's
-// tile, or, for an empty p0, the empty CTAs after it).
-inline int32_t launch_run_end(const Plan& plan, int32_t p0) {
-  const int32_t P = plan.num_ctas;
-  const int32_t i0 = plan.cta_indptr[p0];
-  if (i0 == plan.cta_indptr[p0 + 1]) {  // a run of empty CTAs
-    int32_t p1 = p0 + 1;
-    while (p1 < P && plan.cta_indptr[p1] == plan.cta_indptr[p1 + 1]) ++p1;
-    return p1;
-  }
-  const int32_t req = plan.item_request[i0], kvh = plan.item_kv_head[i0], rb = plan.item_row_begin[i0];
-  int32_t p1 = p0 + 1;
-  for (; p1 < P; ++p1) {
-    const int32_t i = plan.cta_indptr[p1];
-    if (i == plan.cta_indptr[p1 + 1] || plan.item_request[i] != req || plan.item_kv_head[i] != kvh ||
-        plan.item_row_begin[i] != rb)
-      break;
-  }
-  return p1;
-}
 // fn(c, p, j, c0) per launched CTA c, in order (c0: the launched CTA of plan CTA p's sub-head 0,
 // visited before), for the runs that start before plan CTA p_end (default: all).
 template <class Fn>
 void fold_launch_order(const Plan& plan, Fn&& fn, int32_t p_end = -1) {
   const int32_t P = plan.num_ctas, F = plan.head_fold;
   if (p_end < 0 || p_end > P) p_end = P;
+  auto same_tile = [&](int32_t a, int32_t b) {
+    const int32_t ia = plan.cta_indptr[a], ib = plan.cta_indptr[b];
+    const bool ea = ia == plan.cta_indptr[a + 1], eb = ib == plan.cta_indptr[b + 1];
+    if (ea || eb) return ea && eb;
+    return plan.item_request[ia] == plan.item_request[ib] && plan.item_kv_head[ia] == plan.item_kv_head[ib] &&
+           plan.item_row_begin[ia] == plan.item_row_begin[ib];
+  };
   int32_t c = 0;
   for (int32_t p0 = 0; p0 < p_end;) {
-    const int32_t p1 = launch_run_end(plan, p0);
+    int32_t p1 = p0 + 1;
+    while (p1 < P && same_tile(p1, p0)) ++p1;
     const int32_t c0 = c;
     for (int32_t j = 0; j < F; ++j)
       for (int32_t p = p0; p < p1; ++p) fn(c++, p, j, c0 + (p - p0));
@@ -497,46 +430,24 @@ void fold_launch_order(const Plan& plan, Fn&& fn, int32_t p_end = -1) {
   }
 }
 
-// The launch mode of a plan (PlanHeader::launch_mode) and what serialize writes for it: `records`
-// CtaRecords (P for kLaunchSubHeadMajor / kLaunchPlanMajor, launch_end for kLaunchRecords), the
-// order being fold_launch_order's in every mode. busy_end: the plan CTA after the last busy run.
-struct LaunchLayout {
-  int32_t mode = kLaunchSubHeadMajor, launch_end = 0, records = 0, busy_end = 0;
+// The CtaRecords a decode layout's serialize writes (launch_records): one per launched CTA in
+// fold_launch_order up to the last run of plan CTAs with items, i.e. F * busy_end records, busy_end
+// = the plan CTA after that run. The launched CTAs after them run the runs of empty plan CTAs at the
+// end (b1/kv4096 on 33 plan CTAs x 8: 16 busy, 128 records instead of 264; b1/kv1024 32): their
+// records stay zero, which the kernel reads as an empty item range (decode_common.cuh
+// load_first_item: item_begin == item_end, the CTA returns), as it read the empty CTAs' records.
+// (issue 19's b1 plan cost: 264 records of 48 bytes were 12.4 KiB of the Llama-3-8B b1 image.)
+// The last busy run ends at the last plan CTA with items (its CTAs all have items), so busy_end
+// is found from the end of cta_indptr (no run scan).
+struct LaunchRecords {
+  int32_t busy_end = 0, records = 0;
 };
-inline LaunchLayout launch_layout(const Plan& plan) {
-  const int32_t P = plan.num_ctas, F = plan.head_fold;
-  LaunchLayout l;
-  l.records = P;
-  int32_t runs = 0;
-  bool singles = true;  // every busy run one plan CTA long
-  for (int32_t p0 = 0; p0 < P; ++runs) {
-    const int32_t p1 = launch_run_end(plan, p0);
-    if (plan.cta_indptr[p0] < plan.cta_indptr[p0 + 1]) {
-      singles = singles && p1 - p0 == 1;
-      l.busy_end = p1;
-    }
-    p0 = p1;
-  }
-  if (F == 1 || runs <= 1 || l.busy_end == 0) return l;  // c % P is the order (or nothing runs)
-  if (singles) {
-    l.mode = kLaunchPlanMajor;
-    return l;
-  }
-  l.mode = kLaunchRecords;
-  l.launch_end = l.busy_end * F;  // the runs before busy_end take busy_end * F launched CTAs
-  l.records = l.launch_end;
+inline LaunchRecords launch_records_used(const Plan& plan) {
+  LaunchRecords l;
+  l.busy_end = plan.num_ctas;
+  while (l.busy_end > 0 && plan.cta_indptr[l.busy_end - 1] == plan.cta_indptr[l.busy_end]) --l.busy_end;
+  l.records = l.busy_end * plan.head_fold;
   return l;
-}
-
-// The record launched CTA c of a decode layout runs, as decode_common.cuh load_first_item picks it
-// (the host's copy, for tests): slot launch_slot() of the records with the fold word launch_fold();
-// an idle CTA (launch_idle) gets an empty record.
-inline CtaRecord launch_record(const PlanPointers& v, int32_t c) {
-  const int32_t mode = v.header->launch_mode;
-  if (launch_idle(mode, v.header->launch_end, c)) return CtaRecord{};
-  CtaRecord r = v.cta_first[launch_slot(mode, c, v)];
-  r.fold = launch_fold(mode, c, v, r.fold);
-  return r;
 }
 
 class WorkspaceLayout {
@@ -549,8 +460,8 @@ class WorkspaceLayout {
   int32_t max_items() const { return max_items_; }
   int32_t max_merges() const { return max_merges_; }
   int32_t max_slots() const { return max_slots_; }
-  // Room for CtaRecords at PlanPointers::cta_first: num_ctas, or num_ctas * head_fold with
-  // launch_records (a plan writes launch_layout(plan).records of them).
+  // CtaRecords at PlanPointers::cta_first: num_ctas, or num_ctas * head_fold with launch_records
+  // (a plan writes launch_records_used(plan).records of those, the rest stay zero).
   int32_t num_records() const { return num_records_; }
   // Bytes of plan metadata (header + index arrays): what plan() copies host -> device.
   std::size_t metadata_bytes() const { return metadata_bytes_; }
@@ -569,7 +480,7 @@ class WorkspaceLayout {
   struct Image {
     bool valid = false;
     int32_t len[16] = {};
-    int32_t records = 0;  // CtaRecords written (launch_layout's count with launch_records)
+    int32_t records = 0;  // CtaRecords written (launch_records_used's count with launch_records)
   };
   void serialize(const Plan& plan, void* dst, Image* image) const;
   // Reads a serialized plan back (tests; header + arrays, no partials).

@@ -25,10 +25,6 @@ WorkspaceLayout::WorkspaceLayout(const PlanBounds& b) : bounds_(b) {
   WEFT_CHECK_ARG(b.head_dim >= 1 && b.head_dim % 4 == 0, "head_dim",
                  "must be a positive multiple of 4, got " << b.head_dim);
   WEFT_CHECK_ARG(b.head_fold >= 1 && b.head_fold <= 65536, "head_fold", "must be in [1, 65536], got " << b.head_fold);
-  // The kernels' launch-slot quotients are exact up to kLaunchMaxCtas launched CTAs (launch_magic).
-  WEFT_CHECK_ARG(!b.launch_records || int64_t(b.num_ctas) * b.head_fold <= kLaunchMaxCtas, "num_ctas",
-                 "launched CTAs (num_ctas * head_fold = " << int64_t(b.num_ctas) * b.head_fold << ") exceed "
-                                                          << kLaunchMaxCtas);
   max_items_ = b.max_tiles + b.num_ctas;
   // Per launched CTA (folded plans: num_ctas * head_fold): merge counters and partial slots;
   // CTA records per launched CTA with launch_records (decode), else per plan CTA.
@@ -92,8 +88,6 @@ PlanPointers WorkspaceLayout::pointers(void* base) const {
   v.num_ctas = bounds_.num_ctas;
   v.head_fold = bounds_.head_fold;
   v.slot_stride = max_slots_;
-  v.ctas_magic = launch_magic(bounds_.num_ctas);
-  v.fold_magic = launch_magic(bounds_.head_fold);
   return v;
 }
 
@@ -158,14 +152,6 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
   h.num_partial_slots = plan.num_partial_slots();
   h.split = plan.split ? 1 : 0;
   h.head_fold = plan.head_fold;
-  // Decode layouts: the launch mode (launch_layout; the order is fold_launch_order's in each).
-  LaunchLayout launch;
-  launch.records = plan.num_ctas;
-  if (bounds_.launch_records) {
-    launch = launch_layout(plan);
-    h.launch_mode = launch.mode;
-    h.launch_end = launch.launch_end;
-  }
   std::memcpy(base, &h, sizeof(h));
   PlanPointers v = pointers(dst);
   // The variable arrays as one table walked by one loop (16 inlined copies of the copy-and-clear
@@ -212,8 +198,8 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
     item_merge[i] = m;
   }
   // CTA records: plan CTA c's range and first item, as the plan holds it (the kernels expand it
-  // for their sub-head), one per plan CTA, or (kLaunchRecords) one per launched CTA before
-  // launch_end, in fold_launch_order.
+  // for their sub-head), one per plan CTA, or (launch_records) one per launched CTA in
+  // fold_launch_order up to the last busy one (launch_records_used; the rest stay zero: no item).
   CtaRecord* first = const_cast<CtaRecord*>(v.cta_first);
   auto record = [&](int32_t c, int32_t sub_head) {
     CtaRecord r{};
@@ -234,7 +220,10 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
     r.fold = fold_word(sub_head, plan.head_fold);
     return r;
   };
-  if (launch.mode == kLaunchRecords)
+  LaunchRecords launch;
+  launch.records = plan.num_ctas;
+  if (bounds_.launch_records) {
+    launch = launch_records_used(plan);
     fold_launch_order(
         plan,
         [&](int32_t c, int32_t p, int32_t j, int32_t c0) {
@@ -246,8 +235,9 @@ void WorkspaceLayout::serialize(const Plan& plan, void* dst, Image* image) const
           }
         },
         launch.busy_end);
-  else
+  } else {
     for (int32_t c = 0; c < plan.num_ctas; ++c) first[c] = record(c, 0);
+  }
   // The previous plan's records past this one's (an incremental image): cleared, so the image is
   // the one a fresh buffer gets.
   if (incremental && image->records > launch.records)
