@@ -106,17 +106,18 @@ inline constexpr int32_t kGroupedTailUnitsPerCta = 4;
 inline constexpr int32_t plan_staging_slots(std::size_t slot_bytes) { return slot_bytes <= 256 * 1024 ? 4 : 2; }
 
 // A balanced decode plan whose serialized arrays and CTA records take at most this many bytes (batch
-// 1 of Llama-3-8B on the folded 33-CTA plan: 16 items, ~13.6 KiB with its 264 launch records of 48
-// bytes, plan::fold_launch_order; ~2.3 KiB when the records were per plan CTA, which the 4 KiB
-// bound of the measurement below was set for) takes the staging slots in turn
+// 1 of Llama-3-8B on the folded 33-CTA plan at kv4096: 16 items, ~6.8 KiB with its 128 launch
+// records of 48 bytes, plan::launch_records_used (~13.5 KiB with one per launched CTA, 264; ~2.3
+// KiB when the records were per plan CTA, which the 4 KiB bound of the measurement below was set
+// for) takes the staging slots in turn
 // (StagingSlots::acquire's rotate): a slot known to have landed is written without asking the
 // driver, so a drained stream costs one cudaEventQuery per 4 plans instead of one per plan (0.25-0.47
 // us each on the H100 host, bench/results/h100_dplan_check_312808a.txt), for 4 x this many bytes of
 // staging lines in use. Larger plans reuse the newest slot (one query per plan): rotating them put
 // each plan on lines last written 4 plans earlier, and the serving harness's cold b256 plan read
 // slower in both pairs of that call (41.2 / 25.8 vs 31.5 / 24.3 us). 16 KiB keeps batch 1 (and
-// Llama-2-7B's b1, ~14 KiB) rotating with the launch records (not re-measured at this bound; a b256
-// image is ~80 KiB).
+// Llama-2-7B's b1, ~13.5 KiB with 256 records) rotating with the launch records (not re-measured at
+// this bound; a b256 image is ~80 KiB).
 inline constexpr std::size_t kRotateStagingMaxBytes = 16384;
 
 // Prefix sharing: the smallest node whose packs go WIDE (PackPlanConfig::wide_min_rows /
