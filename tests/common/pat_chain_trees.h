@@ -27,15 +27,9 @@ inline ChainTree chain_tree(int iter) {
   t.hkv = 8;  // more of the grid's CTAs than the root's wide items fill, and the plan splits
   t.page_size = iter % 3 == 2 ? 64 : 16;
   const int32_t ps = t.page_size;
-  const int32_t drawn_root = ps * static_cast<int32_t>(rng.randint(3072 / ps, 4096 / ps));
-  const int32_t root = iter == 3 ? 4096 : drawn_root;  // tree 3: the minimum row's root (shorter ones split)
-  const int32_t drawn_suffix = static_cast<int32_t>(rng.randint(1, 128));
-  const int32_t suffix = iter == 3 ? 64 + drawn_suffix / 2 : drawn_suffix;  // tree 3: 64..128 (short ones split)
-  // Tree 3: 32 sharers of a 4096-key root (the PAT bench's minimum row: 256 private-suffix items at 8 KV heads, one
-  // per decode CTA, so the wrapper's plan leaves SMs out of the wave for them,
-  // PackPlanConfig::wave_narrow_sms).
-  const int32_t drawn = static_cast<int32_t>(rng.randint(32, 48));
-  const int32_t sharers = iter == 3 ? 32 : drawn;
+  const int32_t root = ps * static_cast<int32_t>(rng.randint(3072 / ps, 4096 / ps));
+  const int32_t suffix = static_cast<int32_t>(rng.randint(1, 128));
+  const int32_t sharers = static_cast<int32_t>(rng.randint(32, 48));
   t.fan = {1, sharers};
   t.keys = {root, suffix};
   return t;

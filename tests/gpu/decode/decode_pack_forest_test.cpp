@@ -245,9 +245,6 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
       opt.prefix_wide_overlap = mode == 0;
       opt.prefix_wide_sm90 = mode != 3;
       opt.prefix_wide_sm90_wave = mode != 4;
-      // Narrow items beside the wave (the overlapped default, heuristics::kPackWaveNarrowSms) in
-      // the serial mode too: modes 0 and 1 plan the same.
-      opt.prefix_wave_narrow_sms = 20;
       opt.prefix_wide_min_rows = 64;  // below the measured defaults (256 rows, 2048 keys): every
       opt.prefix_wide_min_keys = 1;   // >= 64-row node goes wide, however short
       const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
@@ -347,8 +344,7 @@ TEST(DecodeSmall, SharePrefixesWideSm90Selection) {
 // (DecodeOptions::prefix_wide_overlap on, plan_info().wide_grid > 0): the decode kernel of the
 // private suffixes starts while wide CTAs still run (its last CTA waits for the wide grid), and the
 // work plan's merge is launched programmatically after it. Seeded random trees of the PAT bench's
-// shape (test::chain_tree: a 3072..4096-key root shared by 32..48 requests (tree 3: 32 on 4096 keys, whose
-// plan leaves 20 SMs out of the wave for the private suffixes), 64 x 8 heads, suffixes
+// shape (test::chain_tree: a 3072..4096-key root shared by 32..48 requests, 64 x 8 heads, suffixes
 // of 1..128 keys, pages 16 / 64), which the wrapper's planner plans serial with a wave on an H100
 // or H200 grid (host test PackWave.ChainTreesPlanSerialWaves). Each tree: the chain (overlap on)
 // against the float64 reference, bitwise twice, 20 replays of a CUDA graph of it (outputs
@@ -358,7 +354,7 @@ TEST(DecodeSmall, SharePrefixesWideSm90WaveChain) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();
   const bool sm90 = device_is_sm90() && sm_count() == 132;  // the grid the host test plans for
-  for (int iter = 0; iter < 4; ++iter) {  // tree 3: the narrow items beside the wave
+  for (int iter = 0; iter < 3; ++iter) {
     const test::ChainTree ct = test::chain_tree(iter);
     const bench::PrefixTreeBatch t = bench::make_prefix_tree_batch(ct.fan, ct.keys, ct.page_size);
     Case c;
