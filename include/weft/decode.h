@@ -170,12 +170,6 @@ struct DecodeOptions {
   // false: the wide items cut for the decode grid (the FA2 tile's cut). Ignored where
   // prefix_wide_sm90 is (and with it off): plan_info().wide_grid is then 0.
   bool prefix_wide_sm90_wave = true;
-  // With prefix_wide_sm90_wave and prefix_wide_overlap, in a wave plan whose narrow items are at
-  // most one per decode CTA: SMs left out of the wave for them (the decode kernel, launched
-  // programmatically after the wide one, then runs beside the wave on those SMs instead of after
-  // it; PackPlanConfig::wave_narrow_sms). -1: heuristics::kPackWaveNarrowSms with
-  // prefix_wide_overlap, 0 without; 0: off; > 0 also without the overlap (tests: same plan).
-  int32_t prefix_wave_narrow_sms = -1;
   // Route (DecodeRoute). The work-queue routes and kAuto plan from a native block table
   // (plan(BlockTable) / run(BlockTable)); plan(PageTable) and plan_lengths() with kAuto plan the
   // balanced route, with kWorkQueue / kNoSplit they throw. A work-queue plan's grid follows the

@@ -182,18 +182,6 @@ inline constexpr bool kPackWideSm90SplitPlans = false;
 // Estimated, not fitted.
 inline constexpr int32_t kPackWideSm90ItemKeys = 256;
 
-// SMs a wave plan leaves to its narrow items when they are at most one per decode CTA
-// (PackPlanConfig::wave_narrow_sms, DecodeOptions::prefix_wave_narrow_sms). On the PAT minimum
-// row (64x8 B1-32 L4096-128: 256 private-suffix items of 8 rows x 128 keys, one per decode CTA)
-// the suffix decode kernel costs 15-16 us alone for 16.8 MB (5.3 us at the read ceiling): one
-// item per CTA, so its time is a chain of dependent loads (CTA range, item, page ids, K/V,
-// partial write) and not its bytes, and chained after the sm90 wave it adds 18.5 us
-// (perf-notes-decode.md "PAT suffix decode beside the wave"). 20 of 132 SMs: the wave on 112
-// CTAs (7 chunks of ~592 keys per (row tile, head) instead of 8 of 512), the 256 items on 40
-// decode CTAs (5 per head class, ~6 items each, back to back in one pipeline). Estimated from
-// the row's timeline; measured in the note above.
-inline constexpr int32_t kPackWaveNarrowSms = 20;
-
 // The fixed grid of a persistent kernel: `ctas_per_sm` resident CTAs on each of `sm_count` SMs
 // (at least one CTA per SM). Decode passes the smallest residency of all its kernels of the head
 // dim (the path is chosen at plan time, the grid at construction, for CUDA graphs); prefill the

@@ -214,14 +214,6 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
     impl_->wide_sm90_ok = impl_->wide_packs && options.prefix_wide_sm90 && decode::wide_sm90_device();
     if (impl_->wide_sm90_ok) decode::prepare_decode_wide_sm90();
     if (impl_->wide_sm90_ok && options.prefix_wide_sm90_wave) impl_->wide_wave_ctas = current_device().sms;
-    WEFT_CHECK_ARG(options.prefix_wave_narrow_sms >= -1, "options.prefix_wave_narrow_sms",
-                   "must be -1 (default), 0 (off) or a count of SMs, got " << options.prefix_wave_narrow_sms);
-    // The default only with the programmatic launch after the wave (launch(): after_wide):
-    // without it the decode kernel would start after the whole wave, on its few SMs.
-    if (impl_->wide_wave_ctas > 0)
-      impl_->wave_narrow_sms = options.prefix_wave_narrow_sms >= 0 ? options.prefix_wave_narrow_sms
-                               : impl_->wide_overlap                ? heuristics::kPackWaveNarrowSms
-                                                                    : 0;
   }
   if (options.route != DecodeRoute::kBalanced) {
     Impl& im = *impl_;

@@ -88,7 +88,6 @@ struct BatchDecodeWrapper::Impl {
   // DecodeOptions::prefix_wide_sm90_wave: the SM count (one sm90 CTA per SM) when on, else 0;
   // and the current plan's wide launch grid (WorkPlan::wide_grid; 0: grid).
   int32_t wide_wave_ctas = 0;
-  int32_t wave_narrow_sms = 0;  // DecodeOptions::prefix_wave_narrow_sms, resolved (0 without the overlap)
   int32_t wide_grid = 0;
   plan::WorkPlanLayout wlayout;
   const PageTable* share_table = nullptr;

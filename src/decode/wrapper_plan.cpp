@@ -217,7 +217,6 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
       if (im.wide_wave_ctas > 0 && decode::wide_sm90_shape(pc.group_size, page_size, dtype)) {
         pc.wide_wave_ctas = im.wide_wave_ctas;
         pc.wide_item_keys = heuristics::kPackWideSm90ItemKeys;
-        pc.wave_narrow_sms = im.wave_narrow_sms;  // the narrow items beside the wave (PackPlanConfig)
       }
     }
     if (im.cascade != nullptr) {  // plan_cascade: the stated levels' forest, planned fully
@@ -252,7 +251,6 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
                                   /*consecutive=*/pc.group_size < decode::kWideSm90GatherGroup)) {
       pc.wide_wave_ctas = 0;
       pc.wide_item_keys = 0;
-      pc.wave_narrow_sms = 0;
       lazy = false;
       plan_again();
     }

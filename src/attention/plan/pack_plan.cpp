@@ -54,7 +54,7 @@ WorkPlan make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const
 namespace {
 void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                         const PackPlanConfig& cfg_in, WorkPlan& p, PackPlanScratch& sc, bool wide_own_chunk,
-                        bool wave, int32_t narrow_ctas = 0);
+                        bool wave);
 }  // namespace
 
 void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
@@ -71,23 +71,6 @@ void make_pack_plan(const PrefixForest& forest, const int32_t* indptr, const int
   make_pack_plan_cut(forest, indptr, kv_len, cfg, p, sc, true, wave_first);
   if (wave_ok && !wave_first && p.num_wide_items > 0 && !p.wide_split)
     make_pack_plan_cut(forest, indptr, kv_len, cfg, p, sc, true, true);
-  // A wave plan whose narrow items are at most one per decode CTA (PackPlanConfig::
-  // wave_narrow_sms): the wave is cut for wave_narrow_sms fewer SMs and the narrow items are
-  // dealt to the decode CTAs those SMs hold, so the decode kernel (launched programmatically
-  // after the wide one) runs beside the wave instead of after it.
-  const int32_t f0 = std::max(1, cfg.head_fold);
-  const int32_t n_nar = p.num_items() - p.num_wide_items;
-  if (cfg.wave_narrow_sms > 0 && p.wide_grid > 0 && !p.wide_split && n_nar > 0 && n_nar <= cfg.num_ctas) {
-    const int32_t sms = std::min(cfg.wide_wave_ctas, cfg.num_ctas);
-    const int32_t wide = (sms - cfg.wave_narrow_sms) / f0 * f0;  // the wave's CTAs (one per SM)
-    const int32_t per_sm = std::max(1, cfg.num_ctas / std::max(1, cfg.wide_wave_ctas));  // decode CTAs per SM
-    const int32_t narrow = (sms - wide) * per_sm / f0;  // folded decode CTAs on the free SMs
-    if (wide >= f0 && narrow >= 1 && narrow < cfg.num_ctas / f0) {
-      PackPlanConfig c2 = cfg;
-      c2.wide_wave_ctas = wide;
-      make_pack_plan_cut(forest, indptr, kv_len, c2, p, sc, true, true, narrow);
-    }
-  }
   // Wide items cut finer than max_chunk fill more partial slots (each ceil(rows / tile_rows));
   // past the workspace's slots (PackPlanConfig::max_slots) they are cut at max_chunk as the
   // narrow items (the plan before wide chunking), a function of the forest, cfg and the
@@ -143,7 +126,7 @@ int32_t wave_chunk(const std::vector<PackPlanScratch::WideNode>& nodes, int32_t 
 
 void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                         const PackPlanConfig& cfg_in, WorkPlan& p, PackPlanScratch& sc, bool wide_own_chunk,
-                        bool wave, int32_t narrow_ctas) {
+                        bool wave) {
   PackPlanConfig cfg = cfg_in;  // with auto_chunk_min: max_chunk from the packed work (below)
   WEFT_CHECK_ARG(cfg.num_ctas >= 1, "cfg.num_ctas", "must be >= 1, got " << cfg.num_ctas);
   WEFT_CHECK_ARG(cfg.num_kv_heads >= 1, "cfg.num_kv_heads", "must be >= 1, got " << cfg.num_kv_heads);
@@ -572,9 +555,7 @@ void make_pack_plan_cut(const PrefixForest& forest, const int32_t* indptr, const
       p.wide_split = 1;
     }
   }
-  // narrow_ctas (> 0, wave plans: make_pack_plan's wave_narrow_sms): the narrow items on the
-  // first narrow_ctas CTAs of each copy only.
-  deal_range(0, n_nar, 0, wide_begin > 0 ? wide_begin : (narrow_ctas > 0 ? std::min(C, size_t(narrow_ctas)) : C));
+  deal_range(0, n_nar, 0, wide_begin > 0 ? wide_begin : C);
   if (n_wide > 0) {
     counts = sc.cta_count.data() + C + 1;
     deal_range(n_nar, n, wide_begin, wave ? size_t(Cw) : C);  // one wave: the first Cw (serial plan)

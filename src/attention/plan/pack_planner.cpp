@@ -20,8 +20,7 @@ bool same_config(const PackPlanConfig& a, const PackPlanConfig& b) {
          a.auto_chunk_min == b.auto_chunk_min && a.wide_rows == b.wide_rows && a.wide_min_rows == b.wide_min_rows &&
          a.wide_min_keys == b.wide_min_keys && a.wide_overlap == b.wide_overlap &&
          a.wide_key_cost == b.wide_key_cost && a.wide_split_margin == b.wide_split_margin &&
-         a.max_slots == b.max_slots && a.wide_wave_ctas == b.wide_wave_ctas && a.wide_item_keys == b.wide_item_keys &&
-         a.wave_narrow_sms == b.wave_narrow_sms;
+         a.max_slots == b.max_slots && a.wide_wave_ctas == b.wide_wave_ctas && a.wide_item_keys == b.wide_item_keys;
 }
 
 // Chunks of a private suffix of `len` keys (make_pack_plan: one, possibly empty, when uncut).

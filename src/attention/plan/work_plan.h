@@ -141,14 +141,6 @@ struct PackPlanConfig {
   // Needs auto_chunk_min > 0. 0: off.
   int32_t wide_wave_ctas = 0;
   int32_t wide_item_keys = 0;
-  // SMs left to the narrow items beside a wave (> 0, with wide_wave_ctas = the SM count and
-  // num_ctas / wide_wave_ctas decode CTAs per SM): a wave plan whose narrow items are at most
-  // num_ctas (one per decode CTA: the decode kernel bound by its latency, not its bytes) is cut
-  // for a wave of wide_wave_ctas - wave_narrow_sms CTAs (rounded down to head_fold) and its
-  // narrow items dealt to the decode CTAs of the SMs the wave leaves free (the first ones of
-  // each folded copy), so the decode kernel runs beside the wide one, not after it.
-  // heuristics::kPackWaveNarrowSms. 0: off.
-  int32_t wave_narrow_sms = 0;
 };
 
 // The tile selector of the pack planner: requests per item of a pack over a forest node with

@@ -379,9 +379,6 @@ TEST(DecodeSmall, SharePrefixesWideSm90WaveChain) {
       opt.prefix_wide_overlap = overlap;
       opt.prefix_wide_min_rows = 64;  // the host test's config (the root holds >= 256 rows per KV head)
       opt.prefix_wide_min_keys = 1;
-      // The narrow items beside the wave (heuristics::kPackWaveNarrowSms, the chain's default)
-      // in both launches: the serial one then runs the same plan.
-      opt.prefix_wave_narrow_sms = 20;
       const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
       DeviceBuffer ws(ws_bytes);
       BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);

@@ -214,48 +214,5 @@ TEST(PackWave, ChainTreesPlanSerialWaves) {
   }
 }
 
-
-// PackPlanConfig::wave_narrow_sms on the minimum shared8 row: its 256 narrow (private-suffix)
-// items are one per decode CTA, so the wave is cut for 132 - 20 SMs (112 CTAs: 7 chunks per
-// (row tile, head)) and the narrow items go to the first 5 of each head class's 33 CTAs (the
-// 40 decode CTAs of the 20 free SMs); every key still covered once. B1-256 (2048 narrow items,
-// more than the grid): the plain wave.
-TEST(PackWave, NarrowItemsBesideTheWave) {
-  const int32_t ps = 16;
-  for (const int32_t sharers : {32, 256}) {
-    SCOPED_TRACE(::testing::Message() << "sharers " << sharers);
-    const bench::PrefixTreeBatch t = bench::make_prefix_tree_batch({1, sharers}, {4096, 128}, ps);
-    const Batch bt = batch_of(t, ps);
-    PackPlanConfig cfg = wide_config(264, 8, 8);
-    cfg.wide_wave_ctas = 132;
-    cfg.wide_item_keys = 256;
-    const PrefixForest f = build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ps);
-    const WorkPlan plain = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
-    cfg.wave_narrow_sms = 20;
-    const WorkPlan p = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
-    ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, p));
-    ASSERT_EQ(p.wide_split, 0);
-    if (sharers == 256) {
-      EXPECT_EQ(p.wide_grid, 128);
-      EXPECT_EQ(p.cta_indptr, plain.cta_indptr);
-      EXPECT_EQ(p.wide_cta_indptr, plain.wide_cta_indptr);
-      continue;
-    }
-    EXPECT_EQ(p.wide_grid, 112);
-    EXPECT_EQ(p.num_wide_items, 112);
-    EXPECT_EQ(p.num_items() - p.num_wide_items, 256);
-    for (int32_t c = 0; c < cfg.num_ctas; ++c) {
-      const int32_t n = p.cta_indptr[c + 1] - p.cta_indptr[c];
-      if (c % 33 >= 5) EXPECT_EQ(n, 0) << "CTA " << c;
-      else EXPECT_GE(n, 6) << "CTA " << c;
-      EXPECT_EQ(p.wide_cta_indptr[c + 1] - p.wide_cta_indptr[c], c < 112 ? 1 : 0) << "CTA " << c;
-    }
-    EXPECT_EQ(max_sources(p), 8);  // 7 wide chunks + the suffix
-    const WorkPlan again = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
-    EXPECT_EQ(again.cta_indptr, p.cta_indptr);
-    EXPECT_EQ(again.item_kv_end, p.item_kv_end);
-  }
-}
-
 }  // namespace
 }  // namespace weft::plan
