@@ -24,23 +24,8 @@ using pack_check::Batch;
 using pack_check::batch_of;
 using pack_check::check_plan;
 using pack_check::random_batch;
+using pack_check::wrapper_config;
 using test::Rng;
-
-// The decode wrapper's prefix-sharing config at d128 (bench::pack_bench_config without linking
-// the decode component: 32-row tiles, head fold gcd(KV heads, grid), chunks from the packed work
-// with decode's 256-key minimum).
-PackPlanConfig wrapper_config(int32_t num_ctas, int32_t num_kv_heads, int32_t group_size) {
-  PackPlanConfig c;
-  c.num_ctas = num_ctas;
-  c.num_kv_heads = num_kv_heads;
-  c.group_size = group_size;
-  c.tile_rows = 32;
-  c.page_size = 16;
-  set_pack_traffic(c, 128, 2);
-  c.auto_chunk_min = 256;
-  c.head_fold = std::gcd(num_kv_heads, num_ctas);
-  return c;
-}
 
 // Loads in the deal's cost units (rows + keys per item, make_pack_plan's deal).
 struct Loads {

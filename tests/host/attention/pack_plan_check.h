@@ -263,4 +263,20 @@ inline WideCase random_wide_case(Rng& rng, int iter) {
   return c;
 }
 
+// The decode wrapper's prefix-sharing config at d128 (bench::pack_bench_config without linking
+// the decode component: 32-row tiles, head fold gcd(KV heads, grid), chunks from the packed work
+// with decode's 256-key minimum).
+inline PackPlanConfig wrapper_config(int32_t num_ctas, int32_t num_kv_heads, int32_t group_size) {
+  PackPlanConfig c;
+  c.num_ctas = num_ctas;
+  c.num_kv_heads = num_kv_heads;
+  c.group_size = group_size;
+  c.tile_rows = 32;
+  c.page_size = 16;
+  set_pack_traffic(c, 128, 2);
+  c.auto_chunk_min = 256;
+  c.head_fold = std::gcd(num_kv_heads, num_ctas);
+  return c;
+}
+
 }  // namespace weft::plan::pack_check

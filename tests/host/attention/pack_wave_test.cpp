@@ -26,20 +26,11 @@ using pack_check::random_batch;
 using test::Rng;
 
 // The decode wrapper's config at d128 with wide packs (decode/wrapper_plan.cpp, without linking
-// the decode component): 32-row tiles, 128-row wide items from 256 rows and 2048 keys, chunks
-// from the packed work (256-key minimum, 16-key granularity), overlap estimate on, head fold
-// gcd(KV heads, grid).
+// the decode component): wrapper_config with 16-key granularity and 128-row wide items from 256
+// rows and 2048 keys, overlap estimate on.
 PackPlanConfig wide_config(int32_t num_ctas, int32_t num_kv_heads, int32_t group_size) {
-  PackPlanConfig c;
-  c.num_ctas = num_ctas;
-  c.num_kv_heads = num_kv_heads;
-  c.group_size = group_size;
-  c.tile_rows = 32;
-  c.page_size = 16;
+  PackPlanConfig c = pack_check::wrapper_config(num_ctas, num_kv_heads, group_size);
   c.kv_granularity = 16;
-  set_pack_traffic(c, 128, 2);
-  c.auto_chunk_min = 256;
-  c.head_fold = std::gcd(num_kv_heads, num_ctas);
   c.wide_rows = 128;
   c.wide_min_rows = 256;
   c.wide_min_keys = 2048;
