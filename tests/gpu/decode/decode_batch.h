@@ -131,8 +131,8 @@ inline void share_pages(std::vector<int32_t>& indices, const std::vector<int32_t
 struct Workspace {
   DeviceBuffer buf;
   size_t bytes = 0;
-  Workspace(int32_t max_batch, const Case& c)
-      : bytes(BatchDecodeWrapper::workspace_size(max_batch, c.hq, c.hkv, c.d)) {
+  Workspace(int32_t max_batch, const Case& c, const DecodeOptions& opt = {})
+      : bytes(BatchDecodeWrapper::workspace_size(max_batch, c.hq, c.hkv, c.d, opt)) {
     buf = DeviceBuffer(bytes);
   }
 };

@@ -17,14 +17,15 @@
 namespace weft {
 namespace {
 
-using test::DeviceBuffer;
 using test::Rng;
 using test_decode::Batch;
 using test_decode::CapturedRun;
 using test_decode::Case;
 using test_decode::check_against_reference;
+using test_decode::plan_for;
 using test_decode::run_for;
 using test_decode::share_pages;
+using test_decode::Workspace;
 
 // Compute capability 9.0 (the Hopper wide mainloop's device; DecodeOptions::prefix_wide_sm90).
 bool device_is_sm90() {
@@ -110,8 +111,7 @@ TEST(DecodeSmall, SharePrefixesRandomForests) {
     const int32_t B = static_cast<int32_t>(c.lens.size());
     DecodeOptions opt;
     opt.share_prefixes = true;
-    const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
-    DeviceBuffer ws(ws_bytes);
+    Workspace ws(B, c, opt);
     BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
     Batch bt(c, rng);
     for (int r = 1; r < shared_end; ++r) share_pages(bt.indices, bt.indptr, r, 0, root);
@@ -120,7 +120,7 @@ TEST(DecodeSmall, SharePrefixesRandomForests) {
       if (r != leader[g]) share_pages(bt.indices, bt.indptr, r, leader[g], root + child_pages[g]);
     }
     bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
-    w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+    plan_for(w, bt, ws);
     ASSERT_NO_FATAL_FAILURE(expect_reference_twice(w, bt));
   }
 }
@@ -143,13 +143,12 @@ TEST(DecodeSmall, SharePrefixesLongRootFewPacks) {
   SCOPED_TRACE(c.describe());
   DecodeOptions opt;
   opt.share_prefixes = true;
-  const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
-  DeviceBuffer ws(ws_bytes);
+  Workspace ws(B, c, opt);
   BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
   Batch bt(c, rng);
   for (int r = 1; r < B; ++r) share_pages(bt.indices, bt.indptr, r, 0, root_pages);
   bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
-  w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+  plan_for(w, bt, ws);
   const DecodePlanInfo& info = w.plan_info();
   ASSERT_FALSE(info.prefix_fallback);
   EXPECT_GE(info.num_packs, 2 * c.hkv * 4) << "2 packs per KV head, each cut into >= 4 chunks";
@@ -247,10 +246,9 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
       opt.prefix_wide_sm90_wave = mode != 4;
       opt.prefix_wide_min_rows = 64;  // below the measured defaults (256 rows, 2048 keys): every
       opt.prefix_wide_min_keys = 1;   // >= 64-row node goes wide, however short
-      const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
-      DeviceBuffer ws(ws_bytes);
+      Workspace ws(B, c, opt);
       BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
-      w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+      plan_for(w, bt, ws);
       const DecodePlanInfo& info = w.plan_info();
       ASSERT_FALSE(info.prefix_fallback);
       if (wide) {
@@ -315,8 +313,7 @@ TEST(DecodeSmall, SharePrefixesWideSm90Selection) {
     opt.prefix_wide_min_rows = 64;
     opt.prefix_wide_min_keys = 1;
     opt.prefix_wide_overlap = false;  // serial plans: the Hopper mainloop's (kPackWideSm90SplitPlans)
-    const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
-    DeviceBuffer ws(ws_bytes);
+    Workspace ws(B, c, opt);
     BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
     for (const bool interleaved : {false, true}) {
       if (g == 8 && !interleaved) continue;
@@ -327,7 +324,7 @@ TEST(DecodeSmall, SharePrefixesWideSm90Selection) {
         if (r != leader) share_pages(bt.indices, bt.indptr, r, leader, root_pages);
       }
       bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
-      w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+      plan_for(w, bt, ws);
       const DecodePlanInfo& info = w.plan_info();
       ASSERT_GT(info.num_wide_items, 0) << "each root holds >= 96 rows per KV head: it must go wide";
       EXPECT_EQ(info.wide_sm90, sm90 && (g >= 8 || !interleaved));
@@ -379,10 +376,9 @@ TEST(DecodeSmall, SharePrefixesWideSm90WaveChain) {
       opt.prefix_wide_overlap = overlap;
       opt.prefix_wide_min_rows = 64;  // the host test's config (the root holds >= 256 rows per KV head)
       opt.prefix_wide_min_keys = 1;
-      const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
-      DeviceBuffer ws(ws_bytes);
+      Workspace ws(B, c, opt);
       BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
-      w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+      plan_for(w, bt, ws);
       const DecodePlanInfo& info = w.plan_info();
       ASSERT_FALSE(info.prefix_fallback);
       ASSERT_GT(info.num_wide_items, 0) << "the root holds >= 256 rows: it must go wide";
@@ -440,10 +436,9 @@ TEST(DecodeSmall, SharePrefixesWideSm90IgnoredWhereNotApplicable) {
       opt.prefix_wide_sm90_wave = true;
       opt.prefix_wide_min_rows = 64;  // the root's 64 rows go wide where wide packs apply
       opt.prefix_wide_min_keys = 1;
-      const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
-      DeviceBuffer ws(ws_bytes);
+      Workspace ws(B, c, opt);
       BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
-      w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
+      plan_for(w, bt, ws);
       const DecodePlanInfo& info = w.plan_info();
       if (mode == 0 && d == 128) {
         EXPECT_GT(info.num_wide_items, 0) << "control: the root's 64 rows go wide";
