@@ -10,7 +10,7 @@
 // (TMA bytes) -> widen -> k_full / v_full (kWidenWarps arrivals) and k8_empty / v8_empty
 // (kWidenWarps arrivals) back to the producer; the widening of tile t+1 overlaps the consumers'
 // math on tile t. The scales stay out of the tiles: K's multiplies the softmax exponent scale
-// (or the soft cap's argument), V's the output (sm90_kernel.cuh consumer).
+// (or the soft cap's argument), V's the output (sm90_consumer.cuh).
 //
 // Work split and banks: widen_tile. Registers: the producer warpgroup runs at Cfg::kProducerRegs
 // (WEFT_SM90_FP8_PRODUCER_REGS, sm90_pipeline.cuh), the consumers at what the CTA's pool leaves.
@@ -182,7 +182,7 @@ __device__ __forceinline__ void widen_kv_tile(uint32_t sb, Bars<C> b, uint32_t t
 
 // The widening warps' loop (warps 1..3 of the producer warpgroup): the producer's tile sequence
 // (same items, same tile count). The TMA warp, where it widens too, calls widen_kv_tile from its
-// own loop (producer, sm90_kernel.cuh).
+// own loop (producer, sm90_producer.cuh).
 template <int D, class T, class KV, class C, class Rows>
 __device__ __forceinline__ void widen_warps(const KernelParams& P, const Rows& rows, unsigned char* smem, Bars<C> b,
                                             int wid, int lane) {

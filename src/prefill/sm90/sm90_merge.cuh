@@ -22,7 +22,7 @@
 namespace weft::prefill::sm90 {
 
 // Named barrier of the 256 consumer threads around each merge decision (0 = __syncthreads;
-// 2, 3: the ping-pong turns of sm90_kernel.cuh).
+// 2, 3: the ping-pong turns of sm90_consumer.cuh).
 inline constexpr int kMergeBar = 4;
 inline constexpr int kConsumerThreads = 256;
 

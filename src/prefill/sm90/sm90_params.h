@@ -25,7 +25,7 @@ struct KernelParams {
   // V stage layout: pieces of v_piece_keys keys, piece p, half h, key r of the piece at
   // p * v_piece_bytes + h * v_half_bytes + r * 128. Ragged: one piece of kBlockN keys (the K
   // layout); paged (16-bit pools): pieces of rows_per_copy keys, one TMA box each for all head_dim
-  // halves (the producer in sm90_kernel.cuh says why). The P V wgmma reads it with
+  // halves (the producer in sm90_producer.cuh says why). The P V wgmma reads it with
   // LBO = v_half_bytes (between 64-column halves) and SBO = v_sbo_bytes (between 8-key groups:
   // 1024 inside a piece; a piece when it holds 8 keys). fp8 pools: the widened stage has the K
   // layout (sm90_fp8.cuh).

@@ -1,6 +1,6 @@
 // Hopper prefill: the pipeline's shared-memory plan (Cfg), its mbarriers (Bars), the tile walk of
-// an item and the per-CTA tensor-map copies; shared by the kernel (sm90_kernel.cuh) and its fp8
-// K/V roles (sm90_fp8.cuh).
+// an item and the per-CTA tensor-map copies; shared by the kernel (sm90_kernel.cuh, its roles
+// sm90_producer.cuh and sm90_consumer.cuh) and its fp8 K/V roles (sm90_fp8.cuh).
 #pragma once
 #include <cuda.h>
 
@@ -16,7 +16,7 @@
 #ifndef WEFT_SM90_FP8_PRODUCER_REGS
 #define WEFT_SM90_FP8_PRODUCER_REGS 40
 #endif
-// Experiments only. 1: the TMA warp widens too, one tile behind its issues (sm90_kernel.cuh
+// Experiments only. 1: the TMA warp widens too, one tile behind its issues (sm90_producer.cuh
 // producer): four widening warps, one per SM sub-partition (warp w issues on sub-partition w % 4;
 // with three, the TMA warp's sub-partition carries none of the widening). Measured slower (H100,
 // same process set, bench/results/h100_fp8_sm90_check_0500b1b.txt: e4m3 L16384 4.90 ms against
@@ -28,7 +28,7 @@
 
 // Experiments only (CMake -DWEFT_SM90_KV_FIRST=ON / -DWEFT_SM90_Q_DOUBLE=ON, same-call A/B in
 // scripts/diag/sm90-dev.sh exp). KV_FIRST: after its first item the producer issues an item's
-// first K/V tiles before it waits for the Q buffer (sm90_kernel.cuh producer). Q_DOUBLE: two Q
+// first K/V tiles before it waits for the Q buffer (sm90_producer.cuh producer). Q_DOUBLE: two Q
 // buffers, the next item's Q loads while the consumers run the current item (CfgOf).
 #ifndef WEFT_SM90_KV_FIRST
 #define WEFT_SM90_KV_FIRST 0
