@@ -9,16 +9,24 @@ namespace weft::plan {
 
 namespace {
 
-// The plan's seven item arrays sized for n items (their capacity kept).
+// The flatten by CTA (each CTA's items in the order dealt), the part build() and
+// build_whole_units() share: p.cta_indptr holds each CTA's item count at c + 1 and becomes the
+// CTAs' item offsets; cursor, each CTA's next place, starts at them; the plan's seven item arrays
+// are sized for n items (their capacity kept). The caller then writes each item, in the deal
+// order, at place cur[its CTA]++.
 struct ItemArrays {
   int32_t *request, *kv_head, *row_begin, *row_end, *kv_begin, *kv_end, *partial_slot;
+  int32_t* cur;  // cursor's data
 };
-ItemArrays item_arrays(Plan& p, std::size_t n) {
+ItemArrays start_flatten(Plan& p, std::vector<int32_t>& cursor, int32_t num_ctas, std::size_t n) {
+  int32_t* const ci = p.cta_indptr.data();
+  for (int32_t c = 0; c < num_ctas; ++c) ci[c + 1] += ci[c];
+  cursor.assign(ci, ci + num_ctas);
   for (auto* v : {&p.item_request, &p.item_kv_head, &p.item_row_begin, &p.item_row_end, &p.item_kv_begin,
                   &p.item_kv_end, &p.item_partial_slot})
     v->resize(n);
   return {p.item_request.data(), p.item_kv_head.data(), p.item_row_begin.data(), p.item_row_end.data(),
-          p.item_kv_begin.data(), p.item_kv_end.data(), p.item_partial_slot.data()};
+          p.item_kv_begin.data(), p.item_kv_end.data(), p.item_partial_slot.data(), cursor.data()};
 }
 
 }  // namespace
@@ -183,12 +191,9 @@ void Planner::build(bool split, int64_t L, Plan& p) {
   p.cta_indptr.assign(C + 1, 0);
   int32_t* const ci = p.cta_indptr.data();
   for (std::size_t k = 0; k < n; ++k) ++ci[assigned_[k] + 1];
-  for (int32_t c = 0; c < C; ++c) ci[c + 1] += ci[c];
-  cursor_.assign(ci, ci + C);
-  const ItemArrays it = item_arrays(p, n);
+  const ItemArrays it = start_flatten(p, cursor_, C, n);
   int32_t *const ir = it.request, *const ih = it.kv_head, *const irb = it.row_begin, *const ire = it.row_end;
-  int32_t *const ikb = it.kv_begin, *const ike = it.kv_end, *const isl = it.partial_slot;
-  int32_t* const cur = cursor_.data();
+  int32_t *const ikb = it.kv_begin, *const ike = it.kv_end, *const isl = it.partial_slot, *const cur = it.cur;
   const int32_t* const as = assigned_.data();
   const uint32_t* const ord = order_.data();
   // Item k of the deal order: its chunk (unsplit: the tile's whole range, no slot) and tile.
@@ -313,12 +318,9 @@ bool Planner::build_whole_units(Plan& p) {
   loads_int(p.cta_cost.data());
 
   // Flatten by CTA (each CTA's items in the order dealt).
-  for (int32_t c = 0; c < C; ++c) ci[c + 1] += ci[c];
-  cursor_.assign(ci, ci + C);
-  const ItemArrays it = item_arrays(p, n);
+  const ItemArrays it = start_flatten(p, cursor_, C, n);
   int32_t *const ir = it.request, *const ih = it.kv_head, *const irb = it.row_begin, *const ire = it.row_end;
-  int32_t *const ikb = it.kv_begin, *const ike = it.kv_end, *const isl = it.partial_slot;
-  int32_t* const cur = cursor_.data();
+  int32_t *const ikb = it.kv_begin, *const ike = it.kv_end, *const isl = it.partial_slot, *const cur = it.cur;
   // Each item written straight to its CTA's next place, in the deal order.
   auto put = [&](std::size_t k, int32_t h, const Unit& u) {
     const int32_t i = cur[as[k * H + h]]++;
