@@ -10,7 +10,12 @@
 // Rows "pat/<heads>/<dtype>/B<...>/L<...>/{decode,share_narrow,share}": the standard decode,
 // share_prefixes with 32-row packs only (prefix_wide_packs off) and share_prefixes (wide packs)
 // on the same batch, each captured in a CUDA graph and timed after an L2 flush (median); the
-// share row also carries extra.wide_items and speedup_vs_narrow_share. Trees whose share plan has
+// share row also carries extra.wide_items and speedup_vs_narrow_share. The share row is the
+// wrapper's choice with the default options: where the cost model (DecodeOptions::
+// prefix_cost_model) predicts the sharing plan no faster than standard decode it runs the standard
+// decode (extra.prefix_fallback = 1 with packs > 0; extra.predicted_share_us / predicted_decode_us
+// are the model's); such trees add ".../share_forced": the declined sharing plan (the model off).
+// share_narrow and the rows below run with the model off (the plan kind they name). Trees whose share plan has
 // wide items add ".../share_serial": the same plan's kinds run one kernel after the other
 // (DecodeOptions::prefix_wide_overlap off), extra.overlap_speedup = its time / share's; trees
 // whose share plan ran its wide items on the Hopper mainloop (extra.wide_sm90 = 1,
@@ -26,7 +31,8 @@
 // the read ceiling (measured in the same run) is on unique bytes; both rows carry
 // extra.unique_fraction_of_ceiling, the share row extra.speedup_vs_decode, items and packs.
 // "pat/summary": min_unique_fraction_shared8 (min over trees whose deepest shared level has >= 8
-// sharers per node; min_unique_fraction_shared8_fa2: the same with the share_fa2 row where a tree
+// sharers per node, of the share row: the wrapper's choice, so a tree the cost model sends to
+// standard decode counts with that time; min_unique_fraction_shared8_fa2: the same with the share_fa2 row where a tree
 // has one; min_unique_fraction_shared8_grid: with the share_grid row where a tree has one),
 // nosharing_speedup_vs_decode (min over head configs), and the host plan
 // times of 256 requests x 3 levels (the weft-plan-bench "pack/b256/levels3" batch, Llama-3-8B
@@ -110,20 +116,25 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
   for (int32_t l : t.kv_len) keys += l;
   double decode_ms = 0, narrow_ms = 0, share_ms = 0;
   int32_t share_wide_items = 0;
-  bool share_sm90 = false, share_wave = false;
+  bool share_sm90 = false, share_wave = false, share_cost_fallback = false;
   // Modes: 0 standard decode, 1 share_prefixes with 32-row packs only (prefix_wide_packs off: the
   // plan before wide packs), 2 share_prefixes (wide packs where the tile selector picks them,
   // overlapped with the decode kernel: DecodeOptions::prefix_wide_overlap), 3 (only when 2 has
   // wide items) the same with the two kernels one after the other, 4 (only when 2 ran its wide
   // items on the Hopper mainloop) mode 2 with the FA2 wide tile, 5 (only when 2 cut its wide items
-  // for one wave of the sm90 tile) mode 2 with the decode grid's cut.
-  for (int mode : {0, 1, 2, 3, 4, 5}) {
+  // for one wave of the sm90 tile) mode 2 with the decode grid's cut, 6 (only when 2 fell back by
+  // the cost model with packs) mode 2 with the cost model off: the sharing plan it declined. Mode 2
+  // is the wrapper's choice (DecodeOptions::prefix_cost_model on, the default); the others keep the
+  // plan kind they measure (the model off).
+  for (int mode : {0, 1, 2, 6, 3, 4, 5}) {
+    if (mode == 6 && !share_cost_fallback) continue;
     if (mode == 3 && share_wide_items == 0) break;
     if (mode == 4 && !share_sm90) continue;
     if (mode == 5 && !share_wave) break;
     const bool share = mode > 0;
     weft::bench::Result r;
-    r.name = base + (mode == 5   ? "/share_grid"
+    r.name = base + (mode == 6   ? "/share_forced"
+                     : mode == 5 ? "/share_grid"
                      : mode == 4 ? "/share_fa2"
                      : mode == 3 ? "/share_serial"
                      : mode == 2 ? "/share"
@@ -145,6 +156,7 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
       opt.prefix_wide_overlap = mode != 3;
       opt.prefix_wide_sm90 = mode != 4;
       opt.prefix_wide_sm90_wave = mode != 5;
+      opt.prefix_cost_model = mode == 2;
       const size_t ws_bytes = weft::BatchDecodeWrapper::workspace_size(batch, h.hq, h.hkv, kD, opt);
       DeviceArray ws(ws_bytes);
       weft::BatchDecodeWrapper w(batch, h.hq, h.hkv, kD, opt);
@@ -172,6 +184,11 @@ PatOutcome run_pat_case(weft::bench::Context& ctx, const std::string& base, cons
       if (mode == 2 && narrow_ms > 0) r.extra.push_back({"speedup_vs_narrow_share", narrow_ms / r.ms});
       if (mode == 2 && decode_ms > 0) res = {decode_ms / r.ms, frac, frac, frac, true};
       if (mode == 2) share_ms = r.ms, share_wide_items = w.plan_info().num_wide_items;
+      if (mode == 2) share_cost_fallback = w.plan_info().prefix_fallback && w.plan_info().num_packs > 0;
+      if (mode == 2) {  // DecodeOptions::prefix_cost_model's predictions (0 where there was no pack)
+        r.extra.push_back({"predicted_share_us", double(w.plan_info().predicted_share_us)});
+        r.extra.push_back({"predicted_decode_us", double(w.plan_info().predicted_decode_us)});
+      }
       if (mode == 2) share_sm90 = w.plan_info().wide_sm90;
       if (mode == 2) share_wave = w.plan_info().wide_grid > 0;
       if (mode == 2) res.unique_fraction_grid = frac;

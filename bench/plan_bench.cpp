@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "attention/plan/balance.h"
+#include "attention/plan/pack_cost.h"
 #include "attention/plan/pack_planner.h"
 #include "attention/plan/prefix_forest.h"
 #include "attention/plan/work_plan.h"
@@ -476,6 +477,43 @@ void pat_shape_cases(const std::string& filter) {
     }
 }
 
+// The prefix-sharing cost model on the "pat" bench's batches (heuristics::prefix_share_pays; only
+// when the filter names "pat-cost"): per tree x head config (d128, page 16, H100: 264-CTA decode
+// grid, 132 SMs, the sm90 wide tile) the wrapper's pack plan (pat_wrapper_plan), the model's
+// inputs (keys of 512 bytes per CTA) and its predicted times and choice. No timing. One line per
+// batch, "pat-cost <heads> B<fan> L<len> key=value ...", read by bench/pat_fallback_replay.py.
+void pat_cost_cases(const std::string& filter) {
+  if (filter.find("pat-cost") == std::string::npos) return;
+  const int32_t heads[][2] = {{32, 32}, {16, 8}, {32, 8}, {64, 8}};
+  auto join = [](const std::vector<int32_t>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "-" : "") + std::to_string(v[i]);
+    return s;
+  };
+  std::vector<weft::bench::PatTree> trees = weft::bench::pat_trees();
+  trees.push_back({{64}, {2560}});  // the no-sharing control
+  for (const auto& h : heads)
+    for (const weft::bench::PatTree& tr : trees) {
+      const weft::bench::PrefixTreeBatch t = weft::bench::make_prefix_tree_batch(tr.fan, tr.keys, 16);
+      weft::plan::PackPlanner planner;
+      const weft::plan::PackPlanConfig pc = weft::bench::pat_wrapper_plan(t, h[0], h[1], 264, 132, true, 16, planner);
+      const weft::plan::WorkPlan& p = planner.current();
+      int32_t packs = 0;
+      for (int32_t n : p.item_num_reqs) packs += n >= 2;
+      const bool cc = weft::heuristics::decode_prefers_cuda_cores(h[0] / h[1], 128);
+      const weft::heuristics::PrefixShareCostInputs in = weft::plan::share_cost_inputs(
+          planner.forest(), p, t.kv_len.data(), t.batch(), 16, pc.head_fold, pc.kv_bytes_per_key, cc);
+      const double dus = weft::heuristics::predict_decode_us(in), sus = weft::heuristics::predict_share_us(in);
+      const bool pays = weft::heuristics::prefix_share_pays(in);
+      std::printf("pat-cost %dx%d B%s L%s items=%d packs=%d wide_items=%d unique=%.1f repeat=%.1f cc=%d private=%.1f "
+                  "pack=%.1f max_cta=%.1f max_wide=%.1f decode_us=%.1f share_us=%.1f ratio=%.3f choice=%s\n",
+                  h[0], h[1], join(tr.fan).c_str(), join(tr.keys).c_str(), p.num_items(), packs, p.num_wide_items,
+                  in.unique_keys_per_cta, in.repeat_keys_per_cta, int(cc), in.private_keys_per_cta,
+                  in.pack_keys_per_cta, in.max_cta_keys, in.max_wide_cta_keys, dus, sus, sus / dus,
+                  packs == 0 ? "decode(no-pack)" : pays ? "share" : "decode");
+    }
+}
+
 // "cpu/" rows (only when the filter names "cpu": calibration, no planner): what this machine's CPU
 // and memory cost for work of a plan's shape, to compare hosts (issue 19: the same planner binary
 // took ~3x longer on the H100 host than on the dev box). chain: a dependent multiply-add chain
@@ -580,6 +618,7 @@ int main(int argc, char** argv) {
   pack_cases(filter);
   route_cases(filter, router);
   pat_shape_cases(filter);
+  pat_cost_cases(filter);
   cpu_cases(filter);
   copy_sweep(filter);
   return 0;

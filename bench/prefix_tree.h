@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "attention/heuristics.h"
 #include "attention/plan/pack_planner.h"
 #include "attention/plan/work_plan.h"
 #include "decode/decode_plan.h"
@@ -105,6 +106,47 @@ inline weft::plan::WorkPlanBounds pack_bench_bounds(int32_t batch, int32_t num_c
   wb.tile_rows = weft::decode::pack_tile_rows(head_dim);
   wb.head_dim = head_dim;
   return wb;
+}
+
+// The pack plan BatchDecodeWrapper makes of a prefix-tree batch with the default DecodeOptions
+// (share_prefixes on, wide packs from heuristics::kPackWideMinRows rows and kPackWideMinKeys keys,
+// overlap, one sm90 wave of `sms` CTAs when the wide items can load there), d128, 16-bit KV:
+// decode/wrapper_plan.cpp's config and its two re-plans, for host-side replays (the prefix-sharing
+// cost model: weft-plan-bench --filter pat-cost, tests/host/decode/pack_cost_test.cpp). The
+// device-dependent inputs are given: grid (the decode grid, 264 on H100), sms (132), sm90 (the
+// Hopper wide tile runs this shape: decode::wide_sm90_shape and an sm90 device).
+inline weft::plan::PackPlanConfig pat_wrapper_plan(const PrefixTreeBatch& t, int32_t num_qo_heads, int32_t num_kv_heads,
+                                                    int32_t grid, int32_t sms, bool sm90, int32_t page_size,
+                                                    weft::plan::PackPlanner& planner) {
+  const int32_t g = num_qo_heads / num_kv_heads, d = 128;
+  weft::plan::PackPlanConfig pc = pack_bench_config(page_size, grid, num_kv_heads, g, d);
+  pc.kv_granularity = weft::decode::kPlanKVTile;
+  pc.wide_rows = weft::decode::kWidePackRows;
+  pc.wide_min_rows = weft::heuristics::kPackWideMinRows;
+  pc.wide_min_keys = weft::heuristics::kPackWideMinKeys;
+  pc.wide_overlap = 1;
+  pc.wide_key_cost = weft::heuristics::kPackWideKeyCost;
+  pc.wide_split_margin = weft::heuristics::kPackWideSplitMargin;
+  pc.max_slots = 4 * t.batch() * num_kv_heads + 2 * grid;  // the wrapper's share_bounds at max_batch = batch
+  if (sm90) {
+    pc.wide_wave_ctas = sms;
+    pc.wide_item_keys = weft::heuristics::kPackWideSm90ItemKeys;
+  }
+  planner.reset();
+  planner.plan(t.indptr.data(), t.indices.data(), t.kv_len.data(), t.batch(), pc);
+  if (pc.wide_wave_ctas > 0 && planner.current().wide_grid > 0 &&
+      !weft::plan::wide_rows_loadable(planner.current(), g, pc.head_fold, /*consecutive=*/g < 8)) {
+    pc.wide_wave_ctas = 0;
+    pc.wide_item_keys = 0;
+    planner.reset();
+    planner.plan(t.indptr.data(), t.indices.data(), t.kv_len.data(), t.batch(), pc);
+  }
+  if (planner.current().num_slots() > pc.max_slots) {
+    pc.wide_rows = 0;
+    planner.reset();
+    planner.plan(t.indptr.data(), t.indices.data(), t.kv_len.data(), t.batch(), pc);
+  }
+  return pc;
 }
 
 }  // namespace weft::bench

@@ -74,8 +74,12 @@ struct DecodePlanInfo {
                             // (DecodeOptions::prefix_wide_sm90_wave); 0: num_ctas
   bool lazy_update = false; // share_prefixes: the previous plan updated in place (only private
                             // suffixes grew; its key ranges and page bases copied, not the plan)
-  bool prefix_fallback = false;  // share_prefixes: the table had no pack, the standard decode plan
-                                 // and kernel run instead (DecodeOptions::prefix_fallback)
+  bool prefix_fallback = false;  // share_prefixes: the table had no pack, or the cost model predicted
+                                 // no gain (DecodeOptions::prefix_cost_model): the standard decode
+                                 // plan and kernel run instead (DecodeOptions::prefix_fallback)
+  // share_prefixes with prefix_cost_model: the model's predicted times (H100 us) of the sharing plan
+  // and of the standard decode plan of the last full plan() with packs (0: not evaluated).
+  float predicted_share_us = 0.f, predicted_decode_us = 0.f;
   bool split = false;
   DecodePath path = DecodePath::kAuto;  // resolved path
   int32_t route = 0;        // DecodeRoute of this plan (kAuto resolved: kBalanced, kWorkQueue or kNoSplit)
@@ -129,6 +133,13 @@ struct DecodeOptions {
   // kind (re-capture when plan_info().prefix_fallback changes), or set this to false to keep the
   // work-plan kernel for every plan. The workspace holds either plan (workspace_size()).
   bool prefix_fallback = true;
+  // With share_prefixes and prefix_fallback: a plan() whose sharing plan has packs but is not
+  // predicted faster than the standard decode plan of the same batch (a cost model fitted on H100,
+  // heuristics::prefix_share_pays: bytes at calibrated rates, the sharing chain's fixed cost, the
+  // most loaded CTA; plan_info().predicted_share_us / predicted_decode_us) also falls back to the
+  // standard decode (plan_info().prefix_fallback, num_packs still the sharing plan's). A lazy update
+  // keeps the previous plan's choice (same structure and chunks). false: fall back only without packs.
+  bool prefix_cost_model = true;
   // With share_prefixes at head_dim 128 (fp16 / bf16): a forest node whose sharers hold at least
   // prefix_wide_min_rows query rows (sharers x GQA group; 0: the measured default,
   // heuristics::kPackWideMinRows = 256) is read in WIDE packs of 128 rows (the prefill FA2 tile

@@ -122,6 +122,49 @@ bool prefill_auto_prefers_sm90(bool wide_tile, bool fp8_kv) {
   return wide_tile;
 }
 
+// Prefix sharing against standard decode (PrefixShareCostInputs). Fitted by least squares of the
+// relative error (bench/pat_fallback_replay.py --fit) to the 60 shared batches of
+// bench/results/h100_all_049f043.json ("pat" group: 12 PAT trees x heads 32x32 / 16x8 / 32x8 /
+// 64x8 bf16 + 32x8 fp16; "decode" and "share" rows, H100, d128, page 16, 264-CTA grid), the inputs
+// from the wrapper's own plans of those batches (weft-plan-bench --filter pat-cost):
+//   decode = 7.76 us + 0.0429 us x unique keys per CTA + (0.0240 CUDA-core path / 0.0203 tensor
+//     cores) us x repeat keys per CTA: the unique bytes at ~2.9 TB/s over 264 CTAs (0.0429 us per
+//     512 B per CTA), a shared page's repeats at about twice that (its sharers read it together,
+//     the repeats hit L2); mean |error| 4.5%, worst 16% (16x8 B1-256 L4096-128);
+//   share = 19.3 us + 0.0279 us x private keys per CTA + 0.0292 us x pack keys per CTA + 0.0157 us x
+//     the most loaded CTA's keys (+ 64 keys per item: kPrefixShareItemKeys) + 0.0250 us x the most
+//     loaded wide CTA's keys: the chain's fixed cost (decode kernel, merge launch, partial states:
+//     19.3 against decode's 7.8 us), the mean and the slowest CTA's work; mean |error| 7.2%, worst
+//     21% (64x8 B1-4-16 L128-256-1024, under-predicted: falls back all the same).
+// The predicted share / decode separates the batches: the 13 where sharing measured slower
+// (1.02-1.83x: B1-4-16 L128-256-1024 at every head config, B1-4-16 L512-512-512 and B1-8-64
+// L128-256-1024 at 16x8 / 32x8 / 64x8) predict >= 1.019, the 47 where it won (0.13-0.97x) <= 0.945. kPrefixShareMargin = 0.98 lies between
+// (sqrt(0.945 x 1.019)). Replayed (bench/results/devbox_pat_fallback_*.txt): chosen / the faster
+// of the two 1.000 on all 60 batches and on the other committed H100 pat files (505 batch rows
+// whose plans are today's: a miss on one row of c7848f5, an older kernel); fitted on three head
+// configs and replayed on the fourth (--cv), no miss. Extrapolated (not fitted): other head dims (keys
+// scaled by their bytes), other GPUs (the rates are H100's).
+namespace {
+constexpr double kDecodeUs = 7.757, kDecodeUniqueUsPerKey = 0.04287, kDecodeRepeatUsPerKeyCC = 0.02405,
+                 kDecodeRepeatUsPerKeyTC = 0.02031;
+constexpr double kShareUs = 19.30, kSharePrivateUsPerKey = 0.02786, kSharePackUsPerKey = 0.02920,
+                 kShareMaxCtaUsPerKey = 0.01575, kShareWideUsPerKey = 0.02505;
+}  // namespace
+
+double predict_decode_us(const PrefixShareCostInputs& in) {
+  return kDecodeUs + kDecodeUniqueUsPerKey * in.unique_keys_per_cta +
+         (in.cuda_core_decode ? kDecodeRepeatUsPerKeyCC : kDecodeRepeatUsPerKeyTC) * in.repeat_keys_per_cta;
+}
+
+double predict_share_us(const PrefixShareCostInputs& in) {
+  return kShareUs + kSharePrivateUsPerKey * in.private_keys_per_cta + kSharePackUsPerKey * in.pack_keys_per_cta +
+         kShareMaxCtaUsPerKey * in.max_cta_keys + kShareWideUsPerKey * in.max_wide_cta_keys;
+}
+
+bool prefix_share_pays(const PrefixShareCostInputs& in) {
+  return predict_share_us(in) < kPrefixShareMargin * predict_decode_us(in);
+}
+
 int32_t persistent_grid(int32_t sm_count, int32_t ctas_per_sm) {
   // Persistent CTAs read their work from the plan, so the grid never follows the batch: it fills
   // every SM once with as many CTAs as are resident together (more would only queue behind them;

@@ -182,6 +182,34 @@ inline constexpr bool kPackWideSm90SplitPlans = false;
 // Estimated, not fitted.
 inline constexpr int32_t kPackWideSm90ItemKeys = 256;
 
+// Prefix sharing: whether a step's sharing plan is predicted faster than the standard decode plan
+// of the same batch (DecodeOptions::prefix_cost_model; the decode wrapper falls back to the
+// standard plan and kernel, plan_info().prefix_fallback, where it is not). The bytes a plan
+// saves are not the whole cost: the sharing chain adds a merge launch and partial states, its
+// kernel's items are 32-row tiles, and standard decode reads a shared page's repeats mostly
+// from L2 (its sharers run at once). Both times are affine in per-CTA work, fitted in
+// heuristics.cpp (H100 rows, which and how well). Work is counted in "keys" of 512 bytes (one
+// key of one KV head at d128 in 16 bits; other head dims scale by their bytes).
+struct PrefixShareCostInputs {
+  // The standard decode plan (what the fallback runs) over the decode grid: each request's keys
+  // of every KV head once (unique: each shared key once per KV head; repeat: the other sharers'
+  // reads of it), per CTA; and whether it runs the CUDA-core path (groups 1-2 at d128).
+  double unique_keys_per_cta = 0, repeat_keys_per_cta = 0;
+  bool cuda_core_decode = false;
+  // The sharing plan's decode-kernel (narrow) items, per CTA of the grid: keys of one-request
+  // (private) items and of packs; the most loaded CTA's keys plus kPrefixShareItemKeys per item.
+  double private_keys_per_cta = 0, pack_keys_per_cta = 0, max_cta_keys = 0;
+  // Its wide-kernel items: the most loaded wide CTA's keys (0: no wide items).
+  double max_wide_cta_keys = 0;
+};
+// The fixed cost of one narrow item in the makespan above, in keys (fitted with the rest).
+inline constexpr double kPrefixShareItemKeys = 64;
+// Fall back unless predicted share < kPrefixShareMargin x predicted decode (heuristics.cpp).
+inline constexpr double kPrefixShareMargin = 0.98;
+double predict_decode_us(const PrefixShareCostInputs& in);  // standard decode, H100 us
+double predict_share_us(const PrefixShareCostInputs& in);   // the sharing plan, H100 us
+bool prefix_share_pays(const PrefixShareCostInputs& in);
+
 // The fixed grid of a persistent kernel: `ctas_per_sm` resident CTAs on each of `sm_count` SMs
 // (at least one CTA per SM). Decode passes the smallest residency of all its kernels of the head
 // dim (the path is chosen at plan time, the grid at construction, for CUDA graphs); prefill the

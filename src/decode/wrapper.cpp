@@ -200,6 +200,7 @@ BatchDecodeWrapper::BatchDecodeWrapper(int32_t max_batch, int32_t num_qo_heads, 
                    "needs the tensor-core path and a GQA group <= " << decode::kPlanTileQ);
     impl_->share = true;
     impl_->prefix_fallback = options.prefix_fallback;
+    impl_->prefix_cost_model = options.prefix_cost_model;
     impl_->tile_rows = decode::pack_tile_rows(head_dim);
     impl_->wlayout = plan::WorkPlanLayout(share_bounds(max_batch, num_kv_heads, head_dim, impl_->grid, options));
     staging_bytes = std::max(staging_bytes, impl_->wlayout.metadata_bytes());

@@ -11,6 +11,7 @@
 #include "attention/heuristics.h"
 #include "attention/plan/balance.h"
 #include "attention/plan/cascade_forest.h"
+#include "attention/plan/pack_cost.h"
 #include "attention/plan/pack_planner.h"
 #include "attention/plan/prefix_forest.h"
 #include "attention/plan/work_plan.h"
@@ -70,6 +71,7 @@ struct BatchDecodeWrapper::Impl {
   // DecodeOptions::prefix_fallback, and whether the current plan is that fallback (the balanced
   // plan in `plan`, launched as without share_prefixes, with balanced_tile_rows).
   bool prefix_fallback = true;
+  bool prefix_cost_model = true;  // DecodeOptions::prefix_cost_model
   bool share_fallback = false;
   int32_t balanced_tile_rows = 16;
   bool work_plan_active() const { return share && !share_fallback; }

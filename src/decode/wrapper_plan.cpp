@@ -266,8 +266,25 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     int32_t packs = 0;
     plan::for_folded_items(wp, std::max(1, pc.head_fold), [&](int32_t i) { packs += wp.item_num_reqs[i] >= 2; });
     packs *= pc.head_fold;  // the folded plan's copies (PackPlanConfig::head_fold)
-    // No pack (DecodeOptions::prefix_fallback): the standard decode plan and kernel below.
-    balanced = im.prefix_fallback && packs == 0;
+    // No pack (DecodeOptions::prefix_fallback), or packs the cost model does not predict faster
+    // than the standard decode plan (DecodeOptions::prefix_cost_model; heuristics::
+    // prefix_share_pays, O(items / head_fold + forest nodes)): the standard decode plan and kernel
+    // below. A lazy update keeps the previous full plan's choice (it was to share: a fallback
+    // leaves no work-plan image to update), as it keeps its items and chunks.
+    bool cost_fallback = false;
+    if (im.prefix_fallback && im.prefix_cost_model && packs > 0 && !lazy) {
+      const DecodePath fb_path =
+          im.forced == DecodePath::kAuto ? choose_decode_path(pc.group_size, head_dim, dtype) : im.forced;
+      const heuristics::PrefixShareCostInputs in =
+          plan::share_cost_inputs(im.packer.forest(), wp, kv_lens, batch, page_size, std::max(1, pc.head_fold),
+                                  pc.kv_bytes_per_key, fb_path == DecodePath::kCudaCore);
+      info_.predicted_share_us = static_cast<float>(heuristics::predict_share_us(in));
+      info_.predicted_decode_us = static_cast<float>(heuristics::predict_decode_us(in));
+      cost_fallback = !heuristics::prefix_share_pays(in);
+    } else if (!lazy) {
+      info_.predicted_share_us = info_.predicted_decode_us = 0.f;
+    }
+    balanced = im.prefix_fallback && (packs == 0 || cost_fallback);
     info_.num_packs = packs;
     info_.num_wide_items = balanced ? 0 : wp.num_wide_items;
     im.wide_launch = !balanced && wp.num_wide_items > 0;

@@ -71,6 +71,7 @@ void expect_csr_equals_block_table(const Case& c, Rng& rng, bool share) {
   DecodeOptions o;
   o.path = c.path;
   o.share_prefixes = share;
+  o.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
   const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, o);
   DeviceBuffer ws(ws_bytes);
   BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, o);
@@ -322,6 +323,7 @@ TEST(DecodeRouteSmall, PublicRoutes) {
   bad.router_table = table(1, 1);
   EXPECT_EQ(thrown_argument([&] { BatchDecodeWrapper w(B, 16, 8, 128, bad); }), "options.router_table");  // group 2
   bad.share_prefixes = true;
+  bad.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
   bad.route = DecodeRoute::kWorkQueue;  // share_prefixes combines with kAuto only
   EXPECT_EQ(thrown_argument([&] { build(bad); }), "options.route");
   DecodeOptions chunk_bad;
@@ -377,6 +379,7 @@ TEST(DecodeRouteSmall, AutoWithPrefixSharing) {
   DecodeOptions autos;
   autos.route = DecodeRoute::kAuto;
   autos.share_prefixes = true;
+  autos.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
   autos.router_table = table;
   const size_t auto_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, autos);
   DeviceBuffer auto_ws(auto_bytes);
@@ -414,6 +417,7 @@ TEST(DecodeRouteSmall, AutoWithPrefixSharing) {
     check_against_reference(bt);
     DecodeOptions ref_opt;  // shared: the prefix-sharing plan; else the default balanced plan
     ref_opt.share_prefixes = shared;
+    ref_opt.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
     DecodePlanInfo ri;
     EXPECT_EQ(run_with(ref_opt, &ri), got);
     EXPECT_EQ(ai.route, int32_t(DecodeRoute::kBalanced));

@@ -111,6 +111,7 @@ TEST(DecodeSmall, SharePrefixesRandomForests) {
     const int32_t B = static_cast<int32_t>(c.lens.size());
     DecodeOptions opt;
     opt.share_prefixes = true;
+    opt.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
     Workspace ws(B, c, opt);
     BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
     Batch bt(c, rng);
@@ -143,6 +144,7 @@ TEST(DecodeSmall, SharePrefixesLongRootFewPacks) {
   SCOPED_TRACE(c.describe());
   DecodeOptions opt;
   opt.share_prefixes = true;
+  opt.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
   Workspace ws(B, c, opt);
   BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
   Batch bt(c, rng);
@@ -240,6 +242,7 @@ TEST(DecodeSmall, SharePrefixesWidePacks) {
                                : "wide packs, serial, grid cut");
       DecodeOptions opt;
       opt.share_prefixes = true;
+      opt.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
       opt.prefix_wide_packs = wide;
       opt.prefix_wide_overlap = mode == 0;
       opt.prefix_wide_sm90 = mode != 3;
@@ -310,6 +313,7 @@ TEST(DecodeSmall, SharePrefixesWideSm90Selection) {
     SCOPED_TRACE(c.describe());
     DecodeOptions opt;
     opt.share_prefixes = true;
+    opt.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
     opt.prefix_wide_min_rows = 64;
     opt.prefix_wide_min_keys = 1;
     opt.prefix_wide_overlap = false;  // serial plans: the Hopper mainloop's (kPackWideSm90SplitPlans)
@@ -373,6 +377,7 @@ TEST(DecodeSmall, SharePrefixesWideSm90WaveChain) {
       SCOPED_TRACE(overlap ? "programmatic chain" : "serial launches");
       DecodeOptions opt;
       opt.share_prefixes = true;
+      opt.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
       opt.prefix_wide_overlap = overlap;
       opt.prefix_wide_min_rows = 64;  // the host test's config (the root holds >= 256 rows per KV head)
       opt.prefix_wide_min_keys = 1;
@@ -431,6 +436,7 @@ TEST(DecodeSmall, SharePrefixesWideSm90IgnoredWhereNotApplicable) {
       bt.d_indices.upload(bt.indices.data(), bt.indices.size() * sizeof(int32_t));
       DecodeOptions opt;
       opt.share_prefixes = mode != 2;
+      opt.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
       opt.prefix_wide_packs = mode != 1;
       opt.prefix_wide_sm90 = true;
       opt.prefix_wide_sm90_wave = true;

@@ -168,6 +168,7 @@ TEST(DecodeSmall, SharePrefixesLazyUpdate) {
   };
   DecodeOptions opt;
   opt.share_prefixes = true;
+  opt.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
   const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
   DeviceBuffer ws(ws_bytes);
   BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
@@ -244,6 +245,7 @@ TEST(DecodeSmall, CascadeLevelsMatchReference) {
                                               {{0, 2, 3, 4, 5, 6, 7, 8}, {2, 0, 0, 0, 0, 0, 0}}};
     DecodeOptions opt;
     opt.share_prefixes = true;
+    opt.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
     const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
     DeviceBuffer ws(ws_bytes);
     BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
@@ -307,6 +309,7 @@ TEST(DecodeSmall, SharePrefixesWrapper) {
     const int32_t B = int32_t(c.lens.size());
     DecodeOptions opt;
     opt.share_prefixes = true;
+    opt.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
     const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
     DeviceBuffer ws(ws_bytes);
     BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
@@ -378,6 +381,7 @@ TEST(DecodeSmall, SharePrefixesNoSharingFallsBack) {
     const int32_t B = int32_t(c.lens.size());
     DecodeOptions opt;
     opt.share_prefixes = true;
+    opt.prefix_cost_model = false;  // the sharing plan under test, not the cost model's choice
     const size_t ws_bytes = BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d, opt);
     ASSERT_GE(ws_bytes, BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d)) << "holds the standard plan too";
     DeviceBuffer ws(ws_bytes);
@@ -434,6 +438,92 @@ TEST(DecodeSmall, SharePrefixesNoSharingFallsBack) {
     WEFT_TEST_CUDA(cudaDeviceSynchronize());
     check_against_reference(bt);
   }
+}
+
+// DecodeOptions::prefix_cost_model: a batch whose sharing plan the cost model predicts slower than
+// the standard decode (PAT's B[1,4,16] L[128,256,1024] tree at heads 64 x 8: 16 requests sharing a
+// 128-key root and 4 x 256-key nodes before 1024 private keys each; the H100 ran it 1.83x slower
+// shared, bench/results/h100_all_049f043.json) falls back (prefix_fallback, the sharing plan's
+// packs still counted) and runs exactly the standard decode: output and LSE bitwise equal to a
+// wrapper without share_prefixes. With the model off the sharing plan runs (against the
+// reference). A batch whose sharing wins (PAT's B[1,32] L[2048,512] at heads 32 x 8: 32 requests
+// on a 2048-key root, 512 private keys each; 50.3 vs 71.8 us) keeps sharing with the model on.
+TEST(DecodeSmall, SharePrefixesCostModelFallsBack) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  Case c;
+  c.hkv = 8;
+  c.hq = 64;
+  c.d = 128;
+  c.dtype = DType::kBFloat16;
+  c.lens.assign(16, 128 + 256 + 1024);
+  SCOPED_TRACE(c.describe());
+  const int32_t B = int32_t(c.lens.size());
+  Batch bt(c, rng);
+  for (int j = 1; j < 4; ++j) share_pages(bt.indices, bt.indptr, 4 * j, 0, 128 / 16);  // the root
+  for (int i = 0; i < B; ++i)
+    if (i % 4) share_pages(bt.indices, bt.indptr, i, 4 * (i / 4), (128 + 256) / 16);  // root + node
+  bt.d_indices = DeviceBuffer::from(bt.indices);
+  bt.table.indices.device = bt.d_indices.as<int32_t>();
+  DecodeOptions opt;
+  opt.share_prefixes = true;
+  Workspace ws(B, c, opt);
+  BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
+  plan_for(w, bt, ws);
+  const DecodePlanInfo info = w.plan_info();
+  EXPECT_TRUE(info.prefix_fallback);
+  EXPECT_FALSE(info.prefix_sharing);
+  EXPECT_GT(info.num_packs, 0) << "the sharing plan had packs: the cost model chose";
+  EXPECT_GT(info.predicted_share_us, 0.98f * info.predicted_decode_us);
+  bt.dout.poison();
+  bt.dlse.poison();
+  run_for(w, bt);
+  WEFT_TEST_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> o = bt.out(), l = bt.lse();
+  Workspace std_ws(B, c);
+  BatchDecodeWrapper standard(B, c.hq, c.hkv, c.d);
+  plan_for(standard, bt, std_ws);
+  bt.dout.poison();
+  bt.dlse.poison();
+  run_for(standard, bt);
+  WEFT_TEST_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(o, bt.out()) << "the fallback is not the standard decode";
+  EXPECT_EQ(l, bt.lse());
+  check_against_reference(bt);
+
+  DecodeOptions forced = opt;
+  forced.prefix_cost_model = false;
+  BatchDecodeWrapper wf(B, c.hq, c.hkv, c.d, forced);
+  plan_for(wf, bt, ws);
+  EXPECT_FALSE(wf.plan_info().prefix_fallback);
+  EXPECT_TRUE(wf.plan_info().prefix_sharing);
+  EXPECT_EQ(wf.plan_info().num_packs, info.num_packs);
+  bt.dout.poison();
+  bt.dlse.poison();
+  run_for(wf, bt);
+  WEFT_TEST_CUDA(cudaDeviceSynchronize());
+  check_against_reference(bt);
+
+  Case wc = c;
+  wc.hkv = 8;
+  wc.hq = 32;
+  wc.lens.assign(32, 2048 + 512);
+  SCOPED_TRACE(wc.describe());
+  Batch wb(wc, rng);
+  for (int i = 1; i < 32; ++i) share_pages(wb.indices, wb.indptr, i, 0, 2048 / 16);
+  wb.d_indices = DeviceBuffer::from(wb.indices);
+  wb.table.indices.device = wb.d_indices.as<int32_t>();
+  Workspace wws(32, wc, opt);
+  BatchDecodeWrapper ww(32, wc.hq, wc.hkv, wc.d, opt);
+  plan_for(ww, wb, wws);
+  EXPECT_FALSE(ww.plan_info().prefix_fallback);
+  EXPECT_TRUE(ww.plan_info().prefix_sharing);
+  EXPECT_LT(ww.plan_info().predicted_share_us, 0.98f * ww.plan_info().predicted_decode_us);
+  wb.dout.poison();
+  wb.dlse.poison();
+  run_for(ww, wb);
+  WEFT_TEST_CUDA(cudaDeviceSynchronize());
+  check_against_reference(wb);
 }
 
 }  // namespace
