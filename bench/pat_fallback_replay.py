@@ -148,10 +148,10 @@ def main():
             coef = " ".join(f"{k}={v:.5g}" for k, v in c.items())
             print(f"fit {name} on {args.fit} ({n} rows): {coef}  mean|rel err| {em:.3f} worst {ex:.3f}")
         cross_validate(model, args.fit)
-    allr, allmiss, fell = [], [], 0
+    allr, allmiss, fell, allvs = [], [], 0, []
     for path in args.files:
         commit, rows = pat_rows(path)
-        ratios, miss, skipped, nopack = [], [], 0, 0
+        ratios, miss, skipped, nopack, vs_share = [], [], 0, 0, []
         for key, r in sorted(rows.items()):
             kv = model.get(key[:3])
             if kv is None:
@@ -170,23 +170,27 @@ def main():
             t = share if choose_share else dec
             ratio = t / min(dec, share)
             ratios.append(ratio)
+            vs_share.append(t / share)
             if ratio > 1.0005:
                 miss.append(f"  miss {'/'.join(key)}: decode {dec:.1f} share {share:.1f} us, chose "
                             f"{'share' if choose_share else 'decode'} (predicted share/decode {float(kv['ratio']):.3f}, "
                             f"measured {share / dec:.3f}) -> {ratio:.3f}x the better")
         if ratios:
             print(f"{path} ({commit}): {len(ratios)} batches, chosen / best mean {sum(ratios) / len(ratios):.4f} "
-                  f"worst {max(ratios):.3f}, {len(miss)} misses; left out {skipped} (plan differs or rows "
-                  f"missing), {nopack} without packs")
+                  f"worst {max(ratios):.3f} min {min(ratios):.3f}, {len(miss)} misses; chosen / share (always sharing) "
+                  f"mean {sum(vs_share) / len(vs_share):.4f} min {min(vs_share):.3f}; left out {skipped} (plan differs "
+                  f"or rows missing), {nopack} without packs")
         else:
             print(f"{path} ({commit}): no comparable batch (left out {skipped})")
         for m in miss:
             print(m)
         allr += ratios
         allmiss += miss
+        allvs += vs_share
     if allr:
         print(f"ALL: {len(allr)} batch rows, chosen / best mean {sum(allr) / len(allr):.4f} worst {max(allr):.3f} "
-              f"(1.0 = always the faster of the two), {len(allmiss)} misses, decode chosen on {fell}")
+              f"(1.0 = always the faster of the two), {len(allmiss)} misses, decode chosen on {fell}; chosen / "
+              f"share mean {sum(allvs) / len(allvs):.4f} min {min(allvs):.3f}")
     # The model's choices per batch (one line each).
     print("choices (predicted share/decode, choice):")
     for key in sorted(model):
