@@ -433,11 +433,7 @@ void pack_cases(const std::string& filter) {
 void pat_shape_cases(const std::string& filter) {
   if (filter.find("pat-shape") == std::string::npos) return;
   const int32_t heads[][2] = {{32, 32}, {16, 8}, {32, 8}, {64, 8}};
-  auto join = [](const std::vector<int32_t>& v) {
-    std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? "-" : "") + std::to_string(v[i]);
-    return s;
-  };
+  const auto join = weft::bench::join_dims;
   auto makespan = [](const weft::plan::WorkPlan& p, int64_t& mean) {
     int64_t worst = 0, total = 0;
     for (int32_t c = 0; c < p.num_ctas; ++c) {
@@ -485,11 +481,7 @@ void pat_shape_cases(const std::string& filter) {
 void pat_cost_cases(const std::string& filter) {
   if (filter.find("pat-cost") == std::string::npos) return;
   const int32_t heads[][2] = {{32, 32}, {16, 8}, {32, 8}, {64, 8}};
-  auto join = [](const std::vector<int32_t>& v) {
-    std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? "-" : "") + std::to_string(v[i]);
-    return s;
-  };
+  const auto join = weft::bench::join_dims;
   std::vector<weft::bench::PatTree> trees = weft::bench::pat_trees();
   trees.push_back({{64}, {2560}});  // the no-sharing control
   for (const auto& h : heads)

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attention/heuristics.h"
@@ -61,6 +62,13 @@ inline PrefixTreeBatch make_prefix_tree_batch(const std::vector<int32_t>& fan, c
     t.last_page_len.push_back(len - (static_cast<int32_t>(t.indptr.back() - t.indptr[t.indptr.size() - 2]) - 1) * page_size);
   }
   return t;
+}
+
+// "1-4-16": a tree's fan or level lengths as the bench names them.
+inline std::string join_dims(const std::vector<int32_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "-" : "") + std::to_string(v[i]);
+  return s;
 }
 
 // The "pat" bench's trees (PAT's synthetic configurations, bench/cases_decode_pat.cu): {fan, keys}

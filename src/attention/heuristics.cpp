@@ -139,11 +139,12 @@ bool prefill_auto_prefers_sm90(bool wide_tile, bool fp8_kv) {
 // The predicted share / decode separates the batches: the 13 where sharing measured slower
 // (1.02-1.83x: B1-4-16 L128-256-1024 at every head config, B1-4-16 L512-512-512 and B1-8-64
 // L128-256-1024 at 16x8 / 32x8 / 64x8) predict >= 1.019, the 47 where it won (0.13-0.97x) <= 0.945. kPrefixShareMargin = 0.98 lies between
-// (sqrt(0.945 x 1.019)). Replayed (bench/results/devbox_pat_fallback_*.txt): chosen / the faster
+// (sqrt(0.945 x 1.019)). Replayed (bench/results/devbox_pat_fallback_208f0a6.txt): chosen / the faster
 // of the two 1.000 on all 60 batches and on the other committed H100 pat files (505 batch rows
 // whose plans are today's: a miss on one row of c7848f5, an older kernel); fitted on three head
 // configs and replayed on the fourth (--cv), no miss. Extrapolated (not fitted): other head dims (keys
-// scaled by their bytes), other GPUs (the rates are H100's).
+// scaled by their bytes), other GPUs (the rates are H100's). Live (bench/results/
+// h100_pat_fallback_208f0a6.json): the 13 batches fall back, share / decode 0.99-1.01x on them.
 namespace {
 constexpr double kDecodeUs = 7.757, kDecodeUniqueUsPerKey = 0.04287, kDecodeRepeatUsPerKeyCC = 0.02405,
                  kDecodeRepeatUsPerKeyTC = 0.02031;

@@ -361,6 +361,29 @@ TEST(DecodeSmall, SharePrefixesWrapper) {
   }
 }
 
+// Runs `w` (planned on bt, fallen back to standard decode) and a standard wrapper (no
+// share_prefixes) on bt: the same path, output and LSE bitwise equal; then against the reference.
+void expect_runs_standard_decode(BatchDecodeWrapper& w, Batch& bt) {
+  const Case& c = bt.c;
+  const int32_t B = int32_t(c.lens.size());
+  bt.dout.poison();
+  bt.dlse.poison();
+  run_for(w, bt);
+  WEFT_TEST_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> o = bt.out(), l = bt.lse();
+  Workspace std_ws(B, c);
+  BatchDecodeWrapper standard(B, c.hq, c.hkv, c.d);
+  plan_for(standard, bt, std_ws);
+  EXPECT_EQ(w.plan_info().path, standard.plan_info().path);
+  bt.dout.poison();
+  bt.dlse.poison();
+  run_for(standard, bt);
+  WEFT_TEST_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(o, bt.out()) << "the fallback is not the standard decode";
+  EXPECT_EQ(l, bt.lse());
+  check_against_reference(bt);
+}
+
 // DecodeOptions::prefix_fallback: a table without any shared full page runs exactly the standard
 // decode (plan_info().prefix_fallback, num_packs 0): output and LSE bitwise equal to a wrapper
 // without share_prefixes on the same batch (group 1 takes the CUDA-core path there, group 4 the
@@ -386,8 +409,6 @@ TEST(DecodeSmall, SharePrefixesNoSharingFallsBack) {
     ASSERT_GE(ws_bytes, BatchDecodeWrapper::workspace_size(B, c.hq, c.hkv, c.d)) << "holds the standard plan too";
     DeviceBuffer ws(ws_bytes);
     BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
-    Workspace std_ws(B, c);
-    BatchDecodeWrapper standard(B, c.hq, c.hkv, c.d);
     Batch bt(c, rng);  // page ids all distinct: no sharing
     auto plan_share = [&] {
       w.plan(bt.table, c.hq, c.hkv, c.d, c.page_size, c.dtype, c.layout, c.var, ws.get(), ws_bytes, nullptr);
@@ -396,20 +417,7 @@ TEST(DecodeSmall, SharePrefixesNoSharingFallsBack) {
       plan_share();
       EXPECT_TRUE(w.plan_info().prefix_fallback);
       EXPECT_EQ(w.plan_info().num_packs, 0);
-      bt.dout.poison();
-      bt.dlse.poison();
-      run_for(w, bt);
-      WEFT_TEST_CUDA(cudaDeviceSynchronize());
-      const std::vector<float> o = bt.out(), l = bt.lse();
-      plan_for(standard, bt, std_ws);
-      EXPECT_EQ(w.plan_info().path, standard.plan_info().path);
-      bt.dout.poison();
-      bt.dlse.poison();
-      run_for(standard, bt);
-      WEFT_TEST_CUDA(cudaDeviceSynchronize());
-      EXPECT_EQ(o, bt.out()) << "the fallback is not the standard decode";
-      EXPECT_EQ(l, bt.lse());
-      check_against_reference(bt);
+      expect_runs_standard_decode(w, bt);
     };
     expect_standard();
     const std::vector<int32_t> unshared = bt.indices;
@@ -475,21 +483,7 @@ TEST(DecodeSmall, SharePrefixesCostModelFallsBack) {
   EXPECT_FALSE(info.prefix_sharing);
   EXPECT_GT(info.num_packs, 0) << "the sharing plan had packs: the cost model chose";
   EXPECT_GT(info.predicted_share_us, 0.98f * info.predicted_decode_us);
-  bt.dout.poison();
-  bt.dlse.poison();
-  run_for(w, bt);
-  WEFT_TEST_CUDA(cudaDeviceSynchronize());
-  const std::vector<float> o = bt.out(), l = bt.lse();
-  Workspace std_ws(B, c);
-  BatchDecodeWrapper standard(B, c.hq, c.hkv, c.d);
-  plan_for(standard, bt, std_ws);
-  bt.dout.poison();
-  bt.dlse.poison();
-  run_for(standard, bt);
-  WEFT_TEST_CUDA(cudaDeviceSynchronize());
-  EXPECT_EQ(o, bt.out()) << "the fallback is not the standard decode";
-  EXPECT_EQ(l, bt.lse());
-  check_against_reference(bt);
+  expect_runs_standard_decode(w, bt);
 
   DecodeOptions forced = opt;
   forced.prefix_cost_model = false;

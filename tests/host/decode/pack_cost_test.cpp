@@ -4,7 +4,7 @@
 // config: bench/prefix_tree.h pat_wrapper_plan). Named cases: the rows where sharing measured
 // slower than standard decode fall back, the rows where it won keep sharing
 // (bench/results/h100_all_049f043.json; the replay over every committed row:
-// bench/pat_fallback_replay.py, bench/results/devbox_pat_fallback_*.txt).
+// bench/pat_fallback_replay.py, bench/results/devbox_pat_fallback_208f0a6.txt).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -38,11 +38,7 @@ Choice choose(int32_t hq, int32_t hkv, const std::vector<int32_t>& fan, const st
 }
 
 std::string name(int32_t hq, int32_t hkv, const std::vector<int32_t>& fan, const std::vector<int32_t>& keys) {
-  std::string s = std::to_string(hq) + "x" + std::to_string(hkv) + " B";
-  for (size_t i = 0; i < fan.size(); ++i) s += (i ? "-" : "") + std::to_string(fan[i]);
-  s += " L";
-  for (size_t i = 0; i < keys.size(); ++i) s += (i ? "-" : "") + std::to_string(keys[i]);
-  return s;
+  return std::to_string(hq) + "x" + std::to_string(hkv) + " B" + bench::join_dims(fan) + " L" + bench::join_dims(keys);
 }
 
 // Measured share / decode on H100 (h100_all_049f043.json) in the comments.
