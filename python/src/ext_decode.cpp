@@ -18,6 +18,11 @@ nb::dict decode_plan_info(const weft::DecodePlanInfo& i) {
   d["path"] = std::string(weft::decode_path_name(i.path));
   d["route"] = std::string(weft::decode_route_name(static_cast<weft::DecodeRoute>(i.route)));
   d["route_chunk"] = i.route_chunk;
+  d["num_packs"] = i.num_packs;
+  d["prefix_sharing"] = i.prefix_sharing;
+  d["prefix_fallback"] = i.prefix_fallback;
+  d["predicted_share_us"] = i.predicted_share_us;
+  d["predicted_decode_us"] = i.predicted_decode_us;
   return d;
 }
 
@@ -146,11 +151,13 @@ class DecodeBlocks : public DecodeCommon {
 
 class Decode : public DecodeCommon {
  public:
-  Decode(int32_t max_batch, int32_t max_num_pages, int32_t path, bool share_prefixes, OptArray workspace)
+  Decode(int32_t max_batch, int32_t max_num_pages, int32_t path, bool share_prefixes, OptArray workspace,
+         bool prefix_cost_model)
       : DecodeCommon(max_batch, workspace), max_pages_hint_(max_num_pages) {
     WEFT_CHECK_ARG(path >= 0 && path <= 2, "backend", "unknown decode path " << path);
     opt_.path = static_cast<weft::DecodePath>(path);
     opt_.share_prefixes = share_prefixes;
+    opt_.prefix_cost_model = prefix_cost_model;
   }
 
   // levels_req_indptr / levels_num_pages: BatchDecodeWrapper::plan_cascade's levels (one entry
@@ -204,8 +211,8 @@ void bind_decode(nb::module_& m) {
   });
 
   nb::class_<Decode>(m, "Decode")
-      .def(nb::init<int32_t, int32_t, int32_t, bool, OptArray>(), "max_batch"_a, "max_num_pages"_a, "path"_a,
-           "share_prefixes"_a, "workspace"_a.none())
+      .def(nb::init<int32_t, int32_t, int32_t, bool, OptArray, bool>(), "max_batch"_a, "max_num_pages"_a, "path"_a,
+           "share_prefixes"_a, "workspace"_a.none(), "prefix_cost_model"_a = true)
       .def("plan", &Decode::plan, "indptr"_a, "indices"_a, "last_page_len"_a, "num_qo_heads"_a, "num_kv_heads"_a,
            "head_dim"_a, "page_size"_a, "dtype"_a, "layout"_a, "sm_scale"_a, "window_left"_a, "logits_soft_cap"_a,
            "return_lse"_a, "stream"_a, "levels_req_indptr"_a = std::vector<std::vector<int32_t>>(),

@@ -444,11 +444,20 @@ def test_decode_cascade_and_prefix_sharing_vs_reference():
     def check(out):
         check_pages_vs_reference(out, q, kc, vc, indptr, indices, lens)
 
-    w = weft.BatchDecodeWithPagedKVCacheWrapper(share_prefixes=True)
+    # prefix_cost_model=False: batches this small are predicted faster as standard decode; the
+    # sharing plan itself is what this test checks (the default's fallback is checked below).
+    w = weft.BatchDecodeWithPagedKVCacheWrapper(share_prefixes=True, prefix_cost_model=False)
     w.plan(indptr, indices, last, hq, hkv, d, page, q_data_type=torch.bfloat16)
+    assert w.plan_info()["prefix_sharing"] and w.plan_info()["num_packs"] > 0, w.plan_info()
     check(w.run(q, (kc, vc)))
     w.plan_cascade(indptr, indices, last, [([0, 2, 4], [3, 2])], hq, hkv, d, page, q_data_type=torch.bfloat16)
+    assert w.plan_info()["prefix_sharing"], w.plan_info()
     check(w.run(q, (kc, vc)))
+    auto = weft.BatchDecodeWithPagedKVCacheWrapper(share_prefixes=True)
+    auto.plan(indptr, indices, last, hq, hkv, d, page, q_data_type=torch.bfloat16)
+    info = auto.plan_info()
+    assert info["prefix_fallback"] == (info["predicted_share_us"] >= 0.98 * info["predicted_decode_us"]), info
+    check(auto.run(q, (kc, vc)))
     with pytest.raises(weft.WeftError) as e:  # requests 2-3 do not share 4 pages
         w.plan_cascade(indptr, indices, last, [([0, 2, 4], [3, 4])], hq, hkv, d, page, q_data_type=torch.bfloat16)
     assert e.value.argument == "levels"

@@ -69,6 +69,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
     Prefix sharing (``share_prefixes=True``, weft::DecodeOptions::share_prefixes): requests whose
     page lists start with the same full pages read them once; plan() finds them, or
     ``plan_cascade()`` takes them stated level by level (FlashInfer's multi-level cascade).
+    ``prefix_cost_model`` (weft::DecodeOptions::prefix_cost_model, default on): a sharing plan not
+    predicted faster than the standard decode plan falls back to it (``plan_info()["prefix_fallback"]``;
+    ``"predicted_share_us"`` / ``"predicted_decode_us"`` are the model's times); False shares whenever
+    pages are shared.
 
     CUDA graphs: run() allocates nothing (when ``out`` is given) and never syncs the host; the
     page table lives in wrapper-owned device buffers at fixed addresses, so a graph captured
@@ -78,12 +82,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     def __init__(self, float_workspace_buffer: Any = None, kv_layout: str = "NHD",
                  use_cuda_graph: bool = False, *, max_batch_size: int = 0, max_num_pages: int = 0,
-                 backend: str = "auto", share_prefixes: bool = False):
+                 backend: str = "auto", share_prefixes: bool = False, prefix_cost_model: bool = True):
         self._layout = _layout_code(kv_layout)
         if backend not in _DECODE_BACKENDS:
             raise _error("backend", f"must be one of {sorted(_DECODE_BACKENDS)}, got {backend!r}")
         self._impl = _weft.Decode(int(max_batch_size), int(max_num_pages), _DECODE_BACKENDS[backend],
-                                  bool(share_prefixes), float_workspace_buffer)
+                                  bool(share_prefixes), float_workspace_buffer, bool(prefix_cost_model))
         self._num_qo_heads = 0
         self._head_dim = 0
         self._batch = 0

@@ -10,7 +10,7 @@ def decode_workspace_size(max_batch: int, num_qo_heads: int, num_kv_heads: int, 
 
 class Decode:
     def __init__(self, max_batch: int, max_num_pages: int, path: int, share_prefixes: bool,
-                 workspace: Optional[Any]) -> None: ...
+                 workspace: Optional[Any], prefix_cost_model: bool = True) -> None: ...
     def plan(self, indptr: Any, indices: Any, last_page_len: Any, num_qo_heads: int, num_kv_heads: int,
              head_dim: int, page_size: int, dtype: int, layout: int, sm_scale: float, window_left: int,
              logits_soft_cap: float, return_lse: bool, stream: int,
