@@ -1,5 +1,6 @@
 // weft-plan-bench's route/ rows (plan_bench.h): the decode router's host parts.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "attention/plan/balance.h"
+#include "common/plan_phases.h"
 #include "decode/decode_plan.h"
 #include "decode/router.h"
 #include "paged/block_table.h"
@@ -172,6 +174,46 @@ void route_cases(const std::string& filter, const std::string& router_path) {
       layout.serialize(plan, img.data(), &image);
     });
     print_row(c.name, "balanced plan", bal, bal, "for scale: the fixed route's planning");
+#if defined(WEFT_PLAN_PHASES)
+    // -DWEFT_PLAN_PHASES=ON: the balanced plan(BlockTable)'s host parts with the phase clock of
+    // src/common/plan_phases.h (the wrapper's marks: rows check, shape, plan_decode's four, image
+    // size, serialize; not the CUDA calls), p50 of 400 calls, warm and after 32 MiB of writes.
+    for (int cold_run = 0; cold_run < 2; ++cold_run) {
+      namespace dg = weft::diag;
+      std::vector<std::array<double, dg::kPhCount>> ph;
+      std::vector<double> total;
+      for (int r = 0; r < 400; ++r) {
+        if (cold_run) std::memset(evict.data(), ++evict_round, evict.size());
+        dg::plan_phases_begin();
+        const int64_t t0 = dg::plan_phase_clock().last_ns;
+        weft::paged::check_block_table_rows(t, kPage, -1);
+        dg::plan_phase_mark(dg::kPhRows);
+        weft::decode::batch_shape(lens.data(), c.batch, -1, shape);
+        dg::plan_phase_mark(dg::kPhShape);
+        weft::decode::plan_decode(shape, cfg, planner, plan);  // marks prepare .. build
+        g_sink = weft::plan::launch_records_used(plan).records;
+        dg::plan_phase_mark(dg::kPhRecords);
+        layout.serialize(plan, img.data(), &image);
+        dg::plan_phase_mark(dg::kPhSerialize);
+        total.push_back(1e-3 * double(dg::plan_phase_clock().last_ns - t0));
+        std::array<double, dg::kPhCount> x{};
+        for (int k = 0; k < dg::kPhCount; ++k) x[k] = 1e-3 * double(dg::plan_phase_clock().ns[k]);
+        ph.push_back(x);
+      }
+      auto median_of = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      std::printf("%-40s %-20s total p50 %.2f us |", c.name.c_str(), cold_run ? "phases (cold)" : "phases (warm)",
+                  median_of(total));
+      for (int k = 0; k < dg::kPhCount; ++k) {
+        std::vector<double> v;
+        for (const auto& x : ph) v.push_back(x[k]);
+        if (*std::max_element(v.begin(), v.end()) > 0) std::printf(" %s %.2f", dg::plan_phase_name(k), median_of(v));
+      }
+      std::printf("\n");
+    }
+#endif
   }
 }
 

@@ -60,25 +60,31 @@ Sample exec_route(Engine& e, Family& f, const weft::BlockTable& t, const RouteOp
   weft::TensorView out(e.out, weft::DType::kBFloat16, {B, kHq, kD});
   weft::TensorView lse(e.lse, weft::DType::kFloat32, {B, kHq});
   const weft::AttentionVariant var;
+  weft::diag::plan_phases_begin();
   const auto tp = Clock::now();
+  auto planned = [&] {  // plan() returned: its phases (diagnostic builds) and its host time
+    weft::diag::plan_phases_end();
+    s.plan_us = us_since(tp);
+    for (int p = 0; p < weft::diag::kPhCount; ++p) s.phase_us[p] = 1e-3 * double(weft::diag::plan_phase_clock().ns[p]);
+  };
   if (routed) {
     e.routed->plan(t, kHq, kHkv, kD, kPage, weft::DType::kBFloat16, weft::KVLayout::kNHD, var, e.ws_routed,
                    e.ws_routed_bytes, e.stream);
-    s.plan_us = us_since(tp);
+    planned();
     CK(cudaEventRecord(e.e0, e.stream));
     e.routed->run(q, f.cache, t, out, &lse, e.stream);
   } else switch (o.route) {
     case Route::kBalanced:
       e.bal.plan(t, kHq, kHkv, kD, kPage, weft::DType::kBFloat16, weft::KVLayout::kNHD, var, e.ws_bal,
                  e.ws_bal_bytes, e.stream);
-      s.plan_us = us_since(tp);
+      planned();
       CK(cudaEventRecord(e.e0, e.stream));
       e.bal.run(q, f.cache, t, out, &lse, e.stream);
       break;
     case Route::kPrefixShare:
       e.share->plan(t, kHq, kHkv, kD, kPage, weft::DType::kBFloat16, weft::KVLayout::kNHD, var, e.ws_share,
                     e.ws_share_bytes, e.stream);
-      s.plan_us = us_since(tp);
+      planned();
       CK(cudaEventRecord(e.e0, e.stream));
       e.share->run(q, f.cache, t, out, &lse, e.stream);
       break;
@@ -86,7 +92,7 @@ Sample exec_route(Engine& e, Family& f, const weft::BlockTable& t, const RouteOp
     case Route::kNoSplit:
       e.wq.plan(t, o.route == Route::kNoSplit ? 0 : o.chunk, kPage, weft::DType::kBFloat16, weft::KVLayout::kNHD,
                 var, e.ws_wq, e.ws_wq_bytes, e.stream);
-      s.plan_us = us_since(tp);
+      planned();
       CK(cudaEventRecord(e.e0, e.stream));
       e.wq.run(q, f.cache, t, out, &lse, e.stream);
       break;
@@ -97,6 +103,20 @@ Sample exec_route(Engine& e, Family& f, const weft::BlockTable& t, const RouteOp
   float ms = 0;
   CK(cudaEventElapsedTime(&ms, e.e0, e.e1));
   s.gpu_us = ms * 1e3;
+  return s;
+}
+
+Sample replan_balanced(Engine& e, const weft::BlockTable& t) {
+  Sample s;
+  const weft::AttentionVariant var;
+  weft::diag::plan_phases_begin();
+  const auto tp = Clock::now();
+  e.bal.plan(t, kHq, kHkv, kD, kPage, weft::DType::kBFloat16, weft::KVLayout::kNHD, var, e.ws_bal, e.ws_bal_bytes,
+             e.stream);
+  weft::diag::plan_phases_end();
+  s.plan_us = us_since(tp);
+  for (int p = 0; p < weft::diag::kPhCount; ++p) s.phase_us[p] = 1e-3 * double(weft::diag::plan_phase_clock().ns[p]);
+  CK(cudaStreamSynchronize(e.stream));
   return s;
 }
 

@@ -5,11 +5,13 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/plan_phases.h"
 #include "decode/work_queue_decode.h"
 #include "serve/routes.h"
 #include "serve/sim_util.h"
@@ -120,11 +122,18 @@ weft::BlockTable fill_table(Family& f, const weft::serve::Step& st);
 
 struct Sample {
   double wall_us = 0, gpu_us = 0, plan_us = 0;
+  // Host time of plan()'s phases (src/common/plan_phases.h): all zero unless built with
+  // -DWEFT_PLAN_PHASES=ON.
+  std::array<double, weft::diag::kPhCount> phase_us{};
 };
 
 // One execution of `o` (or, with `routed`, of the kAuto wrapper) on the step: upload the block
 // table, plan, run (events around run), sync.
 Sample exec_route(Engine& e, Family& f, const weft::BlockTable& t, const RouteOption& o, bool routed = false);
+
+// plan() of the balanced wrapper alone on the step just executed (its rows already uploaded, the
+// stream drained): the --replan-warm sample (host time and phases; wall and GPU time 0).
+Sample replan_balanced(Engine& e, const weft::BlockTable& t);
 
 // The float64 reference of rows `rows` of a step (K/V of those rows copied back from their
 // pages), computed once per checked step and compared with every option's output.

@@ -32,6 +32,9 @@ struct Args {
   uint64_t seed = 20260623;
   int32_t steps = 40, reps = 7;
   bool check = true;
+  // --replan-warm (-DWEFT_PLAN_PHASES=ON builds): after each balanced execution, plan the same
+  // step again at once (code and data hot, the stream drained), timed as route "balanced/again".
+  bool replan_warm = false;
 };
 
 // The route options every run measures (the router chooses among the same ones).

@@ -23,12 +23,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -55,12 +57,16 @@ using namespace weft::serve::sim;  // CK, the step shape, fill_kernel, statistic
 
 struct RouteStats {
   std::vector<double> wall, gpu, plan;
+  // Every execution's plan() host time and its phases (not per-step medians): -DWEFT_PLAN_PHASES=ON.
+  std::vector<double> plan_all;
+  std::vector<std::array<double, weft::diag::kPhCount>> phases;
 };
 
 struct FamilyResult {
   std::string name;
   int32_t max_active = 0, steps = 0;
   std::map<std::string, RouteStats> routes;  // fixed options + "router"
+  std::map<std::string, RouteStats> replans;  // --replan-warm: plan() phases of the warm re-plans
   std::map<std::string, int> picks;
   std::map<std::string, CheckResult> checks;
   std::vector<double> router_decide_us, bal_plan_us_b256;
@@ -124,7 +130,17 @@ FamilyResult run_family(Engine& e, const std::string& name, const Args& a, const
       for (size_t k = 0; k < n; ++k) order[k] = k;
       std::mt19937 shuffle_rng(uint32_t(si * 1009 + size_t(r)));
       std::shuffle(order.begin(), order.end(), shuffle_rng);
-      for (size_t idx : order) reps[idx].push_back(run_idx(idx));
+      for (size_t idx : order) {
+        reps[idx].push_back(run_idx(idx));
+#if defined(WEFT_PLAN_PHASES)
+        if (a.replan_warm && !is_router(idx) && opts[idx].route == Route::kBalanced) {
+          const Sample again = replan_balanced(e, t);
+          RouteStats& rs = fr.replans["balanced/again"];
+          rs.plan_all.push_back(again.plan_us);
+          rs.phases.push_back(again.phase_us);
+        }
+#endif
+      }
     }
     if (model != nullptr) {  // what the routed wrapper planned, and the decision's own time
       const weft::DecodePlanInfo& pi = e.routed->plan_info();
@@ -154,6 +170,9 @@ FamilyResult run_family(Engine& e, const std::string& name, const Args& a, const
       rs.wall.push_back(percentile(w, 0.5));
       rs.gpu.push_back(percentile(g, 0.5));
       rs.plan.push_back(percentile(p, 0.5));
+#if defined(WEFT_PLAN_PHASES)
+      for (const Sample& s : reps[idx]) rs.plan_all.push_back(s.plan_us), rs.phases.push_back(s.phase_us);
+#endif
       if (!router) {
         auto& smp = fr.samples[key];
         smp.first.push_back(weft::decode::route_features(opts[idx], sum, kHkv, slots));
@@ -199,6 +218,8 @@ FamilyResult hybrid_family(Engine& e, const Args& a) {
   return fr;
 }
 
+void write_phases(weft::bench::JsonWriter& j, const RouteStats& s);
+
 void write_stats(weft::bench::JsonWriter& j, const RouteStats& s) {
   j.begin_object();
   j.key("wall_us_mean").value(mean(s.wall));
@@ -208,8 +229,61 @@ void write_stats(weft::bench::JsonWriter& j, const RouteStats& s) {
   j.key("gpu_us_mean").value(mean(s.gpu));
   j.key("gpu_us_p50").value(percentile(s.gpu, 0.5));
   j.key("plan_us_p50").value(percentile(s.plan, 0.5));
+  write_phases(j, s);
   j.end_object();
 }
+
+void write_phases(weft::bench::JsonWriter& j, const RouteStats& s) {
+  if (!s.phases.empty()) {  // -DWEFT_PLAN_PHASES=ON: p50 over every execution (not per-step medians)
+    j.key("plan_us_p50_all").value(percentile(s.plan_all, 0.5));
+    std::vector<double> sum;
+    for (const auto& ph : s.phases) sum.push_back(std::accumulate(ph.begin(), ph.end(), 0.0));
+    j.key("plan_phases_sum_us_p50").value(percentile(sum, 0.5));
+    j.key("plan_phases_us_p50").begin_object();
+    for (int p = 0; p < weft::diag::kPhCount; ++p) {
+      std::vector<double> v;
+      for (const auto& ph : s.phases) v.push_back(ph[p]);
+      if (percentile(v, 1.0) > 0) j.key(weft::diag::plan_phase_name(p)).value(percentile(v, 0.5));
+    }
+    j.end_object();
+    j.key("plan_phases_us_p90").begin_object();
+    for (int p = 0; p < weft::diag::kPhCount; ++p) {
+      std::vector<double> v;
+      for (const auto& ph : s.phases) v.push_back(ph[p]);
+      if (percentile(v, 1.0) > 0) j.key(weft::diag::plan_phase_name(p)).value(percentile(v, 0.9));
+    }
+    j.end_object();
+  }
+}
+
+// One line per route of the plan() phases' p50 (-DWEFT_PLAN_PHASES=ON), on stderr.
+void print_phases(const std::string& family, const std::string& route, const RouteStats& s) {
+  if (s.phases.empty()) return;
+  std::fprintf(stderr, "[phases] %-12s %-16s plan p50 %6.2f us |", family.c_str(), route.c_str(),
+               percentile(s.plan_all, 0.5));
+  for (int p = 0; p < weft::diag::kPhCount; ++p) {
+    std::vector<double> v;
+    for (const auto& ph : s.phases) v.push_back(ph[p]);
+    if (percentile(v, 1.0) > 0) std::fprintf(stderr, " %s %.2f", weft::diag::plan_phase_name(p), percentile(v, 0.5));
+  }
+  std::fprintf(stderr, "\n");
+}
+
+#if defined(WEFT_PLAN_PHASES)
+// What one steady_clock::now() costs on this host (each phase mark reads it once), ns.
+double clock_read_ns() {
+  constexpr int kReads = 20000;
+  std::vector<double> per;
+  volatile int64_t sink = 0;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kReads; ++i) sink = Clock::now().time_since_epoch().count();
+    per.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kReads);
+  }
+  (void)sink;
+  return percentile(per, 0.5);
+}
+#endif
 
 }  // namespace
 
@@ -229,6 +303,7 @@ int main(int argc, char** argv) {
     else if (s == "--reps") a.reps = std::stoi(next());
     else if (s == "--families") a.families = next();
     else if (s == "--no-check") a.check = false;
+    else if (s == "--replan-warm") a.replan_warm = true;
     else if (s == "--dump-steps") a.dump = next();
     else if (s == "--refit") a.refit = next();
     else if (s == "--gpu") a.gpu = next();
@@ -299,6 +374,10 @@ int main(int argc, char** argv) {
     j.key("reps").value(a.reps);
     j.key("shape").value("Hq 32, Hkv 8, D 128, bf16, page 16, NHD, hole fraction 0.25");
     j.key("grid_slots").value(grid_slots(e));
+#if defined(WEFT_PLAN_PHASES)
+    j.key("plan_phases").value("built with -DWEFT_PLAN_PHASES=ON: plan() phase marks (src/common/plan_phases.h)");
+    j.key("clock_read_ns").value(clock_read_ns());
+#endif
     j.key("families").begin_array();
     double worst_ratio = 1e30, hybrid_ratio = -1;
     std::vector<double> plan256;
@@ -323,9 +402,20 @@ int main(int argc, char** argv) {
       for (const auto& [k, s] : fr.routes) {
         j.key(k);
         write_stats(j, s);
+        print_phases(fr.name, k, s);
         if (k != "router" && mean(s.wall) < best_mean) best_mean = mean(s.wall), best = k;
       }
       j.end_object();
+      if (!fr.replans.empty()) {  // --replan-warm
+        j.key("replan_warm").begin_object();
+        for (const auto& [k, s] : fr.replans) {
+          j.key(k).begin_object();
+          write_phases(j, s);
+          j.end_object();
+          print_phases(fr.name, k, s);
+        }
+        j.end_object();
+      }
       // Per-step medians (wall and GPU us) of every option, for replays and plots.
       j.key("per_step").begin_object();
       for (const auto& [k, s] : fr.routes) {

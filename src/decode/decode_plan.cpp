@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "attention/variant.cuh"
+#include "common/plan_phases.h"
 #include "weft/error.h"
 #include "weft/validate.h"
 
@@ -119,9 +120,13 @@ void plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg, 
                  plan::Plan& out) {
   // balance()'s plan first: split at L0 or not.
   const int64_t L0 = planner.prepare(shape, cfg);
+  WEFT_PLAN_PHASE(kPhPrepare);
   double best_ms = 0, ms_whole = 0;
-  if (!planner.choose_split(L0, &best_ms, &ms_whole)) {  // nothing split: a larger bound changes nothing
+  const bool split = planner.choose_split(L0, &best_ms, &ms_whole);
+  WEFT_PLAN_PHASE(kPhChooseSplit);
+  if (!split) {  // nothing split: a larger bound changes nothing
     planner.build(false, L0, out);
+    WEFT_PLAN_PHASE(kPhBuild);
     return;
   }
   int64_t longest = 0;
@@ -145,7 +150,9 @@ void plan_decode(const plan::BatchShape& shape, const plan::BalanceConfig& cfg, 
       best_L = L;
     }
   }
+  WEFT_PLAN_PHASE(kPhSearch);
   planner.build(true, best_L, out);
+  WEFT_PLAN_PHASE(kPhBuild);
 }
 
 }  // namespace weft::decode

@@ -1,6 +1,7 @@
 // BatchDecodeWrapper::plan*: the page-table, block-table and cascade forms, the lengths-only
 // core (balanced split-KV with head folding, or prefix-sharing work plans) and the work-queue
 // route. Host only: validation, planning, one copy of the plan into the workspace.
+#include "common/plan_phases.h"
 #include "decode/wrapper_impl.h"
 
 namespace weft {
@@ -46,6 +47,7 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
                               cudaStream_t stream) {
   // Lengths, rows and stride (ids are range-checked by run(), which knows the cache).
   paged::check_block_table_rows(table, page_size, -1);
+  WEFT_PLAN_PHASE(kPhRows);
   Impl& im = *impl_;
   if (im.route != DecodeRoute::kBalanced) {
     int32_t chunk = -1;  // -1: the balanced plan
@@ -61,12 +63,14 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
           im.share ? decode::shared_prefix_keys(table.block_ids.host, table.row_stride, table.seq_lens.host,
                                                 table.batch_size, page_size)
                    : 0;
+      WEFT_PLAN_PHASE(kPhSharedKeys);
       decode::RouteFilter filter;
       filter.balanced = !im.share || shared <= 0;
       filter.prefix_share = im.share;
       filter.max_tasks = im.max_tasks;
       const decode::StepSummary step{table.seq_lens.host, table.batch_size, shared};
       const int32_t pick = decode::choose_route(im.router, step, filter, &im.route_memo);
+      WEFT_PLAN_PHASE(kPhRoute);
       const decode::Route r = pick >= 0                 ? im.router.options[pick].route
                               : im.share && shared > 0 ? decode::Route::kPrefixShare
                                                        : decode::Route::kBalanced;
@@ -103,6 +107,7 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
     const PageTable*& t;
     ~Clear() { t = nullptr; }
   } clear{im.share_table};
+  WEFT_PLAN_PHASE(kPhRowsView);
   plan_lengths(table.seq_lens.host, batch, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout, variant,
                workspace, workspace_bytes, stream);
 }
@@ -164,6 +169,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
 
   for (int32_t b = 0; b < batch; ++b)
     WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
+  WEFT_PLAN_PHASE(kPhChecks);
   // A staging slot whose previous copy has left it (StagingRing::acquire: the previous plan's slot
   // once its copy has landed, else another slot; a host wait on the GPU only when every slot's
   // copy is still queued).
@@ -172,6 +178,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   auto staging_free = [&](bool rotate) {
     slot = im.staging.acquire(rotate);
     staging = im.staging.slot(slot);
+    WEFT_PLAN_PHASE(kPhAcquire);
   };
   std::size_t copy_bytes = 0, copy_offset = 0;
   DecodePath path = DecodePath::kTensorCore;
@@ -263,6 +270,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     }
     const plan::WorkPlan& wp = im.packer.current();
     pack_chunk = im.packer.max_chunk();
+    WEFT_PLAN_PHASE(kPhPack);
     int32_t packs = 0;
     plan::for_folded_items(wp, std::max(1, pc.head_fold), [&](int32_t i) { packs += wp.item_num_reqs[i] >= 2; });
     packs *= pc.head_fold;  // the folded plan's copies (PackPlanConfig::head_fold)
@@ -320,6 +328,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
       im.wlayout.serialize(wp, staging);  // throws (naming "plan") when it exceeds max_pack_items
       copy_bytes = im.wlayout.metadata_bytes();
     }
+    WEFT_PLAN_PHASE(kPhSerialize);
     info_.lazy_update = lazy;
     im.plan.batch = batch;  // what run() validates against
     im.plan.kv_len.assign(kv_lens, kv_lens + batch);
@@ -329,12 +338,14 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     info_.max_chunk = pack_chunk;
     info_.tile_rows = im.tile_rows;
     info_.split = wp.num_merges() > 0;
+    WEFT_PLAN_PHASE(kPhBook);
   } else {
     decode::batch_shape(kv_lens, batch, variant.window_left, im.shape);
     const plan::BatchShape& shape = im.shape;
     const int32_t rows =
         decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.balanced_tile_rows);
     const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows, im.head_fold);
+    WEFT_PLAN_PHASE(kPhShape);
     decode::plan_decode(shape, cfg, im.planner, im.next);
     // What serialize writes: 8 item arrays, indptr, the CTA records (12 words, one per launched
     // CTA up to the last busy one: plan::launch_records_used), 5 merge arrays, 2 per request.
@@ -342,8 +353,10 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
         4 * (8 * std::size_t(im.next.num_items()) + std::size_t(cfg.num_ctas) +
              12 * std::size_t(plan::launch_records_used(im.next).records) + 5 * std::size_t(im.next.num_merges()) +
              2 * std::size_t(batch));
+    WEFT_PLAN_PHASE(kPhRecords);
     staging_free(image_bytes <= heuristics::kRotateStagingMaxBytes);
     im.layout.serialize(im.next, staging, &im.staging_images[std::size_t(slot)]);
+    WEFT_PLAN_PHASE(kPhSerialize);
     // The whole metadata region: its arrays sit at fixed offsets with max_items strides, so the
     // bytes a smaller plan uses are not contiguous (and the region also clears the previous plan's);
     // at least kMinPlanCopyBytes (im.copy_bytes: a smaller copy costs the host more).
@@ -356,6 +369,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     info_.max_chunk = im.plan.max_chunk;
     info_.tile_rows = im.plan.tile_q;
     info_.split = im.plan.split;
+    WEFT_PLAN_PHASE(kPhBook);
   }
   // A run-time compiled variant: its kernel (compiled, read from the cache or already loaded).
   jit_detail::PlanState jit;
@@ -369,7 +383,9 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   }
   WEFT_CUDA_CHECK(cudaMemcpyAsync(static_cast<unsigned char*>(workspace) + copy_offset,
                                   staging + copy_offset, copy_bytes, cudaMemcpyHostToDevice, stream));
+  WEFT_PLAN_PHASE(kPhCopy);
   im.staging.enqueued(slot, stream);
+  WEFT_PLAN_PHASE(kPhRecord);
   if (im.share) im.share_image_ws = workspace;
 
   im.page_size = page_size;
