@@ -93,6 +93,9 @@ struct BatchDecodeWrapper::Impl {
   int32_t wide_grid = 0;
   plan::WorkPlanLayout wlayout;
   const PageTable* share_table = nullptr;
+  // During plan(BlockTable): its seq_lens.host, whose entries paged::check_block_table_rows has
+  // already found in [0, max_blocks x page_size]: plan_lengths skips its own sign pass over them.
+  const int32_t* lens_checked = nullptr;
   plan::PackPlanner packer;            // keeps the last plan for lazy updates
   const std::vector<CascadeLevel>* cascade = nullptr;  // plan_cascade()'s levels, during the call
   void* share_image_ws = nullptr;      // workspace whose metadata holds packer's plan (else null)

@@ -6,6 +6,17 @@
 
 namespace weft {
 
+namespace {
+// Balanced images up to this many bytes take the staging slots in turn (heuristics::
+// kRotateStagingMaxBytes); experiments only: CMake -DWEFT_EXP_ROTATE_STAGING_BYTES=<n> (the A/B of
+// scripts/diag/dplan-ab.sh, a b256 image of ~23 KiB rotating).
+#ifdef WEFT_EXP_ROTATE_STAGING_BYTES
+constexpr std::size_t kRotateMaxBytes = WEFT_EXP_ROTATE_STAGING_BYTES;
+#else
+constexpr std::size_t kRotateMaxBytes = heuristics::kRotateStagingMaxBytes;
+#endif
+}  // namespace
+
 void BatchDecodeWrapper::plan(const PageTable& table, int32_t num_qo_heads, int32_t num_kv_heads,
                               int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,
                               const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
@@ -49,6 +60,11 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
   paged::check_block_table_rows(table, page_size, -1);
   WEFT_PLAN_PHASE(kPhRows);
   Impl& im = *impl_;
+  im.lens_checked = table.seq_lens.host;
+  struct ClearChecked {
+    const int32_t*& p;
+    ~ClearChecked() { p = nullptr; }
+  } clear_checked{im.lens_checked};
   if (im.route != DecodeRoute::kBalanced) {
     int32_t chunk = -1;  // -1: the balanced plan
     if (im.route == DecodeRoute::kWorkQueue) {
@@ -167,8 +183,9 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
                    "prefix sharing supports neither ALiBi nor a sliding window yet");
   }
 
-  for (int32_t b = 0; b < batch; ++b)
-    WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
+  if (kv_lens != im.lens_checked)  // (plan(BlockTable) checked them with the rows)
+    for (int32_t b = 0; b < batch; ++b)
+      WEFT_CHECK_ARG(kv_lens[b] >= 0, "kv_lens", "entry " << b << " is negative: " << kv_lens[b]);
   WEFT_PLAN_PHASE(kPhChecks);
   // A staging slot whose previous copy has left it (StagingRing::acquire: the previous plan's slot
   // once its copy has landed, else another slot; a host wait on the GPU only when every slot's
@@ -354,7 +371,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
              12 * std::size_t(plan::launch_records_used(im.next).records) + 5 * std::size_t(im.next.num_merges()) +
              2 * std::size_t(batch));
     WEFT_PLAN_PHASE(kPhRecords);
-    staging_free(image_bytes <= heuristics::kRotateStagingMaxBytes);
+    staging_free(image_bytes <= kRotateMaxBytes);
     im.layout.serialize(im.next, staging, &im.staging_images[std::size_t(slot)]);
     WEFT_PLAN_PHASE(kPhSerialize);
     // The whole metadata region: its arrays sit at fixed offsets with max_items strides, so the
@@ -454,6 +471,11 @@ void BatchDecodeWrapper::Impl::plan_twin(DecodePlanInfo& info, const BlockTable&
   // throw leaves this wrapper's current plan as it was. The rows were checked by plan(BlockTable)
   // (the caller): the twin plans from the lengths directly (what its plan(BlockTable) does after
   // the same check, a kBalanced wrapper without share_prefixes), not checking them twice.
+  twin->impl_->lens_checked = table.seq_lens.host;
+  struct ClearChecked {
+    const int32_t*& p;
+    ~ClearChecked() { p = nullptr; }
+  } clear_checked{twin->impl_->lens_checked};
   twin->plan_lengths(table.seq_lens.host, table.batch_size, hq, hkv, d, page_size, dtype, kv, var,
                      static_cast<unsigned char*>(ws) + twin_offset, ws_bytes - twin_offset, stream);
   twin_planned = true;

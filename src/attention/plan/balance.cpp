@@ -266,7 +266,7 @@ double Planner::makespan(bool split, int64_t L) {
   grow(keys_tmp_, R);
   grow(order_, R);
   grow(order_tmp_, R);
-  grow(hist_, 256);
+  grow(hist_, kRadixHist);
   for (std::size_t r = 0; r < R; ++r) {
     keys_[r] = desc_key(runs_[r].first);
     order_[r] = static_cast<uint32_t>(r);

@@ -172,7 +172,7 @@ void Planner::build(bool split, int64_t L, Plan& p) {
       for (std::size_t i = 0; i < n; ++i) c_cost_[i] = static_cast<double>(c_icost_[i]);
     }
     for (std::size_t i = 0; i < n; ++i) keys_[i] = desc_key(c_cost_[order_[i]]);
-    grow(hist_, 256);
+    grow(hist_, kRadixHist);
     radix_sort(keys_.data(), order_.data(), keys_tmp_.data(), order_tmp_.data(), n, hist_.data());
     heads_in_turn();
     if (use_int_keys(c_cost_.data(), n, nullptr)) {
@@ -264,8 +264,11 @@ bool Planner::build_whole_units(Plan& p) {
   // (the counting sort counted them; otherwise one pass over the sorted costs)
   std::size_t runs = distinct;
   if (runs == 0) {
+    // Only whether the runs are long matters (runs_pay, decreasing in runs; U <= n, so runs_pay(U, .)
+    // fails where runs_pay(n, .) does): the count stops once they are not (b256 of distinct lengths:
+    // after ~n / kMinRunLength units instead of all).
     runs = U > 0;
-    for (std::size_t k = 1; k < U; ++k) runs += ic[o[k]] != ic[o[k - 1]];
+    for (std::size_t k = 1; k < U && runs_pay(n, runs); ++k) runs += ic[o[k]] != ic[o[k - 1]];
   }
   const bool by_run = runs_pay(n, runs);
   grow(run_ctas_, grouped);
@@ -302,18 +305,32 @@ bool Planner::build_whole_units(Plan& p) {
         }
         k = r;
       }
-  } else {
+  } else if (by_run) {
     for (std::size_t k = grouped; k < U;) {
       const uint64_t c = ic[o[k]];
       std::size_t r = k + 1;
       while (r < U && ic[o[r]] == c) ++r;
-      if (by_run) deal_run_int(c, (r - k) * static_cast<std::size_t>(H), as + k * H);
-      else
-        for (std::size_t i = k * H; i < r * H; ++i) as[i] = deal_int(c);
+      deal_run_int(c, (r - k) * static_cast<std::size_t>(H), as + k * H);
       k = r;
     }
+  } else if (H == 1) {  // tile by tile (no run scan), each CTA's count taken as it is dealt
+    for (std::size_t k = grouped; k < U; ++k) {  // (a head-folded decode plan: one head class)
+      const int32_t cta = deal_int(ic[o[k]]);
+      as[k] = cta;
+      ++ci[cta + 1];
+    }
+  } else {
+    for (std::size_t k = grouped; k < U; ++k) {
+      const uint64_t c = ic[o[k]];
+      for (int32_t h = 0; h < H; ++h) {
+        const int32_t cta = deal_int(c);
+        as[k * H + h] = cta;
+        ++ci[cta + 1];
+      }
+    }
   }
-  for (std::size_t i = grouped * H; i < n; ++i) ++ci[as[i] + 1];
+  if (in_turn || by_run)
+    for (std::size_t i = grouped * H; i < n; ++i) ++ci[as[i] + 1];
   p.cta_cost.assign(C, 0.0);
   loads_int(p.cta_cost.data());
 
@@ -330,7 +347,17 @@ bool Planner::build_whole_units(Plan& p) {
     ikb[i] = u.kv_begin;
     ike[i] = u.kv_end;
   };
-  if (in_turn) {
+  if (H == 1) {  // (every unit's one tile: no head loop)
+    for (std::size_t k = 0; k < U; ++k) {
+      const Unit& u = un[o[k]];
+      const int32_t i = cur[as[k]]++;
+      ir[i] = u.request;
+      ih[i] = 0;
+      ire[i] = u.rows;
+      ikb[i] = u.kv_begin;
+      ike[i] = u.kv_end;
+    }
+  } else if (in_turn) {
     for (int32_t h = 0; h < H; ++h)
       for (std::size_t k = 0; k < U; ++k) put(k, h, un[o[k]]);
   } else {

@@ -12,14 +12,25 @@ namespace balance_detail {
 
 // Stable LSD radix sort of (keys, vals), ascending by key. Only the bytes in which keys differ
 // are sorted (integral costs of a few distinct magnitudes differ in 2-3 bytes); nothing is done
-// when the keys are already in order. tmp buffers hold n entries; hist 256 entries.
+// when the keys are already in order. tmp buffers hold n entries; hist kRadixHist (512) entries.
+// The first pass, which finds the differing bytes, also counts bytes 0 and 1 (the digits of most
+// plans' keys: decode lengths up to 64K keys), so their passes only scatter (b256: one counting
+// pass over the keys instead of three).
 void radix_sort(uint64_t* keys, uint32_t* vals, uint64_t* ktmp, uint32_t* vtmp, std::size_t n, uint32_t* hist) {
   if (n < 2) return;
+  std::memset(hist, 0, kRadixHist * sizeof(uint32_t));
+  uint32_t* const h0 = hist;
+  uint32_t* const h1 = hist + 256;
   uint64_t diff = 0;
   bool sorted = true;
+  ++h0[keys[0] & 0xff];
+  ++h1[(keys[0] >> 8) & 0xff];
   for (std::size_t i = 1; i < n; ++i) {
-    diff |= keys[i] ^ keys[0];
-    sorted &= keys[i - 1] <= keys[i];
+    const uint64_t x = keys[i];
+    diff |= x ^ keys[0];
+    sorted &= keys[i - 1] <= x;
+    ++h0[x & 0xff];
+    ++h1[(x >> 8) & 0xff];
   }
   if (sorted) return;
   uint64_t* k = keys;
@@ -28,16 +39,19 @@ void radix_sort(uint64_t* keys, uint32_t* vals, uint64_t* ktmp, uint32_t* vtmp, 
   uint32_t* vt = vtmp;
   for (int shift = 0; shift < 64; shift += 8) {
     if (((diff >> shift) & 0xff) == 0) continue;
-    std::memset(hist, 0, 256 * sizeof(uint32_t));
-    for (std::size_t i = 0; i < n; ++i) ++hist[(k[i] >> shift) & 0xff];
+    uint32_t* const h = shift == 8 ? h1 : h0;  // bytes 2..7: h0, free once byte 0's pass is done
+    if (shift >= 16) {
+      std::memset(h, 0, 256 * sizeof(uint32_t));
+      for (std::size_t i = 0; i < n; ++i) ++h[(k[i] >> shift) & 0xff];
+    }
     uint32_t sum = 0;
     for (int b = 0; b < 256; ++b) {
-      const uint32_t c = hist[b];
-      hist[b] = sum;
+      const uint32_t c = h[b];
+      h[b] = sum;
       sum += c;
     }
     for (std::size_t i = 0; i < n; ++i) {
-      const uint32_t dst = hist[(k[i] >> shift) & 0xff]++;
+      const uint32_t dst = h[(k[i] >> shift) & 0xff]++;
       kt[dst] = k[i];
       vt[dst] = v[i];
     }
@@ -170,7 +184,14 @@ int32_t Planner::deal_int_slow(uint64_t add) {
     ++head_;
     return static_cast<int32_t>(key & mask);
   }
-  uint64_t* const h = iheap_.data();
+  return balance_detail::deal_heap(iheap_.data(), C, key_shift_, add);
+}
+
+namespace balance_detail {
+// The heap's pop-and-push, a leaf function of its own (deal_int calls it directly in heap mode:
+// no ring-mode registers to save per deal).
+int32_t deal_heap(uint64_t* h, std::size_t C, int key_shift, uint64_t add) {
+  const uint64_t mask = (uint64_t(1) << key_shift) - 1;
   const int32_t cta = static_cast<int32_t>(h[0] & mask);
   const uint64_t key = h[0] + add;
   std::size_t i = 0;
@@ -185,6 +206,7 @@ int32_t Planner::deal_int_slow(uint64_t add) {
   h[i] = key;
   return cta;
 }
+}  // namespace balance_detail
 
 // A run of k chunks of one cost. Sequentially, each chunk takes the queue's smallest key q and puts
 // back q + add. With the sorted window Q[0..C) and t = Q[0] + add: while Q[i] < t, the smallest key
@@ -301,7 +323,7 @@ std::size_t Planner::sort_int_desc(const uint64_t* cost, std::size_t n, uint64_t
     return distinct;
   }
   for (std::size_t i = 0; i < n; ++i) keys_[i] = max_cost - cost[ord[i]];
-  grow(hist_, 256);
+  grow(hist_, kRadixHist);
   radix_sort(keys_.data(), ord, keys_tmp_.data(), order_tmp_.data(), n, hist_.data());
   return 0;
 }

@@ -24,7 +24,12 @@ inline uint64_t desc_key(double cost) {
   return ~bits;
 }
 
-// Stable LSD radix sort of (keys, vals), ascending by key (balance_deal.cpp).
+// The integer queue's heap mode (Planner::deal_int): pops the smallest key of the C-key heap h
+// (padded with maximal keys), pushes it back plus add, returns its CTA (the key's low key_shift bits).
+int32_t deal_heap(uint64_t* h, std::size_t C, int key_shift, uint64_t add);
+
+// Stable LSD radix sort of (keys, vals), ascending by key (balance_deal.cpp); hist: kRadixHist entries.
+constexpr std::size_t kRadixHist = 512;
 void radix_sort(uint64_t* keys, uint32_t* vals, uint64_t* ktmp, uint32_t* vtmp, std::size_t n, uint32_t* hist);
 
 // Grows v to at least n entries and never shrinks it: a planner scratch array sized for this call
@@ -95,8 +100,9 @@ using namespace balance_detail;
       ++head_;
       return static_cast<int32_t>(key & ((uint64_t(1) << key_shift_) - 1));
     }
+    return deal_int_slow(add);
   }
-  return deal_int_slow(add);
+  return balance_detail::deal_heap(iheap_.data(), static_cast<std::size_t>(cfg_.num_ctas), key_shift_, add);
 }
 
 }  // namespace weft::plan

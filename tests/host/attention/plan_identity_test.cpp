@@ -219,6 +219,49 @@ TEST(PlanIdentity, EqualCostRunsMatchReference) {
   }
 }
 
+// Unsplit one-tile-per-head batches whose distinct costs sit around build_whole_units' run bound
+// (runs_pay: the run count stops early once runs are short), with 1 KV head class (the head-folded
+// decode plan's path: deal and flatten without a head loop) or several, on grids small and large
+// (the integer queue's ring and heap modes), cost spreads of 1 to 4 differing key bytes (the radix
+// sort's counted bytes 0-1 and the later ones) and batches already in cost order (no sort): the
+// same plans as the reference's one-at-a-time heap deal, one planner reused.
+TEST(PlanIdentity, DistinctCostsAroundTheRunBoundMatchReference) {
+  test::Rng rng = test::Rng::for_current_test();
+  Planner planner;
+  Plan plan;
+  for (int iter = 0; iter < 300; ++iter) {
+    BatchShape s;
+    BalanceConfig cfg;
+    cfg.num_ctas = static_cast<int32_t>(rng.randint(0, 2) == 0 ? rng.randint(1, 6) : rng.randint(7, 300));
+    cfg.num_kv_heads = iter % 2 == 0 ? 1 : static_cast<int32_t>(rng.randint(2, 8));
+    cfg.group_size = 4;
+    cfg.tile_q = 16;
+    cfg.kv_granularity = 16;
+    cfg.allow_split = false;
+    const int batch = static_cast<int>(rng.randint(1, 600));
+    const std::size_t n = std::size_t(batch) * cfg.num_kv_heads;
+    // Distinct values: about n / 4 (the bound), a few either side, or all distinct.
+    const int64_t around = std::max<int64_t>(1, int64_t(n / 4) + rng.randint(-3, 3));
+    const int distinct = static_cast<int>(iter % 5 == 4 ? batch : std::min<int64_t>(batch, around));
+    const int spread_bits = 8 * static_cast<int>(rng.randint(1, 4)) - 1;  // keys differing in 1-4 bytes
+    std::vector<int32_t> values(distinct);
+    for (auto& v : values) v = static_cast<int32_t>(rng.randint(0, (int64_t(1) << std::min(spread_bits, 30)) - 1));
+    for (int b = 0; b < batch; ++b) {
+      s.qo_len.push_back(1);
+      s.kv_len.push_back(b < distinct ? values[b] : values[rng.randint(0, distinct - 1)]);
+    }
+    if (iter % 7 == 6) std::sort(s.kv_len.begin(), s.kv_len.end(), std::greater<int32_t>());  // in order
+    cfg.alpha = static_cast<double>(rng.randint(0, 2));
+    cfg.beta = 1.0;
+    SCOPED_TRACE(::testing::Message() << "iter " << iter << " batch " << batch << " ctas " << cfg.num_ctas
+                                      << " heads " << cfg.num_kv_heads << " distinct " << distinct);
+    const Plan ref = reference::balance(s, cfg);
+    planner.balance(s, cfg, plan);
+    ASSERT_NO_FATAL_FAILURE(expect_same_plan(plan, ref));
+    if (HasFailure()) return;
+  }
+}
+
 // Plan::swap (what the decode wrapper does to make the next plan current) exchanges every field:
 // two different plans swapped equal each other's copies.
 TEST(PlanIdentity, SwapExchangesEveryField) {
