@@ -6,10 +6,10 @@
 #   weft-serve-sim-new.xz     the new tree
 #   weft-serve-sim-rot.xz     the new tree built with -DWEFT_EXP_ROTATE_STAGING_BYTES=32768 (experiments
 #                             only: the b256 image, ~23 KiB, takes the staging slots in turn)
-#   weft-serve-sim-phases.xz  the new tree with -DWEFT_PLAN_PHASES=ON (per-phase p50 in the JSON)
+#   weft-serve-sim-phases.xz  (optional) the new tree with -DWEFT_PLAN_PHASES=ON (per-phase p50)
 #   weft-plan-bench.xz        the new tree, -DWEFT_PLAN_PHASES=ON (route/b256 rows)
 # Steps: held-out seed 20260623, the committed table data/router/h100.json, STEPS steps:
-#   1. phases (new): b256,shared,uniform -> serve_phases.json
+#   1. (when carried) phases (new): b256,shared,uniform -> serve_phases.json
 #   2. b256 alone: old, new, rot, old, new, rot, old, new, rot (PAIRS rounds) -> ab.json (per run:
 #      decode_plan_us_p50_256, balanced / router plan p50, GPU and wall means)
 #   3. new and old: b256,shared,uniform (router ratio per family) -> serve_new.json, serve_old.json
@@ -67,8 +67,10 @@ for p in sys.argv[1:]:
 PY
 }
 
-serve phases "$O/serve_phases.json" b256,shared,uniform
-summary "$O/serve_phases.json"
+if [ -x "$B/weft-serve-sim-phases" ]; then  # (optional: tree + carry stay under 64 MiB with three)
+  serve phases "$O/serve_phases.json" b256,shared,uniform
+  summary "$O/serve_phases.json"
+fi
 runs=()
 for p in $(seq 1 "$PAIRS"); do
   for v in old new rot; do
