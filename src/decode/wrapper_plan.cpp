@@ -6,17 +6,6 @@
 
 namespace weft {
 
-namespace {
-// Balanced images up to this many bytes take the staging slots in turn (heuristics::
-// kRotateStagingMaxBytes); experiments only: CMake -DWEFT_EXP_ROTATE_STAGING_BYTES=<n> (the A/B of
-// scripts/diag/dplan-ab.sh, a b256 image of ~23 KiB rotating).
-#ifdef WEFT_EXP_ROTATE_STAGING_BYTES
-constexpr std::size_t kRotateMaxBytes = WEFT_EXP_ROTATE_STAGING_BYTES;
-#else
-constexpr std::size_t kRotateMaxBytes = heuristics::kRotateStagingMaxBytes;
-#endif
-}  // namespace
-
 void BatchDecodeWrapper::plan(const PageTable& table, int32_t num_qo_heads, int32_t num_kv_heads,
                               int32_t head_dim, int32_t page_size, DType dtype, KVLayout layout,
                               const AttentionVariant& variant, void* workspace, std::size_t workspace_bytes,
@@ -371,7 +360,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
              12 * std::size_t(plan::launch_records_used(im.next).records) + 5 * std::size_t(im.next.num_merges()) +
              2 * std::size_t(batch));
     WEFT_PLAN_PHASE(kPhRecords);
-    staging_free(image_bytes <= kRotateMaxBytes);
+    staging_free(image_bytes <= heuristics::kRotateStagingMaxBytes);
     im.layout.serialize(im.next, staging, &im.staging_images[std::size_t(slot)]);
     WEFT_PLAN_PHASE(kPhSerialize);
     // The whole metadata region: its arrays sit at fixed offsets with max_items strides, so the
