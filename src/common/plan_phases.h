@@ -26,6 +26,7 @@ enum PlanPhase : int {
   kPhBuild,        // plan_decode: Planner::build (the deal, the items, the merges)
   kPhRecords,      // balanced: the image size (launch_records_used)
   kPhPack,         // prefix sharing: PackPlanner::plan (forest, packs, schedule) and its re-plans
+  kPhShareCost,    // prefix sharing: the packs counted, the cost model's fallback decision
   kPhAcquire,      // StagingRing::acquire (cudaEventQuery / cudaEventSynchronize)
   kPhSerialize,    // WorkspaceLayout / WorkPlanLayout::serialize into the staging slot
   kPhBook,         // the plan swap, path choice, plan info (balanced); kv_len copy (sharing)
@@ -36,10 +37,11 @@ enum PlanPhase : int {
 };
 
 inline const char* plan_phase_name(int p) {
-  static const char* const names[kPhCount] = {"rows",   "shared_keys", "route",     "rows_view", "checks",
-                                              "shape",  "prepare",     "choose_split", "search", "build",
-                                              "records", "pack",       "acquire",   "serialize", "book",
-                                              "copy",   "record",      "tail"};
+  static const char* const names[] = {"rows",    "shared_keys", "route",      "rows_view", "checks",
+                                      "shape",   "prepare",     "choose_split", "search",  "build",
+                                      "records", "pack",        "share_cost", "acquire",   "serialize",
+                                      "book",    "copy",        "record",     "tail"};
+  static_assert(sizeof(names) / sizeof(names[0]) == kPhCount, "a name per phase");
   return p >= 0 && p < kPhCount ? names[p] : "?";
 }
 

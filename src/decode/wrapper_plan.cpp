@@ -299,6 +299,7 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
       info_.predicted_share_us = info_.predicted_decode_us = 0.f;
     }
     balanced = im.prefix_fallback && (packs == 0 || cost_fallback);
+    WEFT_PLAN_PHASE(kPhShareCost);
     info_.num_packs = packs;
     info_.num_wide_items = balanced ? 0 : wp.num_wide_items;
     im.wide_launch = !balanced && wp.num_wide_items > 0;
