@@ -239,20 +239,15 @@ void write_phases(weft::bench::JsonWriter& j, const RouteStats& s) {
     std::vector<double> sum;
     for (const auto& ph : s.phases) sum.push_back(std::accumulate(ph.begin(), ph.end(), 0.0));
     j.key("plan_phases_sum_us_p50").value(percentile(sum, 0.5));
-    j.key("plan_phases_us_p50").begin_object();
-    for (int p = 0; p < weft::diag::kPhCount; ++p) {
-      std::vector<double> v;
-      for (const auto& ph : s.phases) v.push_back(ph[p]);
-      if (percentile(v, 1.0) > 0) j.key(weft::diag::plan_phase_name(p)).value(percentile(v, 0.5));
+    for (const double q : {0.5, 0.9}) {  // each phase's p50 and p90 (phases never timed left out)
+      j.key(q == 0.5 ? "plan_phases_us_p50" : "plan_phases_us_p90").begin_object();
+      for (int p = 0; p < weft::diag::kPhCount; ++p) {
+        std::vector<double> v;
+        for (const auto& ph : s.phases) v.push_back(ph[p]);
+        if (percentile(v, 1.0) > 0) j.key(weft::diag::plan_phase_name(p)).value(percentile(v, q));
+      }
+      j.end_object();
     }
-    j.end_object();
-    j.key("plan_phases_us_p90").begin_object();
-    for (int p = 0; p < weft::diag::kPhCount; ++p) {
-      std::vector<double> v;
-      for (const auto& ph : s.phases) v.push_back(ph[p]);
-      if (percentile(v, 1.0) > 0) j.key(weft::diag::plan_phase_name(p)).value(percentile(v, 0.9));
-    }
-    j.end_object();
   }
 }
 
