@@ -14,6 +14,9 @@
 //   pod         BatchPODAttention, PodMode::kAuto (the product: fused, SM partition or serial)
 //   partition   PodMode::kPartition with the planner's k, and pinned at k = 16, 32, 48, 64 (the
 //               sweep that measures the partition's cost model: heuristics::pod_cost)
+//   alt<i>_*    with WEFT_BENCH_POD_DECODE=WxS[,WxS..] (read by the bench only): for each decode CTA shape i, kAuto (interleaved too) and
+//               the partition pinned at k = 16, 32, 48, 64 with PodOptions::partition_decode_warps
+//               = W and _stages = S (the partition's decode only; serial keeps the default shape)
 //   fused       PodMode::kFused, proportional binding (the 50:50 / static / split ablations and
 //               the fused kernel's halves were measured at 6d33c1b and 76f083f and are not re-timed)
 // serial, pod, partition (planner's k) and fused are timed INTERLEAVED (4 rounds of 5 runs each,
@@ -23,8 +26,11 @@
 // extra.ideal_bound_ratio = pod / max(prefill, decode) (1 = perfect overlap), the other times.
 // Case "pod/summary": the means over kept batches (issue 28's Results format).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -76,11 +82,34 @@ struct Table {
   }
 };
 
+// WEFT_BENCH_POD_DECODE=WxS[,WxS..] (a bench-only knob, like WEFT_COMMIT): decode CTA shapes
+// (warps x per-warp stages) the pod group also times as the SM partition's decode
+// (PodOptions::partition_decode_warps / _stages); unset or empty: none. Malformed: weft::Error.
+std::vector<std::pair<int, int>> pod_decode_shapes() {
+  std::vector<std::pair<int, int>> out;
+  const char* env = std::getenv("WEFT_BENCH_POD_DECODE");
+  if (env == nullptr || *env == '\0') return out;
+  const std::string v(env);
+  std::size_t at = 0;
+  while (at <= v.size()) {
+    const std::size_t end = std::min(v.find(',', at), v.size());
+    int w = 0, st = 0;
+    char tail = 0;
+    if (std::sscanf(v.substr(at, end - at).c_str(), "%dx%d%c", &w, &st, &tail) != 2)
+      throw weft::Error("WEFT_BENCH_POD_DECODE", "expected WxS[,WxS..] (e.g. 4x3,2x6), got '" + v + "'");
+    out.emplace_back(w, st);
+    at = end + 1;
+  }
+  return out;
+}
+
 struct Summary {
   int kept = 0, skipped = 0, fused = 0;
   double sum_speedup = 0, min_speedup = 1e30, within10 = 0, sum_ideal_speedup = 0;
   double sum_fused = 0, sum_part = 0, sum_two = 0, sum_batched = 0, sum_best_k = 0;
   int partition = 0;
+  // Per WEFT_BENCH_POD_DECODE shape: kAuto's mean / min speedup over serial, and the pinned-k oracle's mean.
+  std::vector<double> alt_sum, alt_min, alt_best_k;
 };
 
 void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
@@ -149,6 +178,31 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
     pod_k.push_back(std::make_unique<weft::BatchPODAttention>(podb, o));
   }
   DeviceArray ws_pod3(weft::BatchPODAttention::workspace_size(podb));
+  // WEFT_BENCH_POD_DECODE shapes: kAuto and the pinned k with the partition's decode at W warps x S stages;
+  // each kAuto keeps its plan in its own workspace (interleaved timing), the pinned ones re-plan
+  // into ws_alt_k.
+  const std::vector<std::pair<int, int>> shapes = pod_decode_shapes();
+  std::vector<std::unique_ptr<weft::BatchPODAttention>> alt_auto;
+  std::vector<std::vector<std::unique_ptr<weft::BatchPODAttention>>> alt_k(shapes.size());
+  std::vector<DeviceArray> ws_alt;
+  std::size_t alt_k_bytes = 1;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    weft::PodOptions o;
+    o.partition_decode_warps = shapes[i].first;
+    o.partition_decode_stages = shapes[i].second;
+    alt_auto.push_back(std::make_unique<weft::BatchPODAttention>(podb, o));
+    ws_alt.emplace_back(weft::BatchPODAttention::workspace_size(podb, o));
+    o.mode = weft::PodMode::kPartition;
+    for (int32_t k : kSweep) {
+      o.partition_free_sms = k;
+      alt_k[i].push_back(std::make_unique<weft::BatchPODAttention>(podb, o));
+      alt_k_bytes = std::max(alt_k_bytes, weft::BatchPODAttention::workspace_size(podb, o));
+    }
+  }
+  DeviceArray ws_alt_k(alt_k_bytes);
+  sum.alt_sum.resize(shapes.size(), 0.0);
+  sum.alt_min.resize(shapes.size(), 1e30);
+  sum.alt_best_k.resize(shapes.size(), 0.0);
   cudaStream_t s2;
   cudaEvent_t fork, join;
   WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
@@ -239,16 +293,22 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
           };
           double t_k[4];
           for (int i = 0; i < 4; ++i) t_k[i] = time_pod(*pod_k[i]);
-          // Interleaved: serial, pod (auto), partition (planner's k), fused, round by round.
-          const std::function<void(cudaStream_t)> fns[4] = {
+          std::vector<std::array<double, 4>> t_alt_k(shapes.size());
+          for (std::size_t a = 0; a < shapes.size(); ++a)
+            for (int i = 0; i < 4; ++i) t_alt_k[a][i] = ctx.time_ms(plan_pod(*alt_k[a][i], ws_alt_k));
+          // Interleaved: serial, pod (auto), partition (planner's k), fused, then kAuto with each
+          // WEFT_BENCH_POD_DECODE shape, round by round.
+          std::vector<std::function<void(cudaStream_t)>> fns = {
               [&](cudaStream_t st) { run_fast_pre(st); run_dec(st); }, plan_pod(*pod_auto, ws_pod),
               plan_pod(*pod_part, ws_pod3), plan_pod(*pod_prop, ws_pod2)};
+          for (std::size_t a = 0; a < shapes.size(); ++a) fns.push_back(plan_pod(*alt_auto[a], ws_alt[a]));
+          const std::size_t nf = fns.size();
           const weft::PodPlanInfo info = pod_auto->plan_info();
           const weft::PodPlanInfo pinfo = pod_part->plan_info();
           const weft::PodPlanInfo finfo = pod_prop->plan_info();
-          std::vector<double> samples[4];
+          std::vector<std::vector<double>> samples(nf);
           for (int round = 0; round < 4; ++round)
-            for (int f = 0; f < 4; ++f) {
+            for (std::size_t f = 0; f < nf; ++f) {
               const std::vector<double> v = ctx.time_samples_ms(fns[f], round == 0 ? 3 : 1, 5);
               samples[f].insert(samples[f].end(), v.begin(), v.end());
             }
@@ -298,6 +358,23 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
                      {"predicted_serial_us", info.predicted_serial_us},
                      {"predicted_fused_us", info.predicted_fused_us},
                      {"prefill_share", share_p}};
+          for (std::size_t a = 0; a < shapes.size(); ++a) {
+            const std::string pre = "alt" + std::to_string(a) + "_";
+            const weft::PodPlanInfo ai = alt_auto[a]->plan_info();
+            const double t_alt = median(samples[4 + a]);
+            const double best_alt = *std::min_element(t_alt_k[a].begin(), t_alt_k[a].end());
+            r.extra.push_back({pre + "decode_warps", double(shapes[a].first)});
+            r.extra.push_back({pre + "decode_stages", double(shapes[a].second)});
+            r.extra.push_back({pre + "pod_ms", t_alt});
+            r.extra.push_back({pre + "speedup_vs_serial", t_serial / t_alt});
+            r.extra.push_back({pre + "pod_partition", ai.partition ? 1.0 : 0.0});
+            r.extra.push_back({pre + "pod_free_sms", double(ai.free_sms)});
+            for (int i = 0; i < 4; ++i)
+              r.extra.push_back({pre + "k" + std::to_string(kSweep[i]) + "_ms", t_alt_k[a][i]});
+            sum.alt_sum[a] += t_serial / t_alt;
+            sum.alt_min[a] = std::min(sum.alt_min[a], t_serial / t_alt);
+            sum.alt_best_k[a] += t_serial / best_alt;
+          }
           ctx.report(r);
           ++sum.kept;
           sum.fused += info.fused;
@@ -346,5 +423,165 @@ WEFT_BENCH_GROUP(pod) {
              {"mean_batched_speedup_vs_serial", sum.sum_batched / n},
              {"batches_kept", double(sum.kept)},
              {"batches_skipped", double(sum.skipped)}};
+  for (std::size_t a = 0; a < sum.alt_sum.size(); ++a) {
+    const std::string pre = "alt" + std::to_string(a) + "_";
+    r.extra.push_back({pre + "decode_warps", double(pod_decode_shapes()[a].first)});
+    r.extra.push_back({pre + "decode_stages", double(pod_decode_shapes()[a].second)});
+    r.extra.push_back({pre + "mean_speedup_vs_serial", sum.alt_sum[a] / n});
+    r.extra.push_back({pre + "min_speedup_vs_serial", sum.kept ? sum.alt_min[a] : 0.0});
+    r.extra.push_back({pre + "mean_best_k_speedup_vs_serial", sum.alt_best_k[a] / n});
+  }
   ctx.report(r);
+}
+
+// Bench group "pod_decode": the decode kernel ALONE restricted to k SMs, per decode CTA shape --
+// what the SM partition's decode side can read per SM while the prefill holds the other SMs,
+// without the prefill's own HBM / L2 traffic. The other N - k SMs are held by an occupier kernel
+// (one CTA per SM: the device's whole per-block shared memory, so no decode CTA fits beside it)
+// that spins until the decode is done; a one-thread kernel on the decode's stream waits until
+// every occupier CTA is resident before the start event, so the events bracket only the decode
+// on the k free SMs (k = N: no occupier). L2 flushed before every run; median of 7.
+// Case "pod_decode/<model>/b<B>/ctx<C>/w<W>s<S>/k<k>": ms, bytes = K + V read, extra.gbps_per_sm
+// = bytes / ms / k, extra.waves = the decode grid over the k SMs' CTA slots (the balanced plan
+// gives every CTA the same work, so a fractional wave count leaves SMs idle in the last one).
+// Shapes: the default (4 warps x 2 stages), deeper per-warp pipelines at 2 CTAs/SM (4x3, 3x4,
+// 2x4, 2x6: <= 113 KB of shared memory each), 1 CTA/SM ones (4x4, 8x2), plus WEFT_BENCH_POD_DECODE's.
+namespace {
+
+__global__ void occupy_sm(int* started, const volatile int* release, long long timeout_ns) {
+  if (threadIdx.x != 0) return;
+  atomicAdd(started, 1);
+  long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(500);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (*release == 0 && t - t0 < timeout_ns);
+}
+
+__global__ void wait_started(const volatile int* started, int n, long long timeout_ns) {
+  long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (*started < n && t - t0 < timeout_ns);
+}
+
+__global__ void set_flag(int* flag) { *flag = 1; }
+
+void run_decode_k(weft::bench::Context& ctx, const Model& m) {
+  if (!ctx.wants(std::string("pod_decode/") + m.name + "/")) return;
+  cudaStream_t s = ctx.stream();
+  const int sms = ctx.sm_count();
+  const int64_t page_elems = int64_t(kPage) * m.hkv * kD;
+  const int32_t pool_pages = static_cast<int32_t>((3LL << 30) / (page_elems * 2));
+  DeviceArray k(size_t(pool_pages) * page_elems * 2), v(size_t(pool_pages) * page_elems * 2);
+  weft::bench::fill_random(k.get(), size_t(pool_pages) * page_elems, kBF16, 21);
+  weft::bench::fill_random(v.get(), size_t(pool_pages) * page_elems, kBF16, 22);
+  weft::PagedKVCache cache;
+  cache.layout = weft::KVLayout::kNHD;
+  cache.k_pages = weft::TensorView(k.get(), kBF16, {pool_pages, kPage, m.hkv, kD});
+  cache.v_pages = weft::TensorView(v.get(), kBF16, {pool_pages, kPage, m.hkv, kD});
+  const size_t row = size_t(m.hq) * kD;
+  DeviceArray q(kMaxDec * row * 2), o(kMaxDec * row * 2);
+  weft::bench::fill_random(q.get(), kMaxDec * row, kBF16, 23);
+  // The occupier: the whole opt-in shared memory per CTA (one per SM, nothing else fits beside it).
+  int optin = 0;
+  WEFT_BENCH_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx.device()));
+  WEFT_BENCH_CUDA(cudaFuncSetAttribute(occupy_sm, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  DeviceArray flags(256);
+  int* started = flags.as<int32_t>();
+  int* release = started + 32;
+  cudaStream_t s2;
+  cudaEvent_t go, t0, t1;
+  WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  WEFT_BENCH_CUDA(cudaEventCreateWithFlags(&go, cudaEventDisableTiming));
+  WEFT_BENCH_CUDA(cudaEventCreate(&t0));
+  WEFT_BENCH_CUDA(cudaEventCreate(&t1));
+
+  std::vector<std::pair<int, int>> shapes = {{4, 2}, {4, 3}, {3, 4}, {2, 4}, {2, 6}, {4, 4}, {8, 2}};
+  for (const auto& sh : pod_decode_shapes())
+    if (std::find(shapes.begin(), shapes.end(), sh) == shapes.end()) shapes.push_back(sh);
+  struct Batch {
+    int32_t b, ctx;
+  };
+  const Batch batches[] = {{16, 16384}, {64, 8192}, {256, 4096}};
+  std::mt19937_64 rng(std::hash<std::string>{}(std::string("pod_decode/") + m.name));
+  weft::AttentionVariant var;
+  for (const Batch& bt : batches) {
+    Table td;
+    td.build(std::vector<int32_t>(bt.b, bt.ctx), pool_pages, rng);
+    const weft::TensorView dq(q.get(), kBF16, {bt.b, m.hq, kD}), dout(o.get(), kBF16, {bt.b, m.hq, kD});
+    for (const auto& [w, st] : shapes) {
+      weft::DecodeOptions opt;
+      opt.warps_per_cta = w;
+      opt.pipeline_stages = st;
+      const std::string base = std::string("pod_decode/") + m.name + "/b" + std::to_string(bt.b) + "/ctx" +
+                               std::to_string(bt.ctx) + "/w" + std::to_string(w) + "s" + std::to_string(st);
+      try {
+        weft::BatchDecodeWrapper dec(bt.b, m.hq, m.hkv, kD, opt);
+        DeviceArray ws(weft::BatchDecodeWrapper::workspace_size(bt.b, m.hq, m.hkv, kD, opt));
+        dec.plan(td.t, m.hq, m.hkv, kD, kPage, kBF16, weft::KVLayout::kNHD, var, ws.get(), ws.bytes(), s);
+        const int grid = dec.num_ctas();
+        for (const int kf : {16, 32, 48, sms}) {
+          weft::bench::Result r;
+          r.name = base + "/k" + std::to_string(kf);
+          if (!ctx.wants(r.name)) continue;
+          r.params = {{"model", m.name}, {"decode_batch", std::to_string(bt.b)}, {"context", std::to_string(bt.ctx)},
+                      {"shape", "w" + std::to_string(w) + "s" + std::to_string(st)}, {"free_sms", std::to_string(kf)}};
+          const int held = sms - kf;
+          std::vector<double> ms;
+          for (int rep = 0; rep < 9; ++rep) {
+            ctx.flush_l2(s);
+            WEFT_BENCH_CUDA(cudaMemsetAsync(flags.get(), 0, 256, s));
+            WEFT_BENCH_CUDA(cudaEventRecord(go, s));
+            if (held > 0) {
+              occupy_sm<<<held, 32, optin, s>>>(started, release, 2000000000LL);
+              WEFT_BENCH_CUDA(cudaPeekAtLastError());
+            }
+            WEFT_BENCH_CUDA(cudaStreamWaitEvent(s2, go, 0));
+            wait_started<<<1, 1, 0, s2>>>(started, held, 2000000000LL);
+            WEFT_BENCH_CUDA(cudaEventRecord(t0, s2));
+            dec.run(dq, cache, td.t, dout, nullptr, s2);
+            WEFT_BENCH_CUDA(cudaEventRecord(t1, s2));
+            set_flag<<<1, 1, 0, s2>>>(release);
+            WEFT_BENCH_CUDA(cudaStreamSynchronize(s2));
+            WEFT_BENCH_CUDA(cudaStreamSynchronize(s));
+            float t = 0;
+            WEFT_BENCH_CUDA(cudaEventElapsedTime(&t, t0, t1));
+            if (rep >= 2) ms.push_back(t);  // 2 warm-up runs
+          }
+          std::sort(ms.begin(), ms.end());
+          r.ms = ms[ms.size() / 2];
+          r.bytes = 2.0 * kD * m.hkv * 2.0 * double(bt.ctx) * bt.b;
+          const int per_sm = grid / sms;
+          r.extra = {{"gbps_per_sm", r.bytes / (r.ms * 1e-3) / 1e9 / kf},
+                     {"free_sms", double(kf)},
+                     {"decode_warps", double(w)},
+                     {"decode_stages", double(st)},
+                     {"ctas_per_sm", double(per_sm)},
+                     {"grid", double(grid)},
+                     {"waves", double(grid) / double(per_sm * kf)},
+                     {"min_ms", ms.front()},
+                     {"max_ms", ms.back()}};
+          ctx.report(r);
+        }
+      } catch (const weft::Error& e) {
+        weft::bench::Result r;
+        r.name = base;
+        ctx.report_error(r, e.what());
+      }
+    }
+  }
+  WEFT_BENCH_CUDA(cudaStreamDestroy(s2));
+  WEFT_BENCH_CUDA(cudaEventDestroy(go));
+  WEFT_BENCH_CUDA(cudaEventDestroy(t0));
+  WEFT_BENCH_CUDA(cudaEventDestroy(t1));
+}
+
+}  // namespace
+
+WEFT_BENCH_GROUP(pod_decode) {
+  const Model models[] = {{"llama3-8b", 32, 8}, {"yi-6b", 32, 4}};
+  for (const Model& m : models) run_decode_k(ctx, m);
 }

@@ -100,6 +100,13 @@ struct PodOptions {
   // else one of those values, fixed. A graph captured around a partition run() replays after
   // re-plans only while k stays the same: pin it (and PodMode::kPartition) for graph use.
   int32_t partition_free_sms = 0;
+  // SM partition: the decode CTA shape of the forked decode launch (DecodeOptions::warps_per_cta
+  // and pipeline_stages of its own decode wrapper), which reads on the k free SMs while the
+  // prefill runs; 0: the decode wrapper's tuned defaults (4 warps, 2 stages: tuned for the whole
+  // GPU). The serial fallback's decode keeps the defaults. Validated like DecodeOptions (2..8
+  // each, and the CTA's shared memory must fit the device: weft::Error naming the field).
+  int32_t partition_decode_warps = 0;
+  int32_t partition_decode_stages = 0;
 };
 
 struct PodPlanInfo {
@@ -116,6 +123,7 @@ struct PodPlanInfo {
   int32_t free_sms = 0;        // its k: SMs left to decode while the prefill runs
   int32_t prefill_grid = 0;    // its prefill CTAs (SMs - k)
   double predicted_partition_us = 0;  // 0 when the prefill is not the sm90 kernel
+  int32_t decode_warps = 0, decode_stages = 0;  // the partition's decode CTA shape (0 otherwise)
 };
 
 class BatchPODAttention {
@@ -124,6 +132,9 @@ class BatchPODAttention {
   // both PodOptions::prefill_split settings (with splits: + 2 x grid fp32 partial tiles, ~35 MB at
   // d128 on 132 SMs).
   static std::size_t workspace_size(const PodBounds& bounds);
+  // ... for a wrapper with these options (PodOptions::partition_decode_warps / _stages size the
+  // decode region by their grid; the one-argument form is the default options').
+  static std::size_t workspace_size(const PodBounds& bounds, const PodOptions& options);
   explicit BatchPODAttention(const PodBounds& bounds, const PodOptions& options = {});
   ~BatchPODAttention();
   BatchPODAttention(const BatchPODAttention&) = delete;

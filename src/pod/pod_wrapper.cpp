@@ -13,7 +13,9 @@
 //                (16-row items)
 //   [off_spre]   serial prefill wrapper's workspace (BatchPrefillWrapper::workspace_size over the
 //                full grid and every SM-partition grid, pod::partition_candidates)
-//   [off_sdec]   serial decode wrapper's workspace (BatchDecodeWrapper::workspace_size)
+//   [off_sdec]   serial decode wrapper's workspace (BatchDecodeWrapper::workspace_size), shared
+//                with the partition's decode wrapper when PodOptions gives it its own CTA shape
+//                (one of the two is planned at a time; the larger of their sizes)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -110,7 +112,43 @@ struct Layout {
   std::size_t off_pre = 0, off_dec = 0, off_spre = 0, off_sdec = 0, spre_bytes = 0, sdec_bytes = 0, total = 0;
 };
 
-Layout make_layout(const PodBounds& b, const Geometry& g, bool prefill_split) {
+// The partition's decode options: PodOptions' CTA shape (0: the decode defaults).
+DecodeOptions partition_decode_options(const PodOptions& o) {
+  DecodeOptions d;
+  d.warps_per_cta = o.partition_decode_warps;
+  d.pipeline_stages = o.partition_decode_stages;
+  return d;
+}
+bool partition_decode_own_shape(const PodOptions& o) {
+  return o.partition_decode_warps != 0 || o.partition_decode_stages != 0;
+}
+void check_partition_decode(const PodOptions& o) {
+  WEFT_CHECK_ARG(o.partition_decode_warps == 0 ||
+                     (o.partition_decode_warps >= 2 && o.partition_decode_warps <= kDecodeMaxWarpsPerCta),
+                 "options.partition_decode_warps",
+                 "must be 0 (default) or in [2, " << kDecodeMaxWarpsPerCta << "], got " << o.partition_decode_warps);
+  WEFT_CHECK_ARG(o.partition_decode_stages == 0 ||
+                     (o.partition_decode_stages >= 2 && o.partition_decode_stages <= kDecodeMaxPipelineStages),
+                 "options.partition_decode_stages",
+                 "must be 0 (default) or in [2, " << kDecodeMaxPipelineStages << "], got "
+                                                   << o.partition_decode_stages);
+}
+
+// Runs f (which sizes or builds the partition's decode wrapper); the decode wrapper's rejection of a
+// CTA shape whose shared memory the device cannot hold (argument "stages") is rethrown naming the
+// POD option.
+template <class F>
+auto naming_partition_decode(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (e.argument() != "stages") throw;
+    throw Error("options.partition_decode_stages", e.what());
+  }
+}
+
+Layout make_layout(const PodBounds& b, const Geometry& g, bool prefill_split,
+                   const DecodeOptions& part_decode = {}) {
   Layout l;
   const int32_t group = b.num_qo_heads / b.num_kv_heads;
   const prefill::TileConfig t = pod::prefill_tile(b.head_dim);
@@ -121,7 +159,9 @@ Layout make_layout(const PodBounds& b, const Geometry& g, bool prefill_split) {
   l.spre_bytes = BatchPrefillWrapper::workspace_size(serial_prefill_bounds(b));
   for (int32_t k : pod::partition_candidates(g.sms))
     l.spre_bytes = std::max(l.spre_bytes, BatchPrefillWrapper::workspace_size(serial_prefill_bounds(b), g.sms - k));
-  l.sdec_bytes = BatchDecodeWrapper::workspace_size(b.max_decode_batch, b.num_qo_heads, b.num_kv_heads, b.head_dim);
+  l.sdec_bytes = std::max(
+      BatchDecodeWrapper::workspace_size(b.max_decode_batch, b.num_qo_heads, b.num_kv_heads, b.head_dim),
+      BatchDecodeWrapper::workspace_size(b.max_decode_batch, b.num_qo_heads, b.num_kv_heads, b.head_dim, part_decode));
   l.off_pre = align_up(kOffCounters + sizeof(attn::sched::Counters));
   l.off_dec = align_up(l.off_pre + l.pre.total_bytes);
   l.off_spre = align_up(l.off_dec + l.dec.total_bytes());
@@ -151,6 +191,11 @@ struct BatchPODAttention::Impl {
   Layout layout;
   BatchPrefillWrapper serial_prefill;
   std::unique_ptr<BatchDecodeWrapper> serial_decode;
+  // The partition's decode (PodOptions::partition_decode_warps / _stages); null: serial_decode.
+  std::unique_ptr<BatchDecodeWrapper> part_decode;
+  BatchDecodeWrapper& decode_of(bool partition) {
+    return partition && part_decode ? *part_decode : *serial_decode;
+  }
   // Planning scratch (reused between plans).
   prefill::PrefillPlanner pplanner;
   prefill::PlanRequest preq;
@@ -172,10 +217,14 @@ struct BatchPODAttention::Impl {
   void* ws = nullptr;
 };
 
-std::size_t BatchPODAttention::workspace_size(const PodBounds& bounds) {
+std::size_t BatchPODAttention::workspace_size(const PodBounds& bounds) { return workspace_size(bounds, PodOptions{}); }
+
+std::size_t BatchPODAttention::workspace_size(const PodBounds& bounds, const PodOptions& options) {
   check_bounds(bounds);
-  // The larger of the two layouts (split plans need partial slots), whatever the options.
-  return make_layout(bounds, geometry(bounds.head_dim), true).total;
+  check_partition_decode(options);
+  // The larger of the two layouts (split plans need partial slots), whatever prefill_split says.
+  return naming_partition_decode(
+      [&] { return make_layout(bounds, geometry(bounds.head_dim), true, partition_decode_options(options)).total; });
 }
 
 BatchPODAttention::BatchPODAttention(const PodBounds& bounds, const PodOptions& options) : impl_(new Impl()) {
@@ -190,9 +239,15 @@ BatchPODAttention::BatchPODAttention(const PodBounds& bounds, const PodOptions& 
   im.bounds = bounds;
   im.options = options;
   im.geo = geometry(bounds.head_dim);
-  im.layout = make_layout(bounds, im.geo, options.prefill_split);
+  check_partition_decode(options);
+  im.layout = naming_partition_decode(
+      [&] { return make_layout(bounds, im.geo, options.prefill_split, partition_decode_options(options)); });
   im.serial_decode = std::make_unique<BatchDecodeWrapper>(bounds.max_decode_batch, bounds.num_qo_heads,
                                                           bounds.num_kv_heads, bounds.head_dim);
+  if (partition_decode_own_shape(options))
+    im.part_decode = std::make_unique<BatchDecodeWrapper>(bounds.max_decode_batch, bounds.num_qo_heads,
+                                                          bounds.num_kv_heads, bounds.head_dim,
+                                                          partition_decode_options(options));
   WEFT_CHECK_ARG(options.partition_free_sms == 0 || pod::is_partition_candidate(options.partition_free_sms, im.geo.sms),
                  "options.partition_free_sms",
                  options.partition_free_sms << " is not a partition candidate (multiples of "
@@ -331,11 +386,11 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
     im.serial_prefill.plan_paged(qo_indptr, ptable, page_size, b.num_qo_heads, b.num_kv_heads, b.head_dim, dtype,
                                  variant, ws + im.layout.off_spre, im.layout.spre_bytes,
                                  serial_prefill_bounds(b), stream, nullptr, popt);
-    im.serial_decode->plan(dtable, b.num_qo_heads, b.num_kv_heads, b.head_dim, page_size, dtype, b.kv_layout,
+    im.decode_of(d.partition).plan(dtable, b.num_qo_heads, b.num_kv_heads, b.head_dim, page_size, dtype, b.kv_layout,
                            variant, ws + im.layout.off_sdec, im.layout.sdec_bytes, stream);
     info_.prefill_items = im.serial_prefill.plan_info().num_items;
     info_.prefill_merges = im.serial_prefill.plan_info().num_merges;
-    info_.decode_items = im.serial_decode->plan_info().num_items;
+    info_.decode_items = im.decode_of(d.partition).plan_info().num_items;
   }
   im.planned = true;
   im.fused = d.fused;
@@ -362,6 +417,10 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
   info_.free_sms = d.partition ? d.free_sms : 0;
   info_.prefill_grid = d.partition ? im.serial_prefill.plan_info().num_ctas : 0;
   info_.predicted_partition_us = d.t_partition_us;
+  const DecodeOptions pd = partition_decode_options(im.options);
+  info_.decode_warps = d.partition ? (pd.warps_per_cta != 0 ? pd.warps_per_cta : heuristics::decode_default_warps(b.head_dim)) : 0;
+  info_.decode_stages =
+      d.partition ? (pd.pipeline_stages != 0 ? pd.pipeline_stages : heuristics::decode_default_stages(b.head_dim)) : 0;
 }
 
 namespace {
@@ -429,7 +488,7 @@ void BatchPODAttention::run(const TensorView& pq, const TensorView& dq, const Pa
     WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.side, im.fork, 0));
     im.serial_prefill.run_paged(pq, cache, ptable, pout, plse, stream);
-    im.serial_decode->run(dq, cache, dtable, dout, dlse, im.side);
+    im.decode_of(true).run(dq, cache, dtable, dout, dlse, im.side);
     WEFT_CUDA_CHECK(cudaEventRecord(im.join, im.side));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.join, 0));
     return;

@@ -299,6 +299,7 @@ TEST_P(PodRandom, MatchesReferenceInEveryMode) {
     const char* name;
     bool split = true;
     int32_t free_sms = 0;  // kPartition: pinned k (0: the planner's)
+    int32_t decode_warps = 0, decode_stages = 0;  // kPartition: the decode CTA shape (0: default)
   };
   const M modes[] = {{PodMode::kFused, PodBinding::kProportional, "fused/proportional"},
                      {PodMode::kFused, PodBinding::kFiftyFifty, "fused/50:50"},
@@ -307,6 +308,10 @@ TEST_P(PodRandom, MatchesReferenceInEveryMode) {
                      {PodMode::kSerial, PodBinding::kProportional, "serial"},
                      {PodMode::kPartition, PodBinding::kProportional, "partition", false},
                      {PodMode::kPartition, PodBinding::kProportional, "partition/k64", false, 64},
+                     // the partition's decode with deeper per-warp pipelines (PodOptions::
+                     // partition_decode_warps / _stages): 4 warps x 3 stages, 2 warps x 6 stages
+                     {PodMode::kPartition, PodBinding::kProportional, "partition/w4s3", false, 0, 4, 3},
+                     {PodMode::kPartition, PodBinding::kProportional, "partition/k16/w2s6", false, 16, 2, 6},
                      {PodMode::kAuto, PodBinding::kProportional, "auto"}};
   int32_t split_merges = 0;  // merges of the split fused plans: the split + merge path ran
   int32_t partition_runs = 0;  // partition plans whose prefill is the sm90 kernel (a partition proper)
@@ -320,6 +325,9 @@ TEST_P(PodRandom, MatchesReferenceInEveryMode) {
       o.binding = md.binding;
       o.prefill_split = md.split;
       o.partition_free_sms = md.free_sms;
+      o.partition_decode_warps = md.decode_warps;
+      o.partition_decode_stages = md.decode_stages;
+      ASSERT_LE(BatchPODAttention::workspace_size(b, o), ws.bytes());
       BatchPODAttention pod(b, o);
       h.poison();
       h.plan(pod, var, ws, ws.bytes());
@@ -331,6 +339,8 @@ TEST_P(PodRandom, MatchesReferenceInEveryMode) {
         partition_runs += pod.plan_info().predicted_partition_us > 0;  // the sm90 prefill ran
         if (md.free_sms > 0) EXPECT_EQ(pod.plan_info().free_sms, md.free_sms);
         EXPECT_EQ(pod.plan_info().prefill_grid + pod.plan_info().free_sms, pod.plan_info().grid / pod.plan_info().ctas_per_sm);
+        EXPECT_EQ(pod.plan_info().decode_stages, md.decode_stages != 0 ? md.decode_stages : 2);
+        EXPECT_EQ(pod.plan_info().decode_warps, md.decode_warps != 0 ? md.decode_warps : 4);
       }
       if (md.mode == PodMode::kFused) {
         if (md.split) split_merges += pod.plan_info().prefill_merges;
@@ -405,10 +415,16 @@ TEST(PodEdges, PartitionEdgeCases) {
   const PodBounds b = bounds_of(s, 512, 3, 8);
   DeviceBuffer ws(BatchPODAttention::workspace_size(b));
   const std::vector<std::pair<Mix, AttentionVariant>> cases = edge_cases();
-  for (const int32_t k : {0, 64}) {
+  struct P {
+    int32_t k, warps, stages;  // pinned k (0: the planner's); the decode CTA shape (0: default)
+  };
+  for (const P& pc : {P{0, 0, 0}, P{64, 0, 0}, P{0, 4, 3}, P{16, 2, 6}}) {
+    const int32_t k = pc.k;
     PodOptions o;
     o.mode = PodMode::kPartition;
     o.partition_free_sms = k;
+    o.partition_decode_warps = pc.warps;
+    o.partition_decode_stages = pc.stages;
     BatchPODAttention pod(b, o);
     for (const auto& [mix, var] : cases) {
       h.load(mix, rng);
@@ -419,7 +435,8 @@ TEST(PodEdges, PartitionEdgeCases) {
       if (k > 0) EXPECT_EQ(pod.plan_info().free_sms, k);
       h.run(pod);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      h.check(var, "partition k " + std::to_string(pod.plan_info().free_sms) + " edge " + describe(mix));
+      h.check(var, "partition k " + std::to_string(pod.plan_info().free_sms) + " w" + std::to_string(pc.warps) + "s" +
+                       std::to_string(pc.stages) + " edge " + describe(mix));
     }
   }
   // A k that is not a candidate is rejected at construction.
@@ -427,13 +444,25 @@ TEST(PodEdges, PartitionEdgeCases) {
   bad.mode = PodMode::kPartition;
   bad.partition_free_sms = 13;
   EXPECT_EQ(test::thrown_argument([&] { BatchPODAttention x(b, bad); }), "options.partition_free_sms");
+  // Decode CTA shapes out of range, or whose stages do not fit the shared memory (8 warps x 8
+  // stages x 8 KB), are rejected naming the option, at construction and by workspace_size.
+  for (const P& pc : {P{0, 1, 0}, P{0, 9, 0}, P{0, 0, 1}, P{0, 0, 9}, P{0, 8, 8}}) {
+    PodOptions o;
+    o.mode = PodMode::kPartition;
+    o.partition_decode_warps = pc.warps;
+    o.partition_decode_stages = pc.stages;
+    const std::string want = pc.warps == 1 || pc.warps == 9 ? "options.partition_decode_warps"
+                                                            : "options.partition_decode_stages";
+    EXPECT_EQ(test::thrown_argument([&] { BatchPODAttention x(b, o); }), want) << pc.warps << "x" << pc.stages;
+    EXPECT_EQ(test::thrown_argument([&] { (void)BatchPODAttention::workspace_size(b, o); }), want);
+  }
 }
 
 // One graph captured around run() in fused mode (the kernel resets its own counters) or in the SM
 // partition with a pinned k (two branches: the capped prefill and the forked decode), replayed
 // after re-plans with other mixes: every replay matches the reference; 20 replays of one plan are
 // bitwise identical.
-void graph_replay(PodMode mode) {
+void graph_replay(PodMode mode, int32_t decode_warps = 0, int32_t decode_stages = 0) {
   const Shape s{32, 8, 128, DType::kBFloat16, 16};
   Rng rng = Rng::for_current_test();
   const int64_t tokens = 600;
@@ -444,6 +473,8 @@ void graph_replay(PodMode mode) {
   PodOptions o;
   o.mode = mode;
   if (mode == PodMode::kPartition) o.partition_free_sms = 32;
+  o.partition_decode_warps = decode_warps;
+  o.partition_decode_stages = decode_stages;
   BatchPODAttention pod(b, o);
   const AttentionVariant var = causal_lse();
   cudaStream_t stream;
@@ -496,6 +527,12 @@ TEST(PodGraph, ReplayAcrossMixesAndDeterminism) {
 TEST(PodGraph, PartitionReplayAcrossMixesAndDeterminism) {
   WEFT_REQUIRE_GPU();
   graph_replay(PodMode::kPartition);
+}
+
+// The same with the partition's decode at 4 warps x 3 stages (PodOptions::partition_decode_*).
+TEST(PodGraph, PartitionDecodeShapeReplayAcrossMixesAndDeterminism) {
+  WEFT_REQUIRE_GPU();
+  graph_replay(PodMode::kPartition, 4, 3);
 }
 
 // Bad input: weft::Error naming the argument, nothing written (outputs keep their poison).
