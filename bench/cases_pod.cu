@@ -440,7 +440,7 @@ WEFT_BENCH_GROUP(pod) {
 // (one CTA per SM: the device's whole per-block shared memory, so no decode CTA fits beside it)
 // that spins until the decode is done; a one-thread kernel on the decode's stream waits until
 // every occupier CTA is resident before the start event, so the events bracket only the decode
-// on the k free SMs (k = N: no occupier). L2 flushed before every run; median of 7.
+// on the k free SMs (k = 16, 32, 48, 64 and N: no occupier). L2 flushed before every run; median of 7.
 // Case "pod_decode/<model>/b<B>/ctx<C>/w<W>s<S>/k<k>": ms, bytes = K + V read, extra.gbps_per_sm
 // = bytes / ms / k, extra.waves = the decode grid over the k SMs' CTA slots (the balanced plan
 // gives every CTA the same work, so a fractional wave count leaves SMs idle in the last one).
@@ -523,7 +523,7 @@ void run_decode_k(weft::bench::Context& ctx, const Model& m) {
         DeviceArray ws(weft::BatchDecodeWrapper::workspace_size(bt.b, m.hq, m.hkv, kD, opt));
         dec.plan(td.t, m.hq, m.hkv, kD, kPage, kBF16, weft::KVLayout::kNHD, var, ws.get(), ws.bytes(), s);
         const int grid = dec.num_ctas();
-        for (const int kf : {16, 32, 48, sms}) {
+        for (const int kf : {16, 32, 48, 64, sms}) {
           weft::bench::Result r;
           r.name = base + "/k" + std::to_string(kf);
           if (!ctx.wants(r.name)) continue;

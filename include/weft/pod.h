@@ -98,13 +98,19 @@ struct PodOptions {
   // SM partition (kPartition, and kAuto when it chooses the partition): the k SMs left to decode.
   // 0: the planner's cost model picks k per step among 8, 16, .. 64 (at most half the SMs);
   // else one of those values, fixed. A graph captured around a partition run() replays after
-  // re-plans only while k stays the same: pin it (and PodMode::kPartition) for graph use.
+  // re-plans only while k and the decode shape stay the same: pin k (and PodMode::kPartition)
+  // for graph use (a pinned k keeps one decode shape, partition_decode_*).
   int32_t partition_free_sms = 0;
   // SM partition: the decode CTA shape of the forked decode launch (DecodeOptions::warps_per_cta
   // and pipeline_stages of its own decode wrapper), which reads on the k free SMs while the
-  // prefill runs; 0: the decode wrapper's tuned defaults (4 warps, 2 stages: tuned for the whole
-  // GPU). The serial fallback's decode keeps the defaults. Validated like DecodeOptions (2..8
-  // each, and the CTA's shared memory must fit the device: weft::Error naming the field).
+  // prefill runs. Both 0: with the bands' k (partition_free_sms 0, kAuto or kPartition) the
+  // planner picks per step between the decode wrapper's defaults (4 warps x 2 stages) and 4 x 3
+  // (heuristics::pod_partition_deep_decode: measured faster at k 64 and in the bands it picks;
+  // PodPlanInfo::decode_warps / decode_stages say which ran); with a pinned k, the defaults. Else
+  // this shape in every partition step. The serial fallback's decode keeps the defaults.
+  // Validated like DecodeOptions (2..8 each; the CTA's shared memory must fit the device):
+  // weft::Error naming the field. A shape whose grid is larger than the defaults' (more CTAs per
+  // SM) needs workspace_size(bounds, options).
   int32_t partition_decode_warps = 0;
   int32_t partition_decode_stages = 0;
 };

@@ -30,11 +30,11 @@ for m in $MODELS; do
   log "rc=$?"
 done
 log "gpu pod (all)"
-timeout $(( $(left) > 150 ? 120 : $(left) - 40 )) "$BIN/weft_gpu_pod" --gtest_brief=1 > "$OUT/tests.txt" 2>&1
+timeout $(( $(left) > 145 ? 120 : $(left) - 25 )) "$BIN/weft_gpu_pod" --gtest_brief=1 > "$OUT/tests.txt" 2>&1
 echo "rc=$?" >> "$OUT/tests.txt"; grep -v "^\[ info" "$OUT/tests.txt" | tail -8 | tee -a "$OUT/log.txt"
 grep "^\[ info" "$OUT/tests.txt" | tee -a "$OUT/log.txt"
 log "memcheck PodEdges.*"
-timeout $(( $(left) > 80 ? 70 : $(left) - 5 )) compute-sanitizer --tool memcheck --print-limit 20 "$BIN/weft_gpu_pod" \
+timeout $(( $(left) > 80 ? 70 : $(left) - 4 )) compute-sanitizer --tool memcheck --print-limit 20 "$BIN/weft_gpu_pod" \
   --gtest_brief=1 --gtest_filter='PodEdges.*' > "$OUT/memcheck.txt" 2>&1; echo "rc=$?" >> "$OUT/memcheck.txt"
 tail -5 "$OUT/memcheck.txt" | tee -a "$OUT/log.txt"
 log "done"

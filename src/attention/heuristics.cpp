@@ -202,30 +202,54 @@ const PodCost& pod_cost() {
   return c;
 }
 
-// Measured (bench/results/h100_pod_merged_d488864.json: 145 batches, serial vs the partition at
-// k = 16, 32, 48, 64; x = decode alone / sm90 prefill alone, tiles = 128-row prefill tiles / SM):
-//   tensor-core decode (Llama-3-8B 32/8, Yi-6B 32/4):
-//     x < 0.5 (0.37..0.43): loses (0.67..0.95) except chunk 2K (3.9 tiles/SM) at k 16
-//       (0.98..1.15): left serial;
-//     x 0.64..0.9: k 16 wins 1.05..1.17 where tiles >= 1.9 per SM (chunk 1K/2K); chunk 512
-//       (0.97 tiles per SM: each of P < 128 CTAs then carries a split tile) loses at every k
-//       (0.82..0.93);
-//     x 1.16..1.6: k 32 1.12..1.23 at chunk 512/1K; chunk 2K (3.9 tiles/SM) k 48 1.24..1.37;
-//     x 2.2..3.1: k 48 1.10..1.22 (k 64 1.0..1.15, k 32 1.07..1.19).
-//   CUDA-core decode (Llama-2-7B 32/32): gains are smaller: x < 2.2 at most 1.09 and as low as
-//     0.90..0.99 at x 1.3..1.6 (chunk 2K); x 2.2..3.2: k 48 1.01..1.12.
-// Replayed on the 145 batches with the predicted x (the rate lines above): mean 1.100, min 1.000
-// over serial (the per-batch best of serial and the four k: 1.112); the thresholds moved by 10%
-// (x 0.5 -> 0.6, 1.0 -> 1.1, 2.3 -> 2.5) change the mean by <= 0.001 and keep the minimum.
+// Measured twice. First (bench/results/h100_pod_merged_d488864.json: 145 batches, serial vs the
+// partition at k = 16, 32, 48, 64 with the default decode shape): the bands below x ~1 (k 16 from
+// x 0.5 at >= 1.5 tiles per SM; chunk 512 serial below x 1). Then (bench/results/
+// h100_podk_5626d19.json: 153 batches of the three models, each also pinned at the four k with
+// the partition's decode at 4 warps x 3 stages, PodOptions::partition_decode_*; x = decode alone /
+// sm90 prefill alone predicted by the rate lines, tiles = 128-row prefill tiles / SM):
+//   tensor-core decode (Llama-3-8B 32/8, Yi-6B 32/4), default shape (d) / 4x3 shape (a):
+//     x 0.37..0.47, chunk 2K (3.9 tiles/SM): a16 1.13..1.16 (d16 1.02..1.16); x < 0.3 or chunk 1K
+//       (1.9 tiles): <= 1.06 at every k, serial;
+//     x 0.65..0.69, chunk 512: <= 1.06 (most < 1), serial;
+//     x 0.71..0.73, chunk 1K: a32 1.20..1.24 (d32 1.11..1.20); x 0.74..0.87, chunk 2K: a32
+//       1.09..1.15 (mean 1.12, the best minimum; d32 1.01..1.17);
+//     x 1.14..1.34, chunk 512: d48 1.26..1.30 (a64 1.14..1.28);
+//     x >= 1.36: a64 1.10..1.35, every row above d48 (1.03..1.28) and d64 (0.95..1.19): with the
+//       default shape k 64 is the worst k here (and at d488864), with 4x3 the best.
+//   CUDA-core decode (Llama-2-7B 32/32): x 0.74..0.87: a32 1.08..1.13 (5 rows); x >= 1.36: d64
+//     1.03..1.26 (d48 1.01..1.12).
+// Why 4 x 3 wins at k 64 while it reads LESS per SM alone (bench pod_decode, same call: decode on
+// k SMs beside an occupier, 42-50 GB/s per SM against 51-60 for 4 x 2): not measured. The 4 x 2
+// tensor-core CTA (72.5 KB) may fit 3 per SM by shared memory where the 4 x 3 one (104.5 KB) fits 2;
+// 64 SMs x ~57 GB/s would then ask more than HBM gives (3.06 TB/s) and the prefill's loads queue
+// behind the decode's; the CUDA-core kernel (227 registers: 2 per SM) shows no such k-64 loss.
+// Replayed on the 153 rows (the pinned times; in-sample): mean 1.145, min 1.000 (tensor-core
+// 1.150; the previous bands replay 1.063 and measured 1.072 as kAuto in the same call).
 bool pod_partition_pays(double x, double tiles_per_sm, bool tensor_core_decode) {
-  if (!tensor_core_decode) return x >= 2.3;
-  return x >= (tiles_per_sm >= 1.5 ? 0.5 : 1.0);
+  if (!tensor_core_decode) return x >= 0.7;
+  if (x >= 1.0) return true;
+  // Chunk 512 (< 1.5 tiles per SM: on P < 128 CTAs every CTA carries part of a split tile) lost
+  // at every k below x 1 in both calls.
+  if (x >= 0.5) return tiles_per_sm >= 1.5;
+  return x >= 0.3 && tiles_per_sm >= 3.0;
 }
 
 int32_t pod_partition_free_sms(double x, double tiles_per_sm, bool tensor_core_decode) {
-  if (!tensor_core_decode || x >= 2.0) return 48;
-  if (x < 1.0) return 16;
-  return tiles_per_sm >= 3.0 ? 48 : 32;
+  if (!tensor_core_decode) return x >= 1.3 ? 64 : 32;
+  if (x >= 1.35) return 64;
+  if (x >= 1.0) return 48;
+  if (x >= 0.7) return 32;
+  (void)tiles_per_sm;
+  return 16;
+}
+
+bool pod_partition_deep_decode(double x, double tiles_per_sm, bool tensor_core_decode) {
+  if (!tensor_core_decode) return x < 1.3;  // k 32
+  if (x >= 1.35) return true;               // k 64
+  if (x >= 1.0) return false;               // k 48
+  if (x >= 0.7) return true;                // k 32
+  return x < 0.5 && tiles_per_sm >= 3.0;    // k 16: the chunk-2K rows below x 0.5
 }
 
 }  // namespace weft::heuristics

@@ -251,5 +251,11 @@ const PodCost& pod_cost();
 // 5-30% and k's a few percent apart, so the choice is the measured bands'.
 bool pod_partition_pays(double x, double tiles_per_sm, bool tensor_core_decode);
 int32_t pod_partition_free_sms(double x, double tiles_per_sm, bool tensor_core_decode);
+// Whether the partition's decode then runs the deeper CTA shape (kPodDeepDecodeWarps x
+// kPodDeepDecodeStages) instead of the decode wrapper's default (PodOptions::partition_decode_*
+// left 0 and k chosen by the bands; measured in heuristics.cpp).
+bool pod_partition_deep_decode(double x, double tiles_per_sm, bool tensor_core_decode);
+// The deeper shape: 4 warps x 3 per-warp stages (104.5 KB per CTA at d128: 2 CTAs per SM).
+inline constexpr int32_t kPodDeepDecodeWarps = 4, kPodDeepDecodeStages = 3;
 
 }  // namespace weft::heuristics

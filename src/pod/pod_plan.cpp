@@ -150,6 +150,10 @@ Decision decide(const PlanInput& in) {
   }
   d.free_sms = k_best;
   d.prefill_grid = in.num_sms - k_best;
+  // The bands' decode CTA shape goes with the bands' k only: a pinned k keeps the default shape
+  // (a graph captured around a pinned partition replays across mixes: one decode kernel).
+  d.deep_decode = in.partition_free_sms == 0 &&
+                  heuristics::pod_partition_deep_decode(x, tiles_per_sm, in.tensor_core_decode);
   d.t_partition_us = in.sm90_prefill && k_best > 0 ? partition_time_us(in, k_best) : 0.0;
 
   switch (in.mode) {

@@ -25,7 +25,8 @@
 //                   t = (left <= 0 ? t_P : max(t_P, fixed_d) + left / R_d) + partition_us
 //                 (PodPlanInfo::predicted_partition_us; fitted, ~7% error). k and whether kAuto
 //                 partitions come from the measured bands (heuristics::pod_partition_free_sms /
-//                 _pays) of x = partition_ratio() and the sm90 tiles per SM. Only with the sm90 prefill.
+//                 _pays) of x = partition_ratio() and the sm90 tiles per SM, and with them the
+//                 decode CTA shape (Decision::deep_decode). Only with the sm90 prefill.
 //   kAuto: the partition in its bands, else fused in its region, else serial.
 // Per-SM ratio: r0 : r1 = 1 : 1 for kFiftyFifty and kStatic; kProportional rounds the prefill
 // share P / (P + D) to ctas_per_sm slots, keeping one slot per side (so 1 : 1 at 2 CTAs per SM).
@@ -66,6 +67,10 @@ struct Decision {
   int32_t free_sms = 0;                         // its k (the model's best, or the pinned one)
   int32_t prefill_grid = 0;                     // its prefill grid N - k
   double t_partition_us = 0;                    // predicted at free_sms (0 without sm90 prefill)
+  // The partition's decode runs the deeper CTA shape (heuristics::kPodDeepDecodeWarps x
+  // kPodDeepDecodeStages) instead of the default: the bands' choice with the bands' k
+  // (heuristics::pod_partition_deep_decode); false with a pinned k.
+  bool deep_decode = false;
 };
 
 double prefill_flops(const PlanInput& in);

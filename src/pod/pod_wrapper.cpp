@@ -112,15 +112,18 @@ struct Layout {
   std::size_t off_pre = 0, off_dec = 0, off_spre = 0, off_sdec = 0, spre_bytes = 0, sdec_bytes = 0, total = 0;
 };
 
-// The partition's decode options: PodOptions' CTA shape (0: the decode defaults).
-DecodeOptions partition_decode_options(const PodOptions& o) {
-  DecodeOptions d;
-  d.warps_per_cta = o.partition_decode_warps;
-  d.pipeline_stages = o.partition_decode_stages;
-  return d;
-}
+// The partition's own decode wrapper: PodOptions' CTA shape when it gives one (every partition
+// plan runs it), else the bands' deeper shape (heuristics::kPodDeepDecodeWarps x _Stages; the
+// plans whose pod::Decision::deep_decode says so). 0 fields: the decode defaults.
 bool partition_decode_own_shape(const PodOptions& o) {
   return o.partition_decode_warps != 0 || o.partition_decode_stages != 0;
+}
+DecodeOptions partition_decode_options(const PodOptions& o) {
+  DecodeOptions d;
+  const bool own = partition_decode_own_shape(o);
+  d.warps_per_cta = own ? o.partition_decode_warps : heuristics::kPodDeepDecodeWarps;
+  d.pipeline_stages = own ? o.partition_decode_stages : heuristics::kPodDeepDecodeStages;
+  return d;
 }
 void check_partition_decode(const PodOptions& o) {
   WEFT_CHECK_ARG(o.partition_decode_warps == 0 ||
@@ -191,10 +194,16 @@ struct BatchPODAttention::Impl {
   Layout layout;
   BatchPrefillWrapper serial_prefill;
   std::unique_ptr<BatchDecodeWrapper> serial_decode;
-  // The partition's decode (PodOptions::partition_decode_warps / _stages); null: serial_decode.
+  // The partition's own decode (partition_decode_options); null where no plan can use it.
   std::unique_ptr<BatchDecodeWrapper> part_decode;
-  BatchDecodeWrapper& decode_of(bool partition) {
-    return partition && part_decode ? *part_decode : *serial_decode;
+  bool part_own_decode = false;  // the current plan's partition runs part_decode
+  // The decode wrapper of a plan: part_decode for a partition whose options give a shape or
+  // whose planner chose the deeper one, else the default-shape wrapper.
+  bool uses_part_decode(bool partition, bool deep) const {
+    return partition && part_decode && (partition_decode_own_shape(options) || deep);
+  }
+  BatchDecodeWrapper& decode_of(bool partition, bool deep) {
+    return uses_part_decode(partition, deep) ? *part_decode : *serial_decode;
   }
   // Planning scratch (reused between plans).
   prefill::PrefillPlanner pplanner;
@@ -244,7 +253,10 @@ BatchPODAttention::BatchPODAttention(const PodBounds& bounds, const PodOptions& 
       [&] { return make_layout(bounds, im.geo, options.prefill_split, partition_decode_options(options)); });
   im.serial_decode = std::make_unique<BatchDecodeWrapper>(bounds.max_decode_batch, bounds.num_qo_heads,
                                                           bounds.num_kv_heads, bounds.head_dim);
-  if (partition_decode_own_shape(options))
+  // The deeper shape is chosen only with the bands' k (pod::Decision::deep_decode).
+  const bool bands_k = options.partition_free_sms == 0 &&
+                       (options.mode == PodMode::kAuto || options.mode == PodMode::kPartition);
+  if (partition_decode_own_shape(options) || bands_k)
     im.part_decode = std::make_unique<BatchDecodeWrapper>(bounds.max_decode_batch, bounds.num_qo_heads,
                                                           bounds.num_kv_heads, bounds.head_dim,
                                                           partition_decode_options(options));
@@ -386,15 +398,16 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
     im.serial_prefill.plan_paged(qo_indptr, ptable, page_size, b.num_qo_heads, b.num_kv_heads, b.head_dim, dtype,
                                  variant, ws + im.layout.off_spre, im.layout.spre_bytes,
                                  serial_prefill_bounds(b), stream, nullptr, popt);
-    im.decode_of(d.partition).plan(dtable, b.num_qo_heads, b.num_kv_heads, b.head_dim, page_size, dtype, b.kv_layout,
+    im.decode_of(d.partition, d.deep_decode).plan(dtable, b.num_qo_heads, b.num_kv_heads, b.head_dim, page_size, dtype, b.kv_layout,
                            variant, ws + im.layout.off_sdec, im.layout.sdec_bytes, stream);
     info_.prefill_items = im.serial_prefill.plan_info().num_items;
     info_.prefill_merges = im.serial_prefill.plan_info().num_merges;
-    info_.decode_items = im.decode_of(d.partition).plan_info().num_items;
+    info_.decode_items = im.decode_of(d.partition, d.deep_decode).plan_info().num_items;
   }
   im.planned = true;
   im.fused = d.fused;
   im.partition = d.partition;
+  im.part_own_decode = im.uses_part_decode(d.partition, d.deep_decode);
   im.dtype = dtype;
   im.page_size = page_size;
   im.pre_batch = ptable.batch_size;
@@ -417,7 +430,7 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
   info_.free_sms = d.partition ? d.free_sms : 0;
   info_.prefill_grid = d.partition ? im.serial_prefill.plan_info().num_ctas : 0;
   info_.predicted_partition_us = d.t_partition_us;
-  const DecodeOptions pd = partition_decode_options(im.options);
+  const DecodeOptions pd = im.part_own_decode ? partition_decode_options(im.options) : DecodeOptions{};
   info_.decode_warps = d.partition ? (pd.warps_per_cta != 0 ? pd.warps_per_cta : heuristics::decode_default_warps(b.head_dim)) : 0;
   info_.decode_stages =
       d.partition ? (pd.pipeline_stages != 0 ? pd.pipeline_stages : heuristics::decode_default_stages(b.head_dim)) : 0;
@@ -488,7 +501,7 @@ void BatchPODAttention::run(const TensorView& pq, const TensorView& dq, const Pa
     WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.side, im.fork, 0));
     im.serial_prefill.run_paged(pq, cache, ptable, pout, plse, stream);
-    im.decode_of(true).run(dq, cache, dtable, dout, dlse, im.side);
+    (im.part_own_decode ? *im.part_decode : *im.serial_decode).run(dq, cache, dtable, dout, dlse, im.side);
     WEFT_CUDA_CHECK(cudaEventRecord(im.join, im.side));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.join, 0));
     return;

@@ -271,28 +271,34 @@ TEST(PodPlan, PartitionModelAndKChoice) {
   EXPECT_EQ(error_arg(in), "num_sms");
 }
 
-// kAuto's partition on measured batches (bench/results/h100_pod_merged_d488864.json, H100: serial /
-// partition at k = 16, 32, 48, 64): it partitions where a k won, with the k of the measured bands,
-// and stays serial where every k lost; never without the sm90 prefill or with a side empty.
+// kAuto's partition on measured batches (bench/results/h100_podk_5626d19.json, H100: serial /
+// partition at k = 16, 32, 48, 64 with both decode shapes): it partitions where a k won, with the
+// k and decode shape of the measured bands, and stays serial where every k lost; never without the
+// sm90 prefill or with a side empty.
 TEST(PodPlan, AutoPartitionsInTheMeasuredBands) {
+  // Rows of bench/results/h100_podk_5626d19.json (H100): serial / partition at each pinned k with
+  // the default decode shape (d) and 4 warps x 3 stages (a); x = the planner's predicted ratio.
   struct Row {
     int32_t hq, hkv, ctx, chunk, nb;
     bool tensor_core;
     int32_t k;  // 0: serial expected
+    bool deep;  // the partition's decode at heuristics::kPodDeepDecodeWarps x _Stages
     const char* measured;
   };
   const Row rows[] = {
-      {32, 8, 16384, 2048, 64, true, 48, "k16 1.01 k32 1.04 k48 1.24 k64 1.03"},
-      {32, 8, 8192, 1024, 16, true, 16, "k16 1.14 k32 1.12 k48 0.85 k64 0.84"},
-      {32, 4, 4096, 2048, 64, true, 16, "k16 1.18 k32 1.30 k48 1.08 k64 0.87"},
-      {32, 8, 12288, 1024, 32, true, 32, "k16 1.06 k32 1.18 k48 1.13 k64 1.04"},
-      {32, 8, 20480, 512, 32, true, 48, "k16 1.00 k32 1.09 k48 1.15 k64 0.99"},
-      {32, 8, 8192, 512, 8, true, 0, "k16 0.88 k32 0.86 k48 0.85 k64 0.83"},
-      {32, 8, 12288, 1024, 8, true, 0, "k16 0.92 k32 0.90 k48 0.69 k64 0.68"},
-      {32, 4, 16384, 512, 16, true, 0, "k16 0.87 k32 0.85 k48 0.84 k64 0.84"},
-      {32, 32, 4096, 2048, 16, false, 0, "k16 1.00 k32 1.06 k48 1.01 k64 0.98"},
-      {32, 32, 16384, 2048, 16, false, 0, "k16 0.90 k32 0.99 k48 0.95 k64 0.98"},
-      {32, 32, 16384, 1024, 16, false, 48, "k16 0.96 k32 1.02 k48 1.12 k64 1.04"},
+      {32, 8, 16384, 2048, 16, true, 16, true, "x 0.38 d16 1.10 d32 0.96 d48 0.80 d64 0.73 a16 1.15 a32 0.93 a48 0.83 a64 0.74"},
+      {32, 4, 8192, 1024, 8, true, 0, false, "x 0.22 d16 0.88 d32 0.88 d48 0.67 d64 0.64 a16 0.88 a32 0.88 a48 0.68 a64 0.66"},
+      {32, 8, 8192, 2048, 8, true, 0, false, "x 0.22 d16 0.98 d32 0.83 d48 0.71 d64 0.64 a16 1.00 a32 0.87 a48 0.76 a64 0.66"},
+      {32, 8, 8192, 512, 8, true, 0, false, "x 0.67 d16 0.98 d32 0.99 d48 0.97 d64 0.90 a16 0.92 a32 0.99 a48 0.98 a64 0.95"},
+      {32, 8, 12288, 1024, 16, true, 32, true, "x 0.71 d16 1.10 d32 1.19 d48 0.92 d64 0.88 a16 1.07 a32 1.20 a48 0.96 a64 0.89"},
+      {32, 4, 4096, 2048, 64, true, 32, true, "x 0.87 d16 1.15 d32 1.13 d48 1.22 d64 0.98 a16 1.09 a32 1.15 a48 1.26 a64 1.01"},
+      {32, 8, 8192, 512, 16, true, 48, false, "x 1.25 d16 1.03 d32 1.18 d48 1.29 d64 1.17 a16 1.02 a32 1.12 a48 1.21 a64 1.22"},
+      {32, 4, 8192, 2048, 128, true, 64, true, "x 1.54 d16 1.03 d32 1.14 d48 1.20 d64 1.13 a16 1.01 a32 1.08 a48 1.08 a64 1.33"},
+      {32, 8, 12288, 512, 32, true, 64, true, "x 2.53 d16 0.98 d32 1.06 d48 1.10 d64 0.97 a16 0.91 a32 0.97 a48 1.05 a64 1.19"},
+      {32, 32, 8192, 2048, 8, false, 32, true, "x 0.78 d16 1.00 d32 1.02 d48 1.05 d64 1.02 a16 1.02 a32 1.11 a48 1.04 a64 0.98"},
+      {32, 32, 8192, 1024, 8, false, 64, false, "x 1.38 d16 1.02 d32 1.01 d48 1.08 d64 1.23 a16 1.02 a32 1.00 a48 1.06 a64 1.25"},
+      {32, 32, 8192, 512, 8, false, 64, false, "x 2.41 d16 0.90 d32 0.94 d48 1.02 d64 1.10 a16 0.87 a32 0.92 a48 0.98 a64 1.10"},
+      {32, 32, 16384, 2048, 4, false, 0, false, "(not measured: x < 0.7 stays serial)"},
   };
   for (const Row& r : rows) {
     PlanInput in = base_input();
@@ -307,7 +313,14 @@ TEST(PodPlan, AutoPartitionsInTheMeasuredBands) {
     const Decision d = decide(in);
     EXPECT_EQ(d.partition, r.k > 0) << r.hq << "/" << r.hkv << " ctx " << r.ctx << " chunk " << r.chunk << " b"
                                     << r.nb << " (measured " << r.measured << ")";
-    if (r.k > 0) EXPECT_EQ(d.free_sms, r.k) << r.measured;
+    if (r.k > 0) {
+      EXPECT_EQ(d.free_sms, r.k) << r.measured;
+      EXPECT_EQ(d.deep_decode, r.deep) << r.measured;
+    }
+    // A pinned k keeps the default decode shape (graph replays across mixes).
+    in.partition_free_sms = 32;
+    EXPECT_FALSE(decide(in).deep_decode) << r.measured;
+    in.partition_free_sms = 0;
     in.sm90_prefill = false;
     EXPECT_FALSE(decide(in).partition);
   }
