@@ -225,7 +225,10 @@ const PodCost& pod_cost() {
 // 64 SMs x ~57 GB/s would then ask more than HBM gives (3.06 TB/s) and the prefill's loads queue
 // behind the decode's; the CUDA-core kernel (227 registers: 2 per SM) shows no such k-64 loss.
 // Replayed on the 153 rows (the pinned times; in-sample): mean 1.145, min 1.000 (tensor-core
-// 1.150; the previous bands replay 1.063 and measured 1.072 as kAuto in the same call).
+// 1.150; the previous bands replay 1.063 and measured 1.072 as kAuto in the same call); each
+// threshold moved by 10% changes the mean by <= 0.009 (min >= 0.971). Measured at 83d7db2
+// (bench/results/h100_podk_83d7db2.json, kAuto interleaved with serial, 152 batches): 1.148, min
+// 0.998 (tensor-core 1.155); this call's pinned times replay the previous bands at 1.073.
 bool pod_partition_pays(double x, double tiles_per_sm, bool tensor_core_decode) {
   if (!tensor_core_decode) return x >= 0.7;
   if (x >= 1.0) return true;
