@@ -14,9 +14,10 @@
 //   pod         BatchPODAttention, PodMode::kAuto (the product: fused, SM partition or serial)
 //   partition   PodMode::kPartition with the planner's k, and pinned at k = 16, 32, 48, 64 (the
 //               sweep that measures the partition's cost model: heuristics::pod_cost)
-//   alt<i>_*    with WEFT_BENCH_POD_DECODE=WxS[,WxS..] (read by the bench only): for each decode CTA shape i, kAuto (interleaved too) and
-//               the partition pinned at k = 16, 32, 48, 64 with PodOptions::partition_decode_warps
-//               = W and _stages = S (the partition's decode only; serial keeps the default shape)
+//   alt<i>_*    with WEFT_BENCH_POD_DECODE=WxS[,WxS..] (read by the bench only): for each decode
+//               CTA shape i, kAuto (interleaved too) and the partition pinned at k = 16, 32, 48,
+//               64 with PodOptions::partition_decode_warps = W and _stages = S (the partition's
+//               decode only; serial keeps the default shape)
 //   fused       PodMode::kFused, proportional binding (the 50:50 / static / split ablations and
 //               the fused kernel's halves were measured at 6d33c1b and 76f083f and are not re-timed)
 // serial, pod, partition (planner's k) and fused are timed INTERLEAVED (4 rounds of 5 runs each,

@@ -398,8 +398,9 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
     im.serial_prefill.plan_paged(qo_indptr, ptable, page_size, b.num_qo_heads, b.num_kv_heads, b.head_dim, dtype,
                                  variant, ws + im.layout.off_spre, im.layout.spre_bytes,
                                  serial_prefill_bounds(b), stream, nullptr, popt);
-    im.decode_of(d.partition, d.deep_decode).plan(dtable, b.num_qo_heads, b.num_kv_heads, b.head_dim, page_size, dtype, b.kv_layout,
-                           variant, ws + im.layout.off_sdec, im.layout.sdec_bytes, stream);
+    im.decode_of(d.partition, d.deep_decode)
+        .plan(dtable, b.num_qo_heads, b.num_kv_heads, b.head_dim, page_size, dtype, b.kv_layout, variant,
+              ws + im.layout.off_sdec, im.layout.sdec_bytes, stream);
     info_.prefill_items = im.serial_prefill.plan_info().num_items;
     info_.prefill_merges = im.serial_prefill.plan_info().num_merges;
     info_.decode_items = im.decode_of(d.partition, d.deep_decode).plan_info().num_items;
@@ -431,9 +432,10 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
   info_.prefill_grid = d.partition ? im.serial_prefill.plan_info().num_ctas : 0;
   info_.predicted_partition_us = d.t_partition_us;
   const DecodeOptions pd = im.part_own_decode ? partition_decode_options(im.options) : DecodeOptions{};
-  info_.decode_warps = d.partition ? (pd.warps_per_cta != 0 ? pd.warps_per_cta : heuristics::decode_default_warps(b.head_dim)) : 0;
-  info_.decode_stages =
-      d.partition ? (pd.pipeline_stages != 0 ? pd.pipeline_stages : heuristics::decode_default_stages(b.head_dim)) : 0;
+  const int32_t warps = pd.warps_per_cta != 0 ? pd.warps_per_cta : heuristics::decode_default_warps(b.head_dim);
+  const int32_t stages = pd.pipeline_stages != 0 ? pd.pipeline_stages : heuristics::decode_default_stages(b.head_dim);
+  info_.decode_warps = d.partition ? warps : 0;
+  info_.decode_stages = d.partition ? stages : 0;
 }
 
 namespace {
