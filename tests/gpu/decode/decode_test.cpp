@@ -84,6 +84,47 @@ TEST(DecodeSmall, SampledConfigurations) {
   EXPECT_GE(n, 15);
 }
 
+// CTA shapes other than the default 4 warps x 2 stages (DecodeOptions::warps_per_cta /
+// pipeline_stages; the SM partition's decode runs 4 x 3): the prologue's page-id chain for tiles
+// 1 .. S-2 and the page-id ring (tile x + S's ids ride in tile x's group) at every depth, on both
+// paths, page sizes 1 and 16, lengths off every tile, split and multi-item CTAs.
+TEST(DecodeSmall, WarpsAndStages) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  const int shapes[][2] = {{4, 3}, {2, 6}, {3, 4}, {8, 2}, {2, 8}, {4, 4}};
+  int n = 0;
+  for (const auto& sh : shapes)
+    for (DecodePath path : kPaths) {
+      if (!decode_path_available(path)) continue;
+      Case c;
+      c.hkv = 2;
+      c.hq = n % 2 ? 16 : 8;
+      c.d = n % 3 == 2 ? 64 : 128;
+      c.dtype = n % 2 ? DType::kFloat16 : DType::kBFloat16;
+      c.page_size = n % 2 ? 1 : 16;
+      c.path = path;
+      c.lens = {0, 1, 17, int32_t(rng.randint(2, 300)), 64, 65, int32_t(rng.randint(300, 700)),
+                int32_t(rng.randint(2000, 5000))};
+      SCOPED_TRACE(c.describe() + " warps " + std::to_string(sh[0]) + " stages " + std::to_string(sh[1]));
+      DecodeOptions opt;
+      opt.path = path;
+      opt.warps_per_cta = sh[0];
+      opt.pipeline_stages = sh[1];
+      Batch bt(c, rng);
+      const int32_t mb = int32_t(c.lens.size());
+      Workspace ws(mb, c, opt);
+      BatchDecodeWrapper w(mb, c.hq, c.hkv, c.d, opt);
+      plan_for(w, bt, ws);
+      bt.dout.poison();
+      bt.dlse.poison();
+      run_for(w, bt);
+      WEFT_TEST_CUDA(cudaDeviceSynchronize());
+      check_against_reference(bt);
+      ++n;
+    }
+  EXPECT_GE(n, 6);
+}
+
 // Every GQA group 1..16 on both paths: the tensor-core path switches from one n8 tile of query
 // columns to two between groups 8 and 9, and odd groups leave part of a tile unused.
 TEST(DecodeSmall, EveryGroupSize1To16) {
