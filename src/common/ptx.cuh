@@ -43,10 +43,6 @@ __device__ __forceinline__ void cp_async_16_policy(void* smem, const void* gmem,
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "r"(src_bytes), "l"(pol));
 }
-// 4-byte global->shared async copy (.ca: the only size-4 form), for the decode page-id ring.
-__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(smem)), "l"(gmem));
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

@@ -1,7 +1,6 @@
 // Internal: roles shared by the decode kernel.
 //   load:     Q tile -> shared memory; per-warp paged K/V tiles -> swizzled shared memory with
-//             16-byte cp.async, page ids loaded one pipeline depth ahead into a shared-memory
-//             ring (kv_page_async / kv_row_offset / kv_issue)
+//             16-byte cp.async, page ids looked up one tile ahead (kv_lookup / kv_issue)
 //   epilogue: cross-warp combine of online-softmax states, final or partial store
 #pragma once
 #include <cuda/atomic>
@@ -46,8 +45,6 @@ constexpr int kMaxStages = 8;
 //   flag      16 bytes: whether this CTA merges the tile it just finished (merge_tile_if_last).
 //             In the dynamic layout, not a static __shared__ variable: the kernels' dynamic
 //             limit is raised to the device's opt-in maximum, which leaves no static room.
-//   page ring [stage][warp][32] int32 (128 B per stage per warp): the page ids of the tile each
-//             stage buffer will take next (decode_pipeline.cuh).
 template <class T, int D, int QR = kTileQ>
 struct SmemLayout {
   static constexpr int kTileElems = kWarpKeys * D;                     // one K (or V) warp tile
@@ -63,13 +60,7 @@ struct SmemLayout {
   __host__ __device__ static constexpr size_t flag_offset(int stages, int warps) {
     return pipe_bytes(stages, warps) + red_ml_bytes(warps) + 2 * kQBytes;
   }
-  // Page-id ring [stage][warp][32 lanes] int32 (kv_page_async): the page ids of a warp's tile
-  // land here one pipeline depth (S tiles) before the tile's copies are issued.
-  __host__ __device__ static constexpr size_t ring_offset(int stages, int warps) { return flag_offset(stages, warps) + 16; }
-  __host__ __device__ static constexpr size_t ring_bytes(int stages, int warps) { return size_t(stages) * warps * 32 * 4; }
-  __host__ __device__ static constexpr size_t bytes(int stages, int warps) {
-    return ring_offset(stages, warps) + ring_bytes(stages, warps);
-  }
+  __host__ __device__ static constexpr size_t bytes(int stages, int warps) { return flag_offset(stages, warps) + 16; }
 };
 
 // Row-major [rows][D] tile of 16-bit elements with its 16-byte chunks XOR-swizzled by row % 8,
@@ -227,29 +218,6 @@ __device__ __forceinline__ int32_t kv_lookup_page(const P& p, const int32_t* pag
   if (j >= kv_end) return -1;
   const uint32_t q = p.page_shift >= 0 ? uint32_t(j) >> p.page_shift : uint32_t(j) / uint32_t(p.kv.table.page_size);
   return __ldg(pages + q);
-}
-// kv_lookup_page's page id, loaded ASYNCHRONOUSLY into this lane's slot of the page-id ring
-// (`slot` = &ring[stage][warp][lane]) as part of the caller's next cp.async group; -1 is stored
-// at once for keys >= kv_end. The lane reads the slot back (kv_ring_page) after that group has
-// completed (cp.async.wait_group): the id needs no register while it is in flight.
-template <class P>
-__device__ __forceinline__ void kv_page_async(const P& p, const int32_t* pages, int k0, int kv_end,
-                                              int lane, int32_t* slot) {
-  const int j = k0 + (lane & 15);
-  if (j >= kv_end) {
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ptx::smem_addr(slot)), "r"(-1));
-    return;
-  }
-  const uint32_t q = p.page_shift >= 0 ? uint32_t(j) >> p.page_shift : uint32_t(j) / uint32_t(p.kv.table.page_size);
-  ptx::cp_async_4(slot, pages + q);
-}
-// The page id kv_page_async put in `slot` (its cp.async group has completed). Inline asm, as
-// cp_async_4 is: the compiler keeps the two in program order, so this read of a slot is issued
-// before the copy that refills it (a plain load could be moved below the copy's asm).
-__device__ __forceinline__ int32_t kv_ring_page(const int32_t* slot) {
-  int32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(ptx::smem_addr(slot)));
-  return v;
 }
 template <class P>
 __device__ __forceinline__ int64_t kv_row_offset(const P& p, int32_t page, int k0, int kv_head,

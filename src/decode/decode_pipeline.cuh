@@ -7,18 +7,8 @@
 // when it waits) with its own online-softmax state; there is no CTA barrier inside the KV
 // loop, only __syncwarp. The warps' states are combined once per item in the epilogue
 // (decode_common.cuh), in warp order (deterministic).
-// Page ids: a tile's page ids are loaded one pipeline depth (S tiles) before its copies are
-// issued, by cp.async into the page-id ring (SmemLayout, [stage][warp][lane]): the ids of tile
-// x + S ride in tile x's commit group into the ring slot of x's stage buffer (which tile x + S
-// takes next), so the wait that lands tile x lands them too and the refill of that buffer reads
-// them with one shared load. Why (issue 28, perf-notes-decode.md "Page ids one pipeline depth
-// ahead"): with the ids in a register one tile ahead, a warp issued tile t + S - 1's copies only
-// after a page-table load started one tile earlier had returned: one dependent global round
-// trip per tile per warp, whatever S; decode on a few SMs read ~7 GB/s per warp at 2, 3 or 6
-// stages. A deeper register lookahead needs a loop-carried register per tile in flight, and
-// ptxas copies such values (the register-copy lesson below); the ring holds none.
-// The prologue's first tiles still chain through a register (pg0, requested by the caller
-// during the previous item, then one tile ahead); tile S - 1's ids ride in the Q group.
+// Page ids are fetched one warp tile before their copies are issued (kv_lookup_page), so the
+// page-table load latency overlaps a whole tile of compute instead of stalling the copies.
 // A CTA's range and first item come from its plan::CtaRecord (one round of loads; the page-table
 // base and the first page ids follow). Items back to back: the next item's metadata and first
 // page ids are requested when an item starts, and each warp issues the next item's Q and first
@@ -39,40 +29,36 @@
 
 namespace weft::decode {
 
-// Per-warp prologue of an item: this thread's share of the item's Q rows -> sQ and the page ids
-// of the warp's tile S-1 -> its ring slot (one commit group), then the warp's first S-1 tiles ->
-// stages 0 .. S-2 (one group each, empty past the warp's last tile), each with the page ids of
-// tile s + S -> ring slot s.
+// Per-warp prologue of an item: this thread's share of the item's Q rows -> sQ (one commit
+// group), then the warp's first S-1 tiles -> stages 0 .. S-2 (one group each, empty past the
+// warp's last tile); returns the page ids of the warp's tile S-1 (lookup issued, not awaited).
 // pg0: kv_lookup_page of the warp's first tile (requested early by the caller).
-// ring_w: this lane's slot of stage 0 in the page-id ring (stage st: ring_w + st * W * 32).
 template <class T, int D, int QR, bool kPacked = false, class P>
-__device__ __forceinline__ void start_item(const P& p, const Item& it, const int32_t* pages, int32_t pg0, T* sQ,
-                                           T* sPipe, int32_t* ring_w, int S, int W, int warp, int lane) {
+__device__ __forceinline__ int32_t start_item(const P& p, const Item& it, const int32_t* pages,
+                                              int32_t pg0, T* sQ, T* sPipe, int S, int W, int warp, int lane) {
   using L = SmemLayout<T, D, QR>;
+  load_q<T, D, QR, kPacked>(p, it, sQ);
+  ptx::cp_async_commit();
   const int total_tiles = (it.kv_end - it.kv_begin + kWarpKeys - 1) / kWarpKeys;
   const int nt = total_tiles > warp ? (total_tiles - warp + W - 1) / W : 0;
-  auto k0_of = [&](int t) { return it.kv_begin + (warp + t * W) * kWarpKeys; };
-  load_q<T, D, QR, kPacked>(p, it, sQ);
-  if (S - 1 < nt) kv_page_async(p, pages, k0_of(S - 1), it.kv_end, lane, ring_w + (S - 1) * W * 32);
-  ptx::cp_async_commit();
-  int32_t pg = pg0;
+  int32_t pg_next = pg0;
   for (int s = 0; s < S - 1; ++s) {
     if (s < nt) {
+      const int k0 = it.kv_begin + (warp + s * W) * kWarpKeys;
       // The row offsets of tile s from its page ids BEFORE the next lookup is issued: the lookup
-      // then loads into pg's own register. Issued first (pg = pg_next; lookup; offsets from
+      // then loads into pg_next's own register. Issued first (pg = pg_next; lookup; offsets from
       // pg), both values were live at once and ptxas copied the new page id into the loop-carried
       // register right after the load, waiting for it in the same iteration (the KV loop's
       // lookahead lost: 2-3x the long-scoreboard stalls in the CUDA-core kernel, 3-4% slower
       // forced CUDA-core rows; perf-notes-decode.md "Page lookahead and the register copy").
-      // Since the page-id ring, only the prologue's tiles 1 .. S-2 (S >= 3) use this chain.
-      const int64_t off = kv_row_offset(p, pg, k0_of(s), it.kv_head, lane);
-      pg = s + 1 < nt && s + 1 < S - 1 ? kv_lookup_page(p, pages, k0_of(s + 1), it.kv_end, lane) : -1;
+      const int64_t off = kv_row_offset(p, pg_next, k0, it.kv_head, lane);
+      pg_next = s + 1 < nt ? kv_lookup_page(p, pages, k0 + W * kWarpKeys, it.kv_end, lane) : -1;
       T* st = sPipe + (s * W + warp) * 2 * L::kTileElems;
       kv_issue<T, D>(p, off, lane, st, st + L::kTileElems);
-      if (s + S < nt) kv_page_async(p, pages, k0_of(s + S), it.kv_end, lane, ring_w + s * W * 32);
     }
     ptx::cp_async_commit();
   }
+  return pg_next;
 }
 
 // QR: query rows per item (16, or 32 for the 4-tile tensor-core mainloop of GQA groups > 16).
@@ -112,7 +98,6 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
   T* sQ0 = reinterpret_cast<T*>(smem_raw + L::pipe_bytes(S, W) + L::red_ml_bytes(W));
   int* s_flag = reinterpret_cast<int*>(smem_raw + L::flag_offset(S, W));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  int32_t* ring_w = reinterpret_cast<int32_t*>(smem_raw + L::ring_offset(S, W)) + warp * 32 + lane;
 
   WEFT_DECODE_TRACE_ENTRY();
   int i0, i1;
@@ -152,7 +137,7 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
   WEFT_DECODE_TRACE_AFTER(reinterpret_cast<intptr_t>(pages), kTraceIndptr);
   const int32_t pg0 = kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane);
   WEFT_DECODE_TRACE_AFTER(pg0, kTracePage0);
-  start_item<T, D, QR, kPacked>(p, it, pages, pg0, sQ0, sPipe, ring_w, S, W, warp, lane);
+  int32_t pg_next = start_item<T, D, QR, kPacked>(p, it, pages, pg0, sQ0, sPipe, S, W, warp, lane);
   WEFT_DECODE_TRACE_POINT(kTraceIssued);
 
   for (int ii = i0; ii < i1; ++ii) {
@@ -188,14 +173,12 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
         {
           const int tn = t + S - 1;
           if (tn < nt) {
-            // Tile tn's page ids came with tile t - 1's group (start_item's Q group for t = 0),
-            // which the previous iteration's wait landed; the slot is then refilled with tile
-            // tn + S's ids (stage wr's next tile), after the read (kv_ring_page).
-            int32_t* slot = ring_w + wr * W * 32;
-            const int64_t off = kv_row_offset(p, kv_ring_page(slot), tile_k0(tn), it.kv_head, lane);
+            // Tile tn's row offsets from its page ids (requested a tile ago), THEN the lookup of
+            // tile tn + 1 into the same variable: see start_item (register reuse, no copy).
+            const int64_t off = kv_row_offset(p, pg_next, tile_k0(tn), it.kv_head, lane);
+            pg_next = tn + 1 < nt ? kv_lookup_page(p, pages, tile_k0(tn + 1), it.kv_end, lane) : -1;
             T* st = stage(wr);
             kv_issue<T, D>(p, off, lane, st, st + L::kTileElems);
-            if (tn + S < nt) kv_page_async(p, pages, tile_k0(tn + S), it.kv_end, lane, slot);
           }
           ptx::cp_async_commit();
           wr = wr + 1 == S ? 0 : wr + 1;
@@ -218,8 +201,8 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
       WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceLoopEnd);
       const MergeRange mr = kPacked ? MergeRange{} : load_merge_range(p.plan, it, fold);  // used after the epilogue
       if (has_next)
-        start_item<T, D, QR, kPacked>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
-                                      ring_w, S, W, warp, lane);
+        pg_next = start_item<T, D, QR, kPacked>(p, nx, nx_pages, nx_pg0, sQ0 + ((ii + 1 - i0) & 1) * (L::kQBytes / sizeof(T)), sPipe,
+                                   S, W, warp, lane);
       // Epilogue in rounds of 16 rows (one for QR = 16): the states of rows round * 16 .. + 15
       // go through red_o / red_m / red_l, which hold 16 rows.
 #pragma unroll
