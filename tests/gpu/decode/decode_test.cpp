@@ -32,11 +32,13 @@ using test_decode::plan_for;
 using test_decode::run_for;
 
 // Plan, poison outputs, run, compare.
-void run_case(const Case& c, Rng& rng) {
+// opt: the wrapper's options beyond the case's path (warps / stages; opt.path is set from c.path).
+void run_case(const Case& c, Rng& rng, DecodeOptions opt = {}) {
   SCOPED_TRACE(c.describe());
+  opt.path = c.path;
   Batch bt(c, rng);
-  Workspace ws(std::max<int32_t>(1, int32_t(c.lens.size())), c);
-  BatchDecodeWrapper w(std::max<int32_t>(1, int32_t(c.lens.size())), c.hq, c.hkv, c.d, c.path);
+  Workspace ws(std::max<int32_t>(1, int32_t(c.lens.size())), c, opt);
+  BatchDecodeWrapper w(std::max<int32_t>(1, int32_t(c.lens.size())), c.hq, c.hkv, c.d, opt);
   plan_for(w, bt, ws);
   bt.dout.poison();
   bt.dlse.poison();
@@ -105,21 +107,11 @@ TEST(DecodeSmall, WarpsAndStages) {
       c.path = path;
       c.lens = {0, 1, 17, int32_t(rng.randint(2, 300)), 64, 65, int32_t(rng.randint(300, 700)),
                 int32_t(rng.randint(2000, 5000))};
-      SCOPED_TRACE(c.describe() + " warps " + std::to_string(sh[0]) + " stages " + std::to_string(sh[1]));
+      SCOPED_TRACE("warps " + std::to_string(sh[0]) + " stages " + std::to_string(sh[1]));
       DecodeOptions opt;
-      opt.path = path;
       opt.warps_per_cta = sh[0];
       opt.pipeline_stages = sh[1];
-      Batch bt(c, rng);
-      const int32_t mb = int32_t(c.lens.size());
-      Workspace ws(mb, c, opt);
-      BatchDecodeWrapper w(mb, c.hq, c.hkv, c.d, opt);
-      plan_for(w, bt, ws);
-      bt.dout.poison();
-      bt.dlse.poison();
-      run_for(w, bt);
-      WEFT_TEST_CUDA(cudaDeviceSynchronize());
-      check_against_reference(bt);
+      run_case(c, rng, opt);
       ++n;
     }
   EXPECT_GE(n, 6);
