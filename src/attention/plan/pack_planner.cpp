@@ -37,18 +37,10 @@ PackPlanner::Update PackPlanner::plan(const int32_t* indptr, const int32_t* indi
   cfg_ = cfg;
   chunk_ = scratch_.max_chunk;
   dup_keys_ = scratch_.dup_keys;
-  // The structural key: each request's first t_b = min(full pages, shared pages + 1) page ids.
-  trunc_ptr_.assign(1, 0);
-  trunc_ptr_.reserve(batch + 1);
-  trunc_ids_.clear();
   keys_at_full_ = 0;
-  for (int32_t b = 0; b < batch; ++b) {
-    const int32_t t = std::min(kv_len[b] / cfg.page_size, forest_.shared_pages[b] + 1);
-    trunc_ids_.insert(trunc_ids_.end(), indices + indptr[b], indices + indptr[b] + t);
-    trunc_ptr_.push_back(static_cast<int32_t>(trunc_ids_.size()));
-    keys_at_full_ += kv_len[b];
-  }
+  for (int32_t b = 0; b < batch; ++b) keys_at_full_ += kv_len[b];
   index_private_items();
+  build_key(indptr, indices, kv_len, batch);
   lazy_ok_ = true;
   return Update::kFull;
 }
@@ -68,7 +60,6 @@ void PackPlanner::plan_forest(const PrefixForest& forest, const int32_t* indptr,
 void PackPlanner::index_private_items() {
   const WorkPlan& p = plan_;
   const int32_t B = p.batch;
-  priv_start_.assign(scratch_.priv_start.begin(), scratch_.priv_start.end());
   const int32_t first = scratch_.priv_items[0];
   priv_ptr_.resize(size_t(B) + 1);
   for (int32_t b = 0; b <= B; ++b) priv_ptr_[b] = scratch_.priv_items[b] - first;
@@ -78,6 +69,52 @@ void PackPlanner::index_private_items() {
   // Private items per chunk of a request: one per (folded KV head, row tile).
   const int32_t per_chunk = p.num_kv_heads / cfg_.head_fold * ((p.group_size + p.tile_rows - 1) / p.tile_rows);
   for (int32_t b = 0; b < B; ++b) priv_chunks_[b] = (priv_ptr_[b + 1] - priv_ptr_[b]) / per_chunk;
+}
+
+// The structural key of the plan just made (pack_planner.h): per request t_b = min(full pages,
+// s_b + 1) as a kv_len range, its shared page ids as its deepest node's path (every sharer of a
+// node holds the same ids over the node's pages and its ancestors'), its first private page id.
+void PackPlanner::build_key(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch) {
+  const int32_t ps = cfg_.page_size;
+  const PrefixForest& f = forest_;
+  // Each request's deepest node: nodes are in preorder, so a descendant overwrites its ancestor.
+  fold_req_.assign(size_t(batch), -1);  // (reused as the deepest node per request here)
+  for (size_t u = 0; u < f.nodes.size(); ++u)
+    for (int32_t i = f.nodes[u].req_begin; i < f.nodes[u].req_end; ++i) fold_req_[f.order[i]] = int32_t(u);
+  path_of_node_.assign(f.nodes.size(), -1);
+  path_ids_.clear();
+  key_.resize(size_t(batch));
+  for (int32_t b = 0; b < batch; ++b) {
+    ReqKey& k = key_[b];
+    const int32_t s = f.shared_pages[b], full = kv_len[b] / ps, t = std::min(full, s + 1);
+    const int32_t u = fold_req_[b];
+    const int32_t* ids = indices + indptr[b];
+    if (s > 0 && u >= 0 && f.nodes[u].page_end == s && path_of_node_[u] >= 0) {
+      k.path = path_of_node_[u];
+    } else {  // the node's first sharer (or, were s_b not its node's end, the request's own copy)
+      k.path = static_cast<int32_t>(path_ids_.size());
+      path_ids_.insert(path_ids_.end(), ids, ids + s);
+      if (s > 0 && u >= 0 && f.nodes[u].page_end == s) path_of_node_[u] = k.path;
+    }
+    k.shared = s;
+    k.has_priv = t > s;
+    k.first_priv = k.has_priv ? ids[s] : 0;
+    k.priv_start = scratch_.priv_start[b];
+    const int32_t items = priv_ptr_[b + 1] - priv_ptr_[b];
+    k.chunks = items == 0 ? -1 : priv_chunks_[b];
+    // kv_len range: the same t_b (t_b pages full, and when t_b = s_b (a fully shared request,
+    // t_b < s_b + 1 means full pages = s_b) not one more); at least its private start; with no
+    // private item no private key (make_pack_plan would add one), and a request with shared
+    // pages and private items keeps a private key (without one it has no private item).
+    k.lo = std::max<int64_t>(int64_t(t) * ps, k.priv_start);
+    k.hi = k.has_priv ? INT64_MAX : int64_t(t + 1) * ps;
+    if (items == 0) k.hi = std::min<int64_t>(k.hi, int64_t(k.priv_start) + 1);
+    if (items > 0 && k.priv_start > 0) k.lo = std::max<int64_t>(k.lo, int64_t(k.priv_start) + 1);
+  }
+  // Per folded item its first request (its page base is that request's indptr entry).
+  const WorkPlan& p = plan_;
+  fold_req_.clear();
+  for_folded_items(p, cfg_.head_fold, [&](int32_t i) { fold_req_.push_back(p.req_list[p.item_req_begin[i]]); });
 }
 
 bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
@@ -91,43 +128,69 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
   for (int32_t b = 0; b < batch; ++b) keys += kv_len[b];
   const int32_t max_chunk = cfg.auto_chunk_min > 0 ? pack_work_chunk(keys, dup_keys_, cfg) : cfg.max_chunk;
   if (max_chunk != chunk_) return false;
-  for (int32_t b = 0; b < batch; ++b) {
-    const int32_t len = kv_len[b];
-    // The page table must hold the keys (build_prefix_forest's check, which a full plan throws
-    // on: refuse the lazy path and let it).
-    const int32_t full = len / ps, pages = full + (full * ps < len);  // one division per request
-    if (len < priv_start_[b] || int64_t(indptr[b + 1]) - indptr[b] < pages) return false;
-    const int32_t t = trunc_ptr_[b + 1] - trunc_ptr_[b];
-    if (std::min(full, forest_.shared_pages[b] + 1) != t) return false;
-    if (std::memcmp(indices + indptr[b], trunc_ids_.data() + trunc_ptr_[b], size_t(t) * sizeof(int32_t)) != 0)
-      return false;
-    // Same number of private chunks, and whether it has any: a request with shared pages has no
-    // private item when it has no key past them (one with none has one, possibly empty).
-    const int32_t plen = len - priv_start_[b];
-    const int32_t items = priv_ptr_[b + 1] - priv_ptr_[b];
-    if (items == 0 ? plen != 0 : (priv_start_[b] > 0 && plen == 0)) return false;
-    const bool uncut = max_chunk <= 0 || plen <= max_chunk;  // one chunk (chunk_keys), no division
-    if (items > 0 && (uncut ? 1 : chunk_count(plen, chunk_keys(plen, max_chunk, cfg.kv_granularity))) !=
-                         priv_chunks_[b])
-      return false;
-  }
   if (std::llabs(keys - keys_at_full_) * 8 > keys_at_full_) return false;  // the deal drifted
-  // Rewrite, in the folded plan (for_folded_items: make_pack_plan, head_fold; private items are
-  // narrow, so dest indexes the plan): private key ranges, every page base; then its copies.
-  WorkPlan& p = plan_;
+  // One pass, each request's checks in order of cost, the first failure ends it.
+  const ReqKey* key = key_.data();
+  const int32_t* path = path_ids_.data();
   for (int32_t b = 0; b < batch; ++b) {
-    const int32_t n = priv_chunks_[b];
-    if (n == 0 || kv_len[b] == p.kv_len[b]) continue;
-    const int32_t start = priv_start_[b];
-    const int64_t clen = chunk_keys(kv_len[b] - start, max_chunk, cfg.kv_granularity);
-    for (int32_t j = priv_ptr_[b], c = 0; j < priv_ptr_[b + 1]; ++j, c = c + 1 == n ? 0 : c + 1) {
-      const int32_t i = priv_items_[j];
-      p.item_kv_begin[i] = static_cast<int32_t>(start + c * clen);
-      p.item_kv_end[i] = static_cast<int32_t>(std::min<int64_t>(kv_len[b], start + (c + 1) * clen));
+    const ReqKey& k = key[b];
+    const int32_t len = kv_len[b];
+    // The same t_b, private start and private items (ReqKey::lo, hi); the page table must hold
+    // the keys (build_prefix_forest's check, which a full plan throws on: refuse the lazy path
+    // and let it).
+    if (len < k.lo || len >= k.hi || (int64_t(indptr[b + 1]) - indptr[b]) * ps < len) return false;
+    const int32_t* ids = indices + indptr[b];
+    if (k.shared > 0 && std::memcmp(ids, path + k.path, size_t(k.shared) * sizeof(int32_t)) != 0) return false;
+    if (k.has_priv && ids[k.shared] != k.first_priv) return false;
+    // Same number of private chunks (one, without a division, when uncut: chunk_keys).
+    if (k.chunks >= 0) {
+      const int32_t plen = len - k.priv_start;
+      const bool uncut = max_chunk <= 0 || plen <= max_chunk;
+      if ((uncut ? 1 : chunk_count(plen, chunk_keys(plen, max_chunk, cfg.kv_granularity))) != k.chunks) return false;
     }
   }
-  for_folded_items(p, cfg.head_fold, [&](int32_t i) { p.item_page_base[i] = indptr[p.req_list[p.item_req_begin[i]]]; });
-  expand_item_kv(cfg.head_fold, p);
+  // Rewrite, in the folded plan and its copies (for_folded_items, expand_item_kv: copy k of
+  // narrow item i is i + k n0, of wide item n + w is n + k w0 + w), only what moved: the key
+  // ranges of requests whose length changed (private items are narrow; uncut, only the end) and
+  // page bases whose request's indptr entry changed. The copies equal the folded items before
+  // (every plan and update leaves them so), so this is the full rewrite + expand_item_kv.
+  WorkPlan& p = plan_;
+  const int32_t f = cfg.head_fold, n = p.num_items() - p.num_wide_items, n0 = n / f, w0 = p.num_wide_items / f;
+  int32_t* const kb = p.item_kv_begin.data();
+  int32_t* const ke = p.item_kv_end.data();
+  for (int32_t b = 0; b < batch; ++b) {
+    const int32_t nc = priv_chunks_[b], len = kv_len[b];
+    if (nc == 0 || len == p.kv_len[b]) continue;
+    const int32_t* j0 = priv_items_.data() + priv_ptr_[b];
+    const int32_t* const j1 = priv_items_.data() + priv_ptr_[b + 1];
+    if (nc == 1) {  // uncut: [priv_start, len)
+      for (; j0 < j1; ++j0)
+        for (int32_t k = 0, i = *j0; k < f; ++k, i += n0) ke[i] = len;
+      continue;
+    }
+    const int32_t start = key_[b].priv_start;
+    const int64_t clen = chunk_keys(len - start, max_chunk, cfg.kv_granularity);
+    for (int32_t c = 0; j0 < j1; ++j0, c = c + 1 == nc ? 0 : c + 1) {
+      const int32_t c0 = static_cast<int32_t>(start + c * clen);
+      const int32_t c1 = static_cast<int32_t>(std::min<int64_t>(len, start + (c + 1) * clen));
+      for (int32_t k = 0, i = *j0; k < f; ++k, i += n0) {
+        kb[i] = c0;
+        ke[i] = c1;
+      }
+    }
+  }
+  int32_t* const base = p.item_page_base.data();
+  const int32_t* const req = fold_req_.data();
+  for (int32_t i = 0; i < n0; ++i) {
+    const int32_t v = indptr[req[i]];
+    if (v != base[i])
+      for (int32_t k = 0, x = i; k < f; ++k, x += n0) base[x] = v;
+  }
+  for (int32_t w = 0; w < w0; ++w) {
+    const int32_t v = indptr[req[n0 + w]];
+    if (v != base[n + w])
+      for (int32_t k = 0, x = n + w; k < f; ++k, x += w0) base[x] = v;
+  }
   std::copy(kv_len, kv_len + batch, p.kv_len.begin());
   return true;
 }

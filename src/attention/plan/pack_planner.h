@@ -62,6 +62,7 @@ class PackPlanner {
   bool try_lazy(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
                 const PackPlanConfig& cfg);
   void index_private_items();
+  void build_key(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch);
 
   WorkPlan plan_;
   PackPlanScratch scratch_;
@@ -72,8 +73,24 @@ class PackPlanner {
   int64_t keys_at_full_ = 0;
   int32_t chunk_ = 0;      // the current plan's max_chunk (PackPlanScratch::max_chunk)
   int64_t dup_keys_ = 0;   // pack_duplicate_keys of forest_ (with auto_chunk_min)
-  std::vector<int32_t> trunc_ptr_, trunc_ids_;  // key: per request the first t_b page ids
-  std::vector<int32_t> priv_start_;             // keys: where each private suffix starts
+  // The structural key, per request b: its first s_b (shared) page ids are those of its deepest
+  // node's path (path_ids_ from key_[b].path; one copy per deepest node, not per request: the
+  // lazy check reads the table's ids once and compares them with a few L1-resident paths), and
+  // when t_b = s_b + 1 its first private page id; t_b itself holds while kv_len stays in [lo, hi).
+  // The per-request checks of a lazy update read one of these (L1) besides the table's ids.
+  struct ReqKey {
+    // kv_len range in which the key holds: the same t_b = min(kv_len / page_size, s_b + 1), at
+    // least its private start, and whether it has private keys where that decides its items.
+    int64_t lo, hi;
+    int32_t path, shared;  // offset of its s_b shared page ids in path_ids_, s_b
+    int32_t first_priv;    // page id at position s_b (compared when has_priv)
+    int32_t has_priv;      // t_b == s_b + 1
+    int32_t priv_start;    // key where its private suffix starts
+    int32_t chunks;        // its private chunks, -1: no private item (nothing to cut)
+  };
+  std::vector<ReqKey> key_;
+  std::vector<int32_t> path_ids_, path_of_node_;
+  std::vector<int32_t> fold_req_;               // per folded item its first request (page base)
   std::vector<int32_t> priv_chunks_;            // private chunks per (request, kv head, row tile)
   std::vector<int32_t> priv_ptr_, priv_items_;  // per request its private items, (head, row tile, key) order
 };
