@@ -149,47 +149,52 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
       if ((uncut ? 1 : chunk_count(plen, chunk_keys(plen, max_chunk, cfg.kv_granularity))) != k.chunks) return false;
     }
   }
-  // Rewrite, in the folded plan and its copies (for_folded_items, expand_item_kv: copy k of
-  // narrow item i is i + k n0, of wide item n + w is n + k w0 + w), only what moved: the key
-  // ranges of requests whose length changed (private items are narrow; uncut, only the end) and
-  // page bases whose request's indptr entry changed. The copies equal the folded items before
-  // (every plan and update leaves them so), so this is the full rewrite + expand_item_kv.
+  // Rewrite, in the folded plan (for_folded_items; private items are narrow, so dest indexes the
+  // plan), only what moved: the key ranges of requests whose length changed (uncut: only the
+  // end) and the page bases whose request's indptr entry changed; then only the moved arrays'
+  // copies (expand_item_kv's copies; each plan and update leaves them equal to the folded items).
   WorkPlan& p = plan_;
   const int32_t f = cfg.head_fold, n = p.num_items() - p.num_wide_items, n0 = n / f, w0 = p.num_wide_items / f;
   int32_t* const kb = p.item_kv_begin.data();
   int32_t* const ke = p.item_kv_end.data();
+  bool end_moved = false, begin_moved = false, base_moved = false;
   for (int32_t b = 0; b < batch; ++b) {
     const int32_t nc = priv_chunks_[b], len = kv_len[b];
     if (nc == 0 || len == p.kv_len[b]) continue;
+    end_moved = true;
     const int32_t* j0 = priv_items_.data() + priv_ptr_[b];
     const int32_t* const j1 = priv_items_.data() + priv_ptr_[b + 1];
     if (nc == 1) {  // uncut: [priv_start, len)
-      for (; j0 < j1; ++j0)
-        for (int32_t k = 0, i = *j0; k < f; ++k, i += n0) ke[i] = len;
+      for (; j0 < j1; ++j0) ke[*j0] = len;
       continue;
     }
+    begin_moved = true;
     const int32_t start = key_[b].priv_start;
     const int64_t clen = chunk_keys(len - start, max_chunk, cfg.kv_granularity);
     for (int32_t c = 0; j0 < j1; ++j0, c = c + 1 == nc ? 0 : c + 1) {
-      const int32_t c0 = static_cast<int32_t>(start + c * clen);
-      const int32_t c1 = static_cast<int32_t>(std::min<int64_t>(len, start + (c + 1) * clen));
-      for (int32_t k = 0, i = *j0; k < f; ++k, i += n0) {
-        kb[i] = c0;
-        ke[i] = c1;
-      }
+      kb[*j0] = static_cast<int32_t>(start + c * clen);
+      ke[*j0] = static_cast<int32_t>(std::min<int64_t>(len, start + (c + 1) * clen));
     }
   }
   int32_t* const base = p.item_page_base.data();
   const int32_t* const req = fold_req_.data();
   for (int32_t i = 0; i < n0; ++i) {
     const int32_t v = indptr[req[i]];
-    if (v != base[i])
-      for (int32_t k = 0, x = i; k < f; ++k, x += n0) base[x] = v;
+    base_moved |= v != base[i];
+    base[i] = v;
   }
   for (int32_t w = 0; w < w0; ++w) {
     const int32_t v = indptr[req[n0 + w]];
-    if (v != base[n + w])
-      for (int32_t k = 0, x = n + w; k < f; ++k, x += w0) base[x] = v;
+    base_moved |= v != base[n + w];
+    base[n + w] = v;
+  }
+  for (int32_t k = 1; k < f; ++k) {
+    if (end_moved) std::copy_n(ke, n0, ke + size_t(k) * n0);
+    if (begin_moved) std::copy_n(kb, n0, kb + size_t(k) * n0);
+    if (base_moved) {
+      std::copy_n(base, n0, base + size_t(k) * n0);
+      std::copy_n(base + n, w0, base + n + size_t(k) * w0);
+    }
   }
   std::copy(kv_len, kv_len + batch, p.kv_len.begin());
   return true;
