@@ -100,16 +100,26 @@ void PackPlanner::build_key(const int32_t* indptr, const int32_t* indices, const
     k.has_priv = t > s;
     k.first_priv = k.has_priv ? ids[s] : 0;
     k.priv_start = scratch_.priv_start[b];
-    const int32_t items = priv_ptr_[b + 1] - priv_ptr_[b];
-    k.chunks = items == 0 ? -1 : priv_chunks_[b];
+    k.item_begin = priv_ptr_[b];
+    k.item_end = priv_ptr_[b + 1];
+    const int32_t items = k.item_end - k.item_begin;
+    k.chunks = priv_chunks_[b];
+    k.len = kv_len[b];
+    k.base = indptr[b];
     // kv_len range: the same t_b (t_b pages full, and when t_b = s_b (a fully shared request,
     // t_b < s_b + 1 means full pages = s_b) not one more); at least its private start; with no
     // private item no private key (make_pack_plan would add one), and a request with shared
     // pages and private items keeps a private key (without one it has no private item).
-    k.lo = std::max<int64_t>(int64_t(t) * ps, k.priv_start);
-    k.hi = k.has_priv ? INT64_MAX : int64_t(t + 1) * ps;
-    if (items == 0) k.hi = std::min<int64_t>(k.hi, int64_t(k.priv_start) + 1);
-    if (items > 0 && k.priv_start > 0) k.lo = std::max<int64_t>(k.lo, int64_t(k.priv_start) + 1);
+    int64_t lo = std::max<int64_t>(int64_t(t) * ps, k.priv_start);
+    int64_t hi = k.has_priv ? INT64_MAX : int64_t(t + 1) * ps - 1;
+    if (items == 0) hi = std::min<int64_t>(hi, k.priv_start);
+    if (items > 0 && k.priv_start > 0) lo = std::max<int64_t>(lo, int64_t(k.priv_start) + 1);
+    // Private items but fewer than one chunk's (some (head, row tile) groups without keys): a
+    // fresh plan's count differs from any whole number of chunks, never lazy (as before).
+    if (items > 0 && k.chunks == 0) lo = INT64_MAX;
+    const bool never = lo > hi || lo > INT32_MAX;
+    k.lo = never ? 1 : static_cast<int32_t>(lo);
+    k.hi = never ? 0 : static_cast<int32_t>(std::min<int64_t>(hi, INT32_MAX));
   }
   // Per folded item its first request (its page base is that request's indptr entry).
   const WorkPlan& p = plan_;
@@ -121,72 +131,82 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
                            const PackPlanConfig& cfg) {
   if (batch != plan_.batch || !same_config(cfg, cfg_) || batch == 0) return false;
   const int32_t ps = cfg.page_size;
+  // One pass over the requests: each one's checks in order of cost (the first failure ends it)
+  // and, for requests with one private chunk (uncut under the bound checked after the pass),
+  // the rewrite of their items' ends. A refusal after a rewrite is harmless: plan() then plans
+  // fully, which rewrites the plan and the key.
+  WorkPlan& p = plan_;
+  const int32_t* const path = path_ids_.data();
+  const int32_t* const items = priv_items_.data();
+  int32_t* const kb = p.item_kv_begin.data();
+  int32_t* const ke = p.item_kv_end.data();
   int64_t keys = 0;
-  // The chunk bound this plan would be cut at: with auto_chunk_min it follows the packed work,
-  // which for the same forest (checked below) moves only with the batch's keys (dup_keys_ fixed);
-  // pack_max_chunk's coarse rounding keeps it over most decode steps.
-  for (int32_t b = 0; b < batch; ++b) keys += kv_len[b];
-  const int32_t max_chunk = cfg.auto_chunk_min > 0 ? pack_work_chunk(keys, dup_keys_, cfg) : cfg.max_chunk;
-  if (max_chunk != chunk_) return false;
-  if (std::llabs(keys - keys_at_full_) * 8 > keys_at_full_) return false;  // the deal drifted
-  // One pass, each request's checks in order of cost, the first failure ends it.
-  const ReqKey* key = key_.data();
-  const int32_t* path = path_ids_.data();
+  int32_t max_plen = 0;  // the longest private suffix of a one-chunk request
+  bool cut = false, end_moved = false, begin_moved = false, base_moved = false;
   for (int32_t b = 0; b < batch; ++b) {
-    const ReqKey& k = key[b];
-    const int32_t len = kv_len[b];
+    ReqKey& k = key_[b];
+    const int32_t len = kv_len[b], at = indptr[b];
+    keys += len;
     // The same t_b, private start and private items (ReqKey::lo, hi); the page table must hold
     // the keys (build_prefix_forest's check, which a full plan throws on: refuse the lazy path
     // and let it).
-    if (len < k.lo || len >= k.hi || (int64_t(indptr[b + 1]) - indptr[b]) * ps < len) return false;
-    const int32_t* ids = indices + indptr[b];
+    if (len < k.lo || len > k.hi || (int64_t(indptr[b + 1]) - at) * ps < len) return false;
+    const int32_t* ids = indices + at;
     if (k.shared > 0 && std::memcmp(ids, path + k.path, size_t(k.shared) * sizeof(int32_t)) != 0) return false;
     if (k.has_priv && ids[k.shared] != k.first_priv) return false;
-    // Same number of private chunks (one, without a division, when uncut: chunk_keys).
-    if (k.chunks >= 0) {
-      const int32_t plen = len - k.priv_start;
-      const bool uncut = max_chunk <= 0 || plen <= max_chunk;
-      if ((uncut ? 1 : chunk_count(plen, chunk_keys(plen, max_chunk, cfg.kv_granularity))) != k.chunks) return false;
+    base_moved |= at != k.base;
+    k.base = at;
+    if (k.chunks == 1) {
+      max_plen = std::max(max_plen, len - k.priv_start);
+      if (len != k.len) {
+        for (int32_t j = k.item_begin; j < k.item_end; ++j) ke[items[j]] = len;  // [priv_start, len)
+        end_moved = true;
+        k.len = len;
+      }
+    } else {
+      cut |= k.chunks > 1;
     }
   }
-  // Rewrite, in the folded plan (for_folded_items; private items are narrow, so dest indexes the
-  // plan), only what moved: the key ranges of requests whose length changed (uncut: only the
-  // end) and the page bases whose request's indptr entry changed; then only the moved arrays'
-  // copies (expand_item_kv's copies; each plan and update leaves them equal to the folded items).
-  WorkPlan& p = plan_;
+  // The chunk bound this plan would be cut at: with auto_chunk_min it follows the packed work,
+  // which for the same forest (checked above) moves only with the batch's keys (dup_keys_ fixed);
+  // pack_max_chunk's coarse rounding keeps it over most decode steps.
+  const int32_t max_chunk = cfg.auto_chunk_min > 0 ? pack_work_chunk(keys, dup_keys_, cfg) : cfg.max_chunk;
+  if (max_chunk != chunk_) return false;
+  if (std::llabs(keys - keys_at_full_) * 8 > keys_at_full_) return false;  // the deal drifted
+  // Same number of private chunks: one-chunk requests stay uncut (chunk_keys, no division) or
+  // are counted; requests cut into several are counted and their ranges rewritten.
+  if (max_chunk > 0 && max_plen > max_chunk)
+    for (int32_t b = 0; b < batch; ++b) {
+      const ReqKey& k = key_[b];
+      const int32_t plen = kv_len[b] - k.priv_start;
+      if (k.chunks == 1 && plen > max_chunk && chunk_count(plen, chunk_keys(plen, max_chunk, cfg.kv_granularity)) != 1)
+        return false;
+    }
+  if (cut)
+    for (int32_t b = 0; b < batch; ++b) {
+      ReqKey& k = key_[b];
+      const int32_t nc = k.chunks, len = kv_len[b], start = k.priv_start;
+      if (nc <= 1) continue;
+      const int32_t plen = len - start;
+      const int64_t clen = chunk_keys(plen, max_chunk, cfg.kv_granularity);
+      if ((max_chunk <= 0 || plen <= max_chunk ? 1 : chunk_count(plen, clen)) != nc) return false;
+      if (len == k.len) continue;
+      k.len = len;
+      end_moved = begin_moved = true;
+      for (int32_t j = k.item_begin, c = 0; j < k.item_end; ++j, c = c + 1 == nc ? 0 : c + 1) {
+        kb[items[j]] = static_cast<int32_t>(start + c * clen);
+        ke[items[j]] = static_cast<int32_t>(std::min<int64_t>(len, start + (c + 1) * clen));
+      }
+    }
+  // The page bases where an indptr entry moved (per folded item: its first request's entry);
+  // then only the moved arrays' copies (expand_item_kv's; each plan and update leaves them equal
+  // to the folded items). Private items are narrow: dest indexes the plan.
   const int32_t f = cfg.head_fold, n = p.num_items() - p.num_wide_items, n0 = n / f, w0 = p.num_wide_items / f;
-  int32_t* const kb = p.item_kv_begin.data();
-  int32_t* const ke = p.item_kv_end.data();
-  bool end_moved = false, begin_moved = false, base_moved = false;
-  for (int32_t b = 0; b < batch; ++b) {
-    const int32_t nc = priv_chunks_[b], len = kv_len[b];
-    if (nc == 0 || len == p.kv_len[b]) continue;
-    end_moved = true;
-    const int32_t* j0 = priv_items_.data() + priv_ptr_[b];
-    const int32_t* const j1 = priv_items_.data() + priv_ptr_[b + 1];
-    if (nc == 1) {  // uncut: [priv_start, len)
-      for (; j0 < j1; ++j0) ke[*j0] = len;
-      continue;
-    }
-    begin_moved = true;
-    const int32_t start = key_[b].priv_start;
-    const int64_t clen = chunk_keys(len - start, max_chunk, cfg.kv_granularity);
-    for (int32_t c = 0; j0 < j1; ++j0, c = c + 1 == nc ? 0 : c + 1) {
-      kb[*j0] = static_cast<int32_t>(start + c * clen);
-      ke[*j0] = static_cast<int32_t>(std::min<int64_t>(len, start + (c + 1) * clen));
-    }
-  }
   int32_t* const base = p.item_page_base.data();
-  const int32_t* const req = fold_req_.data();
-  for (int32_t i = 0; i < n0; ++i) {
-    const int32_t v = indptr[req[i]];
-    base_moved |= v != base[i];
-    base[i] = v;
-  }
-  for (int32_t w = 0; w < w0; ++w) {
-    const int32_t v = indptr[req[n0 + w]];
-    base_moved |= v != base[n + w];
-    base[n + w] = v;
+  if (base_moved) {
+    const int32_t* const req = fold_req_.data();
+    for (int32_t i = 0; i < n0; ++i) base[i] = indptr[req[i]];
+    for (int32_t w = 0; w < w0; ++w) base[n + w] = indptr[req[n0 + w]];
   }
   for (int32_t k = 1; k < f; ++k) {
     if (end_moved) std::copy_n(ke, n0, ke + size_t(k) * n0);

@@ -76,17 +76,21 @@ class PackPlanner {
   // The structural key, per request b: its first s_b (shared) page ids are those of its deepest
   // node's path (path_ids_ from key_[b].path; one copy per deepest node, not per request: the
   // lazy check reads the table's ids once and compares them with a few L1-resident paths), and
-  // when t_b = s_b + 1 its first private page id; t_b itself holds while kv_len stays in [lo, hi).
-  // The per-request checks of a lazy update read one of these (L1) besides the table's ids.
+  // when t_b = s_b + 1 its first private page id; t_b itself holds while kv_len stays in
+  // [lo, hi]. With what the rewrite needs, so that one pass over the requests checks and
+  // rewrites (ReqKey is all it reads besides the table and the plan's key arrays).
   struct ReqKey {
-    // kv_len range in which the key holds: the same t_b = min(kv_len / page_size, s_b + 1), at
-    // least its private start, and whether it has private keys where that decides its items.
-    int64_t lo, hi;
-    int32_t path, shared;  // offset of its s_b shared page ids in path_ids_, s_b
-    int32_t first_priv;    // page id at position s_b (compared when has_priv)
-    int32_t has_priv;      // t_b == s_b + 1
-    int32_t priv_start;    // key where its private suffix starts
-    int32_t chunks;        // its private chunks, -1: no private item (nothing to cut)
+    // kv_len range (inclusive; lo > hi: never lazy) in which the key holds: the same t_b =
+    // min(kv_len / page_size, s_b + 1), at least its private start, and whether it has private
+    // keys where that decides its items.
+    int32_t lo, hi;
+    int32_t path, shared;        // offset of its s_b shared page ids in path_ids_, s_b
+    int32_t first_priv;          // page id at position s_b (compared when has_priv)
+    int32_t has_priv;            // t_b == s_b + 1
+    int32_t priv_start;          // key where its private suffix starts
+    int32_t chunks;              // its private chunks (0: no private item)
+    int32_t item_begin, item_end;  // its private items: priv_items_[item_begin .. item_end)
+    int32_t len, base;           // kv_len and indptr entry of the current plan
   };
   std::vector<ReqKey> key_;
   std::vector<int32_t> path_ids_, path_of_node_;
