@@ -221,6 +221,87 @@ TEST(PackPlanner, HeadFoldHoldsTheUnfoldedPlan) {
   EXPECT_GT(wide_items, 50) << "the wide cases must make wide items";
 }
 
+// The structural key holds exactly the ids it must (the per-node paths of PackPlanner::ReqKey):
+// a page id rewritten inside a request's first t_b = min(full pages, shared pages + 1) ids (any
+// sharer of a node, not only the one whose ids the key keeps; a fresh id or another request's
+// id at that position) plans fully, one past them is taken lazily; between the rewrites, decode
+// appends (head folds, cut private suffixes, new pages moving the page bases). Every plan holds
+// a fresh plan's items and merges, a lazy image equals a full serialize of the plan.
+TEST(PackPlanner, KeyCoversExactlyTheTruncatedLists) {
+  Rng rng = Rng::for_current_test();
+  const int32_t page_sizes[] = {16, 64, 16, 64, 16, 1};
+  int64_t lazy = 0, full = 0, inside = 0, outside = 0;
+  for (int iter = 0; iter < 18; ++iter) {
+    const int32_t ps = page_sizes[iter % 6];
+    Batch bt = random_batch(rng, ps, 1 + iter % 3, 1 + static_cast<int>(rng.randint(1, 5)),
+                            ps == 1 ? 100 : (ps == 16 ? 30 : 10));
+    if (bt.batch() == 0) continue;
+    int32_t next_page = bt.indices.empty() ? 0 : *std::max_element(bt.indices.begin(), bt.indices.end()) + 1;
+    PackPlanConfig cfg;
+    cfg.head_fold = iter % 2 ? 1 : static_cast<int32_t>(1 << rng.randint(1, 3));
+    cfg.num_kv_heads = cfg.head_fold * static_cast<int32_t>(rng.randint(1, 2));
+    cfg.num_ctas = cfg.head_fold * static_cast<int32_t>(rng.randint(1, 40));
+    cfg.group_size = static_cast<int32_t>(1 << rng.randint(0, 3));
+    cfg.tile_rows = 16;
+    cfg.page_size = ps;
+    cfg.max_chunk = iter % 3 == 2 ? 0 : static_cast<int32_t>(16 * rng.randint(4, 32));  // cut suffixes
+    const WorkPlanLayout layout = layout_for(cfg, bt.batch());
+    std::vector<unsigned char> image(layout.metadata_bytes()), fresh_image(layout.metadata_bytes());
+    PackPlanner planner;
+    auto step = [&](PackPlanner::Update expect, bool any) {
+      const auto kind = planner.plan(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), cfg);
+      if (!any) ASSERT_EQ(kind, expect);
+      const WorkPlan& p = planner.current();
+      const PrefixForest f = build_prefix_forest(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), ps);
+      const WorkPlan fresh = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
+      ASSERT_EQ(items_of(p), items_of(fresh));
+      ASSERT_EQ(merges_of(p), merges_of(fresh));
+      if (kind == PackPlanner::Update::kLazy) {
+        ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, p));
+        ++lazy;
+        layout.serialize_item_kv(p, image.data());
+      } else {
+        ++full;
+        std::fill(image.begin(), image.end(), 0);
+        layout.serialize(p, image.data());
+      }
+      std::fill(fresh_image.begin(), fresh_image.end(), 0);
+      layout.serialize(p, fresh_image.data());
+      ASSERT_TRUE(std::equal(image.begin(), image.end(), fresh_image.begin())) << "lazy image differs";
+    };
+    ASSERT_NO_FATAL_FAILURE(step(PackPlanner::Update::kFull, false));
+    for (int round = 0; round < 16; ++round) {
+      SCOPED_TRACE(::testing::Message() << "iter " << iter << " round " << round);
+      // Decode appends (a full plan when the deal drifted or a chunk count moved).
+      for (int32_t b = 0; b < bt.batch(); ++b)
+        if (rng.randint(0, 2) > 0) append_tokens(bt, b, rng.randint(0, 7) == 0 ? int32_t(rng.randint(2, 60)) : 1, next_page);
+      ASSERT_NO_FATAL_FAILURE(step(PackPlanner::Update::kLazy, true));
+      // Then one page id rewritten in a request's list, against the key of the plan just made.
+      const int32_t b = static_cast<int32_t>(rng.randint(0, bt.batch() - 1));
+      const int32_t n = bt.indptr[b + 1] - bt.indptr[b];
+      if (n == 0) continue;
+      const int32_t t = std::min(bt.kv_len[b] / ps, planner.forest().shared_pages[b] + 1);
+      const int32_t pos = rng.randint(0, 1) && t > 0 ? static_cast<int32_t>(rng.randint(0, t - 1))
+                                                      : static_cast<int32_t>(rng.randint(0, n - 1));
+      int32_t& id = bt.indices[bt.indptr[b] + pos];
+      const int32_t o = static_cast<int32_t>(rng.randint(0, bt.batch() - 1));  // another request's id there
+      const int32_t was = id;
+      id = rng.randint(0, 1) && bt.indptr[o + 1] - bt.indptr[o] > pos ? bt.indices[bt.indptr[o] + pos] : next_page++;
+      const bool in_key = pos < t && id != was;
+      inside += in_key;
+      outside += pos >= t;
+      ASSERT_NO_FATAL_FAILURE(step(in_key ? PackPlanner::Update::kFull : PackPlanner::Update::kLazy, false))
+          << "request " << b << " page " << pos << " of " << n << ", t_b " << t << ": " << was << " -> " << id;
+    }
+  }
+  EXPECT_GT(inside, 60);
+  EXPECT_GT(outside, 30);
+  EXPECT_GT(lazy, 100) << "full " << full;
+  RecordProperty("in_key", static_cast<int>(inside));
+  RecordProperty("past_key", static_cast<int>(outside));
+  RecordProperty("lazy_updates", static_cast<int>(lazy));
+}
+
 // Structural changes are never taken lazily: the result is a full plan equal to a fresh one.
 TEST(PackPlanner, StructureChangesPlanFully) {
   // Pages: requests 0..2 share {10, 11}; private pages after. Page size 4.
