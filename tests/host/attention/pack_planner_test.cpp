@@ -79,6 +79,28 @@ WorkPlanLayout layout_for(const PackPlanConfig& cfg, int32_t batch) {
   return WorkPlanLayout(wb);
 }
 
+// The image of a plan: a lazy update writes only the key arrays over the previous image
+// (serialize_item_kv); a full plan is compared whole, the previous plan's entries past this
+// one's counts (unread by the kernels) cleared first (a full plan with FEWER items than the one
+// before, e.g. a coarser chunk bound, left them behind in the comparison). It must equal a full
+// serialize of the same plan.
+void check_image(const WorkPlanLayout& layout, const WorkPlan& p, bool lazy, std::vector<unsigned char>& image,
+                 std::vector<unsigned char>& fresh_image) {
+  if (lazy) {
+    layout.serialize_item_kv(p, image.data());
+  } else {
+    std::fill(image.begin(), image.end(), 0);
+    layout.serialize(p, image.data());
+  }
+  std::fill(fresh_image.begin(), fresh_image.end(), 0);
+  layout.serialize(p, fresh_image.data());
+  ASSERT_TRUE(std::equal(image.begin(), image.end(), fresh_image.begin()))
+      << "lazy image differs at byte "
+      << std::mismatch(image.begin(), image.end(), fresh_image.begin()).first - image.begin() << " (item_kv at "
+      << layout.item_kv_offset() << ", " << layout.item_kv_bytes() << " bytes; items " << p.num_items() << ", wide "
+      << p.num_wide_items << ", ctas " << p.num_ctas << ", lazy " << lazy << ")";
+}
+
 TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
   Rng rng = Rng::for_current_test();
   const int32_t page_sizes[] = {1, 16, 64};
@@ -129,26 +151,11 @@ TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
       ASSERT_EQ(items_of(p), items_of(fresh));
       ASSERT_EQ(merges_of(p), merges_of(fresh));
       ASSERT_EQ(p.req_list, fresh.req_list);
-      // The image: a lazy update writes only the key arrays over the previous image.
-      if (kind == PackPlanner::Update::kLazy) {
-        ++lazy;
-        wide_lazy += p.num_wide_items > 0;
-        layout.serialize_item_kv(p, image.data());
-      } else {
-        ++full;
-        // A full plan is compared whole: the previous plan's entries past this one's counts
-        // (unread by the kernels) are cleared first. (A full plan with FEWER items than the one
-        // before, e.g. a coarser chunk bound, left them behind in the comparison.)
-        std::fill(image.begin(), image.end(), 0);
-        layout.serialize(p, image.data());
-      }
-      std::fill(fresh_image.begin(), fresh_image.end(), 0);
-      layout.serialize(p, fresh_image.data());
-      ASSERT_TRUE(std::equal(image.begin(), image.end(), fresh_image.begin()))
-          << "lazy image differs at byte "
-          << std::mismatch(image.begin(), image.end(), fresh_image.begin()).first - image.begin() << " (item_kv at "
-          << layout.item_kv_offset() << ", " << layout.item_kv_bytes() << " bytes; items " << p.num_items() << ", wide "
-          << p.num_wide_items << ", ctas " << cfg.num_ctas << ", lazy " << (kind == PackPlanner::Update::kLazy) << ")";
+      const bool is_lazy = kind == PackPlanner::Update::kLazy;
+      lazy += is_lazy;
+      full += !is_lazy;
+      wide_lazy += is_lazy && p.num_wide_items > 0;
+      ASSERT_NO_FATAL_FAILURE(check_image(layout, p, is_lazy, image, fresh_image));
       // The next step: one decode token for most requests, sometimes a longer jump.
       for (int32_t b = 0; b < bt.batch(); ++b)
         if (rng.randint(0, 3) > 0) append_tokens(bt, b, rng.randint(0, 9) == 0 ? int32_t(rng.randint(2, 80)) : 1, next_page);
@@ -256,18 +263,11 @@ TEST(PackPlanner, KeyCoversExactlyTheTruncatedLists) {
       const WorkPlan fresh = make_pack_plan(f, bt.indptr.data(), bt.kv_len.data(), cfg);
       ASSERT_EQ(items_of(p), items_of(fresh));
       ASSERT_EQ(merges_of(p), merges_of(fresh));
-      if (kind == PackPlanner::Update::kLazy) {
-        ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, p));
-        ++lazy;
-        layout.serialize_item_kv(p, image.data());
-      } else {
-        ++full;
-        std::fill(image.begin(), image.end(), 0);
-        layout.serialize(p, image.data());
-      }
-      std::fill(fresh_image.begin(), fresh_image.end(), 0);
-      layout.serialize(p, fresh_image.data());
-      ASSERT_TRUE(std::equal(image.begin(), image.end(), fresh_image.begin())) << "lazy image differs";
+      const bool is_lazy = kind == PackPlanner::Update::kLazy;
+      if (is_lazy) ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, p));
+      lazy += is_lazy;
+      full += !is_lazy;
+      ASSERT_NO_FATAL_FAILURE(check_image(layout, p, is_lazy, image, fresh_image));
     };
     ASSERT_NO_FATAL_FAILURE(step(PackPlanner::Update::kFull, false));
     for (int round = 0; round < 16; ++round) {
