@@ -37,7 +37,8 @@
 // nosharing_speedup_vs_decode (min over head configs), and the host plan
 // times of 256 requests x 3 levels (the weft-plan-bench "pack/b256/levels3" batch, Llama-3-8B
 // heads, this machine's grid): plan_us_256x3 / lazy_replan_us = PackPlanner full plan +
-// serialize / lazy update + key-array serialize (medians); wrapper_plan_us_256x3 /
+// serialize / lazy update + serialize of the key arrays that moved (PackPlanner::serialize_moved,
+// as the wrapper's lazy plan() does) (medians); wrapper_plan_us_256x3 /
 // wrapper_lazy_plan_us = BatchDecodeWrapper::plan() calls (full: a fresh wrapper's first plan
 // after a warm one on another table, lazy: the length of every request moved by one key),
 // including the copy's enqueue and the wait for the previous copy.
@@ -265,7 +266,7 @@ std::vector<std::pair<std::string, double>> plan_times(weft::bench::Context& ctx
         ++calls;
         lazy += planner.plan(t.indptr.data(), t.indices.data(), t.kv_len.data(), batch, pc) ==
                 weft::plan::PackPlanner::Update::kLazy;
-        layout.serialize_item_kv(planner.current(), image.data());
+        planner.serialize_moved(layout, image.data());  // as the wrapper (image: the previous version)
       },
       2001);
   // The wrapper's plan(): full (alternating with the same tree on other page ids, so the

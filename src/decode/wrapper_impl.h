@@ -99,6 +99,7 @@ struct BatchDecodeWrapper::Impl {
   plan::PackPlanner packer;            // keeps the last plan for lazy updates
   const std::vector<CascadeLevel>* cascade = nullptr;  // plan_cascade()'s levels, during the call
   void* share_image_ws = nullptr;      // workspace whose metadata holds packer's plan (else null)
+  uint64_t share_image_version = 0;    // packer.version() of the plan whose image was copied last
   int32_t planned_items = 0;
   int32_t page_size = 0;
   DType dtype = DType::kBFloat16;

@@ -327,7 +327,13 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     staging_free(false);
     im.share_image_ws = nullptr;  // until the copy below is queued
     im.staging_images[std::size_t(slot)].valid = false;  // the slot no longer holds a balanced image
-    if (lazy) {
+    if (lazy && im.share_image_version + 1 == im.packer.version()) {
+      // The workspace holds the previous version's image (the last copy, into this workspace):
+      // only the key arrays this update moved (PackPlanner::serialize_moved; usually the ends).
+      const auto span = im.packer.serialize_moved(im.wlayout, staging);
+      copy_offset = span.first;
+      copy_bytes = span.second;
+    } else if (lazy) {
       im.wlayout.serialize_item_kv(wp, staging);
       copy_offset = im.wlayout.item_kv_offset();
       copy_bytes = im.wlayout.item_kv_bytes();
@@ -393,7 +399,10 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
   WEFT_PLAN_PHASE(kPhCopy);
   im.staging.enqueued(slot, stream);
   WEFT_PLAN_PHASE(kPhRecord);
-  if (im.share) im.share_image_ws = workspace;
+  // A fallback's balanced image replaced the work plan's: no lazy update onto it (the share
+  // path's lazy flag needs share_image_ws == workspace).
+  if (im.share) im.share_image_ws = balanced ? nullptr : workspace;
+  if (im.share && !balanced) im.share_image_version = im.packer.version();
 
   im.page_size = page_size;
   im.dtype = dtype;

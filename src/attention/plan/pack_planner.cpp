@@ -30,8 +30,12 @@ int32_t chunk_count(int64_t len, int64_t clen) { return len == 0 ? 1 : static_ca
 
 PackPlanner::Update PackPlanner::plan(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len,
                                       int32_t batch, const PackPlanConfig& cfg) {
-  if (lazy_ok_ && try_lazy(indptr, indices, kv_len, batch, cfg)) return Update::kLazy;
+  if (lazy_ok_ && try_lazy(indptr, indices, kv_len, batch, cfg)) {
+    ++version_;
+    return Update::kLazy;
+  }
   lazy_ok_ = false;
+  moved_ = 7;
   forest_builder_.build(indptr, indices, kv_len, batch, cfg.page_size, forest_);
   make_pack_plan(forest_, indptr, kv_len, cfg, plan_, scratch_);
   cfg_ = cfg;
@@ -42,17 +46,20 @@ PackPlanner::Update PackPlanner::plan(const int32_t* indptr, const int32_t* indi
   index_private_items();
   build_key(indptr, indices, kv_len, batch);
   lazy_ok_ = true;
+  ++version_;
   return Update::kFull;
 }
 
 void PackPlanner::plan_forest(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len,
                               const PackPlanConfig& cfg) {
   lazy_ok_ = false;
+  moved_ = 7;
   forest_ = forest;
   make_pack_plan(forest_, indptr, kv_len, cfg, plan_, scratch_);
   cfg_ = cfg;
   chunk_ = scratch_.max_chunk;
   dup_keys_ = scratch_.dup_keys;
+  ++version_;
 }
 
 // Each request's private items in generation order (kv head, row tile, key), as make_pack_plan
@@ -217,7 +224,26 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
     }
   }
   std::copy(kv_len, kv_len + batch, p.kv_len.begin());
+  moved_ = uint32_t(base_moved) | uint32_t(begin_moved) << 1 | uint32_t(end_moved) << 2;
   return true;
+}
+
+std::pair<std::size_t, std::size_t> PackPlanner::serialize_moved(const WorkPlanLayout& layout, void* dst) const {
+  const WorkPlan& p = plan_;
+  WEFT_CHECK_ARG(p.num_items() <= layout.bounds().max_items, "plan", "items exceed the workspace bounds");
+  // The three arrays lie back to back in the image (WorkPlanLayout::item_kv_offset, in this order).
+  const WorkPlanPointers at = layout.pointers(dst);
+  unsigned char* const d = static_cast<unsigned char*>(dst);
+  const int32_t* const arr[3] = {at.item_page_base, at.item_kv_begin, at.item_kv_end};
+  const std::vector<int32_t>* const src[3] = {&p.item_page_base, &p.item_kv_begin, &p.item_kv_end};
+  const uint32_t moved = moved_ | 4u;  // at least the ends (a copy of no bytes is never queued)
+  int first = 0;
+  while (!(moved >> first & 1u)) ++first;
+  const std::size_t n = std::size_t(p.num_items()) * sizeof(int32_t);
+  for (int a = first; a < 3; ++a)
+    if (n > 0) std::memcpy(const_cast<int32_t*>(arr[a]), src[a]->data(), n);
+  const std::size_t begin = reinterpret_cast<const unsigned char*>(arr[first]) - d;
+  return {begin, layout.item_kv_offset() + layout.item_kv_bytes() - begin};
 }
 
 }  // namespace weft::plan

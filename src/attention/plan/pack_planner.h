@@ -32,7 +32,9 @@
 // The deal was balanced for the lengths of the last full plan, so a lazy update is refused once
 // the batch's keys moved by more than 1/8 of that plan's keys (a full plan then re-deals).
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "attention/plan/prefix_forest.h"
@@ -55,6 +57,16 @@ class PackPlanner {
   // updated lazily (the next plan() plans fully).
   void plan_forest(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len, const PackPlanConfig& cfg);
   const WorkPlan& current() const { return plan_; }
+  // Plans made (full or lazy; a call that throws makes none): an image of plan version v - 1
+  // that a lazy update (version v) changes is updated by serialize_moved.
+  uint64_t version() const { return version_; }
+  // The key arrays (item_page_base, item_kv_begin, item_kv_end) the last plan() wrote: all three
+  // after a full plan, those whose values moved after a lazy update. Writes into dst, an image
+  // (WorkPlanLayout::serialize) of the previous version of this plan, the span of them in the
+  // image's order from the first moved array to the last (at least item_kv_end), and returns
+  // that span (offset, bytes) for the copy: after it, dst and a device image of the previous
+  // version that receives the span equal serialize() of the current plan.
+  std::pair<std::size_t, std::size_t> serialize_moved(const WorkPlanLayout& layout, void* dst) const;
   const PrefixForest& forest() const { return forest_; }
   // The keys per item at most of the current plan (cfg.max_chunk, or the bound derived from the
   // packed work with PackPlanConfig::auto_chunk_min).
@@ -73,6 +85,8 @@ class PackPlanner {
   PrefixForestBuilder forest_builder_;
   PackPlanConfig cfg_{};
   bool lazy_ok_ = false;
+  uint64_t version_ = 0;
+  uint32_t moved_ = 7;  // bits 0, 1, 2: item_page_base, item_kv_begin, item_kv_end moved (serialize_moved)
   int64_t keys_at_full_ = 0;
   int32_t chunk_ = 0;      // the current plan's max_chunk (PackPlanScratch::max_chunk)
   int64_t dup_keys_ = 0;   // pack_duplicate_keys of forest_ (with auto_chunk_min)

@@ -79,27 +79,48 @@ WorkPlanLayout layout_for(const PackPlanConfig& cfg, int32_t batch) {
   return WorkPlanLayout(wb);
 }
 
-// The image of a plan: a lazy update writes only the key arrays over the previous image
-// (serialize_item_kv); a full plan is compared whole, the previous plan's entries past this
-// one's counts (unread by the kernels) cleared first (a full plan with FEWER items than the one
-// before, e.g. a coarser chunk bound, left them behind in the comparison). It must equal a full
-// serialize of the same plan.
-void check_image(const WorkPlanLayout& layout, const WorkPlan& p, bool lazy, std::vector<unsigned char>& image,
-                 std::vector<unsigned char>& fresh_image) {
-  if (lazy) {
-    layout.serialize_item_kv(p, image.data());
-  } else {
-    std::fill(image.begin(), image.end(), 0);
-    layout.serialize(p, image.data());
+// The image of a plan as the decode wrapper keeps it: a full plan copies the whole image, a lazy
+// update only key arrays, either all three (WorkPlanLayout::serialize_item_kv) or, with
+// `moved`, the span PackPlanner::serialize_moved writes and returns. The staging buffer written
+// alternates between two (a ring's slots, which may hold an older image: only the copied span
+// must be right). The device image must equal a full serialize of the plan, the previous plans'
+// entries past this one's counts (unread by the kernels) cleared in the device image and both
+// slots before a full plan (a full plan with FEWER items than the one before, e.g. a coarser
+// chunk bound, left them behind).
+struct ImageCheck {
+  explicit ImageCheck(const WorkPlanLayout& l)
+      : layout(l), device(l.metadata_bytes()), fresh(l.metadata_bytes()), staging{device, device} {}
+  void step(const PackPlanner& planner, bool lazy, bool moved) {
+    const WorkPlan& p = planner.current();
+    std::vector<unsigned char>& slot = staging[++steps % 2];
+    size_t at = 0, bytes = layout.metadata_bytes();
+    if (!lazy) {
+      for (auto* v : {&device, &staging[0], &staging[1]}) std::fill(v->begin(), v->end(), 0);
+      layout.serialize(p, slot.data());
+    } else if (moved) {
+      std::tie(at, bytes) = planner.serialize_moved(layout, slot.data());
+      ASSERT_GE(at, layout.item_kv_offset());
+      ASSERT_EQ(at + bytes, layout.item_kv_offset() + layout.item_kv_bytes());
+      spans += bytes < layout.item_kv_bytes();
+    } else {
+      layout.serialize_item_kv(p, slot.data());
+      at = layout.item_kv_offset();
+      bytes = layout.item_kv_bytes();
+    }
+    std::copy_n(slot.begin() + at, bytes, device.begin() + at);
+    std::fill(fresh.begin(), fresh.end(), 0);
+    layout.serialize(p, fresh.data());
+    ASSERT_TRUE(std::equal(device.begin(), device.end(), fresh.begin()))
+        << "lazy image differs at byte "
+        << std::mismatch(device.begin(), device.end(), fresh.begin()).first - device.begin() << " (item_kv at "
+        << layout.item_kv_offset() << ", " << layout.item_kv_bytes() << " bytes; items " << p.num_items()
+        << ", wide " << p.num_wide_items << ", ctas " << p.num_ctas << ", lazy " << lazy << ", moved " << moved
+        << ")";
   }
-  std::fill(fresh_image.begin(), fresh_image.end(), 0);
-  layout.serialize(p, fresh_image.data());
-  ASSERT_TRUE(std::equal(image.begin(), image.end(), fresh_image.begin()))
-      << "lazy image differs at byte "
-      << std::mismatch(image.begin(), image.end(), fresh_image.begin()).first - image.begin() << " (item_kv at "
-      << layout.item_kv_offset() << ", " << layout.item_kv_bytes() << " bytes; items " << p.num_items() << ", wide "
-      << p.num_wide_items << ", ctas " << p.num_ctas << ", lazy " << lazy << ")";
-}
+  const WorkPlanLayout& layout;
+  std::vector<unsigned char> device, fresh, staging[2];
+  int64_t steps = 0, spans = 0;  // spans: moved copies shorter than the three arrays
+};
 
 TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
   Rng rng = Rng::for_current_test();
@@ -138,7 +159,7 @@ TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
       }
     }
     const WorkPlanLayout layout = layout_for(cfg, bt.batch());
-    std::vector<unsigned char> image(layout.metadata_bytes()), fresh_image(layout.metadata_bytes());
+    ImageCheck image(layout);
     PackPlanner planner;
     for (int step = 0; step < 12; ++step) {
       SCOPED_TRACE(::testing::Message() << "iter " << iter << " step " << step << " batch " << bt.batch());
@@ -155,7 +176,7 @@ TEST(PackPlanner, LazyUpdateEqualsFreshPlan) {
       lazy += is_lazy;
       full += !is_lazy;
       wide_lazy += is_lazy && p.num_wide_items > 0;
-      ASSERT_NO_FATAL_FAILURE(check_image(layout, p, is_lazy, image, fresh_image));
+      ASSERT_NO_FATAL_FAILURE(image.step(planner, is_lazy, /*moved=*/step % 3 != 1));
       // The next step: one decode token for most requests, sometimes a longer jump.
       for (int32_t b = 0; b < bt.batch(); ++b)
         if (rng.randint(0, 3) > 0) append_tokens(bt, b, rng.randint(0, 9) == 0 ? int32_t(rng.randint(2, 80)) : 1, next_page);
@@ -237,7 +258,7 @@ TEST(PackPlanner, HeadFoldHoldsTheUnfoldedPlan) {
 TEST(PackPlanner, KeyCoversExactlyTheTruncatedLists) {
   Rng rng = Rng::for_current_test();
   const int32_t page_sizes[] = {16, 64, 16, 64, 16, 1};
-  int64_t lazy = 0, full = 0, inside = 0, outside = 0;
+  int64_t lazy = 0, full = 0, inside = 0, outside = 0, spans = 0;
   for (int iter = 0; iter < 18; ++iter) {
     const int32_t ps = page_sizes[iter % 6];
     Batch bt = random_batch(rng, ps, 1 + iter % 3, 1 + static_cast<int>(rng.randint(1, 5)),
@@ -253,7 +274,7 @@ TEST(PackPlanner, KeyCoversExactlyTheTruncatedLists) {
     cfg.page_size = ps;
     cfg.max_chunk = iter % 3 == 2 ? 0 : static_cast<int32_t>(16 * rng.randint(4, 32));  // cut suffixes
     const WorkPlanLayout layout = layout_for(cfg, bt.batch());
-    std::vector<unsigned char> image(layout.metadata_bytes()), fresh_image(layout.metadata_bytes());
+    ImageCheck image(layout);
     PackPlanner planner;
     auto step = [&](PackPlanner::Update expect, bool any) {
       const auto kind = planner.plan(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), bt.batch(), cfg);
@@ -267,7 +288,7 @@ TEST(PackPlanner, KeyCoversExactlyTheTruncatedLists) {
       if (is_lazy) ASSERT_NO_FATAL_FAILURE(check_plan(bt, cfg, p));
       lazy += is_lazy;
       full += !is_lazy;
-      ASSERT_NO_FATAL_FAILURE(check_image(layout, p, is_lazy, image, fresh_image));
+      ASSERT_NO_FATAL_FAILURE(image.step(planner, is_lazy, /*moved=*/true));
     };
     ASSERT_NO_FATAL_FAILURE(step(PackPlanner::Update::kFull, false));
     for (int round = 0; round < 16; ++round) {
@@ -293,10 +314,12 @@ TEST(PackPlanner, KeyCoversExactlyTheTruncatedLists) {
       ASSERT_NO_FATAL_FAILURE(step(in_key ? PackPlanner::Update::kFull : PackPlanner::Update::kLazy, false))
           << "request " << b << " page " << pos << " of " << n << ", t_b " << t << ": " << was << " -> " << id;
     }
+    spans += image.spans;
   }
   EXPECT_GT(inside, 60);
   EXPECT_GT(outside, 30);
   EXPECT_GT(lazy, 100) << "full " << full;
+  EXPECT_GT(spans, 0) << "lazy copies of fewer than the three key arrays";
   RecordProperty("in_key", static_cast<int>(inside));
   RecordProperty("past_key", static_cast<int>(outside));
   RecordProperty("lazy_updates", static_cast<int>(lazy));
