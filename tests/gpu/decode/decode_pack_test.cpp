@@ -520,5 +520,50 @@ TEST(DecodeSmall, SharePrefixesCostModelFallsBack) {
   check_against_reference(wb);
 }
 
+// The decode step after a cost-model fallback: one key appended to every request inside its last
+// page (same pages, same sharing: the pack planner itself would update lazily). The workspace
+// holds the standard decode image, not a work-plan image whose key arrays a lazy update could
+// rewrite, so the step plans fully (no lazy_update), falls back again and matches the reference.
+// (Before 68ca6e6 the wrapper took that lazy update and ran the sharing kernel on the balanced
+// image.)
+TEST(DecodeSmall, SharePrefixesStepAfterCostFallback) {
+  WEFT_REQUIRE_GPU();
+  Rng rng = Rng::for_current_test();
+  Case c;
+  c.hkv = 8;
+  c.hq = 64;
+  c.d = 128;
+  c.dtype = DType::kBFloat16;
+  c.lens.assign(16, 128 + 256 + 1022);  // last page 14 of 16 keys: the next two steps stay in it
+  SCOPED_TRACE(c.describe());
+  const int32_t B = int32_t(c.lens.size());
+  Batch bt(c, rng);
+  for (int j = 1; j < 4; ++j) share_pages(bt.indices, bt.indptr, 4 * j, 0, 128 / 16);
+  for (int i = 0; i < B; ++i)
+    if (i % 4) share_pages(bt.indices, bt.indptr, i, 4 * (i / 4), (128 + 256) / 16);
+  bt.d_indices = DeviceBuffer::from(bt.indices);
+  bt.table.indices.device = bt.d_indices.as<int32_t>();
+  DecodeOptions opt;
+  opt.share_prefixes = true;
+  Workspace ws(B, c, opt);
+  BatchDecodeWrapper w(B, c.hq, c.hkv, c.d, opt);
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    if (step > 0) {
+      for (auto& l : bt.c.lens) ++l;
+      for (auto& l : bt.last) ++l;
+      bt.d_last.upload(bt.last.data(), bt.last.size() * sizeof(int32_t));
+    }
+    plan_for(w, bt, ws);
+    EXPECT_TRUE(w.plan_info().prefix_fallback);
+    EXPECT_FALSE(w.plan_info().lazy_update);
+    bt.dout.poison();
+    bt.dlse.poison();
+    run_for(w, bt);
+    WEFT_TEST_CUDA(cudaDeviceSynchronize());
+    check_against_reference(bt);
+  }
+}
+
 }  // namespace
 }  // namespace weft
