@@ -12,43 +12,22 @@
 // per-call ms = bracket / kIters; median over reps. L2 is not flushed (the peers' data never
 // sits in the local L2 anyway). Bytes = tokens * hidden * 2 (the all-reduced tensor).
 // extra: nccl_baseline_ms, speedup (= baseline / fused), world_size, ctas.
-#include <algorithm>
-#include <condition_variable>
 #include <cstdio>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "harness.h"
+#include "multi_gpu.h"
 #include "weft/comm.h"
 
 namespace {
 
 using weft::bench::DeviceArray;
-
-class HostBarrier {  // C++17 stand-in for std::barrier
- public:
-  explicit HostBarrier(int n) : n_(n) {}
-  void wait() {
-    std::unique_lock<std::mutex> l(m_);
-    const int gen = gen_;
-    if (++count_ == n_) {
-      count_ = 0;
-      ++gen_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(l, [&] { return gen != gen_; });
-    }
-  }
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  int n_, count_ = 0, gen_ = 0;
-};
+using weft::bench::HostBarrier;
+using weft::bench::median;
 
 struct CommCase {
   int64_t tokens;
@@ -61,11 +40,6 @@ struct CommCase {
   double ms = -1;
   std::string error;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
   const int world = static_cast<int>(devs.size());

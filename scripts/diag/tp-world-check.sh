@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One device call on nvidia-h200-x2 (issue 27, world 2) with binaries built on the dev box
+# (Release, sm_90a, -DWEFT_WITH_COMM=ON), carried stripped + xz'd in CARRY (no device build):
+#   weft-bench, weft_gpu_comm, weft_gpu_tp, libweft.so.0 (tar.xz).
+# Steps, each with its own timeout, ~400 s in all: nvidia-smi topo -m; the comm GPU tests (world 2
+# = both GPUs); the TP GPU tests (world 1 + the world-2 TpLayerWorld2.*); weft-bench --group
+# tp_world (JSON with WEFT_COMMIT); memcheck on small comm + TP-world filters with the time left.
+# Multicast stays off (the three variables below are never unset).
+#   OUT=... WEFT_COMMIT=... [CARRY=.carry-tp2] bash scripts/diag/tp-world-check.sh
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PATH="/usr/local/cuda/bin:$PATH"
+OUT="${OUT:-$PWD/tp-world-out}"
+CARRY="${CARRY:-.carry-tp2}"
+mkdir -p "$OUT"
+LOG="$OUT/check.log"
+t0=$SECONDS
+note() { echo "[$((SECONDS - t0))s] $*" | tee -a "$LOG"; }
+left() { echo $((390 - (SECONDS - t0))); }  # seconds left of the ~400 s plan
+cap() { local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo $((l > 5 ? l : 5)); }
+note "commit ${WEFT_COMMIT:-?}"
+D=/tmp/tpw
+rm -rf "$D" && mkdir -p "$D" && tar -xJf "$CARRY/bins.tar.xz" -C "$D"
+note "unpacked: $(ls "$D" | tr '\n' ' ')"
+export LD_LIBRARY_PATH="$D:${LD_LIBRARY_PATH:-}"
+{ nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader; nvidia-smi topo -m; } >> "$LOG" 2>&1
+env | grep -E '^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)=' >> "$LOG"
+
+run_tests() {  # name binary timeout [gtest args...]
+  local name=$1 bin=$2 to=$3; shift 3
+  timeout "$(cap "$to")" "$D/$bin" --gtest_brief=1 "$@" > "$OUT/$name.log" 2>&1
+  note "$name rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$name.log" | tr '\n' ' ')"
+  grep -E '^\[  (FAILED|SKIPPED) +\]|m1 = |Failure' "$OUT/$name.log" | head -20 >> "$LOG"
+}
+# The world-2 TP tests first: they are this call's new code.
+run_tests tp_tests weft_gpu_tp 90
+run_tests comm_tests weft_gpu_comm 110
+
+# The bench: tp_world (world 2, shards tp2 and tp4) in one process.
+timeout "$(cap 130)" "$D/weft-bench" --group tp_world --commit "${WEFT_COMMIT:-}" --json "$OUT/tp_world.json" \
+  > "$OUT/bench.txt" 2>&1
+note "weft-bench tp_world rc=$? rows=$(grep -c '"name"' "$OUT/tp_world.json" 2>/dev/null)"
+grep -E "tp_world:|error" "$OUT/bench.txt" | head -5 >> "$LOG"
+
+# memcheck with what is left (small filters, capped).
+MF_COMM="${MF_COMM:-CommFusedSmall.BothKernelsBothVariants:CommFused.SingleRankSameKernelPath:CommFused.KernelOptionResolves}"
+if [ "$(left)" -gt 30 ]; then
+  timeout "$(cap 80)" compute-sanitizer --tool memcheck --print-limit 10 "$D/weft_gpu_comm" --gtest_brief=1 \
+    "--gtest_filter=$MF_COMM" > "$OUT/memcheck_comm.log" 2>&1
+  note "memcheck comm rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_comm.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED)' "$OUT/memcheck_comm.log" | tr '\n' ' ')"
+fi
+if [ "$(left)" -gt 30 ]; then
+  timeout "$(cap 60)" compute-sanitizer --tool memcheck --print-limit 10 "$D/weft_gpu_tp" --gtest_brief=1 \
+    "--gtest_filter=TpLayerWorld2.UnsplitFusedCallsMatchFloat64Reference" > "$OUT/memcheck_tp.log" 2>&1
+  note "memcheck tp world2 rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_tp.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED)' "$OUT/memcheck_tp.log" | tr '\n' ' ')"
+fi
+note "done"
