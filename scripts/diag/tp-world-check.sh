@@ -4,7 +4,8 @@
 #   weft-bench, weft_gpu_comm, weft_gpu_tp (tar.xz; libweft is linked statically into them).
 # Steps, each with its own timeout, ~400 s in all: nvidia-smi topo -m; the comm GPU tests (world 2
 # = both GPUs); the TP GPU tests (world 1 + the world-2 TpLayerWorld2.*); weft-bench --group
-# tp_world (JSON with WEFT_COMMIT); memcheck on small comm + TP-world filters with the time left.
+# tp_world (JSON with WEFT_COMMIT); memcheck on small comm + TP-world filters with the time left;
+# then, if time is left, the world-1 tp group's 70b/tp4 rows on GPU 0 (H200 compute for the ledger).
 # Multicast stays off (the three variables below are never unset).
 #   OUT=... WEFT_COMMIT=... [CARRY=.carry-tp2] bash scripts/diag/tp-world-check.sh
 set -uo pipefail
@@ -53,5 +54,13 @@ if [ "$(left)" -gt 30 ]; then
   timeout "$(cap 60)" compute-sanitizer --tool memcheck --print-limit 10 "$D/weft_gpu_tp" --gtest_brief=1 \
     "--gtest_filter=TpLayerWorld2.UnsplitFusedCallsMatchFloat64Reference" > "$OUT/memcheck_tp.log" 2>&1
   note "memcheck tp world2 rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_tp.log" | tail -1) $(grep -E '^\[  (PASSED|FAILED)' "$OUT/memcheck_tp.log" | tr '\n' ' ')"
+fi
+# With time left: the world-1 group's 70b/tp4 rows on this H200 (the ledger's compute side came
+# from H100): same-device compute for the comparison with the prediction.
+if [ "$(left)" -gt 50 ]; then
+  CUDA_VISIBLE_DEVICES=0 timeout "$(cap 90)" "$D/weft-bench" --group tp --filter llama3-70b/tp4/ --no-ceilings \
+    --commit "${WEFT_COMMIT:-}" --json "$OUT/tp_w1_h200.json" > /tmp/tp_w1.txt 2>&1
+  note "weft-bench tp (world 1, 70b/tp4) rc=$?"
+  grep -E "^ *tp/" /tmp/tp_w1.txt | head -60 >> "$LOG"
 fi
 note "done"
