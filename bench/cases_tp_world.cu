@@ -11,6 +11,9 @@
 //   unsplit        kUnsplit on the LSA Communicator (fused two-shot calls, 8 CTAs), no overlap;
 //   split          kSplit on LSA (the planner's halves, one stream), 8 CTAs;
 //   overlap/k<k>   kOverlap on LSA with comm_ctas = k (2/4/8/16; GEMMs planned for SMs - k).
+// params.comm_path names the path the "LSA" communicator really took: off the LSA path (e.g.
+// binaries built against other NCCL headers than the runtime's) those rows run NCCL too, and
+// the group prints a WARNING line.
 // extra: speedup_vs_nccl_baseline (= baseline ms / row ms), world_size, comm_ctas, m1,
 // rank_spread (max over ranks / min over ranks of the median, 1 = ranks agree).
 // Timing (the world-1 group's method, made collective): each rank holds both layers (same seed:
@@ -93,7 +96,7 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
   const ncclUniqueId id_lsa = weft::Communicator::new_unique_id();
   const ncclUniqueId id_nccl = weft::Communicator::new_unique_id();
   std::vector<std::string> rank_error(world);
-  std::string path_line;
+  std::string path_line, lsa_path = "?";
   int ramp_steps = 0;  // written by rank 0 between two barriers
   for (WorldCase& c : cases) c.samples.assign(world, {});
   std::vector<std::thread> threads;
@@ -108,7 +111,10 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
         weft::Communicator lsa(id_lsa, r, world, co);
         co.force_fallback = true;
         weft::Communicator nccl(id_nccl, r, world, co);
-        if (r == 0) path_line = std::string(weft::comm_path_name(lsa.path())) + " (" + lsa.path_reason() + ")";
+        if (r == 0) {
+          lsa_path = weft::comm_path_name(lsa.path());
+          path_line = lsa_path + " (" + lsa.path_reason() + ")";
+        }
         cudaStream_t st;
         WEFT_BENCH_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
         cudaEvent_t e0, e1;
@@ -200,6 +206,9 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
   }
   for (auto& t : threads) t.join();
   std::printf("tp_world: world %d, path %s\n", world, path_line.c_str());
+  if (lsa_path != "lsa")
+    std::printf("tp_world: WARNING the unsplit / split / overlap rows ran on %s, not on the fused LSA path "
+                "(params.comm_path)\n", lsa_path.c_str());
   std::string err;
   for (int r = 0; r < world; ++r)
     if (!rank_error[r].empty()) err += "rank " + std::to_string(r) + ": " + rank_error[r] + "; ";
@@ -217,6 +226,9 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
                   {"kv_heads", std::to_string(sh.num_kv_heads)},
                   {"intermediate", std::to_string(sh.intermediate)},
                   {"comm", c.kind == 0 ? "nccl_allreduce+fused_add_rmsnorm" : "lsa_fused_two_shot"},
+                  // The path the communicator actually took (the LSA one falls back, e.g. on an
+                  // NCCL runtime that differs from the headers: then every row is NCCL).
+                  {"comm_path", c.kind == 0 ? "nccl_fallback" : lsa_path},
                   {"schedule", c.kind <= 1 ? "unsplit" : c.kind == 2 ? "split" : "overlap"},
                   {"m1", std::to_string(c.m1)}};
     bool measured = !c.samples.empty() && !c.samples[0].empty();

@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# One device call on nvidia-h200-x2 (issue 27, world 2) with binaries built on the dev box
-# (Release, sm_90a, -DWEFT_WITH_COMM=ON), carried stripped + xz'd in CARRY (no device build):
-#   weft-bench, weft_gpu_comm, weft_gpu_tp (tar.xz; libweft is linked statically into them).
+# One device call on nvidia-h200-x2 (issue 27, world 2). Two ways to get the binaries
+# (weft-bench, weft_gpu_comm, weft_gpu_tp; libweft is linked statically into them):
+#   BUILD=1  build them on the device (Release, sm_90a, comm + tp; decode and pod left out),
+#            against the device's NCCL. NEEDED for the fused LSA path: the first run (ab44618)
+#            carried dev-box binaries, built against NCCL 2.28.9 headers, and the device's runtime
+#            is 2.28.3, so every Communicator took the NCCL fallback ("NCCL runtime 2.28.3
+#            differs from the headers"); the dev box's libnccl (208 MiB, 178 MiB xz) cannot be
+#            carried (64 MiB). Budget ~200 s for the build.
+#   default  dev-box binaries carried stripped + xz'd in CARRY/bins.tar.xz (fallback path only
+#            while the NCCL versions differ: check.log's "path" lines say which path ran).
 # Steps, each with its own timeout, ~400 s in all: nvidia-smi topo -m; the comm GPU tests (world 2
 # = both GPUs); the TP GPU tests (world 1 + the world-2 TpLayerWorld2.*); weft-bench --group
 # tp_world (JSON with WEFT_COMMIT); memcheck on small comm + TP-world filters with the time left;
@@ -21,8 +28,19 @@ left() { echo $((390 - (SECONDS - t0))); }  # seconds left of the ~400 s plan
 cap() { local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo $((l > 5 ? l : 5)); }
 note "commit ${WEFT_COMMIT:-?}"
 D=/tmp/tpw
-rm -rf "$D" && mkdir -p "$D" && tar -xJf "$CARRY/bins.tar.xz" -C "$D"
-note "unpacked: $(ls "$D" | tr '\n' ' ')"
+rm -rf "$D" && mkdir -p "$D"
+if [ "${BUILD:-0}" = 1 ]; then
+  { cmake -S . -B build-tpw -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DWEFT_BUILD_TESTS=ON \
+      -DWEFT_BUILD_BENCH=ON -DWEFT_WITH_COMM=ON -DWEFT_DISABLE="decode;pod" &&
+    timeout 240 cmake --build build-tpw -j16 --target weft-bench weft_gpu_comm weft_gpu_tp; } > /tmp/build.log 2>&1
+  rc=$?
+  note "device build rc=$rc"
+  [ "$rc" = 0 ] || { grep -E "error|FAILED" /tmp/build.log | head -30 | tee -a "$LOG"; exit 1; }
+  cp build-tpw/bench/weft-bench build-tpw/tests/weft_gpu_comm build-tpw/tests/weft_gpu_tp "$D/"
+else
+  tar -xJf "$CARRY/bins.tar.xz" -C "$D"
+fi
+note "binaries: $(ls "$D" | tr '\n' ' ')"
 export LD_LIBRARY_PATH="$D:${LD_LIBRARY_PATH:-}"  # harmless today (weft is static); kept for a shared build
 { nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader; nvidia-smi topo -m; } >> "$LOG" 2>&1
 env | grep -E '^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)=' >> "$LOG"
@@ -31,7 +49,7 @@ run_tests() {  # name binary timeout [gtest args...]
   local name=$1 bin=$2 to=$3; shift 3
   timeout "$(cap "$to")" "$D/$bin" --gtest_brief=1 "$@" > "$OUT/$name.log" 2>&1
   note "$name rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$name.log" | tr '\n' ' ')"
-  grep -E '^\[  (FAILED|SKIPPED) +\]|m1 = |Failure' "$OUT/$name.log" | head -20 >> "$LOG"
+  grep -E '^\[  (FAILED|SKIPPED) +\]|m1 = |Failure|path|LSA unavailable' "$OUT/$name.log" | sort -u | head -20 >> "$LOG"
 }
 # The world-2 TP tests first: they are this call's new code.
 run_tests tp_tests weft_gpu_tp 90
@@ -41,7 +59,7 @@ run_tests comm_tests weft_gpu_comm 110
 timeout "$(cap 130)" "$D/weft-bench" --group tp_world --commit "${WEFT_COMMIT:-}" --json "$OUT/tp_world.json" \
   > "$OUT/bench.txt" 2>&1
 note "weft-bench tp_world rc=$? rows=$(grep -c '"name"' "$OUT/tp_world.json" 2>/dev/null)"
-grep -E "tp_world:|error" "$OUT/bench.txt" | head -5 >> "$LOG"
+grep -E "tp_world:|error" "$OUT/bench.txt" | head -5 | tee -a "$LOG"
 
 # memcheck with what is left (small filters, capped).
 MF_COMM="${MF_COMM:-CommFusedSmall.*:CommFused.SingleRankSameKernelPath}"
