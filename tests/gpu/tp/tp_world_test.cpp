@@ -12,6 +12,10 @@
 //    unsplit residual of those rows (taken from the rank that owns them unsplit), the others are
 //    untouched; every owned row is owned by exactly one rank.
 //  * The same step twice: the same bits.
+// Off the LSA path (the NCCL fallback: e.g. a runtime NCCL other than the headers') the same
+// checks run with the fallback's contract: every rank updates every residual row, the sum is
+// rounded to bf16 before the residual add (looser residual tolerance), and the bitwise
+// cross-rank / determinism checks (LSA guarantees) are left out.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -55,6 +59,8 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& ref,
   EXPECT_EQ(c.nan_count, 0) << what << ": " << c.summary();
   EXPECT_LE(c.rel_l2, rel_l2) << what << ": " << c.summary();
 }
+
+constexpr int kEveryRank = -3;  // owner[t] on the fallback path: every rank updates row t
 
 // Rows [begin, begin + count) as a mask over T rows.
 void mark(std::vector<int>& owner, int64_t begin, int64_t count, int rank) {
@@ -163,7 +169,9 @@ struct World {
     return st;
   }
   // Owner of each row under a split at m1 (m1 == T: unsplit); -1 none, -2 more than one.
+  bool lsa() const { return g->comm(0).path() == weft::CommPath::kLsa; }
   std::vector<int> owners(int64_t m1) {
+    if (!lsa()) return std::vector<int>(T, kEveryRank);  // fallback: all rows on every rank
     std::vector<int> owner(T, -1);
     for (int r = 0; r < kWorld; ++r) {
       const auto a = g->comm(r).owned_tokens(m1);
@@ -195,7 +203,7 @@ void check_residual(const World& w, const std::vector<uint16_t>& got, const std:
   for (int64_t t = 0; t < w.T; ++t)
     for (int64_t h = 0; h < w.H; ++h) {
       const std::size_t i = static_cast<std::size_t>(t * w.H + h);
-      if (owner[t] == rank) {
+      if (owner[t] == rank || owner[t] == kEveryRank) {
         g_owned.push_back(gf[i]);
         r_owned.push_back(ref_rows[i]);
       } else {
@@ -210,7 +218,7 @@ void check_residual(const World& w, const std::vector<uint16_t>& got, const std:
 TEST(TpLayerWorld2, UnsplitFusedCallsMatchFloat64Reference) {
   WEFT_REQUIRE_TWO_GPUS();
   World w;
-  if (w.g->comm(0).path() != weft::CommPath::kLsa) GTEST_SKIP() << w.g->comm(0).path_reason();
+  if (!w.lsa()) std::printf("note: NCCL fallback path (%s)\n", w.g->comm(0).path_reason().c_str());
   TpLayerOptions o;
   o.schedule = TpSchedule::kUnsplit;
   const World::Step st = w.run(o);
@@ -227,7 +235,8 @@ TEST(TpLayerWorld2, UnsplitFusedCallsMatchFloat64Reference) {
   });
   const auto res0 = floats(w.res0_bits);
   const std::vector<int> owner = w.owners(T);
-  for (int64_t t = 0; t < T; ++t) ASSERT_GE(owner[t], 0) << "row " << t << " owned by no rank or by two";
+  for (int64_t t = 0; t < T; ++t)
+    ASSERT_TRUE(owner[t] >= 0 || owner[t] == kEveryRank) << "row " << t << " owned by no rank or by two";
   EXPECT_TRUE(w1[0] == w1[1] && w2[0] == w2[1]) << "norm weights not replicated";
   // Call 1: residual' = round(res0 + o0 + o1), h2 = norm(residual') * w1.
   const weft::ref::FusedNormResult n1 = weft::ref::allreduce_add_rmsnorm(
@@ -240,11 +249,13 @@ TEST(TpLayerWorld2, UnsplitFusedCallsMatchFloat64Reference) {
     const std::string tag = "rank " + std::to_string(r);
     expect_close(h2[r], n1.out, 1e-2, "h2, " + tag);
     expect_close(floats(st.out[r]), n2.out, 1e-2, "out, " + tag);
-    // fp32 sums vs float64: a rounded residual element may differ by one bf16 ulp (rare).
-    check_residual(w, st.res[r], owner, r, n2.residual, 2e-3, "unsplit");
+    // fp32 sums vs float64: a rounded residual element may differ by one bf16 ulp (rare); the
+    // fallback rounds the all-reduced sum to bf16 before the add (one more rounding).
+    check_residual(w, st.res[r], owner, r, n2.residual, w.lsa() ? 2e-3 : 1e-2, "unsplit");
   }
   // The partials differ between ranks (different seeds), so a sum that dropped a rank fails above.
   EXPECT_FALSE(o_[0] == o_[1]) << "rank partials equal: the reduction is not exercised";
+  if (!w.lsa()) return;  // below: LSA guarantees (bit-identical on all ranks)
   EXPECT_TRUE(st.out[0] == st.out[1]) << "out differs between ranks";
   EXPECT_TRUE(weft::test::to_half_bits(kDt, h2[0]) == weft::test::to_half_bits(kDt, h2[1])) << "h2 differs between ranks";
 }
@@ -252,7 +263,7 @@ TEST(TpLayerWorld2, UnsplitFusedCallsMatchFloat64Reference) {
 TEST(TpLayerWorld2, SplitAndOverlapEqualUnsplit) {
   WEFT_REQUIRE_TWO_GPUS();
   World w;
-  if (w.g->comm(0).path() != weft::CommPath::kLsa) GTEST_SKIP() << w.g->comm(0).path_reason();
+  if (!w.lsa()) std::printf("note: NCCL fallback path (%s)\n", w.g->comm(0).path_reason().c_str());
   TpLayerOptions base;
   base.schedule = TpSchedule::kUnsplit;
   const World::Step ref = w.run(base);
@@ -264,12 +275,13 @@ TEST(TpLayerWorld2, SplitAndOverlapEqualUnsplit) {
     std::vector<std::vector<double>> per(kWorld);
     for (int r = 0; r < kWorld; ++r) per[r] = doubles(ref.res[r]);
     for (int64_t t = 0; t < w.T; ++t) {
-      ASSERT_GE(owner_u[t], 0);
-      for (int64_t h = 0; h < w.H; ++h) ref_res[t * w.H + h] = per[owner_u[t]][t * w.H + h];
+      ASSERT_TRUE(owner_u[t] >= 0 || owner_u[t] == kEveryRank);
+      const int src = owner_u[t] >= 0 ? owner_u[t] : 0;
+      for (int64_t h = 0; h < w.H; ++h) ref_res[t * w.H + h] = per[src][t * w.H + h];
     }
   }
   const std::vector<double> ref_out = doubles(ref.out[0]);
-  EXPECT_TRUE(ref.out[0] == ref.out[1]) << "unsplit out differs between ranks";
+  if (w.lsa()) EXPECT_TRUE(ref.out[0] == ref.out[1]) << "unsplit out differs between ranks";
   struct Case {
     TpSchedule sched;
     int64_t split;  // 0: planner
@@ -291,11 +303,16 @@ TEST(TpLayerWorld2, SplitAndOverlapEqualUnsplit) {
     EXPECT_GT(m1, 0) << tag;
     EXPECT_LT(m1, w.T) << tag << ": the layer was not split";
     if (c.split > 0) EXPECT_EQ(m1, c.split) << tag;
-    EXPECT_TRUE(st.out[0] == st.out[1]) << tag << ": out differs between ranks";
-    expect_close(floats(st.out[0]), ref_out, 1e-2, tag + " out");
+    if (w.lsa()) EXPECT_TRUE(st.out[0] == st.out[1]) << tag << ": out differs between ranks";
+    for (int r = 0; r < kWorld; ++r) expect_close(floats(st.out[r]), ref_out, 1e-2, tag + " out, rank " + std::to_string(r));
     const std::vector<int> owner = w.owners(m1);
-    for (int64_t t = 0; t < w.T; ++t) ASSERT_GE(owner[t], 0) << tag << ": row " << t << " owned by no rank or two";
+    for (int64_t t = 0; t < w.T; ++t)
+      ASSERT_TRUE(owner[t] >= 0 || owner[t] == kEveryRank) << tag << ": row " << t << " owned by no rank or two";
     for (int r = 0; r < kWorld; ++r) check_residual(w, st.res[r], owner, r, ref_res, 1e-2, tag);
+    if (!w.lsa()) {
+      if (HasFailure()) return;
+      continue;
+    }
     const World::Step again = w.run(o);
     for (int r = 0; r < kWorld; ++r)
       EXPECT_TRUE(again.out[r] == st.out[r] && again.res[r] == st.res[r]) << tag << ": rank " << r << " not deterministic";
