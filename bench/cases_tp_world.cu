@@ -159,17 +159,22 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
             layer.plan(batch, o, st);
             if (r == 0) c.m1 = layer.split_tokens();
             auto step = [&] { layer.run(tx, tr, to, st); };
-            // Untimed: the clock ramp once per process (~1 s of steps), else the warm-up steps.
-            int untimed = warmup;
-            if (!ramped) {
+            // All ranks meet with idle streams, then one step bracketed by this rank's events.
+            auto timed_step = [&] {
               WEFT_BENCH_CUDA(cudaStreamSynchronize(st));
               barrier.wait();
               WEFT_BENCH_CUDA(cudaEventRecord(e0, st));
               step();
               WEFT_BENCH_CUDA(cudaEventRecord(e1, st));
               WEFT_BENCH_CUDA(cudaStreamSynchronize(st));
-              float one = 0;
-              WEFT_BENCH_CUDA(cudaEventElapsedTime(&one, e0, e1));
+              float ms = 0;
+              WEFT_BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+              return ms;
+            };
+            // Untimed: the clock ramp once per process (~1 s of steps), else the warm-up steps.
+            int untimed = warmup;
+            if (!ramped) {
+              const float one = timed_step();
               // Every rank must run the same count (collective steps): rank 0's estimate decides.
               barrier.wait();
               if (r == 0) ramp_steps = std::max(2, std::min(2000, static_cast<int>(1000.0 / std::max(one, 0.01f))));
@@ -180,15 +185,7 @@ void run_world(weft::bench::Context& ctx, const std::vector<int>& devs) {
             for (int u = 0; u < untimed; ++u) step();
             for (int rep = 0; rep < reps; ++rep) {
               WEFT_BENCH_CUDA(cudaMemsetAsync(flush.get(), rep & 0xFF, flush.bytes(), st));
-              WEFT_BENCH_CUDA(cudaStreamSynchronize(st));
-              barrier.wait();
-              WEFT_BENCH_CUDA(cudaEventRecord(e0, st));
-              step();
-              WEFT_BENCH_CUDA(cudaEventRecord(e1, st));
-              WEFT_BENCH_CUDA(cudaStreamSynchronize(st));
-              float ms = 0;
-              WEFT_BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-              c.samples[r].push_back(ms);
+              c.samples[r].push_back(timed_step());
             }
             lsa.check_remote_errors(st);
           }
