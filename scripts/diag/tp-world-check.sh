@@ -14,7 +14,7 @@
 # tp_world (JSON with WEFT_COMMIT); memcheck on small comm + TP-world filters with the time left;
 # then, if time is left, the world-1 tp group's 70b/tp4 rows on GPU 0 (H200 compute for the ledger).
 # Multicast stays off (the three variables below are never unset).
-#   OUT=... WEFT_COMMIT=... [CARRY=.carry-tp2] bash scripts/diag/tp-world-check.sh
+#   OUT=... WEFT_COMMIT=... [BUILD=1 PLAN_S=570] [CARRY=.carry-tp2] bash scripts/diag/tp-world-check.sh
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -24,7 +24,9 @@ mkdir -p "$OUT"
 LOG="$OUT/check.log"
 t0=$SECONDS
 note() { echo "[$((SECONDS - t0))s] $*" | tee -a "$LOG"; }
-left() { echo $((390 - (SECONDS - t0))); }  # seconds left of the ~400 s plan
+# PLAN_S: seconds the whole script may take (390 fits a 420 s call; with BUILD=1 give it more,
+# e.g. PLAN_S=570 in a 600 s call, or the bench and memcheck get squeezed after the build).
+left() { echo $((${PLAN_S:-390} - (SECONDS - t0))); }
 cap() { local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo $((l > 5 ? l : 5)); }
 note "commit ${WEFT_COMMIT:-?}"
 D=/tmp/tpw
