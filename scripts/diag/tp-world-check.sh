@@ -40,7 +40,7 @@ if [ "${BUILD:-0}" = 1 ]; then
   [ "$rc" = 0 ] || { grep -E "error|FAILED" /tmp/build.log | head -30 | tee -a "$LOG"; exit 1; }
   cp build-tpw/bench/weft-bench build-tpw/tests/weft_gpu_comm build-tpw/tests/weft_gpu_tp "$D/"
 else
-  tar -xJf "$CARRY/bins.tar.xz" -C "$D"
+  tar -xJf "$CARRY/bins.tar.xz" -C "$D" || { note "no binaries in $CARRY/bins.tar.xz (BUILD=1 builds them)"; exit 1; }
 fi
 note "binaries: $(ls "$D" | tr '\n' ' ')"
 export LD_LIBRARY_PATH="$D:${LD_LIBRARY_PATH:-}"  # harmless today (weft is static); kept for a shared build
