@@ -8,7 +8,11 @@
 #            differs from the headers"); the dev box's libnccl (208 MiB, 178 MiB xz) cannot be
 #            carried (64 MiB). Budget ~200 s for the build.
 #   default  dev-box binaries carried stripped + xz'd in CARRY/bins.tar.xz (fallback path only
-#            while the NCCL versions differ: check.log's "path" lines say which path ran).
+#            while the NCCL versions differ: check.log's "path" lines say which path ran). Built
+#            against NCCL 2.28.3's own headers (the nvidia-nccl-cu13 2.28.3 wheel's include/, put
+#            FIRST with -I: /usr/local/cuda/include holds 2.28.9's nccl.h and comes earlier as
+#            -isystem) and linked without a build RPATH to the wheel, they load the device's
+#            2.28.3 through RUNPATH /usr/local/cuda/lib and may take the LSA path.
 # Steps, each with its own timeout, ~400 s in all: nvidia-smi topo -m; the comm GPU tests (world 2
 # = both GPUs); the TP GPU tests (world 1 + the world-2 TpLayerWorld2.*); weft-bench --group
 # tp_world (JSON with WEFT_COMMIT); memcheck on small comm + TP-world filters with the time left;
@@ -44,6 +48,9 @@ else
 fi
 note "binaries: $(ls "$D" | tr '\n' ' ')"
 export LD_LIBRARY_PATH="$D:${LD_LIBRARY_PATH:-}"  # harmless today (weft is static); kept for a shared build
+# Which libnccl the binaries load: they carry RUNPATH /usr/local/cuda/lib (the device's NCCL, 2.28.3);
+# weft runs the LSA path only when that runtime equals the headers they were built with.
+note "libnccl: $(ldd "$D/weft_gpu_comm" | grep -E 'libnccl' | tr -s ' \t' ' ')"
 { nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader; nvidia-smi topo -m; } >> "$LOG" 2>&1
 env | grep -E '^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)=' >> "$LOG"
 
