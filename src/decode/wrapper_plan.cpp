@@ -333,11 +333,10 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
       const auto span = im.packer.serialize_moved(im.wlayout, staging);
       copy_offset = span.first;
       copy_bytes = span.second;
-    } else if (lazy) {
-      im.wlayout.serialize_item_kv(wp, staging);
-      copy_offset = im.wlayout.item_kv_offset();
-      copy_bytes = im.wlayout.item_kv_bytes();
     } else {
+      // A full plan, or a lazy update whose previous version never reached this workspace (a
+      // plan() that threw after the packer planned, e.g. in staging.acquire): the workspace may
+      // hold an older structure, so the whole image is written.
       im.wlayout.serialize(wp, staging);  // throws (naming "plan") when it exceeds max_pack_items
       copy_bytes = im.wlayout.metadata_bytes();
     }
