@@ -77,7 +77,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
     CUDA graphs: run() allocates nothing (when ``out`` is given) and never syncs the host; the
     page table lives in wrapper-owned device buffers at fixed addresses, so a graph captured
     around run() replays correctly after a later plan() with other lengths (same q/out/cache
-    tensors, batch <= max_batch_size, pages <= max_num_pages, same dtype/layout/heads).
+    tensors, batch <= max_batch_size, pages <= max_num_pages, same dtype/layout/heads). With
+    ``share_prefixes`` a re-plan may change the kernels run() launches (the sharing plan, its wide
+    kernel, or the standard decode after a fallback: ``plan_info()["prefix_sharing"]`` /
+    ``["prefix_fallback"]``); re-capture when those change.
     """
 
     def __init__(self, float_workspace_buffer: Any = None, kv_layout: str = "NHD",
