@@ -2,7 +2,8 @@
 # One device call on nvidia-h200-x2 (issue 27, world 2). Two ways to get the binaries
 # (weft-bench, weft_gpu_comm, weft_gpu_tp; libweft is linked statically into them):
 #   BUILD=1  build them on the device (Release, sm_90a, comm + tp; decode and pod left out),
-#            against the device's NCCL. NEEDED for the fused LSA path: the first run (ab44618)
+#            against the device's NCCL. One way to the fused LSA path (the other: default mode
+#            with binaries built against 2.28.3's headers, as c777940 did): the first run (ab44618)
 #            carried dev-box binaries, built against NCCL 2.28.9 headers, and the device's runtime
 #            is 2.28.3, so every Communicator took the NCCL fallback ("NCCL runtime 2.28.3
 #            differs from the headers"); the dev box's libnccl (208 MiB, 178 MiB xz) cannot be
@@ -12,7 +13,8 @@
 #            against NCCL 2.28.3's own headers (the nvidia-nccl-cu13 2.28.3 wheel's include/, put
 #            FIRST with -I: /usr/local/cuda/include holds 2.28.9's nccl.h and comes earlier as
 #            -isystem) and linked without a build RPATH to the wheel, they load the device's
-#            2.28.3 through RUNPATH /usr/local/cuda/lib and may take the LSA path.
+#            2.28.3 (c777940: /lib/x86_64-linux-gnu/libnccl.so.2; "libnccl:" in check.log) and
+#            take the LSA path.
 # Steps, each with its own timeout, ~400 s in all: nvidia-smi topo -m; the comm GPU tests (world 2
 # = both GPUs); the TP GPU tests (world 1 + the world-2 TpLayerWorld2.*); weft-bench --group
 # tp_world (JSON with WEFT_COMMIT); memcheck on small comm + TP-world filters with the time left;
@@ -48,8 +50,8 @@ else
 fi
 note "binaries: $(ls "$D" | tr '\n' ' ')"
 export LD_LIBRARY_PATH="$D:${LD_LIBRARY_PATH:-}"  # harmless today (weft is static); kept for a shared build
-# Which libnccl the binaries load: they carry RUNPATH /usr/local/cuda/lib (the device's NCCL, 2.28.3);
-# weft runs the LSA path only when that runtime equals the headers they were built with.
+# Which libnccl the binaries load (RUNPATH /usr/local/cuda/lib, else the system's: on the device
+# /lib/x86_64-linux-gnu, 2.28.3); weft runs LSA only when it equals the headers they were built with.
 note "libnccl: $(ldd "$D/weft_gpu_comm" | grep -E 'libnccl' | tr -s ' \t' ' ')"
 { nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader; nvidia-smi topo -m; } >> "$LOG" 2>&1
 env | grep -E '^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)=' >> "$LOG"

@@ -426,12 +426,14 @@ TEST(CommFused, RankDisagreementIsReportedNotHung) {
   const int world = g.size();
   const Problem p = make_problem(rng, dt, 65, H, world);
   // Case A: rank 0 says 64 tokens, the others 65. Case B: rank 0 one-shot, the others two-shot.
-  // Each with every kernel (which6 / 2 indexes kKernels). Case A with the copy engine at 2
+  // Each with every kernel (step / 2 indexes kKernels). Case A with the copy engine at 2
   // chunks per call: 65 tokens make every slice >= 2 rows, 64 with rank 0 too, so the ranks cut
   // different rows into their chunks.
-  for (int which6 = 0; which6 < 6; ++which6) {
-    const int which = which6 % 2;
-    const CommKernel kernel = kKernels[which6 / 2];
+  // 2 cases x every kernel of kKernels (a fixed 6 read past its end once bulk was removed).
+  constexpr int kSteps = 2 * static_cast<int>(sizeof(kKernels) / sizeof(kKernels[0]));
+  for (int step = 0; step < kSteps; ++step) {
+    const int which = step % 2;
+    const CommKernel kernel = kKernels[step / 2];
     set_kernel(g, kernel);
     for (int r = 0; r < world; ++r) g.comm(r).set_copy_engine_chunks(2);
     std::vector<std::string> errors(world);
