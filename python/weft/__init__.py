@@ -70,7 +70,15 @@ def _load_extension():
         # libweft needs the CUDA runtime (libcudart.so.13, libcublas.so.13). When the system
         # loader does not know where they are, look in CUDA_HOME and in pip's nvidia packages.
         if "lib" not in str(first):
-            raise
+            # Not a missing shared library: most often an extension built for another CPython
+            # (Python then reports a "partially initialized module"); say what is installed.
+            here = os.path.dirname(os.path.abspath(__file__))
+            built = sorted(f for f in os.listdir(here) if f.startswith("_weft"))
+            raise ImportError(
+                f"weft's extension did not load under CPython {sys.version.split()[0]}: {first}. "
+                f"Extension files in {here}: {built or 'none'} (an .abi3 module needs CPython >= 3.12; "
+                "a cpython-3XY module needs that version): rebuild the package for this Python."
+            ) from first
         roots = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
         dirs = [os.path.join(r, sub) for r in roots if r for sub in ("lib64", "lib")]
         for p in sys.path:
