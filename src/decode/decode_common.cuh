@@ -233,6 +233,22 @@ __device__ __forceinline__ int64_t kv_row_offset(const P& p, int32_t page, int k
   return int64_t(page) * page_stride + int64_t(slot) * slot_stride + int64_t(kv_head) * head_stride;
 }
 
+// Page-contiguous warp tiles: when the page size is a power of two >= 16 and the item's keys
+// start on a 16-key boundary (every balanced-plan chunk does: chunk lengths are multiples of
+// the 16-key tile), each warp tile [k0, k0 + 16) lies in ONE page at consecutive slots. Its page
+// id is then one broadcast load (kv_lookup_page with lane 0 on every lane) and kv_issue_page
+// walks the rows with a fixed pointer step, instead of per-lane page/slot/stride math, 32
+// offset shuffles and per-copy selects (kv_row_offset + kv_issue: ~425 of the 692 warp
+// instructions of a d128 bf16 tile, perf-notes-decode.md "What holds a decode warp on few SMs").
+// Uniform per item; the same bytes land in the same shared-memory places (rows >= kv_end are
+// zero-filled through src-size 0, their addresses stay inside the tile's page).
+template <class P, class I>
+__device__ __forceinline__ bool kv_one_page(const P& p, const I& it) {
+  return p.page_shift >= 4 && (it.kv_begin & (kWarpKeys - 1)) == 0;
+}
+// The lane kv_lookup_page uses for lane `lane` of an item: 0 on one-page items (k0's page).
+__device__ __forceinline__ int kv_lookup_lane(bool one_page, int lane) { return one_page ? 0 : lane; }
+
 // Copies of the warp tile (16 keys) into sK / sV ([16][D], swizzled) from the per-lane offsets
 // of kv_row_offset: row r's K offset is on lane r, its V offset on lane 16 + r.
 // L2 policy: the KV stream is read once per run, so its lines are marked evict_first. The
@@ -283,6 +299,41 @@ __device__ __forceinline__ void kv_issue(const P& p, int64_t off, int lane, T* s
     } else {
       ptx::cp_async_16_policy(sK + swz<D>(r, c), ks, valid ? 16 : 0, pol);
       ptx::cp_async_16_policy(sV + swz<D>(r, c), vs, valid ? 16 : 0, pol);
+    }
+  }
+}
+
+// kv_issue for a one-page tile (kv_one_page): keys [k0, k0 + 16) at slots k0 % page_size + r of
+// page `page`; lane l copies chunk l % kChunks of rows l / kChunks + i * kRowsPerInstr, rows
+// >= kv_end - k0 zero-filled. Same destinations and bytes as kv_issue.
+template <class T, int D, class P>
+__device__ __forceinline__ void kv_issue_page(const P& p, int32_t page, int k0, int kv_end, int kv_head,
+                                              int lane, T* sK, T* sV) {
+  using KV = typename P::KVElem;
+  constexpr int kElemsPerChunk = 16 / sizeof(KV);
+  constexpr int kChunks = D / kElemsPerChunk;
+  constexpr int kRowsPerInstr = 32 / kChunks;
+  const int c = lane % kChunks, r0 = lane / kChunks;
+  const int64_t slot = (k0 & (p.kv.table.page_size - 1)) + r0;
+  const KV* ks = p.kv.k.data + (int64_t(page) * p.kv.k.page_stride + slot * p.kv.k.slot_stride +
+                                int64_t(kv_head) * p.kv.k.head_stride + c * kElemsPerChunk);
+  const KV* vs = p.kv.v.data + (int64_t(page) * p.kv.v.page_stride + slot * p.kv.v.slot_stride +
+                                int64_t(kv_head) * p.kv.v.head_stride + c * kElemsPerChunk);
+  const int64_t kstep = kRowsPerInstr * p.kv.k.slot_stride, vstep = kRowsPerInstr * p.kv.v.slot_stride;
+  const int nvalid = kv_end - k0;  // >= 1: the tile was issued
+  const uint64_t pol = ptx::l2_policy_evict_first();
+#pragma unroll
+  for (int i = 0; i < kWarpKeys / kRowsPerInstr; ++i) {
+    const int r = i * kRowsPerInstr + r0;
+    const int bytes = r < nvalid ? 16 : 0;
+    if constexpr (P::kQuantizedKV) {
+      unsigned char* dk = const_cast<unsigned char*>(fp8_tile<D>(sK)) + fp8_swz<D>(r, c);
+      unsigned char* dv = const_cast<unsigned char*>(fp8_tile<D>(sV)) + fp8_swz<D>(r, c);
+      ptx::cp_async_16_policy(dk, ks + i * kstep, bytes, pol);
+      ptx::cp_async_16_policy(dv, vs + i * vstep, bytes, pol);
+    } else {
+      ptx::cp_async_16_policy(sK + swz<D>(r, c), ks + i * kstep, bytes, pol);
+      ptx::cp_async_16_policy(sV + swz<D>(r, c), vs + i * vstep, bytes, pol);
     }
   }
 }

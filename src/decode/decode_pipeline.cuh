@@ -29,6 +29,27 @@
 
 namespace weft::decode {
 
+// Copies of warp tile k0 (page ids pg, from kv_lookup_page a tile ago) into sK / sV, and the
+// lookup of the warp's next tile k0n (when has_next) into pg. Generic tiles: the row offsets
+// from pg BEFORE the next lookup is issued, which then loads into pg's own register (issued
+// first, both values were live at once and ptxas copied the new page id into the loop-carried
+// register right after the load, waiting for it in the same iteration: the KV loop's lookahead
+// lost, 2-3x the long-scoreboard stalls in the CUDA-core kernel, 3-4% slower forced CUDA-core
+// rows; perf-notes-decode.md "Page lookahead and the register copy"). One-page tiles
+// (kv_one_page): kv_issue_page, the page id read before the lookup in the same way.
+template <class T, int D, class P, class I>
+__device__ __forceinline__ void issue_tile(const P& p, const I& it, const int32_t* pages, int32_t& pg, int k0,
+                                           bool has_next, int k0n, int lane, T* sK, T* sV) {
+  if (kv_one_page(p, it)) {
+    kv_issue_page<T, D>(p, pg, k0, it.kv_end, it.kv_head, lane, sK, sV);
+    pg = has_next ? kv_lookup_page(p, pages, k0n, it.kv_end, 0) : -1;
+  } else {
+    const int64_t off = kv_row_offset(p, pg, k0, it.kv_head, lane);
+    pg = has_next ? kv_lookup_page(p, pages, k0n, it.kv_end, lane) : -1;
+    kv_issue<T, D>(p, off, lane, sK, sV);
+  }
+}
+
 // Per-warp prologue of an item: this thread's share of the item's Q rows -> sQ (one commit
 // group), then the warp's first S-1 tiles -> stages 0 .. S-2 (one group each, empty past the
 // warp's last tile); returns the page ids of the warp's tile S-1 (lookup issued, not awaited).
@@ -45,16 +66,9 @@ __device__ __forceinline__ int32_t start_item(const P& p, const Item& it, const 
   for (int s = 0; s < S - 1; ++s) {
     if (s < nt) {
       const int k0 = it.kv_begin + (warp + s * W) * kWarpKeys;
-      // The row offsets of tile s from its page ids BEFORE the next lookup is issued: the lookup
-      // then loads into pg_next's own register. Issued first (pg = pg_next; lookup; offsets from
-      // pg), both values were live at once and ptxas copied the new page id into the loop-carried
-      // register right after the load, waiting for it in the same iteration (the KV loop's
-      // lookahead lost: 2-3x the long-scoreboard stalls in the CUDA-core kernel, 3-4% slower
-      // forced CUDA-core rows; perf-notes-decode.md "Page lookahead and the register copy").
-      const int64_t off = kv_row_offset(p, pg_next, k0, it.kv_head, lane);
-      pg_next = s + 1 < nt ? kv_lookup_page(p, pages, k0 + W * kWarpKeys, it.kv_end, lane) : -1;
+      // Tile s's copies, then the lookup of tile s + 1 into pg_next (issue_tile: register reuse).
       T* st = sPipe + (s * W + warp) * 2 * L::kTileElems;
-      kv_issue<T, D>(p, off, lane, st, st + L::kTileElems);
+      issue_tile<T, D>(p, it, pages, pg_next, k0, s + 1 < nt, k0 + W * kWarpKeys, lane, st, st + L::kTileElems);
     }
     ptx::cp_async_commit();
   }
@@ -135,7 +149,8 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
   WEFT_DECODE_TRACE_POINT(kTraceRecord);
   const int32_t* pages = pages_of(it);
   WEFT_DECODE_TRACE_AFTER(reinterpret_cast<intptr_t>(pages), kTraceIndptr);
-  const int32_t pg0 = kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end, lane);
+  const int32_t pg0 = kv_lookup_page(p, pages, it.kv_begin + warp * kWarpKeys, it.kv_end,
+                                     kv_lookup_lane(kv_one_page(p, it), lane));
   WEFT_DECODE_TRACE_AFTER(pg0, kTracePage0);
   int32_t pg_next = start_item<T, D, QR, kPacked>(p, it, pages, pg0, sQ0, sPipe, S, W, warp, lane);
   WEFT_DECODE_TRACE_POINT(kTraceIssued);
@@ -150,7 +165,8 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
     if (has_next) {
       nx = kPacked ? load_work_item(p.work, ii + 1) : load_item(p.plan, ii + 1, fold);
       nx_pages = pages_of(nx);
-      nx_pg0 = kv_lookup_page(p, nx_pages, nx.kv_begin + warp * kWarpKeys, nx.kv_end, lane);
+      nx_pg0 = kv_lookup_page(p, nx_pages, nx.kv_begin + warp * kWarpKeys, nx.kv_end,
+                              kv_lookup_lane(kv_one_page(p, nx), lane));
     }
     cp_async_wait_dyn(S - 1);  // this item's Q group (the oldest pending) has landed here ...
     __syncthreads();           // ... and everywhere; the previous epilogue is done with smem
@@ -173,12 +189,11 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
         {
           const int tn = t + S - 1;
           if (tn < nt) {
-            // Tile tn's row offsets from its page ids (requested a tile ago), THEN the lookup of
-            // tile tn + 1 into the same variable: see start_item (register reuse, no copy).
-            const int64_t off = kv_row_offset(p, pg_next, tile_k0(tn), it.kv_head, lane);
-            pg_next = tn + 1 < nt ? kv_lookup_page(p, pages, tile_k0(tn + 1), it.kv_end, lane) : -1;
+            // Tile tn's copies from its page ids (requested a tile ago), THEN the lookup of tile
+            // tn + 1 into the same variable (issue_tile: register reuse, no copy).
             T* st = stage(wr);
-            kv_issue<T, D>(p, off, lane, st, st + L::kTileElems);
+            issue_tile<T, D>(p, it, pages, pg_next, tile_k0(tn), tn + 1 < nt, tile_k0(tn + 1), lane, st,
+                             st + L::kTileElems);
           }
           ptx::cp_async_commit();
           wr = wr + 1 == S ? 0 : wr + 1;
