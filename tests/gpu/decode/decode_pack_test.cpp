@@ -448,6 +448,26 @@ TEST(DecodeSmall, SharePrefixesNoSharingFallsBack) {
   }
 }
 
+// PAT's B[1,4,16] L[128,256,private] tree at heads 64 x 8, d128 bf16, page 16: 16 requests of
+// 128 + 256 + private_keys keys (share_pat_1_4_16 makes their page lists share the 128-key root
+// and four 256-key nodes).
+Case pat_1_4_16_case(int32_t private_keys) {
+  Case c;
+  c.hkv = 8;
+  c.hq = 64;
+  c.d = 128;
+  c.dtype = DType::kBFloat16;
+  c.lens.assign(16, 128 + 256 + private_keys);
+  return c;
+}
+void share_pat_1_4_16(Batch& bt) {
+  for (int j = 1; j < 4; ++j) share_pages(bt.indices, bt.indptr, 4 * j, 0, 128 / 16);  // the root
+  for (int i = 0; i < 16; ++i)
+    if (i % 4) share_pages(bt.indices, bt.indptr, i, 4 * (i / 4), (128 + 256) / 16);  // root + node
+  bt.d_indices = DeviceBuffer::from(bt.indices);
+  bt.table.indices.device = bt.d_indices.as<int32_t>();
+}
+
 // DecodeOptions::prefix_cost_model: a batch whose sharing plan the cost model predicts slower than
 // the standard decode (PAT's B[1,4,16] L[128,256,1024] tree at heads 64 x 8: 16 requests sharing a
 // 128-key root and 4 x 256-key nodes before 1024 private keys each; the H100 ran it 1.83x slower
@@ -459,20 +479,11 @@ TEST(DecodeSmall, SharePrefixesNoSharingFallsBack) {
 TEST(DecodeSmall, SharePrefixesCostModelFallsBack) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();
-  Case c;
-  c.hkv = 8;
-  c.hq = 64;
-  c.d = 128;
-  c.dtype = DType::kBFloat16;
-  c.lens.assign(16, 128 + 256 + 1024);
+  const Case c = pat_1_4_16_case(1024);
   SCOPED_TRACE(c.describe());
   const int32_t B = int32_t(c.lens.size());
   Batch bt(c, rng);
-  for (int j = 1; j < 4; ++j) share_pages(bt.indices, bt.indptr, 4 * j, 0, 128 / 16);  // the root
-  for (int i = 0; i < B; ++i)
-    if (i % 4) share_pages(bt.indices, bt.indptr, i, 4 * (i / 4), (128 + 256) / 16);  // root + node
-  bt.d_indices = DeviceBuffer::from(bt.indices);
-  bt.table.indices.device = bt.d_indices.as<int32_t>();
+  share_pat_1_4_16(bt);
   DecodeOptions opt;
   opt.share_prefixes = true;
   Workspace ws(B, c, opt);
@@ -529,20 +540,11 @@ TEST(DecodeSmall, SharePrefixesCostModelFallsBack) {
 TEST(DecodeSmall, SharePrefixesStepAfterCostFallback) {
   WEFT_REQUIRE_GPU();
   Rng rng = Rng::for_current_test();
-  Case c;
-  c.hkv = 8;
-  c.hq = 64;
-  c.d = 128;
-  c.dtype = DType::kBFloat16;
-  c.lens.assign(16, 128 + 256 + 1022);  // last page 14 of 16 keys: the next two steps stay in it
+  const Case c = pat_1_4_16_case(1022);  // last page 14 of 16 keys: the next two steps stay in it
   SCOPED_TRACE(c.describe());
   const int32_t B = int32_t(c.lens.size());
   Batch bt(c, rng);
-  for (int j = 1; j < 4; ++j) share_pages(bt.indices, bt.indptr, 4 * j, 0, 128 / 16);
-  for (int i = 0; i < B; ++i)
-    if (i % 4) share_pages(bt.indices, bt.indptr, i, 4 * (i / 4), (128 + 256) / 16);
-  bt.d_indices = DeviceBuffer::from(bt.indices);
-  bt.table.indices.device = bt.d_indices.as<int32_t>();
+  share_pat_1_4_16(bt);
   DecodeOptions opt;
   opt.share_prefixes = true;
   Workspace ws(B, c, opt);
