@@ -16,6 +16,7 @@
 
 #include "common/gpu_util.h"
 #include "common/test_util.h"
+#include "gpu/tp/tp_schedule_cases.h"
 #include "reference/attention.h"
 #include "reference/parallel.h"
 #include "reference/rmsnorm.h"
@@ -225,20 +226,11 @@ TEST(TpLayer, SplitAndOverlapEqualUnsplitAlsoAfterGraphReplay) {
   const Fixture::Result ref = f.run_once(base);
   const auto ref_out = to_double(weft::test::from_half_bits(kDt, ref.out));
   const auto ref_res = to_double(weft::test::from_half_bits(kDt, ref.res));
-  struct Case {
-    TpSchedule sched;
-    int64_t split;  // 0: planner
-    int ctas;
-  };
-  const Case cases[] = {{TpSchedule::kSplit, 0, 8},     {TpSchedule::kOverlap, 0, 8}, {TpSchedule::kOverlap, 0, 2},
+  const weft::test::TpScheduleCase cases[] = {{TpSchedule::kSplit, 0, 8},     {TpSchedule::kOverlap, 0, 8}, {TpSchedule::kOverlap, 0, 2},
                         {TpSchedule::kOverlap, 300, 16}, {TpSchedule::kSplit, 257, 4}, {TpSchedule::kOverlap, 100, 8}};
-  for (const Case& c : cases) {
-    TpLayerOptions o;
-    o.schedule = c.sched;
-    o.split_tokens = c.split;
-    o.comm_ctas = c.ctas;
-    const std::string tag = std::string(weft::tp_schedule_name(c.sched)) + " split " + std::to_string(c.split) +
-                            " ctas " + std::to_string(c.ctas);
+  for (const weft::test::TpScheduleCase& c : cases) {
+    const TpLayerOptions o = c.options();
+    const std::string tag = c.tag();
     const Fixture::Result eager = f.run_once(o);
     const int64_t m1 = f.layer->split_tokens();
     std::printf("[ %s ] m1 = %lld of %lld (planner: wave_neutral %d)\n", tag.c_str(), static_cast<long long>(m1),

@@ -25,6 +25,7 @@
 
 #include "common/gpu_util.h"
 #include "common/test_util.h"
+#include "gpu/tp/tp_schedule_cases.h"
 #include "gpu/comm/rank_group.h"
 #include "reference/rmsnorm.h"
 #include "weft/comm.h"
@@ -282,20 +283,11 @@ TEST(TpLayerWorld2, SplitAndOverlapEqualUnsplit) {
   }
   const std::vector<double> ref_out = doubles(ref.out[0]);
   if (w.lsa()) EXPECT_TRUE(ref.out[0] == ref.out[1]) << "unsplit out differs between ranks";
-  struct Case {
-    TpSchedule sched;
-    int64_t split;  // 0: planner
-    int ctas;
-  };
-  const Case cases[] = {{TpSchedule::kSplit, 0, 8},      {TpSchedule::kOverlap, 0, 8}, {TpSchedule::kOverlap, 0, 2},
+  const weft::test::TpScheduleCase cases[] = {{TpSchedule::kSplit, 0, 8},      {TpSchedule::kOverlap, 0, 8}, {TpSchedule::kOverlap, 0, 2},
                         {TpSchedule::kOverlap, 300, 16}, {TpSchedule::kSplit, 257, 4}, {TpSchedule::kOverlap, 101, 4}};
-  for (const Case& c : cases) {
-    TpLayerOptions o;
-    o.schedule = c.sched;
-    o.split_tokens = c.split;
-    o.comm_ctas = c.ctas;
-    const std::string tag = std::string(weft::tp_schedule_name(c.sched)) + " split " + std::to_string(c.split) +
-                            " ctas " + std::to_string(c.ctas);
+  for (const weft::test::TpScheduleCase& c : cases) {
+    const TpLayerOptions o = c.options();
+    const std::string tag = c.tag();
     const World::Step st = w.run(o);
     const int64_t m1 = st.m1[0];
     std::printf("[ %s ] m1 = %lld of %lld\n", tag.c_str(), static_cast<long long>(m1), static_cast<long long>(w.T));
