@@ -14,6 +14,7 @@
 #include "prefill/prefill_plan.h"
 #include "tests/common/test_util.h"
 #include "weft/error.h"
+#include "weft/pod.h"
 
 namespace weft::pod {
 namespace {
@@ -422,3 +423,26 @@ TEST(PodPlan, FusedPlansSerializeAndCoverEveryKey) {
 
 }  // namespace
 }  // namespace weft::pod
+
+// PodOptions::partition_decode_warps / _stages out of range are rejected by workspace_size naming
+// the option, before any device query (the GPU test PodEdges.PartitionEdgeCases also checks the
+// constructor and a shape whose shared memory does not fit).
+TEST(PodOptionsHost, PartitionDecodeShapeOutOfRangeNamesTheOption) {
+  weft::PodBounds b;
+  b.max_prefill_batch = 3;
+  b.max_prefill_tokens = 512;
+  b.max_decode_batch = 8;
+  b.num_qo_heads = 32;
+  b.num_kv_heads = 8;
+  b.head_dim = 128;
+  const int32_t cases[][2] = {{1, 0}, {9, 0}, {0, 1}, {0, 9}};
+  for (const auto& pc : cases) {
+    weft::PodOptions o;
+    o.mode = weft::PodMode::kPartition;
+    o.partition_decode_warps = pc[0];
+    o.partition_decode_stages = pc[1];
+    const std::string want = pc[0] != 0 ? "options.partition_decode_warps" : "options.partition_decode_stages";
+    EXPECT_EQ(weft::test::thrown_argument([&] { (void)weft::BatchPODAttention::workspace_size(b, o); }), want)
+        << pc[0] << "x" << pc[1];
+  }
+}
