@@ -318,10 +318,9 @@ class WorkPlanLayout {
   std::size_t total_bytes() const { return total_bytes_; }
   // Writes the plan's header and arrays at their offsets into dst (metadata_bytes(), host).
   void serialize(const WorkPlan& plan, void* dst) const;
-  // A lazy update (PackPlanner) changes only the items' page bases and key ranges: writes those
-  // three arrays, which lie back to back in the image from byte item_kv_offset() on, over
-  // item_kv_bytes() bytes (dst holds serialize()'s image of a plan with the same items).
-  void serialize_item_kv(const WorkPlan& plan, void* dst) const;
+  // A lazy update (PackPlanner) changes only the items' page bases and key ranges, three arrays
+  // back to back in the image from byte item_kv_offset() on, over item_kv_bytes() bytes
+  // (PackPlanner::serialize_moved writes the part of them an update moved).
   std::size_t item_kv_offset() const { return off_.item_page_base; }
   std::size_t item_kv_bytes() const { return off_.item_slot - off_.item_page_base; }
   WorkPlanPointers pointers(void* base) const;

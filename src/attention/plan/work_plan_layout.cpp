@@ -102,16 +102,6 @@ void WorkPlanLayout::serialize(const WorkPlan& p, void* dst) const {
   put(off_.src_row, p.src_row);
 }
 
-void WorkPlanLayout::serialize_item_kv(const WorkPlan& p, void* dst) const {
-  WEFT_CHECK_ARG(p.num_items() <= bounds_.max_items, "plan", "items exceed the workspace bounds");
-  unsigned char* d = static_cast<unsigned char*>(dst);
-  const std::size_t n = std::size_t(p.num_items()) * sizeof(int32_t);
-  if (n == 0) return;
-  std::memcpy(d + off_.item_page_base, p.item_page_base.data(), n);
-  std::memcpy(d + off_.item_kv_begin, p.item_kv_begin.data(), n);
-  std::memcpy(d + off_.item_kv_end, p.item_kv_end.data(), n);
-}
-
 WorkPlanPointers WorkPlanLayout::pointers(void* base) const {
   unsigned char* d = static_cast<unsigned char*>(base);
   auto i32 = [&](std::size_t at) { return reinterpret_cast<const int32_t*>(d + at); };

@@ -80,8 +80,8 @@ WorkPlanLayout layout_for(const PackPlanConfig& cfg, int32_t batch) {
 }
 
 // The image of a plan as the decode wrapper keeps it: a full plan copies the whole image, a lazy
-// update only key arrays, either all three (WorkPlanLayout::serialize_item_kv) or, with
-// `moved`, the span PackPlanner::serialize_moved writes and returns. The staging buffer written
+// update, with `moved`, only the span PackPlanner::serialize_moved writes and returns, else (the
+// workspace may hold an older version) the whole image again. The staging buffer written
 // alternates between two (a ring's slots, which may hold an older image: only the copied span
 // must be right). The device image must equal a full serialize of the plan, the previous plans'
 // entries past this one's counts (unread by the kernels) cleared in the device image and both
@@ -103,9 +103,7 @@ struct ImageCheck {
       ASSERT_EQ(at + bytes, layout.item_kv_offset() + layout.item_kv_bytes());
       spans += bytes < layout.item_kv_bytes();
     } else {
-      layout.serialize_item_kv(p, slot.data());
-      at = layout.item_kv_offset();
-      bytes = layout.item_kv_bytes();
+      layout.serialize(p, slot.data());  // the wrapper when the workspace may hold an older version
     }
     std::copy_n(slot.begin() + at, bytes, device.begin() + at);
     std::fill(fresh.begin(), fresh.end(), 0);
