@@ -10,6 +10,7 @@
 #include "attention/plan/balance.h"
 #include "common/plan_phases.h"
 #include "decode/decode_plan.h"
+#include "decode/direct_plan.h"
 #include "decode/router.h"
 #include "paged/block_table.h"
 #include "plan_bench.h"
@@ -174,6 +175,37 @@ void route_cases(const std::string& filter, const std::string& router_path) {
       layout.serialize(plan, img.data(), &image);
     });
     print_row(c.name, "balanced plan", bal, bal, "for scale: the fixed route's planning");
+    // The wrapper's unsplit balanced plans (decode/direct_plan.h): ref = batch_shape + plan_decode +
+    // serialize (the row above), new = DirectPlanner::plan + write into another buffer; warm, and
+    // after 32 MiB of other writes (the serving harness plans with cold caches).
+    weft::decode::DirectPlanner direct;
+    std::vector<unsigned char> img_direct(layout.metadata_bytes());
+    WorkspaceLayout::Image image_direct;
+    bool took = true;
+    auto direct_plan = [&] {
+      took = direct.plan(lens.data(), c.batch, cfg);
+      if (took) direct.write(layout, img_direct.data(), &image_direct);
+    };
+    const Stats dir = time_calls(direct_plan);
+    const bool same = took && std::memcmp(img.data(), img_direct.data(), img.size()) == 0;
+    print_row(c.name, "direct plan", bal, dir,
+              !took ? "not a direct plan (split): the general planner" : same ? "same image" : "IMAGE DIFFERS");
+    auto cold_plan = [&](bool use_direct) {
+      return [&, use_direct] {
+        std::memset(evict.data(), ++evict_round, evict.size());
+        const auto t0 = Clock::now();
+        if (use_direct) {
+          direct_plan();
+        } else {
+          weft::decode::batch_shape(lens.data(), c.batch, -1, shape);
+          weft::decode::plan_decode(shape, cfg, planner, plan);
+          layout.serialize(plan, img.data(), &image);
+        }
+        return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      };
+    };
+    print_row(c.name, "direct plan (cold)", time_calls(cold_plan(false)), time_calls(cold_plan(true)),
+              "after 32 MiB of writes");
 #if defined(WEFT_PLAN_PHASES)
     // -DWEFT_PLAN_PHASES=ON: the balanced plan(BlockTable)'s host parts with the phase clock of
     // src/common/plan_phases.h (the wrapper's marks: rows check, shape, plan_decode's four, image

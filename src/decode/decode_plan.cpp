@@ -6,6 +6,7 @@
 
 #include "attention/variant.cuh"
 #include "common/plan_phases.h"
+#include "decode/direct_plan.h"
 #include "weft/error.h"
 #include "weft/validate.h"
 
@@ -17,15 +18,8 @@ int32_t decode_tile_rows(int32_t group_size, int32_t head_dim, bool cuda_core_fo
 
 int32_t plan_tile_rows(const plan::BatchShape& shape, int32_t num_kv_heads, int32_t group_size, int32_t grid,
                        int32_t max_rows) {
-  if (max_rows <= kPlanTileQ) return max_rows;
-  const int64_t wide_tiles_per_request = int64_t(num_kv_heads) * plan::tiles_per_head(1, group_size, max_rows);
-  int64_t pieces = 0;
-  for (size_t b = 0; b < shape.kv_len.size(); ++b) {
-    const int64_t len = shape.kv_len[b] - (shape.kv_start.empty() ? 0 : shape.kv_start[b]);
-    pieces += wide_tiles_per_request * std::max<int64_t>(1, (len + kMinChunk - 1) / kMinChunk);
-    if (pieces >= int64_t(kWidePiecesPerCta) * grid) return max_rows;
-  }
-  return kPlanTileQ;
+  return plan_tile_rows_of(shape.kv_len.data(), shape.kv_start.empty() ? nullptr : shape.kv_start.data(),
+                           static_cast<int32_t>(shape.kv_len.size()), num_kv_heads, group_size, grid, max_rows);
 }
 
 int32_t decode_head_fold(int32_t num_kv_heads, int32_t grid) {

@@ -326,7 +326,7 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   // dereference null after a re-plan; it replays nothing instead. (last_page_len's device copy is
   // never read by a kernel: lengths come from the plan.)
   const bool bound = table.indptr.device != nullptr && table.indices.device != nullptr;
-  if ((im.work_plan_active() ? im.planned_items : im.plan.num_items()) == 0 && !bound) return;
+  if ((im.work_plan_active() ? im.planned_items : im.plan_items) == 0 && !bound) return;
   im.launch(q, cache, &table, nullptr, out, lse, stream);
 }
 
@@ -348,7 +348,7 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   // As above: an empty plan whose block table has no storage launches nothing. (seq_lens'
   // device copy is never read by a kernel: lengths come from the plan.)
   const bool bound = table.block_ids.device != nullptr;
-  if ((im.work_plan_active() ? im.planned_items : im.plan.num_items()) == 0 && !bound) return;
+  if ((im.work_plan_active() ? im.planned_items : im.plan_items) == 0 && !bound) return;
   im.launch(q, cache, nullptr, &table, out, lse, stream);
 }
 
@@ -357,7 +357,7 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
                                       cudaStream_t stream) {
   const bool bound = q.data != nullptr && out.data != nullptr && (lse == nullptr || lse->data != nullptr) &&
                      cache.k_pages.data != nullptr && cache.v_pages.data != nullptr;
-  if ((work_plan_active() ? planned_items : plan.num_items()) == 0 && !bound) return;
+  if ((work_plan_active() ? planned_items : plan_items) == 0 && !bound) return;
 
   const plan::PlanPointers ptrs = layout.pointers(workspace);
   decode::LaunchArgs a;

@@ -18,6 +18,7 @@
 #include "attention/variant_host.h"
 #include "common/cuda_check.h"
 #include "decode/decode_plan.h"
+#include "decode/direct_plan.h"
 #include "decode/jit_launch.h"
 #include "decode/launch.h"
 #include "decode/router.h"
@@ -64,6 +65,12 @@ struct BatchDecodeWrapper::Impl {
   plan::Planner planner;
   plan::BatchShape shape;
   plan::Plan next;
+  // Unsplit balanced plans (most serving steps) skip planner, shape and next: the direct planner
+  // writes their image into the staging slot (decode/direct_plan.h; the same bytes). `plan` then
+  // holds only batch and kv_len (what run() checks); plan_items is the current balanced plan's
+  // item count on either path.
+  decode::DirectPlanner direct;
+  int32_t plan_items = 0;
   std::vector<plan::WorkspaceLayout::Image> staging_images;  // one per staging slot
   // DecodeOptions::share_prefixes: plans are work plans with packs (attention/plan/work_plan.h)
   // in their own layout; plan() passes the table it plans from (plan_lengths cannot share).

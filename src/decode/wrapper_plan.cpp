@@ -352,35 +352,63 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
     info_.split = wp.num_merges() > 0;
     WEFT_PLAN_PHASE(kPhBook);
   } else {
-    decode::batch_shape(kv_lens, batch, variant.window_left, im.shape);
-    const plan::BatchShape& shape = im.shape;
-    const int32_t rows =
-        decode::plan_tile_rows(shape, num_kv_heads, num_qo_heads / num_kv_heads, im.grid, im.balanced_tile_rows);
-    const plan::BalanceConfig cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows, im.head_fold);
-    WEFT_PLAN_PHASE(kPhShape);
-    decode::plan_decode(shape, cfg, im.planner, im.next);
-    // What serialize writes: 8 item arrays, indptr, the CTA records (12 words, one per launched
-    // CTA up to the last busy one: plan::launch_records_used), 5 merge arrays, 2 per request.
-    const std::size_t image_bytes =
-        4 * (8 * std::size_t(im.next.num_items()) + std::size_t(cfg.num_ctas) +
-             12 * std::size_t(plan::launch_records_used(im.next).records) + 5 * std::size_t(im.next.num_merges()) +
-             2 * std::size_t(batch));
-    WEFT_PLAN_PHASE(kPhRecords);
-    staging_free(image_bytes <= heuristics::kRotateStagingMaxBytes);
-    im.layout.serialize(im.next, staging, &im.staging_images[std::size_t(slot)]);
-    WEFT_PLAN_PHASE(kPhSerialize);
+    // Without a window, an unsplit plan (every request within the chunk bound) comes from the
+    // direct planner (decode/direct_plan.h: the same image, written without the Plan); any other
+    // from plan_decode + serialize.
+    const int32_t group = num_qo_heads / num_kv_heads;
+    bool direct = false;
+    plan::BalanceConfig cfg;
+    if (variant.window_left < 0) {
+      const int32_t rows =
+          decode::plan_tile_rows_of(kv_lens, nullptr, batch, num_kv_heads, group, im.grid, im.balanced_tile_rows);
+      cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows, im.head_fold);
+      WEFT_PLAN_PHASE(kPhShape);
+      direct = im.direct.plan(kv_lens, batch, cfg);
+      WEFT_PLAN_PHASE(kPhBuild);
+    }
+    if (direct) {
+      staging_free(im.direct.image_bytes() <= heuristics::kRotateStagingMaxBytes);
+      im.direct.write(im.layout, staging, &im.staging_images[std::size_t(slot)]);
+      WEFT_PLAN_PHASE(kPhSerialize);
+      im.plan.batch = batch;  // what run() checks (the rest of `plan` is not used: plan_items)
+      im.plan.kv_len.assign(kv_lens, kv_lens + batch);
+      im.plan_items = im.direct.num_items();
+      info_.num_items = im.direct.num_items() * im.head_fold;
+      info_.num_merges = 0;
+      info_.max_chunk = im.direct.max_chunk();
+      info_.tile_rows = cfg.tile_q;
+      info_.split = false;
+    } else {
+      decode::batch_shape(kv_lens, batch, variant.window_left, im.shape);
+      const plan::BatchShape& shape = im.shape;
+      const int32_t rows = decode::plan_tile_rows(shape, num_kv_heads, group, im.grid, im.balanced_tile_rows);
+      cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows, im.head_fold);
+      WEFT_PLAN_PHASE(kPhShape);
+      decode::plan_decode(shape, cfg, im.planner, im.next);
+      // What serialize writes: 8 item arrays, indptr, the CTA records (12 words, one per launched
+      // CTA up to the last busy one: plan::launch_records_used), 5 merge arrays, 2 per request.
+      const std::size_t image_bytes =
+          4 * (8 * std::size_t(im.next.num_items()) + std::size_t(cfg.num_ctas) +
+               12 * std::size_t(plan::launch_records_used(im.next).records) + 5 * std::size_t(im.next.num_merges()) +
+               2 * std::size_t(batch));
+      WEFT_PLAN_PHASE(kPhRecords);
+      staging_free(image_bytes <= heuristics::kRotateStagingMaxBytes);
+      im.layout.serialize(im.next, staging, &im.staging_images[std::size_t(slot)]);
+      WEFT_PLAN_PHASE(kPhSerialize);
+      im.plan.swap(im.next);
+      im.plan_items = im.plan.num_items();
+      // Counted per KV head as before head folding: the launch runs head_fold items per plan item.
+      info_.num_items = im.plan.num_items() * im.head_fold;
+      info_.num_merges = im.plan.num_merges() * im.head_fold;
+      info_.max_chunk = im.plan.max_chunk;
+      info_.tile_rows = im.plan.tile_q;
+      info_.split = im.plan.split;
+    }
     // The whole metadata region: its arrays sit at fixed offsets with max_items strides, so the
     // bytes a smaller plan uses are not contiguous (and the region also clears the previous plan's);
     // at least kMinPlanCopyBytes (im.copy_bytes: a smaller copy costs the host more).
     copy_bytes = im.copy_bytes;
-    im.plan.swap(im.next);
     path = im.forced == DecodePath::kAuto ? choose_decode_path(cfg.group_size, head_dim, dtype) : im.forced;
-    // Counted per KV head as before head folding: the launch runs head_fold items per plan item.
-    info_.num_items = im.plan.num_items() * im.head_fold;
-    info_.num_merges = im.plan.num_merges() * im.head_fold;
-    info_.max_chunk = im.plan.max_chunk;
-    info_.tile_rows = im.plan.tile_q;
-    info_.split = im.plan.split;
     WEFT_PLAN_PHASE(kPhBook);
   }
   // A run-time compiled variant: its kernel (compiled, read from the cache or already loaded).
