@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <utility>
 
 #include "attention/plan/balance_internal.h"
 #include "decode/decode_plan.h"
@@ -30,6 +32,49 @@ bool whole_cost(double x, uint64_t* out) {
   if (!(x >= 0 && x < 1048576.0) || x != static_cast<double>(static_cast<int64_t>(x))) return false;
   *out = static_cast<uint64_t>(x);
   return true;
+}
+
+// Stable LSD radix sort of n words by their high 32 bits (at most `span`), in one or two passes of
+// at most 11 bits (b256's 0.5-4K keys: 12 bits, two passes over 64 buckets; the planner's
+// byte-wise radix_sort clears and scans 2 x 256 buckets for them), else in passes of 8 bits.
+// Ends with the result in a.
+void sorted_radix(uint64_t* a, uint64_t* tmp, std::size_t n, uint32_t span) {
+  int bits = 0;
+  while (bits < 32 && (span >> bits) != 0) ++bits;
+  const int passes = bits <= 11 ? 1 : bits <= 22 ? 2 : (bits + 7) / 8;
+  const int d = (bits + passes - 1) / passes;
+  const uint32_t mask = (uint32_t(1) << d) - 1;
+  uint32_t hist[2][2048];
+  int done = 0;
+  uint64_t *src = a, *dst = tmp;
+  while (done < passes) {
+    const int now = passes - done >= 2 ? 2 : 1;  // digits counted in one pass over the words
+    const int s0 = 32 + done * d, s1 = s0 + d;
+    std::memset(hist[0], 0, (mask + 1) * sizeof(uint32_t));
+    if (now == 2) std::memset(hist[1], 0, (mask + 1) * sizeof(uint32_t));
+    if (now == 2) {
+      for (std::size_t i = 0; i < n; ++i) {
+        ++hist[0][(src[i] >> s0) & mask];
+        ++hist[1][(src[i] >> s1) & mask];
+      }
+    } else {
+      for (std::size_t i = 0; i < n; ++i) ++hist[0][(src[i] >> s0) & mask];
+    }
+    for (int p = 0; p < now; ++p) {
+      uint32_t* const h = hist[p];
+      uint32_t sum = 0;
+      for (uint32_t v = 0; v <= mask; ++v) {
+        const uint32_t c = h[v];
+        h[v] = sum;
+        sum += c;
+      }
+      const int sh = s0 + p * d;
+      for (std::size_t i = 0; i < n; ++i) dst[h[(src[i] >> sh) & mask]++] = src[i];
+      std::swap(src, dst);
+    }
+    done += now;
+  }
+  if (src != a) std::memcpy(a, src, n * sizeof(uint64_t));
 }
 }  // namespace
 
@@ -65,7 +110,6 @@ bool DirectPlanner::plan(const int32_t* kv_len, int32_t batch, const plan::Balan
   if (cfg.allow_split && longest > L) return false;
   const uint64_t row_cost = ia * static_cast<uint64_t>(rows_);
   const uint64_t cmax = row_cost + ib * static_cast<uint64_t>(longest);
-  const uint64_t cmin = row_cost + ib * static_cast<uint64_t>(shortest);
   const uint64_t csum = row_cost * static_cast<uint64_t>(batch) + ib * static_cast<uint64_t>(total);
   const std::size_t U = static_cast<std::size_t>(batch), n = U * static_cast<std::size_t>(H);
   // The integer queue's conditions (build_whole_units / Planner::int_keys_for_total): keys
@@ -76,37 +120,57 @@ bool DirectPlanner::plan(const int32_t* kv_len, int32_t batch, const plan::Balan
   if (!(static_cast<double>(csum * static_cast<uint64_t>(H)) < static_cast<double>(uint64_t(1) << (62 - shift))))
     return false;
 
-  // Step 4: the requests by cost, descending, stable (LSD radix on cmax - cost; cost = row_cost +
-  // ib * len is monotone in len, so the key is ib * (longest - len)).
-  plan::balance_detail::grow(keys_, U);
-  plan::balance_detail::grow(keys_tmp_, U);
-  plan::balance_detail::grow(order_, U);
-  plan::balance_detail::grow(order_tmp_, U);
-  plan::balance_detail::grow(hist_, plan::balance_detail::kRadixHist);
-  uint64_t* const keys = keys_.data();
-  uint32_t* const ord = order_.data();
-  for (std::size_t b = 0; b < U; ++b) {
-    keys[b] = ib * static_cast<uint64_t>(longest - kv_len[b]);
-    ord[b] = static_cast<uint32_t>(b);
-  }
-  if (cmin != cmax)
-    plan::balance_detail::radix_sort(keys, ord, keys_tmp_.data(), order_tmp_.data(), U, hist_.data());
+  // Step 4: the requests by cost, descending, stable. cost = row_cost + ib * len is monotone in
+  // len, so the key is ib * (longest - len) (below 2^32, else the general planner); sorted with the
+  // request in the low half of one word (sorted_radix).
+  const uint64_t span = ib * static_cast<uint64_t>(longest - shortest);
+  if (span >= (uint64_t(1) << 32)) return false;
+  plan::balance_detail::grow(sorted_, U);
+  plan::balance_detail::grow(sorted_tmp_, U);
+  uint64_t* const a = sorted_.data();
+  for (std::size_t b = 0; b < U; ++b)
+    a[b] = (ib * static_cast<uint64_t>(longest - kv_len[b])) << 32 | static_cast<uint64_t>(b);
+  if (span > 0) sorted_radix(a, sorted_tmp_.data(), U, static_cast<uint32_t>(span));
 
   // Step 5: the LPT deal of each request's H tiles (head order), lowest (load, CTA) first: a binary
   // min-heap of keys (load << shift) | cta, padded with maximal keys (balance_detail::deal_heap;
-  // every correct min-queue on that total order pops what the planner's ring + heap pops).
-  heap_.assign(2 * std::size_t(C) + 2, ~uint64_t(0));
-  for (int32_t c = 0; c < C; ++c) heap_[std::size_t(c)] = static_cast<uint64_t>(c);  // load 0: sorted = a heap
+  // every correct min-queue on that total order pops what the planner's ring + heap pops, so
+  // the heap's shape does not matter).
+  // With every cost >= 1 (decode: rows >= 1 at alpha 1) the first C tiles go to CTAs 0 .. C - 1 in
+  // order (all loads 0, each new key above every untouched one): dealt without the heap, which is
+  // then made from their keys.
   plan::balance_detail::grow(assigned_, n);
   indptr_.assign(std::size_t(C) + 1, 0);
   int32_t* const as = assigned_.data();
   int32_t* const cnt = indptr_.data() + 1;
+  heap_.assign(2 * std::size_t(C) + 2, ~uint64_t(0));
   uint64_t* const heap = heap_.data();
-  for (std::size_t k = 0; k < U; ++k) {
-    const uint64_t add = (row_cost + ib * static_cast<uint64_t>(kv_len[ord[k]])) << shift;
-    for (int32_t h = 0; h < H; ++h) {
-      const int32_t cta = plan::balance_detail::deal_heap(heap, std::size_t(C), shift, add);
-      as[k * std::size_t(H) + std::size_t(h)] = cta;
+  auto cost_of = [&](std::size_t k) {  // the sorted place k's cost, shifted into a key increment
+    return (row_cost + ib * static_cast<uint64_t>(kv_len[static_cast<uint32_t>(a[k])])) << shift;
+  };
+  std::size_t t0 = 0;  // tiles dealt before the heap
+  if (row_cost + ib * static_cast<uint64_t>(shortest) >= 1) {
+    t0 = std::min(n, std::size_t(C));
+    for (std::size_t t = 0; t < t0; ++t) {
+      as[t] = static_cast<int32_t>(t);
+      cnt[t] = 1;
+      heap[t] = cost_of(t / std::size_t(H)) | t;
+    }
+    for (std::size_t t = t0; t < std::size_t(C); ++t) heap[t] = t;
+    std::make_heap(heap, heap + C, std::greater<uint64_t>());
+  } else {
+    for (int32_t c = 0; c < C; ++c) heap[c] = static_cast<uint64_t>(c);  // load 0: sorted = a heap
+  }
+  if (H == 1) {
+    for (std::size_t k = t0; k < U; ++k) {
+      const int32_t cta = plan::balance_detail::deal_heap(heap, std::size_t(C), shift, cost_of(k));
+      as[k] = cta;
+      ++cnt[cta];
+    }
+  } else {
+    for (std::size_t t = t0; t < n; ++t) {
+      const int32_t cta = plan::balance_detail::deal_heap(heap, std::size_t(C), shift, cost_of(t / std::size_t(H)));
+      as[t] = cta;
       ++cnt[cta];
     }
   }
@@ -154,11 +218,11 @@ void DirectPlanner::write(const plan::WorkspaceLayout& layout, void* dst, plan::
   cursor_.assign(indptr_.begin(), indptr_.end() - 1);
   int32_t* const cur = cursor_.data();
   const int32_t* const as = assigned_.data();
-  const uint32_t* const ord = order_.data();
+  const uint64_t* const ord = sorted_.data();  // (request in the low half)
   const std::size_t U = static_cast<std::size_t>(batch);
   if (H == 1) {
     for (std::size_t k = 0; k < U; ++k) {
-      const int32_t b = static_cast<int32_t>(ord[k]);
+      const int32_t b = static_cast<int32_t>(static_cast<uint32_t>(ord[k]));
       const int32_t i = cur[as[k]]++;
       ir[i] = b;
       ike[i] = kv_len_[b];
@@ -166,7 +230,7 @@ void DirectPlanner::write(const plan::WorkspaceLayout& layout, void* dst, plan::
     std::fill(ih, ih + n, 0);
   } else {
     for (std::size_t k = 0; k < U; ++k) {
-      const int32_t b = static_cast<int32_t>(ord[k]), len = kv_len_[b];
+      const int32_t b = static_cast<int32_t>(static_cast<uint32_t>(ord[k])), len = kv_len_[b];
       for (int32_t h = 0; h < H; ++h) {
         const int32_t i = cur[as[k * std::size_t(H) + std::size_t(h)]]++;
         ir[i] = b;

@@ -51,9 +51,8 @@ class DirectPlanner {
   plan::BalanceConfig cfg_{};
   const int32_t* kv_len_ = nullptr;
   int32_t batch_ = 0, n_ = 0, longest_ = 0, busy_end_ = 0, rows_ = 0;
-  // keys_: (max cost - cost) per request, sorted with order_ (the request of each sorted place).
-  std::vector<uint64_t> keys_, keys_tmp_;
-  std::vector<uint32_t> order_, order_tmp_, hist_;
+  // The requests in deal order: (max cost - cost) << 32 | request, sorted ascending.
+  std::vector<uint64_t> sorted_, sorted_tmp_;
   std::vector<uint64_t> heap_;
   std::vector<int32_t> assigned_;  // the CTA of each dealt tile, in the deal order
   std::vector<int32_t> indptr_;    // C + 1: items per CTA, then their offsets
