@@ -61,10 +61,10 @@ for p in $(seq 1 "$PAIRS"); do
   done
 done
 cp /tmp/direct-plan/ab_new_1.json "$O/serve_new_1.json" 2>/dev/null
-python3 - "$O/ab.json" "${runs[@]}" <<'PY' 2>&1 | tee -a "$LOG"
-import json, sys, statistics
+STEPS="$STEPS" python3 - "$O/ab.json" "${runs[@]}" <<'PY' 2>&1 | tee -a "$LOG"
+import json, os, sys, statistics
 out = {"what": "weft-serve-sim --families b256 --seed 20260623 --steps %s, the committed table; old/new "
-               "processes interleaved" % sys.argv[2:3], "runs": []}
+               "processes interleaved" % os.environ["STEPS"], "runs": []}
 for p in sys.argv[2:]:
     try:
         d = json.load(open(p))
