@@ -43,6 +43,9 @@ struct WideSm90Rows : WidePackRows {
   static constexpr bool kTriggerDependents = true;
   // GQA group >= 8: Q gathered, one box of one token x group heads per request of the item.
   static constexpr bool kGatherQ = true;
+  // No ALiBi step (launch_decode_wide_sm90 rejects ALiBi): the consumer's bias branch is not
+  // compiled in.
+  static constexpr bool kBias = false;
 
   __device__ __forceinline__ prefill::CtaItems items(const prefill::PrefillParams&) const {
     const int c = static_cast<int>(blockIdx.x);

@@ -284,20 +284,8 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
                    "no kernel with cta_q " << opt.cta_q << " for head_dim " << head_dim);
     cfg = forced;
   }
-  // ALiBi needs a tile whose kernel has the bias step (kernel/params.h bias_supported): the
-  // heuristic's d128 x 128-row tile gives way to the 64-row one; a forced tile without it is an
-  // error.
-  // A run-time compiled variant (weft/jit.h) takes the same tiles (its logit hook is the same
-  // per-tile step), unless a tile is forced (it is compiled with the hook whatever the tile).
   jit_detail::check_jit_variant(variant);
   const bool jit = variant.jit != nullptr;
-  if ((variant.alibi_slopes != nullptr || jit) && !prefill::bias_supported(cfg.head_dim, cfg.cta_q)) {
-    WEFT_CHECK_ARG(opt.cta_q == 0 || jit, "opt.cta_q",
-                   "cta_q " << opt.cta_q << " at head_dim " << head_dim << " has no ALiBi kernel (use 16 or 64)");
-    if (opt.cta_q == 0)
-      for (const TileConfig& c : prefill::instantiated_configs())
-        if (c.head_dim == head_dim && c.cta_q == 64) cfg = c;
-  }
   const int device = device_of(bounds.device);
   State& st = *s_;
   auto cached = [](auto& table, const auto& key, auto compute) {
@@ -310,8 +298,9 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   const auto sm_count_of = [&] { return cached(st.sms, device, [&] { return sm_count(device); }); };
   // Mainloop: the sm90 kernel (wgmma + TMA, 128 x 128 tiles, one CTA per SM) where the heuristic
   // chose the 128-row tile and the device/arguments allow it; the FA2 kernel otherwise.
-  // ALiBi and run-time compiled variants run on the FA2 kernel only (the sm90 mainloop has no
-  // bias step yet). fp8 K/V pools: kAuto and kSm90 take the sm90 mainloop's fp8 instances where
+  // ALiBi runs on either (the sm90 consumer's bias step: sm90_consumer.cuh); run-time compiled
+  // variants (weft/jit.h) on the FA2 kernel only (their logit hook is compiled into FA2 tiles by
+  // the JIT; the sm90 mainloop has no JIT instances). fp8 K/V pools: kAuto and kSm90 take the sm90 mainloop's fp8 instances where
   // they can run (sm90_fp8.cuh: bf16 q, head_dim 128, page sizes of sm90::shape_supported; measured
   // faster than the FA2 kernel's: heuristics::prefill_auto_prefers_sm90), FA2's elsewhere.
   WEFT_CHECK_ARG(opt.mainloop == PrefillMainloop::kAuto || opt.mainloop == PrefillMainloop::kFA2 ||
@@ -327,14 +316,29 @@ void BatchPrefillWrapper::plan_common(const int32_t* qo_indptr_host, int32_t bat
   const bool want_sm90 =
       force_sm90 || (opt.mainloop == PrefillMainloop::kAuto && heuristics::prefill_auto_prefers_sm90(wide_tile, fp8));
   const bool use_sm90 =
-      want_sm90 && variant.alibi_slopes == nullptr && !jit &&
+      want_sm90 && !jit &&
       cached(st.sm90_eligible, State::Sm90Key{device, head_dim, dtype, kv_dtype, group, paged, page_size},
              [&] { return prefill::sm90::eligible(device, head_dim, dtype, group, paged, page_size, kv_dtype); });
   WEFT_CHECK_ARG(!force_sm90 || use_sm90, "opt.mainloop",
                  "kSm90: the Hopper mainloop cannot run this call (compute capability 9.0 with sm_90a code, "
                  "head_dim / dtype / kv_dtype instances, GQA group dividing 128, page size tiling "
-                     << prefill::sm90::block_n(head_dim) << " keys; no ALiBi or run-time compiled variant)");
+                     << prefill::sm90::block_n(head_dim)
+                     << " keys; no run-time compiled variant: those run on the FA2 mainloop only)");
   if (use_sm90) cfg = TileConfig{head_dim, prefill::sm90::kBlockM, prefill::sm90::block_n(head_dim)};
+  // On the FA2 kernel, ALiBi needs a tile whose kernel has the bias step (kernel/params.h
+  // bias_supported): the heuristic's d128 x 128-row tile gives way to the 64-row one; a forced
+  // tile without it is an error. (The sm90 mainloop, chosen above where it can run the call, has
+  // the bias step in every instance.) A run-time compiled variant (weft/jit.h) takes the same
+  // tiles (its logit hook is the same per-tile step), unless a tile is forced (it is compiled
+  // with the hook whatever the tile).
+  if (!use_sm90 && (variant.alibi_slopes != nullptr || jit) && !prefill::bias_supported(cfg.head_dim, cfg.cta_q)) {
+    WEFT_CHECK_ARG(opt.cta_q == 0 || jit, "opt.cta_q",
+                   "cta_q " << opt.cta_q << " at head_dim " << head_dim
+                            << " has no ALiBi kernel on the FA2 mainloop (use 16 or 64, or the sm90 mainloop)");
+    if (opt.cta_q == 0)
+      for (const TileConfig& c : prefill::instantiated_configs())
+        if (c.head_dim == head_dim && c.cta_q == 64) cfg = c;
+  }
   const auto fa2_has = [&](const TileConfig& t) {
     for (const TileConfig& c : prefill::instantiated_configs())
       if (c.head_dim == t.head_dim && c.cta_q == t.cta_q && c.cta_kv == t.cta_kv) return true;

@@ -58,7 +58,7 @@ struct PrefillParams {
   const uint8_t* custom_mask = nullptr;  // non-null: custom mask on (reference/attention.h format)
   const int32_t* mask_indptr = nullptr;  // [batch + 1] byte offsets of each request's segment
   const float* alibi_slopes = nullptr;   // non-null: ALiBi ([num_qo_heads], natural-log units;
-                                         // FA2 kernel only: the sm90 path is not chosen with it)
+                                         // FA2 tiles of bias_supported and every sm90 instance)
   // These fields are the variant's runtime parameters (attention/variant.cuh VariantParams;
   // kernel/mask.cuh variant_of() assembles them).
 

@@ -79,8 +79,11 @@ namespace weft::prefill::sm90 {
 //                        (q_token(p, g, j): the token of tile rows j * group ..), the map's box
 //                        one token deep (Shapes::q_box_tokens); smaller groups: the one box of
 //                        128 / group consecutive tokens from g.token_abs0
+//   kBias                the ALiBi step compiled in (sm90_consumer.cuh: a launch-uniform branch
+//                        on p.alibi_slopes); the wide packs run no ALiBi
 struct Sm90PlanRows {
   static constexpr bool kStageMaps = true;
+  static constexpr bool kBias = true;
   static constexpr bool kTriggerDependents = false;
   static constexpr bool kGatherQ = false;
   __device__ __forceinline__ CtaItems items(const PrefillParams& p) const { return cta_items(p); }

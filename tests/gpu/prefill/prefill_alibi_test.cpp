@@ -1,15 +1,19 @@
 // Prefill with ALiBi (AttentionVariant::alibi_slopes, attention/variant.cuh AlibiVariant) against
 // the float64 reference: every head dim, GQA groups 1/4/8/32, paged (page 1 and 16, NHD and HND)
 // and ragged K/V, causal / none / sliding window / soft cap / custom mask, every tile with the
-// bias step (cta_q 16, 64, 128 at d64), split and unsplit plans; the d128 heuristic's 128-row
-// tile gives way to the 64-row one (the sm90 path is never chosen with ALiBi); negative tests.
+// bias step (cta_q 16, 64, 128 at d64), split and unsplit plans; on the FA2 mainloop the d128
+// heuristic's 128-row tile gives way to the 64-row one; on a compute capability 9.0 device the
+// sm90 mainloop runs ALiBi (forced kSm90 and kAuto: PrefillAlibiSm90*, each case checking that it
+// launched; sm90_consumer.cuh's bias step); negative tests.
 // Tests named *Small* form the compute-sanitizer subset.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "prefill/sm90/sm90_launch.h"
 #include "prefill_case.h"
 #include "weft/error.h"
 #include "weft/prefill.h"
@@ -132,9 +136,11 @@ TEST(PrefillAlibi, SplitKvLongHistory) {
   }
 }
 
-// d128 with many rows: the heuristic picks the 128-row tile, whose kernel has no bias step; an
-// ALiBi plan runs the 64-row tile (and never the sm90 mainloop, which only runs 128-row tiles).
-TEST(PrefillAlibi, D128LargeTileGivesWayTo64) {
+// d128 with many rows: the heuristic picks the 128-row tile. On the FA2 mainloop (forced kFA2, or
+// any device but compute capability 9.0) its kernel has no bias step, so an ALiBi plan runs the
+// 64-row tile; on a compute capability 9.0 device kAuto takes the sm90 mainloop's 128-row tile,
+// ALiBi included.
+TEST(PrefillAlibi, D128LargeTileOnEachMainloop) {
   WEFT_REQUIRE_GPU();
   Case c;
   c.head_dim = 128;
@@ -156,13 +162,21 @@ TEST(PrefillAlibi, D128LargeTileGivesWayTo64) {
     plan_only(w, p);
     EXPECT_EQ(w.plan_info().cta_q, 128);
   }
-  Prepared p;
-  prepare(p, c, 2);
-  BatchPrefillWrapper w;
-  plan_and_run(w, p);
-  EXPECT_EQ(w.plan_info().cta_q, 64);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  check_against_reference(p);
+  for (PrefillMainloop m : {PrefillMainloop::kFA2, PrefillMainloop::kAuto}) {
+    c.opt.mainloop = m;
+    SCOPED_TRACE(c.describe());
+    Prepared p;
+    prepare(p, c, 2);
+    BatchPrefillWrapper w;
+    const uint64_t launches = weft::prefill::sm90::launch_count();
+    plan_and_run(w, p);
+    const bool sm90 = m == PrefillMainloop::kAuto && is_sm90();
+    EXPECT_EQ(w.plan_info().sm90, sm90);
+    EXPECT_EQ(w.plan_info().cta_q, sm90 ? 128 : 64);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(weft::prefill::sm90::launch_count(), launches + (sm90 ? 1 : 0));
+    check_against_reference(p);
+  }
 }
 
 // Custom masks combine with ALiBi (the mask excludes keys after the bias).
@@ -261,6 +275,9 @@ TEST(PrefillAlibiSmall, MisalignedSlopesRejectedAtPlan) {
   }
 }
 
+// The FA2 d128 x 128-row tile has no bias step: forced on the FA2 mainloop it is rejected (so is
+// kSm90 on a device without the sm90 mainloop); under kAuto on a compute capability 9.0 device the
+// forced 128-row tile is the sm90 mainloop's, which runs ALiBi.
 TEST(PrefillAlibiSmall, ForcedTileWithoutBiasStepRejected) {
   WEFT_REQUIRE_GPU();
   Case c;
@@ -268,11 +285,170 @@ TEST(PrefillAlibiSmall, ForcedTileWithoutBiasStepRejected) {
   c.q_lens = {4};
   c.kv_lens = {8};
   c.opt.cta_q = 128;
+  c.opt.mainloop = PrefillMainloop::kFA2;
   c.alibi_slopes = typical_slopes(c.num_qo_heads);
   Prepared p;
   prepare(p, c, 17);
+  {
+    BatchPrefillWrapper w;
+    EXPECT_EQ(thrown_argument([&] { plan_only(w, p); }), "opt.cta_q");
+    EXPECT_FALSE(w.planned());
+  }
+  p.c.opt.mainloop = PrefillMainloop::kSm90;
+  if (!is_sm90()) {
+    BatchPrefillWrapper w;
+    EXPECT_EQ(thrown_argument([&] { plan_only(w, p); }), "opt.mainloop");
+    EXPECT_FALSE(w.planned());
+    return;
+  }
+  for (PrefillMainloop m : {PrefillMainloop::kSm90, PrefillMainloop::kAuto}) {
+    p.c.opt.mainloop = m;
+    BatchPrefillWrapper w;
+    plan_and_run(w, p);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(w.plan_info().sm90);
+    check_against_reference(p);
+  }
+}
+
+// ---- the sm90 mainloop (compute capability 9.0 devices) ----
+
+// Plan + run on the sm90 mainloop (asserted through plan_info and the launch counter), the float64
+// reference, then a second run on re-poisoned outputs: the same bits.
+void run_sm90_alibi(const Case& c, uint64_t salt) {
+  SCOPED_TRACE(c.describe());
+  Prepared p;
+  prepare(p, c, salt);
   BatchPrefillWrapper w;
-  EXPECT_EQ(thrown_argument([&] { plan_only(w, p); }), "opt.cta_q");
+  const uint64_t launches = weft::prefill::sm90::launch_count();
+  plan_and_run(w, p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_TRUE(w.plan_info().sm90);
+  ASSERT_EQ(weft::prefill::sm90::launch_count(), launches + 1) << "sm90 mainloop not launched";
+  check_against_reference(p);
+  const std::vector<uint16_t> o1 = download_out(p);
+  const std::vector<float> l1 = download_lse(p);
+  p.d_out.poison();
+  p.d_lse.poison();
+  run_only(w, p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(download_out(p), o1) << "O not deterministic";
+  const std::vector<float> l2 = download_lse(p);
+  ASSERT_EQ(l1.size(), l2.size());
+  for (size_t i = 0; i < l1.size(); ++i) ASSERT_EQ(std::memcmp(&l1[i], &l2[i], sizeof(float)), 0) << "lse " << i;
+}
+
+// Head dims 64/128/256 x bf16/fp16 x GQA 1/2/4/8 x ragged / paged page 16 (NHD, HND) x causal,
+// none, causal + window, window + soft cap, causal + soft cap; lengths off every 128-row and
+// 128-key (d256: 64-key) tile, q_len 1, an empty request, kv_len 1, bottom-right causal alignment
+// (kv_len > q_len). Forced kSm90 and kAuto alternate (kAuto takes the sm90 mainloop where the
+// heuristic picks the 128-row tile: > 64 packed rows per request).
+TEST(PrefillAlibiSm90Small, HeadDimsGroupsStorageMasks) {
+  WEFT_REQUIRE_SM90();
+  const int32_t dims[] = {64, 128, 256};
+  const int32_t groups[] = {1, 2, 4, 8};
+  const AttentionVariant variants[] = {variant(MaskMode::kCausal), variant(MaskMode::kNone),
+                                       variant(MaskMode::kCausal, 150), variant(MaskMode::kNone, 60, 30.f),
+                                       variant(MaskMode::kCausal, -1, 15.f)};
+  uint64_t salt = 400;
+  int n = 0;
+  for (int di = 0; di < 3; ++di)
+    for (int gi = 0; gi < 4; ++gi)
+      for (int si = 0; si < 2; ++si) {
+        Case c;
+        c.head_dim = dims[di];
+        c.num_kv_heads = 2;
+        c.num_qo_heads = 2 * groups[gi];
+        c.dtype = (di + gi + si) % 2 ? DType::kFloat16 : DType::kBFloat16;
+        const int storage = (2 * gi + si + di) % 3;  // 0 ragged, 1 paged NHD, 2 paged HND
+        c.paged = storage != 0;
+        c.page_size = 16;
+        c.layout = storage == 2 ? KVLayout::kHND : KVLayout::kNHD;
+        c.variant = variants[(di + 2 * gi + si) % 5];
+        c.variant.return_lse = true;
+        c.q_lens = {1, 129, 0, 63, 300};
+        c.kv_lens = {1, 257, 19, 127, 300};
+        c.opt.mainloop = (n % 2) ? PrefillMainloop::kAuto : PrefillMainloop::kSm90;
+        if (c.opt.mainloop == PrefillMainloop::kAuto) c.q_lens = {1, 129, 0, 200, 300};  // > 64 rows per request
+        c.alibi_slopes = (n % 3) ? typical_slopes(c.num_qo_heads) : random_slopes(c.num_qo_heads, salt);
+        run_sm90_alibi(c, ++salt);
+        ++n;
+      }
+  EXPECT_EQ(n, 24);
+}
+
+// Long histories (chunked prefill: a few new tokens on thousands of keys) and split-KV plans (the
+// in-kernel merge, sm90_merge.cuh): the bias of every chunk relative to the same query positions.
+TEST(PrefillAlibiSm90, ChunkedAndSplitKv) {
+  WEFT_REQUIRE_SM90();
+  uint64_t salt = 500;
+  for (int32_t d : {64, 128, 256})
+    for (bool paged : {true, false}) {
+      Case c;
+      c.head_dim = d;
+      c.num_qo_heads = 8;
+      c.num_kv_heads = 2;
+      c.paged = paged;
+      c.page_size = 16;
+      c.variant = variant(d == 256 && !paged ? MaskMode::kNone : MaskMode::kCausal, d == 64 ? 1000 : -1);
+      c.variant.return_lse = true;
+      c.q_lens = {256, 1, 37};
+      c.kv_lens = {2048 + 256, 4500, 3000};
+      c.opt.mainloop = PrefillMainloop::kSm90;
+      c.opt.min_chunk = 128;  // split the long key ranges
+      c.alibi_slopes = random_slopes(c.num_qo_heads, salt, 0.0, 0.05);  // reach far keys
+      run_sm90_alibi(c, ++salt);
+    }
+}
+
+// Custom mask + ALiBi on the sm90 mainloop (fully masked rows: O = 0, LSE = -inf).
+TEST(PrefillAlibiSm90Small, CustomMask) {
+  WEFT_REQUIRE_SM90();
+  Case c;
+  c.head_dim = 128;
+  c.num_qo_heads = 8;
+  c.num_kv_heads = 2;
+  c.paged = false;
+  c.variant = variant(MaskMode::kCustom);
+  c.variant.return_lse = true;
+  c.q_lens = {33, 7, 140};
+  c.kv_lens = {90, 7, 200};
+  c.fully_masked_rows = true;
+  c.opt.mainloop = PrefillMainloop::kSm90;
+  c.alibi_slopes = random_slopes(c.num_qo_heads, 5);
+  run_sm90_alibi(c, 600);
+}
+
+// All-zero slopes on the sm90 mainloop, soft cap on (both hold log2-domain logits): the ALiBi
+// tile loop and the plain one give the same bits.
+TEST(PrefillAlibiSm90Small, ZeroSlopesMatchNoAlibiBitwise) {
+  WEFT_REQUIRE_SM90();
+  for (bool paged : {true, false}) {
+    Case c;
+    c.head_dim = 128;
+    c.num_qo_heads = 8;
+    c.num_kv_heads = 2;
+    c.paged = paged;
+    c.variant = variant(MaskMode::kCausal, paged ? 90 : -1, 20.f);
+    c.variant.return_lse = true;
+    c.q_lens = {150, 9};
+    c.kv_lens = {200, 300};
+    c.opt.mainloop = PrefillMainloop::kSm90;
+    Prepared a, b;
+    prepare(a, c, 7);
+    Case cz = c;
+    cz.alibi_slopes.assign(c.num_qo_heads, 0.f);
+    prepare(b, cz, 7);  // same salt: same inputs
+    BatchPrefillWrapper wa, wb;
+    plan_and_run(wa, a);
+    plan_and_run(wb, b);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_TRUE(wa.plan_info().sm90 && wb.plan_info().sm90);
+    EXPECT_EQ(download_out(a), download_out(b)) << c.describe();
+    const std::vector<float> la = download_lse(a), lb = download_lse(b);
+    ASSERT_EQ(la.size(), lb.size());
+    for (size_t i = 0; i < la.size(); ++i) ASSERT_EQ(la[i], lb[i]) << "lse " << i;
+  }
 }
 
 }  // namespace
