@@ -20,6 +20,9 @@
 //                                        pins the Hopper mainloop's fp8 instances, -fa2 the FA2
 //                                        kernel's; fp8 rows carry extra.speedup_vs_bf16 (vs the
 //                                        default bf16 row) and speedup_vs_bf16_fa2 (vs the FA2 one).
+//   prefill/alibi/{fa2,sm90}/causal/...  ALiBi (BLOOM / MPT slopes 2^(-8 (h + 1) / Hq)), FA2 pinned
+//                                        (its 64-row tile at d128: kernel/params.h bias_supported)
+//                                        then the sm90 mainloop asserted, with extra.speedup_vs_fa2
 // FLOPs: 4 * D * Hq per UNMASKED (query, key) pair (causal counted once, bottom-right aligned:
 // pairs = q * (kv - q) + q (q + 1) / 2). Bytes: Q and O once, K and V once. Ceiling "gemm".
 // Timing: run() captured once in a CUDA graph, the graph is timed (L2 flushed before each run;
@@ -27,6 +30,7 @@
 // plan() host time in extra "plan_us". Pages: random permutation of the pool.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <numeric>
 #include <optional>
@@ -63,7 +67,8 @@ double run_prefill_case(weft::bench::Context& ctx, const std::string& name,
                         const std::vector<int32_t>& q_lens, const std::vector<int32_t>& kv_lens,
                         bool paged, const weft::PrefillPlanOptions& opt = {}, bool causal = true,
                         Mainloop mainloop = Mainloop::kDefault, int32_t kD = 128, PagedKV pkv = {},
-                        const std::vector<std::pair<std::string, double>>& speedup_vs = {}) {
+                        const std::vector<std::pair<std::string, double>>& speedup_vs = {},
+                        bool alibi = false) {
   weft::bench::Result r;
   r.name = name;
   if (!ctx.wants(r.name)) return 0;
@@ -83,7 +88,7 @@ double run_prefill_case(weft::bench::Context& ctx, const std::string& name,
               {"kv_heads", std::to_string(kHkv)}, {"head_dim", std::to_string(kD)},
               {"dtype", "bf16"}, {"mask", causal ? "causal" : "none"},
               {"kv", paged ? "paged" + std::to_string(pkv.page) + (pkv.shuffled ? "" : "-pool-order") : "ragged"},
-              {"kv_dtype", weft::dtype_name(kv_dtype)}};
+              {"kv_dtype", weft::dtype_name(kv_dtype)}, {"alibi", alibi ? "1" : "0"}};
   r.flops = 4.0 * pairs * kD * kHq;
   r.bytes = 2.0 * total_q * kHq * kD * 2 + 2.0 * total_kv * kHkv * kD * double(weft::dtype_size(kv_dtype));
   r.ceiling = "gemm";
@@ -104,6 +109,14 @@ double run_prefill_case(weft::bench::Context& ctx, const std::string& name,
     weft::BatchPrefillWrapper w;
     weft::AttentionVariant var;
     var.mask = causal ? weft::MaskMode::kCausal : weft::MaskMode::kNone;
+    DeviceArray slopes;
+    if (alibi) {  // ALiBi's published slopes (Hq a power of two)
+      std::vector<float> h(kHq);
+      for (int32_t i = 0; i < kHq; ++i) h[i] = std::pow(2.f, -8.f * float(i + 1) / float(kHq));
+      slopes = DeviceArray(h.size() * sizeof(float));
+      WEFT_BENCH_CUDA(cudaMemcpy(slopes.get(), h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+      var.alibi_slopes = slopes.as<float>();
+    }
     cudaStream_t s = ctx.stream();
 
     // K/V storage: paged pools (paged_pools.h), or ragged K/V [total_kv, Hkv, D].
@@ -310,6 +323,16 @@ WEFT_BENCH_GROUP(prefill) {
                          {{"speedup_vs_bf16", bf16}, {"speedup_vs_bf16_fa2", fa2}});
       }
   };
+  // ALiBi (the sm90 consumer's bias step against the FA2 kernel's 64-row tile), d128 32 / 8.
+  for (bool paged : {false, true})
+    for (int32_t L : {2048, 8192}) {
+      const std::string tail = std::string("causal/") + (paged ? "paged" : "ragged") + "/L" + std::to_string(L);
+      const double fa2 = run_prefill_case(ctx, "prefill/alibi/fa2/" + tail, {L}, {L}, paged, {}, true, Mainloop::kFa2,
+                                          128, PagedKV{}, {}, true);
+      run_prefill_case(ctx, "prefill/alibi/sm90/" + tail, {L}, {L}, paged, {}, true, Mainloop::kSm90, 128, PagedKV{},
+                       {{"speedup_vs_fa2", fa2}}, true);
+    }
+
   for (int32_t L : {4096, 16384}) fp8_rows("causal/L" + std::to_string(L), {L}, {L});
   fp8_rows("chunked/c2048/h16384", {2048}, {16384 + 2048});
   fp8_rows("mixed", {8192, 137, 2048, 512, 4000, 1024, 64, 3000, 700, 1500},

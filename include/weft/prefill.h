@@ -47,10 +47,10 @@ struct PrefillBounds {
 };
 
 // Which prefill mainloop runs a plan. kAuto: the Hopper (sm_90a, wgmma + TMA) mainloop where it
-// is eligible (compute capability 9.0, the 128-row tile, head_dim 64/128/256, ALiBi included, no
-// run-time compiled variant, page sizes it tiles; on fp8 K/V pools bf16 q, head_dim 128, paged),
-// else the FA2 mainloop (measured: attention/heuristics.cpp, prefill_auto_prefers_sm90). kFA2 pins
-// the FA2 mainloop (comparisons, or any GPU). kSm90 requests the Hopper mainloop with its 128-row tile wherever it
+// is eligible (compute capability 9.0, the 128-row tile, head_dim 64/128/256, ALiBi too; no JIT
+// variant; page sizes it tiles; fp8 K/V: bf16 q, head_dim 128, paged), else the FA2 mainloop
+// (measured: attention/heuristics.cpp, prefill_auto_prefers_sm90). kFA2 pins the FA2 mainloop
+// (comparisons, or any GPU). kSm90 requests the Hopper mainloop with its 128-row tile wherever it
 // is eligible (fp8 pools included: bf16 q, head_dim 128, paged), an error naming opt.mainloop
 // where it is not.
 enum class PrefillMainloop : int32_t { kAuto = 0, kFA2 = 1, kSm90 = 2 };

@@ -367,7 +367,7 @@ TEST(PrefillAlibiSm90Small, HeadDimsGroupsStorageMasks) {
         c.variant = variants[(di + 2 * gi + si) % 5];
         c.variant.return_lse = true;
         c.q_lens = {1, 129, 0, 63, 300};
-        c.kv_lens = {1, 257, 19, 127, 300};
+        c.kv_lens = {1, 257, 19, 200, 300};
         c.opt.mainloop = (n % 2) ? PrefillMainloop::kAuto : PrefillMainloop::kSm90;
         if (c.opt.mainloop == PrefillMainloop::kAuto) c.q_lens = {1, 129, 0, 200, 300};  // > 64 rows per request
         c.alibi_slopes = (n % 3) ? typical_slopes(c.num_qo_heads) : random_slopes(c.num_qo_heads, salt);
