@@ -4,8 +4,9 @@
 #   weft_gpu_prefill.xz   the new tree's prefill GPU tests
 #   weft-bench.new.xz     the new tree's weft-bench
 #   weft-bench.old.xz     main's weft-bench (the commit before the change; BASE_COMMIT)
-# Steps, each skipped when the budget left cannot hold it:
-#   1. GPU tests PrefillAlibi*:PrefillSm90* (TESTS_FILTER) -> gpu_tests.txt
+# Steps (in the order below: 1, 3, 4, then the sm90 regression tests PrefillSm90* and 2), each
+# capped by or skipped for the budget left:
+#   1. GPU tests PrefillAlibi* (TESTS_FILTER; then PrefillSm90*: SM90_FILTER) -> gpu_tests.txt
 #   2. compute-sanitizer memcheck on a small ALiBi sm90 filter (MEMCHECK_FILTER) -> gpu_tests.txt
 #   3. weft-bench new: the prefill/alibi/ rows (FA2 pinned, then sm90 asserted, same process:
 #      extra.speedup_vs_fa2) -> bench_alibi.json
@@ -19,8 +20,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 BIN=${BIN:?BIN: folder of the compressed binaries}
 OUT="${OUT:-./alibi-out}"
 BUDGET="${BUDGET:-280}"
-PAIRS="${PAIRS:-3}"
-TESTS_FILTER="${TESTS_FILTER:-PrefillAlibi*:PrefillSm90*}"
+PAIRS="${PAIRS:-2}"
 MEMCHECK_FILTER="${MEMCHECK_FILTER:-PrefillAlibiSm90Small.CustomMask:PrefillAlibiSm90Small.ZeroSlopesMatchNoAlibiBitwise}"
 AB_FILTERS="${AB_FILTERS:---filter prefill/sm90/causal/ragged/L8192 --filter prefill/sm90/causal/ragged/L16384 --filter prefill/sm90/causal/paged/L16384 --filter prefill/sm90/d256/causal/ragged/L8192}"
 T0=$SECONDS
@@ -41,28 +41,27 @@ ldd /tmp/alibi-bin/* | grep "not found" && exit 1
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
   echo "new ${WEFT_COMMIT:-?} old ${BASE_COMMIT:-?}"; } | tee "$OUT/env.txt"
 
-say tests
-{ timeout "${TESTS_TIMEOUT:-110}" /tmp/alibi-bin/weft_gpu_prefill --gtest_filter="$TESTS_FILTER" 2>&1 |
-    grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) |tests ran|FAILED|Failure|error|Expected|Which is|actual|max" | head -300
-  echo "gpu tests rc ${PIPESTATUS[0]}"; } > "$OUT/gpu_tests.txt" 2>&1
-tail -3 "$OUT/gpu_tests.txt"
-if [ "$(left)" -gt 120 ]; then
-  say memcheck
-  { echo "## memcheck $MEMCHECK_FILTER"
-    timeout "${MEMCHECK_TIMEOUT:-60}" compute-sanitizer --tool memcheck /tmp/alibi-bin/weft_gpu_prefill \
-      --gtest_filter="$MEMCHECK_FILTER" 2>&1 | grep -E "ERROR SUMMARY|tests ran|PASSED|FAILED|SKIPPED \]"
-    echo "memcheck rc ${PIPESTATUS[0]}"; } >> "$OUT/gpu_tests.txt" 2>&1
+# Order: the ALiBi tests, the ALiBi rows, the old/new A/B, the sm90 regression tests, memcheck
+# (each capped by the budget left).
+cap() { local t=$(( $(left) - $2 )); [ $t -gt $1 ] && t=$1; [ $t -lt 10 ] && t=10; echo $t; }  # min(cap, left - reserve)
+run_tests() {  # <filter> <timeout>
+  { echo "## $1"
+    timeout "$2" /tmp/alibi-bin/weft_gpu_prefill --gtest_filter="$1" 2>&1 |
+      grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) |tests ran|FAILED|Failure|error|Expected|Which is|actual|max" | head -300
+    echo "gpu tests rc ${PIPESTATUS[0]}"; } >> "$OUT/gpu_tests.txt" 2>&1
   tail -3 "$OUT/gpu_tests.txt"
-fi
-if [ "$(left)" -gt 70 ]; then
+}
+say "tests alibi"
+run_tests "${TESTS_FILTER:-PrefillAlibi*}" "$(cap 90 150)"
+if [ "$(left)" -gt 120 ]; then
   say "bench alibi"
-  timeout 60 /tmp/alibi-bin/weft-bench.new --group prefill --filter prefill/alibi/ --no-ceilings \
+  timeout 45 /tmp/alibi-bin/weft-bench.new --group prefill --filter prefill/alibi/ --no-ceilings \
     --commit "${WEFT_COMMIT:-?}" --json "$OUT/bench_alibi.json" > "$OUT/bench_alibi.log" 2>&1
   echo "rc $?" >> "$OUT/bench_alibi.log"
   tail -10 "$OUT/bench_alibi.log"
 fi
 i=0
-while [ "$i" -lt "$PAIRS" ] && [ "$(left)" -gt 40 ]; do
+while [ "$i" -lt "$PAIRS" ] && [ "$(left)" -gt 110 ]; do
   order="old new"; [ $((i % 2)) -eq 1 ] && order="new old"
   for which in $order; do
     c=${WEFT_COMMIT:-?}; [ "$which" = old ] && c=${BASE_COMMIT:-?}
@@ -91,4 +90,14 @@ for name, v in sorted(rows.items()):
         print(f"{name}  {mo:.4f} {['%.4f' % x for x in o]}  {mn:.4f} {['%.4f' % x for x in n]}  {mn / mo:.4f}")
 EOF
 cat "$OUT/ab.txt"
+say "tests sm90 regression"
+[ "$(left)" -gt 30 ] && run_tests "${SM90_FILTER:-PrefillSm90*}" "$(cap 100 25)"
+if [ "$(left)" -gt 25 ]; then
+  say memcheck
+  { echo "## memcheck $MEMCHECK_FILTER"
+    timeout "$(cap 60 5)" compute-sanitizer --tool memcheck /tmp/alibi-bin/weft_gpu_prefill \
+      --gtest_filter="$MEMCHECK_FILTER" 2>&1 | grep -E "ERROR SUMMARY|tests ran|PASSED|FAILED|SKIPPED \]"
+    echo "memcheck rc ${PIPESTATUS[0]}"; } >> "$OUT/gpu_tests.txt" 2>&1
+  tail -3 "$OUT/gpu_tests.txt"
+fi
 say done
