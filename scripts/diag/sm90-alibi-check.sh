@@ -11,7 +11,7 @@
 #   3. weft-bench new: the prefill/alibi/ rows (FA2 pinned, then sm90 asserted, same process:
 #      extra.speedup_vs_fa2) -> bench_alibi.json
 #   4. old vs new, interleaved processes (PAIRS pairs, old first then new, then new first): the
-#      plain sm90 causal rows (AB_FILTERS) -> ab_<old|new>_<i>.json, summarized in ab.txt
+#      plain sm90 causal rows (AB_FILTERS) -> ab_all.json (every process), summarized in ab.txt
 # Usage (repo root): OUT=... WEFT_COMMIT=<new> BASE_COMMIT=<old> BIN=<dir> BUDGET=280 \
 #   scripts/diag/sm90-alibi-check.sh
 set -uo pipefail
@@ -90,6 +90,11 @@ for name, v in sorted(rows.items()):
         print(f"{name}  {mo:.4f} {['%.4f' % x for x in o]}  {mn:.4f} {['%.4f' % x for x in n]}  {mn / mo:.4f}")
 EOF
 cat "$OUT/ab.txt"
+# One JSON of all A/B processes (the call brings back at most 8 files).
+python3 -c 'import glob, json, os, sys
+o = sys.argv[1]
+json.dump({os.path.basename(f): json.load(open(f)) for f in sorted(glob.glob(os.path.join(o, "ab_*_*.json")))},
+          open(os.path.join(o, "ab_all.json"), "w"))' "$OUT" && rm -f "$OUT"/ab_old_*.json "$OUT"/ab_new_*.json
 say "tests sm90 regression"
 [ "$(left)" -gt 30 ] && run_tests "${SM90_FILTER:-PrefillSm90*}" "$(cap 100 25)"
 if [ "$(left)" -gt 25 ]; then

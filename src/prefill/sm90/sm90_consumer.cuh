@@ -5,14 +5,13 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <type_traits>
-
 #include "common/ptx.cuh"
 #include "common/ptx_sm90.cuh"
 #include "prefill/kernel/epilogue.cuh"
 #include "prefill/kernel/mainloop.cuh"
 #include "prefill/kernel/mask.cuh"
 #include "prefill/kernel/params.h"
+#include "prefill/sm90/sm90_alibi.cuh"
 #include "prefill/sm90/sm90_params.h"
 #include "prefill/sm90/sm90_pipeline.cuh"
 
@@ -168,21 +167,14 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
   // 1.07-1.20x, non-causal L8192 1.06x (Nsight Compute: weft issued 1376 uniform-datapath warp
   // instructions per 128 x 128 tile against FlashInfer's 505; each consumer warp's wgmma issue
   // competes for its sub-partition's issue slot with the other warpgroup's softmax).
-  // ALiBi (p.alibi_slopes, uniform over the launch, as in the FA2 kernel): apply_bias_logits
-  // replaces prepare_logits in EVERY tile, the unmasked ones of um included (the bias depends on
-  // the key), and leaves log2-domain logits (softmax scale 1, below). Only where the Rows policy
-  // can carry it (kBias: the prefill plan; the decode wrapper's wide packs reject ALiBi) and on
-  // 16-bit pools (the wrapper rejects ALiBi with fp8 K/V). `bias` (std::bool_constant) is the
-  // item loop's copy: the branch on p.alibi_slopes is taken once per item, not per tile, so the
-  // tile loop without ALiBi is the one compiled before ALiBi existed here (a per-tile branch
-  // raised the d128 instances' spills from 16 to 32 bytes stored, d256 from 56 to 64: ptxas).
+  // ALiBi (Rows::kBias: the prefill plan's ALiBi kernels, 16-bit pools; sm90_kernel.cuh):
+  // apply_alibi_rows (sm90_alibi.cuh) replaces prepare_logits in EVERY tile, the unmasked ones of
+  // um included (the bias depends on the key), and leaves log2-domain logits (softmax scale 1).
   constexpr bool kBias = Rows::kBias && !kF8;
-  auto mask_softmax = [&](auto bias, float (&sacc)[1][Tr::kFragS][4], SoftmaxState<Tr>& st, const ItemGeom& g,
-                          int ts, float (&fac)[2], float scale, const float* kq_ptr, const attn::KVRange& um) {
-    if constexpr (decltype(bias)::value)
-      apply_bias_logits<Tr>(sacc, p, g, attn::AlibiVariant(variant_params_of(p)), warp_row0, ts, lane);
-    else
-      prepare_logits<Tr>(sacc, p, kq_ptr);
+  auto mask_softmax = [&](float (&sacc)[1][Tr::kFragS][4], SoftmaxState<Tr>& st, const ItemGeom& g, int ts,
+                          float (&fac)[2], float scale, const float* kq_ptr, const attn::KVRange& um) {
+    if constexpr (kBias) apply_alibi_rows<Tr>(sacc, p, g, warp_row0, ts, lane);
+    else prepare_logits<Tr>(sacc, p, kq_ptr);
     if (ts < um.begin || ts + kBlockN > um.end) {
       if (p.custom_mask == nullptr) apply_mask_rows<Tr>(sacc, p, g, warp_row0, ts, lane);
       else apply_mask<Tr>(sacc, p, g, warp_row0, ts, lane);
@@ -218,8 +210,7 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
     const attn::KVRange um = unmasked_keys(p, g);
     // Softmax exponent scale (see the FA2 mainloop): raw scores x sm_scale log2 e (x the K scale),
     // or 1 after soft-cap or ALiBi (log2-domain logits).
-    const bool alibi = kBias && p.alibi_slopes != nullptr;
-    const float scale = p.softcap_pre == 0.f && !alibi ? p.scale_log2 * (kF8 ? __ldg(kq_ptr) : 1.f) : 1.f;
+    const float scale = p.softcap_pre == 0.f && !kBias ? p.scale_log2 * (kF8 ? __ldg(kq_ptr) : 1.f) : 1.f;
     SoftmaxState<Tr> st;
     init_state(st);
     const int qb = item_cnt % C::kQBufs;
@@ -228,76 +219,10 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
     if (n_tiles == 0) release(b.q_empty(qb));
     float sacc[1][Tr::kFragS][4];
     uint32_t pa[Tr::kKStepsPV][4];
-    auto tiles = [&](auto bias) {
-      if constexpr (kOverlap) {
-        if (n_tiles > 0) {
-          // Prologue: S_0, softmax, P_0.
-          {
-            const int s = tile_cnt % C::kStages;
-            const uint32_t ph = (tile_cnt / C::kStages) & 1;
-            ptx90::mbar_wait(b.k_full(s), ph);
-            my_turn();
-            ptx90::wgmma_fence();
-            issue_qk(sacc, s);
-            their_turn();
-            ptx90::wgmma_wait<0>();
-            fence_s(sacc);
-            release(b.k_empty(s));
-            if (n_tiles == 1) release(b.q_empty(qb));
-            float fac[2];
-            mask_softmax(bias, sacc, st, g, ts0, fac, scale, kq_ptr, um);  // O is zero: no rescale needed
-            pack_p(sacc, pa);
-          }
-          for (int t = 1; t < n_tiles; ++t) {
-            const uint32_t cur = tile_cnt + t, prev = cur - 1;
-            const int s = cur % C::kStages, sp = prev % C::kVStages;
-            ptx90::mbar_wait(b.k_full(s), (cur / C::kStages) & 1);
-            ptx90::mbar_wait(b.v_full(sp), (prev / C::kVStages) & 1);
-            my_turn();
-            fence_o(st);
-            ptx90::wgmma_fence();
-            issue_qk(sacc, s);
-            issue_pv(st, pa, sp);
-            their_turn();
-            ptx90::wgmma_wait<1>();  // S_t complete (P_{t-1} V_{t-1} may still run)
-            fence_s(sacc);
-            release(b.k_empty(s));
-            if (t == n_tiles - 1) release(b.q_empty(qb));
-            float fac[2];
-            const bool changed = mask_softmax(bias, sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr, um);
-            // The wait for P_{t-1} V_{t-1} sits in the branches on the softmax's result: in one
-            // block with the softmax, ptxas hoisted it to the block's top (SASS of 89392c5: the
-            // WARPGROUP.DEPBAR of gsb 0 before the row max), so the softmax of S_t ran after that
-            // P V instead of during it and the intra-warpgroup overlap was lost. Both arms wait.
-            if (changed) {
-              ptx90::wgmma_wait<0>();
-              fence_o(st);
-              release(b.v_empty(sp));
-              rescale_o(st, fac);
-            } else {
-              ptx90::wgmma_wait<0>();
-              fence_o(st);
-              release(b.v_empty(sp));
-            }
-            pack_p(sacc, pa);
-          }
-          {
-            const uint32_t last = tile_cnt + n_tiles - 1;
-            const int sp = last % C::kVStages;
-            ptx90::mbar_wait(b.v_full(sp), (last / C::kVStages) & 1);
-            my_turn();
-            fence_o(st);
-            ptx90::wgmma_fence();
-            issue_pv(st, pa, sp);
-            their_turn();
-            ptx90::wgmma_wait<0>();
-            fence_o(st);
-            release(b.v_empty(sp));
-          }
-          tile_cnt += n_tiles;
-        }
-      } else {
-        for (int t = 0; t < n_tiles; ++t, ++tile_cnt) {
+    if constexpr (kOverlap) {
+      if (n_tiles > 0) {
+        // Prologue: S_0, softmax, P_0.
+        {
           const int s = tile_cnt % C::kStages;
           const uint32_t ph = (tile_cnt / C::kStages) & 1;
           ptx90::mbar_wait(b.k_full(s), ph);
@@ -308,25 +233,87 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
           ptx90::wgmma_wait<0>();
           fence_s(sacc);
           release(b.k_empty(s));
-          if (t == n_tiles - 1) release(b.q_empty(qb));
+          if (n_tiles == 1) release(b.q_empty(qb));
           float fac[2];
-          if (mask_softmax(bias, sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr, um)) rescale_o(st, fac);
+          mask_softmax(sacc, st, g, ts0, fac, scale, kq_ptr, um);  // O is zero: no rescale needed
           pack_p(sacc, pa);
-          const int sv = tile_cnt % C::kVStages;
-          ptx90::mbar_wait(b.v_full(sv), (tile_cnt / C::kVStages) & 1);
+        }
+        for (int t = 1; t < n_tiles; ++t) {
+          const uint32_t cur = tile_cnt + t, prev = cur - 1;
+          const int s = cur % C::kStages, sp = prev % C::kVStages;
+          ptx90::mbar_wait(b.k_full(s), (cur / C::kStages) & 1);
+          ptx90::mbar_wait(b.v_full(sp), (prev / C::kVStages) & 1);
           my_turn();
           fence_o(st);
           ptx90::wgmma_fence();
-          issue_pv(st, pa, sv);
+          issue_qk(sacc, s);
+          issue_pv(st, pa, sp);
+          their_turn();
+          ptx90::wgmma_wait<1>();  // S_t complete (P_{t-1} V_{t-1} may still run)
+          fence_s(sacc);
+          release(b.k_empty(s));
+          if (t == n_tiles - 1) release(b.q_empty(qb));
+          float fac[2];
+          const bool changed = mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr, um);
+          // The wait for P_{t-1} V_{t-1} sits in the branches on the softmax's result: in one
+          // block with the softmax, ptxas hoisted it to the block's top (SASS of 89392c5: the
+          // WARPGROUP.DEPBAR of gsb 0 before the row max), so the softmax of S_t ran after that
+          // P V instead of during it and the intra-warpgroup overlap was lost. Both arms wait.
+          if (changed) {
+            ptx90::wgmma_wait<0>();
+            fence_o(st);
+            release(b.v_empty(sp));
+            rescale_o(st, fac);
+          } else {
+            ptx90::wgmma_wait<0>();
+            fence_o(st);
+            release(b.v_empty(sp));
+          }
+          pack_p(sacc, pa);
+        }
+        {
+          const uint32_t last = tile_cnt + n_tiles - 1;
+          const int sp = last % C::kVStages;
+          ptx90::mbar_wait(b.v_full(sp), (last / C::kVStages) & 1);
+          my_turn();
+          fence_o(st);
+          ptx90::wgmma_fence();
+          issue_pv(st, pa, sp);
           their_turn();
           ptx90::wgmma_wait<0>();
           fence_o(st);
-          release(b.v_empty(sv));
+          release(b.v_empty(sp));
         }
+        tile_cnt += n_tiles;
       }
-    };
-    if (alibi) tiles(std::bool_constant<kBias>{});
-    else tiles(std::false_type{});
+    } else {
+      for (int t = 0; t < n_tiles; ++t, ++tile_cnt) {
+        const int s = tile_cnt % C::kStages;
+        const uint32_t ph = (tile_cnt / C::kStages) & 1;
+        ptx90::mbar_wait(b.k_full(s), ph);
+        my_turn();
+        ptx90::wgmma_fence();
+        issue_qk(sacc, s);
+        their_turn();
+        ptx90::wgmma_wait<0>();
+        fence_s(sacc);
+        release(b.k_empty(s));
+        if (t == n_tiles - 1) release(b.q_empty(qb));
+        float fac[2];
+        if (mask_softmax(sacc, st, g, ts0 + t * kBlockN, fac, scale, kq_ptr, um)) rescale_o(st, fac);
+        pack_p(sacc, pa);
+        const int sv = tile_cnt % C::kVStages;
+        ptx90::mbar_wait(b.v_full(sv), (tile_cnt / C::kVStages) & 1);
+        my_turn();
+        fence_o(st);
+        ptx90::wgmma_fence();
+        issue_pv(st, pa, sv);
+        their_turn();
+        ptx90::wgmma_wait<0>();
+        fence_o(st);
+        release(b.v_empty(sv));
+      }
+    }
 
     finish_state(st, scale);
     reduce_row_sums(st);

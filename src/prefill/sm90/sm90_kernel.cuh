@@ -44,6 +44,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <type_traits>
 
 
@@ -79,11 +80,18 @@ namespace weft::prefill::sm90 {
 //                        (q_token(p, g, j): the token of tile rows j * group ..), the map's box
 //                        one token deep (Shapes::q_box_tokens); smaller groups: the one box of
 //                        128 / group consecutive tokens from g.token_abs0
-//   kBias                the ALiBi step compiled in (sm90_consumer.cuh: a launch-uniform branch
-//                        on p.alibi_slopes); the wide packs run no ALiBi
-struct Sm90PlanRows {
+//   kBias                the ALiBi kernel (sm90_consumer.cuh, sm90_alibi.cuh): every tile's logits
+//                        get the bias; launched where p.alibi_slopes is set (launch_prefill_sm90)
+// kAlibi: the plan's ALiBi kernels (16-bit pools) are instances of their own rather than a branch
+// in the plain ones: a launch-uniform branch (per tile or per item) in one kernel changed the
+// plain path's register allocation (d256: 56 -> 64-100 spill bytes stored, ptxas) and cost it 1-3%
+// (H100, interleaved old/new processes: causal d128 L8192 0.989 -> 1.021 ms, L16384 3.508 ->
+// 3.556, d256 L8192 1.565 -> 1.594; bench/results/h100_prefill_sm90_ab_64dccee.txt). Six more
+// kernels (d64/d128/d256 x bf16/fp16) in the same translation units.
+template <bool kAlibi>
+struct Sm90PlanRowsT {
   static constexpr bool kStageMaps = true;
-  static constexpr bool kBias = true;
+  static constexpr bool kBias = kAlibi;
   static constexpr bool kTriggerDependents = false;
   static constexpr bool kGatherQ = false;
   __device__ __forceinline__ CtaItems items(const PrefillParams& p) const { return cta_items(p); }
@@ -100,6 +108,7 @@ struct Sm90PlanRows {
     merge_split_items<T, D>(p, items, tid_c);
   }
 };
+using Sm90PlanRows = Sm90PlanRowsT<false>;
 
 // kVariant bit 0: intra-warpgroup overlap; bit 1: ping-pong between the consumer warpgroups;
 // bit 2: three K/V stages instead of two (d64/d128: a third d256 stage does not fit); bit 3: P V
@@ -187,10 +196,10 @@ inline constexpr int kPipelineVariant = WEFT_SM90_PIPELINE_VARIANT;
 static_assert(kPipelineVariant == 0 || kPipelineVariant == 3 || kPipelineVariant == 15,
               "WEFT_SM90_PIPELINE must be 0, 3 or 15");
 
-template <int D, class T, class KV, int V>
+template <int D, class T, class KV, int V, class Rows = Sm90PlanRows>
 void launch_variant(const KernelParams& kp, int num_ctas, cudaStream_t stream) {
   using C = CfgOf<D, T, KV, V>;
-  prefill_sm90_kernel<D, T, KV, V><<<num_ctas, C::kThreads, C::kSmemBytes, stream>>>(kp, Sm90PlanRows{});
+  prefill_sm90_kernel<D, T, KV, V, Rows><<<num_ctas, C::kThreads, C::kSmemBytes, stream>>>(kp, Rows{});
 }
 
 template <int D, class T, class KV>
@@ -198,14 +207,21 @@ void launch_prefill_sm90(const PrefillParams& p, const Shapes& s, int num_ctas, 
   KernelParams kp{};
   kp.p = p;
   make_tensor_maps(kp, s, detail::TypeOf<T>::value, detail::TypeOf<KV>::value, D);
-  launch_variant<D, T, KV, kPipelineVariant>(kp, num_ctas, stream);
+  if constexpr (sizeof(KV) == 2) {  // ALiBi: 16-bit pools (the wrapper rejects it with fp8 K/V)
+    if (p.alibi_slopes != nullptr)
+      launch_variant<D, T, KV, kPipelineVariant, Sm90PlanRowsT<true>>(kp, num_ctas, stream);
+    else
+      launch_variant<D, T, KV, kPipelineVariant>(kp, num_ctas, stream);
+  } else {
+    launch_variant<D, T, KV, kPipelineVariant>(kp, num_ctas, stream);
+  }
   WEFT_CUDA_CHECK_LAUNCH();
   note_launch();
 }
 
-template <int D, class T, class KV, int V>
+template <int D, class T, class KV, int V, class Rows = Sm90PlanRows>
 int occupancy_variant() {
-  const void* k = reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, KV, V>);
+  const void* k = reinterpret_cast<const void*>(prefill_sm90_kernel<D, T, KV, V, Rows>);
   constexpr int kSmem = CfgOf<D, T, KV, V>::kSmemBytes;
   WEFT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   cudaFuncAttributes attr{};
@@ -218,10 +234,12 @@ int occupancy_variant() {
 
 // Resident CTAs per SM: 1 by design (the persistent grid is one CTA per SM), 0 when the build has
 // no sm_90a code (the trapping stub uses a handful of registers). Also opts the kernel in to its
-// dynamic shared memory.
+// dynamic shared memory (16-bit pools: the ALiBi kernel as well; the smaller of the two counts).
 template <int D, class T, class KV>
 int occupancy_prefill_sm90() {
-  const int blocks = occupancy_variant<D, T, KV, kPipelineVariant>();
+  int blocks = occupancy_variant<D, T, KV, kPipelineVariant>();
+  if constexpr (sizeof(KV) == 2)
+    blocks = std::min(blocks, occupancy_variant<D, T, KV, kPipelineVariant, Sm90PlanRowsT<true>>());
   return blocks < 1 ? blocks : 1;
 }
 
