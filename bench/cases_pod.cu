@@ -13,10 +13,11 @@
 //   batched     every request through the prefill kernel (decodes as 1-token chunks)
 //   pod         BatchPODAttention, PodMode::kAuto (the product: fused, SM partition or serial)
 //   partition   PodMode::kPartition with the planner's k, and pinned at k = 16, 32, 48, 64 (the
-//               sweep that measures the partition's cost model: heuristics::pod_cost)
+//               sweep that measures the partition's bands: heuristics::pod_partition_*), or at the
+//               k of WEFT_BENCH_POD_K=k[,k..] (read by the bench only; multiples of 8 up to 64)
 //   alt<i>_*    with WEFT_BENCH_POD_DECODE=WxS[,WxS..] (read by the bench only): for each decode
-//               CTA shape i, kAuto (interleaved too) and the partition pinned at k = 16, 32, 48,
-//               64 with PodOptions::partition_decode_warps = W and _stages = S (the partition's
+//               CTA shape i, kAuto (interleaved too) and the partition pinned at the swept k
+//               with PodOptions::partition_decode_warps = W and _stages = S (the partition's
 //               decode only; serial keeps the default shape)
 //   fused       PodMode::kFused, proportional binding (the 50:50 / static / split ablations and
 //               the fused kernel's halves were measured at 6d33c1b and 76f083f and are not re-timed)
@@ -27,7 +28,6 @@
 // extra.ideal_bound_ratio = pod / max(prefill, decode) (1 = perfect overlap), the other times.
 // Case "pod/summary": the means over kept batches (issue 28's Results format).
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "pod/pod_plan.h"
 #include "weft/decode.h"
 #include "weft/error.h"
 #include "weft/pod.h"
@@ -104,6 +105,27 @@ std::vector<std::pair<int, int>> pod_decode_shapes() {
   return out;
 }
 
+// WEFT_BENCH_POD_K=k[,k..] (a bench-only knob): the k the partition is pinned at (extra
+// part_k<k>_ms, alt<i>_k<k>_ms); unset or empty: 16, 32, 48, 64. Malformed: weft::Error (a k that
+// is not a partition candidate is rejected by the wrapper's plan, reported per case).
+std::vector<int32_t> pod_sweep_k() {
+  const char* env = std::getenv("WEFT_BENCH_POD_K");
+  if (env == nullptr || *env == '\0') return {16, 32, 48, 64};
+  std::vector<int32_t> out;
+  const std::string v(env);
+  std::size_t at = 0;
+  while (at <= v.size()) {
+    const std::size_t end = std::min(v.find(',', at), v.size());
+    int k = 0;
+    char tail = 0;
+    if (std::sscanf(v.substr(at, end - at).c_str(), "%d%c", &k, &tail) != 1 || k <= 0)
+      throw weft::Error("WEFT_BENCH_POD_K", "expected k[,k..] (e.g. 16,24,32), got '" + v + "'");
+    out.push_back(k);
+    at = end + 1;
+  }
+  return out;
+}
+
 struct Summary {
   int kept = 0, skipped = 0, fused = 0;
   double sum_speedup = 0, min_speedup = 1e30, within10 = 0, sum_ideal_speedup = 0;
@@ -114,8 +136,11 @@ struct Summary {
 };
 
 void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
-  // --filter on a model prefix: skip the others' pool allocation too.
-  if (!ctx.wants(std::string("pod/") + m.name + "/ctx4096/chunk512/b8")) return;
+  // --filter on a model prefix (or on some of its cases, e.g. pod/<model>/ctx8192/): skip the
+  // other models' pool allocation too.
+  if (!ctx.wants(std::string("pod/") + m.name + "/ctx4096/chunk512/b8") &&
+      !ctx.filter_names(std::string("pod/") + m.name + "/"))
+    return;
   cudaStream_t s = ctx.stream();
   // Pool: ~6 GB per K and V (random page ids over it; longer batches reuse ids at random).
   const int64_t page_elems = int64_t(kPage) * m.hkv * kD;
@@ -170,7 +195,8 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
   auto pod_prop = pod_with(weft::PodMode::kFused, weft::PodBinding::kProportional);
   auto pod_part = pod_with(weft::PodMode::kPartition, weft::PodBinding::kProportional);
   // The partition pinned at each swept k (PodOptions::partition_free_sms).
-  const int32_t kSweep[] = {16, 32, 48, 64};
+  const std::vector<int32_t> kSweep = pod_sweep_k();
+  const std::size_t nk = kSweep.size();
   std::vector<std::unique_ptr<weft::BatchPODAttention>> pod_k;
   for (int32_t k : kSweep) {
     weft::PodOptions o;
@@ -292,11 +318,11 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
           auto time_pod = [&](weft::BatchPODAttention& pod, int sides = 3) {
             return ctx.time_ms(plan_pod(pod, ws_pod2, sides));
           };
-          double t_k[4];
-          for (int i = 0; i < 4; ++i) t_k[i] = time_pod(*pod_k[i]);
-          std::vector<std::array<double, 4>> t_alt_k(shapes.size());
+          std::vector<double> t_k(nk);
+          for (std::size_t i = 0; i < nk; ++i) t_k[i] = time_pod(*pod_k[i]);
+          std::vector<std::vector<double>> t_alt_k(shapes.size(), std::vector<double>(nk));
           for (std::size_t a = 0; a < shapes.size(); ++a)
-            for (int i = 0; i < 4; ++i) t_alt_k[a][i] = ctx.time_ms(plan_pod(*alt_k[a][i], ws_alt_k));
+            for (std::size_t i = 0; i < nk; ++i) t_alt_k[a][i] = ctx.time_ms(plan_pod(*alt_k[a][i], ws_alt_k));
           // Interleaved: serial, pod (auto), partition (planner's k), fused, then kAuto with each
           // WEFT_BENCH_POD_DECODE shape, round by round.
           std::vector<std::function<void(cudaStream_t)>> fns = {
@@ -320,8 +346,8 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
           };
           const double t_serial = median(samples[0]), t_pod = median(samples[1]), t_part = median(samples[2]),
                        t_prop = median(samples[3]);
-          int best = 0;
-          for (int i = 1; i < 4; ++i) best = t_k[i] < t_k[best] ? i : best;
+          std::size_t best = 0;
+          for (std::size_t i = 1; i < nk; ++i) best = t_k[i] < t_k[best] ? i : best;
           const double ideal = std::max(t_p, t_d);
           r.ms = t_pod;
           double pairs = double(chunk) * (context - chunk) + double(chunk) * (chunk + 1) / 2;
@@ -343,22 +369,35 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
                      {"partition_free_sms", double(pinfo.free_sms)},
                      {"partition_prefill_grid", double(pinfo.prefill_grid)},
                      {"predicted_partition_us", pinfo.predicted_partition_us},
-                     {"part_k16_ms", t_k[0]},
-                     {"part_k32_ms", t_k[1]},
-                     {"part_k48_ms", t_k[2]},
-                     {"part_k64_ms", t_k[3]},
                      {"part_best_k", double(kSweep[best])},
                      {"fused_prefill_items", double(finfo.prefill_items)},
                      {"fused_speedup_vs_serial", t_serial / t_prop},
                      {"pod_fused", info.fused ? 1.0 : 0.0},
                      {"pod_partition", info.partition ? 1.0 : 0.0},
                      {"pod_free_sms", double(info.free_sms)},
+                     {"pod_decode_warps", double(info.decode_warps)},
+                     {"pod_decode_stages", double(info.decode_stages)},
                      {"fused_prefill_ctas", double(finfo.prefill_ctas)},
                      {"fused_decode_ctas", double(finfo.decode_ctas)},
                      {"ctas_per_sm", double(finfo.ctas_per_sm)},
                      {"predicted_serial_us", info.predicted_serial_us},
                      {"predicted_fused_us", info.predicted_fused_us},
                      {"prefill_share", share_p}};
+          {  // The bands' inputs as the planner computes them (pod::partition_ratio, sm90_tiles):
+             // a host replay of other bands on these rows (bench/pod_refit.py) reads them.
+            weft::pod::PlanInput pin;
+            pin.pre_qo_len = {chunk};
+            pin.pre_kv_len = {context};
+            pin.dec_kv_len.assign(nb, context);
+            pin.num_qo_heads = m.hq;
+            pin.num_kv_heads = m.hkv;
+            pin.head_dim = kD;
+            pin.num_sms = ctx.sm_count();
+            r.extra.push_back({"partition_x", weft::pod::partition_ratio(pin)});
+            r.extra.push_back({"sm90_tiles_per_sm", double(weft::pod::sm90_tiles(pin)) / ctx.sm_count()});
+          }
+          for (std::size_t i = 0; i < nk; ++i)
+            r.extra.push_back({"part_k" + std::to_string(kSweep[i]) + "_ms", t_k[i]});
           for (std::size_t a = 0; a < shapes.size(); ++a) {
             const std::string pre = "alt" + std::to_string(a) + "_";
             const weft::PodPlanInfo ai = alt_auto[a]->plan_info();
@@ -370,7 +409,7 @@ void run_model(weft::bench::Context& ctx, const Model& m, Summary& sum) {
             r.extra.push_back({pre + "speedup_vs_serial", t_serial / t_alt});
             r.extra.push_back({pre + "pod_partition", ai.partition ? 1.0 : 0.0});
             r.extra.push_back({pre + "pod_free_sms", double(ai.free_sms)});
-            for (int i = 0; i < 4; ++i)
+            for (std::size_t i = 0; i < nk; ++i)
               r.extra.push_back({pre + "k" + std::to_string(kSweep[i]) + "_ms", t_alt_k[a][i]});
             sum.alt_sum[a] += t_serial / t_alt;
             sum.alt_min[a] = std::min(sum.alt_min[a], t_serial / t_alt);
