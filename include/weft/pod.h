@@ -104,8 +104,8 @@ struct PodOptions {
   // SM partition: the decode CTA shape of the forked decode launch (DecodeOptions::warps_per_cta
   // and pipeline_stages of its own decode wrapper), which reads on the k free SMs while the
   // prefill runs. Both 0: with the bands' k (partition_free_sms 0, kAuto or kPartition) the
-  // planner picks per step between the decode wrapper's defaults (4 warps x 2 stages) and 4 x 3
-  // (heuristics::pod_partition_deep_decode: measured faster at k 64 and in the bands it picks;
+  // planner picks per step between the decode wrapper's defaults (4 warps x 2 stages) and 8 x 2
+  // (heuristics::pod_partition_deep_decode: measured faster in the bands it picks;
   // PodPlanInfo::decode_warps / decode_stages say which ran); with a pinned k, the defaults. Else
   // this shape in every partition step. The serial fallback's decode keeps the defaults.
   // Validated like DecodeOptions (2..8 each; the CTA's shared memory must fit the device):

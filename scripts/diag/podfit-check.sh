@@ -6,8 +6,8 @@
 #     the partition pinned at every k of WEFT_BENCH_POD_K for the default decode shape and each
 #     WEFT_BENCH_POD_DECODE shape (the refit's grid; serial, kAuto and the ideal bound's two sides
 #     in the same process), then the POD GPU tests if time is left.
-#   verify: the pod group with the default sweep, new (weft-bench) and old (weft-bench.old)
-#     processes per model in turn, then the POD GPU tests.
+#   verify: the POD GPU tests, then the pod group with the partition pinned only at VERIFY_K (40),
+#     new (weft-bench) and old (weft-bench.old) processes per model in turn.
 #   OUT=... WEFT_COMMIT=... bash <carry>/podfit-check.sh [budget_s] [mode] [models]
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -25,6 +25,13 @@ ls "$BIN" | tee -a "$OUT/log.txt"
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv | tee -a "$OUT/log.txt"
 log "commit ${WEFT_COMMIT:-unknown}, mode $MODE, k $SWEEP_K, shapes $SHAPES"
 C="${WEFT_COMMIT:-unknown}"
+run_tests() {
+  [ -x "$BIN/weft_gpu_pod" ] && [ "$(left)" -gt 30 ] || return 0
+  log "gpu pod (all)"
+  local l=$(( $(left) - 5 )); [ "$MODE" = verify ] && [ "$l" -gt "${TESTS_LIMIT:-90}" ] && l="${TESTS_LIMIT:-90}"
+  timeout "$l" "$BIN/weft_gpu_pod" --gtest_brief=1 > "$OUT/tests.txt" 2>&1
+  echo "rc=$?" >> "$OUT/tests.txt"; grep -v "^\[ info" "$OUT/tests.txt" | tail -8 | tee -a "$OUT/log.txt"
+}
 if [ "$MODE" = measure ]; then
   log "bench pod_decode"
   timeout 60 "$BIN/weft-bench" --group pod_decode --no-ceilings --commit "$C" \
@@ -46,24 +53,24 @@ if [ "$MODE" = measure ]; then
     done
   done
 else
+  # verify: the POD GPU tests first (the new bands' shapes in every random shape), then per model
+  # a new and an old process in turn (each kAuto interleaved with serial; the partition pinned only
+  # at VERIFY_K, to spend the time on the interleaved rows).
+  run_tests
   for m in $MODELS; do
     for tree in new old; do
       exe="$BIN/weft-bench"; [ "$tree" = old ] && exe="$BIN/weft-bench.old"
       [ -x "$exe" ] || continue
-      l=$(( $(left) - 75 )); [ "$l" -gt 60 ] && l=60
-      [ "$l" -lt 20 ] && { log "no time left for bench pod $m $tree"; continue; }
+      l=$(( $(left) - 3 )); [ "$l" -gt 45 ] && l=45
+      [ "$l" -lt 15 ] && { log "no time left for bench pod $m $tree"; continue; }
       log "bench pod $m $tree (limit ${l}s)"
-      timeout "$l" "$exe" --group pod --filter "pod/$m/" --no-ceilings --commit "$C-$tree" \
-        --json "$OUT/verify_${tree}_$m.json" >> "$OUT/bench_tables.txt" 2>&1
-      log "rc=$?"
+      WEFT_BENCH_POD_K="${VERIFY_K:-40}" timeout "$l" "$exe" --group pod --filter "pod/$m/" --no-ceilings \
+        --commit "$C-$tree" --json "$OUT/verify_${tree}_$m.json" >> "$OUT/bench_tables.txt" 2>&1
+      log "rc=$? rows $(grep -o "pod/$m/ctx" "$OUT/verify_${tree}_$m.json" 2>/dev/null | wc -l)"
     done
   done
 fi
-if [ -x "$BIN/weft_gpu_pod" ] && [ "$(left)" -gt 30 ]; then
-  log "gpu pod (all)"
-  timeout $(( $(left) - 5 )) "$BIN/weft_gpu_pod" --gtest_brief=1 > "$OUT/tests.txt" 2>&1
-  echo "rc=$?" >> "$OUT/tests.txt"; grep -v "^\[ info" "$OUT/tests.txt" | tail -8 | tee -a "$OUT/log.txt"
-fi
+[ "$MODE" = measure ] && run_tests
 # At most 8 files come back: the bench JSONs travel as one archive.
 (cd "$OUT" && ls *.json > /dev/null 2>&1 && tar czf results.tgz *.json && rm -f *.json)
 ls -la "$OUT" | tee -a "$OUT/log.txt"

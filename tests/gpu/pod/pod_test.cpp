@@ -309,8 +309,10 @@ TEST_P(PodRandom, MatchesReferenceInEveryMode) {
                      {PodMode::kPartition, PodBinding::kProportional, "partition", false},
                      {PodMode::kPartition, PodBinding::kProportional, "partition/k64", false, 64},
                      // the partition's decode with deeper per-warp pipelines (PodOptions::
-                     // partition_decode_warps / _stages): 4 warps x 3 stages, 2 warps x 6 stages
+                     // partition_decode_warps / _stages): 4 warps x 3 stages, 8 x 2 (the bands'
+                     // deep shape), 2 warps x 6 stages
                      {PodMode::kPartition, PodBinding::kProportional, "partition/w4s3", false, 0, 4, 3},
+                     {PodMode::kPartition, PodBinding::kProportional, "partition/w8s2", false, 0, 8, 2},
                      {PodMode::kPartition, PodBinding::kProportional, "partition/k16/w2s6", false, 16, 2, 6},
                      {PodMode::kAuto, PodBinding::kProportional, "auto"}};
   // One workspace for every mode: the largest of their sizes (a partition decode shape with more
@@ -349,12 +351,18 @@ TEST_P(PodRandom, MatchesReferenceInEveryMode) {
         if (md.free_sms > 0) EXPECT_EQ(pod.plan_info().free_sms, md.free_sms);
         EXPECT_EQ(pod.plan_info().prefill_grid + pod.plan_info().free_sms, pod.plan_info().grid / pod.plan_info().ctas_per_sm);
         // The decode shape: the pinned one; else with a pinned k the default (4 x 2); else the
-        // bands' choice, the default or 4 x 3 (heuristics::pod_partition_deep_decode).
-        const int32_t st = pod.plan_info().decode_stages;
-        if (md.decode_stages != 0) EXPECT_EQ(st, md.decode_stages);
-        else if (md.free_sms != 0) EXPECT_EQ(st, 2);
-        else EXPECT_TRUE(st == 2 || st == heuristics::kPodDeepDecodeStages) << st;
-        EXPECT_EQ(pod.plan_info().decode_warps, md.decode_warps != 0 ? md.decode_warps : 4);
+        // bands' choice, the default or the deep shape (heuristics::pod_partition_deep_decode).
+        const int32_t st = pod.plan_info().decode_stages, w = pod.plan_info().decode_warps;
+        if (md.decode_stages != 0) {
+          EXPECT_EQ(st, md.decode_stages);
+          EXPECT_EQ(w, md.decode_warps);
+        } else if (md.free_sms != 0) {
+          EXPECT_TRUE(w == 4 && st == 2) << w << " x " << st;
+        } else {
+          EXPECT_TRUE((w == 4 && st == 2) ||
+                      (w == heuristics::kPodDeepDecodeWarps && st == heuristics::kPodDeepDecodeStages))
+              << w << " x " << st;
+        }
       }
       if (md.mode == PodMode::kFused) {
         if (md.split) split_merges += pod.plan_info().prefill_merges;
@@ -427,12 +435,20 @@ TEST(PodEdges, PartitionEdgeCases) {
   Rng rng = Rng::for_current_test();
   Hybrid h(s, 512, 600, 3, 8);
   const PodBounds b = bounds_of(s, 512, 3, 8);
-  DeviceBuffer ws(BatchPODAttention::workspace_size(b));
   const std::vector<std::pair<Mix, AttentionVariant>> cases = edge_cases();
   struct P {
     int32_t k, warps, stages;  // pinned k (0: the planner's); the decode CTA shape (0: default)
   };
-  for (const P& pc : {P{0, 0, 0}, P{64, 0, 0}, P{0, 4, 3}, P{16, 2, 6}}) {
+  const P shapes[] = {P{0, 0, 0}, P{64, 0, 0}, P{0, 4, 3}, P{0, 8, 2}, P{16, 2, 6}};
+  std::size_t ws_bytes = 0;  // one workspace for every shape: the largest of their sizes
+  for (const P& pc : shapes) {
+    PodOptions o;
+    o.partition_decode_warps = pc.warps;
+    o.partition_decode_stages = pc.stages;
+    ws_bytes = std::max(ws_bytes, BatchPODAttention::workspace_size(b, o));
+  }
+  DeviceBuffer ws(ws_bytes);
+  for (const P& pc : shapes) {
     const int32_t k = pc.k;
     PodOptions o;
     o.mode = PodMode::kPartition;
@@ -543,10 +559,11 @@ TEST(PodGraph, PartitionReplayAcrossMixesAndDeterminism) {
   graph_replay(PodMode::kPartition);
 }
 
-// The same with the partition's decode at 4 warps x 3 stages (PodOptions::partition_decode_*).
+// The same with the partition's decode at the bands' deep shape (8 warps x 2 stages,
+// PodOptions::partition_decode_*).
 TEST(PodGraph, PartitionDecodeShapeReplayAcrossMixesAndDeterminism) {
   WEFT_REQUIRE_GPU();
-  graph_replay(PodMode::kPartition, 4, 3);
+  graph_replay(PodMode::kPartition, heuristics::kPodDeepDecodeWarps, heuristics::kPodDeepDecodeStages);
 }
 
 // Bad input: weft::Error naming the argument, nothing written (outputs keep their poison).

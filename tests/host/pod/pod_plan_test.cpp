@@ -277,8 +277,9 @@ TEST(PodPlan, PartitionModelAndKChoice) {
 // k and decode shape of the measured bands, and stays serial where every k lost; never without the
 // sm90 prefill or with a side empty.
 TEST(PodPlan, AutoPartitionsInTheMeasuredBands) {
-  // Rows of bench/results/h100_podk_5626d19.json (H100): serial / partition at each pinned k with
-  // the default decode shape (d) and 4 warps x 3 stages (a); x = the planner's predicted ratio.
+  // Rows of bench/results/h100_podfit_d9292c4.json (H100): speedup over serial of the partition
+  // pinned at k with the default decode shape (d<k>: 4 x 2) or the deep one (w<k>: 8 x 2), one row
+  // per band of heuristics::pod_partition_*; x = the planner's predicted ratio.
   struct Row {
     int32_t hq, hkv, ctx, chunk, nb;
     bool tensor_core;
@@ -287,18 +288,23 @@ TEST(PodPlan, AutoPartitionsInTheMeasuredBands) {
     const char* measured;
   };
   const Row rows[] = {
-      {32, 8, 16384, 2048, 16, true, 16, true, "x 0.38 d16 1.10 d32 0.96 d48 0.80 d64 0.73 a16 1.15 a32 0.93 a48 0.83 a64 0.74"},
-      {32, 4, 8192, 1024, 8, true, 0, false, "x 0.22 d16 0.88 d32 0.88 d48 0.67 d64 0.64 a16 0.88 a32 0.88 a48 0.68 a64 0.66"},
-      {32, 8, 8192, 2048, 8, true, 0, false, "x 0.22 d16 0.98 d32 0.83 d48 0.71 d64 0.64 a16 1.00 a32 0.87 a48 0.76 a64 0.66"},
-      {32, 8, 8192, 512, 8, true, 0, false, "x 0.67 d16 0.98 d32 0.99 d48 0.97 d64 0.90 a16 0.92 a32 0.99 a48 0.98 a64 0.95"},
-      {32, 8, 12288, 1024, 16, true, 32, true, "x 0.71 d16 1.10 d32 1.19 d48 0.92 d64 0.88 a16 1.07 a32 1.20 a48 0.96 a64 0.89"},
-      {32, 4, 4096, 2048, 64, true, 32, true, "x 0.87 d16 1.15 d32 1.13 d48 1.22 d64 0.98 a16 1.09 a32 1.15 a48 1.26 a64 1.01"},
-      {32, 8, 8192, 512, 16, true, 48, false, "x 1.25 d16 1.03 d32 1.18 d48 1.29 d64 1.17 a16 1.02 a32 1.12 a48 1.21 a64 1.22"},
-      {32, 4, 8192, 2048, 128, true, 64, true, "x 1.54 d16 1.03 d32 1.14 d48 1.20 d64 1.13 a16 1.01 a32 1.08 a48 1.08 a64 1.33"},
-      {32, 8, 12288, 512, 32, true, 64, true, "x 2.53 d16 0.98 d32 1.06 d48 1.10 d64 0.97 a16 0.91 a32 0.97 a48 1.05 a64 1.19"},
-      {32, 32, 8192, 2048, 8, false, 32, true, "x 0.78 d16 1.00 d32 1.02 d48 1.05 d64 1.02 a16 1.02 a32 1.11 a48 1.04 a64 0.98"},
-      {32, 32, 8192, 1024, 8, false, 64, false, "x 1.38 d16 1.02 d32 1.01 d48 1.08 d64 1.23 a16 1.02 a32 1.00 a48 1.06 a64 1.25"},
-      {32, 32, 8192, 512, 8, false, 64, false, "x 2.41 d16 0.90 d32 0.94 d48 1.02 d64 1.10 a16 0.87 a32 0.92 a48 0.98 a64 1.10"},
+      {32, 4, 20480, 512, 8, true, 0, false, "x 0.37: serial 1.00; 83d7db2 bands: serial"},
+      {32, 8, 8192, 512, 8, true, 0, false, "x 0.67: serial 1.00; best w24 0.99"},
+      {32, 8, 4096, 512, 16, true, 40, true, "x 1.14: w40 1.32; best w32 1.32; 83d7db2 bands: d48 1.19"},
+      {32, 8, 4096, 512, 32, true, 64, true, "x 2.12: w64 1.24; best d48 1.25; 83d7db2 bands: 4x3 k64 1.26"},
+      {32, 4, 12288, 1024, 8, true, 0, false, "x 0.21: serial 1.00; 83d7db2 bands: serial"},
+      {32, 8, 8192, 1024, 8, true, 0, false, "x 0.39: serial 1.00; best d8 1.02 (w24 1.00)"},
+      {32, 8, 20480, 1024, 16, true, 24, true, "x 0.71: w24 1.18; best d24 1.20; 83d7db2 bands: 4x3 k32 1.19"},
+      {32, 8, 4096, 1024, 32, true, 40, false, "x 1.36: d40 1.32; best d48 1.33; 83d7db2 bands: 4x3 k64 1.24"},
+      {32, 8, 4096, 1024, 64, true, 64, true, "x 2.61: w64 1.21; 83d7db2 bands: 4x3 k64 1.21"},
+      {32, 8, 8192, 2048, 8, true, 8, true, "x 0.22: w8 1.03; 83d7db2 bands: serial"},
+      {32, 8, 4096, 2048, 16, true, 24, false, "x 0.47: d24 1.19; best w24 1.21; 83d7db2 bands: 4x3 k16 1.17"},
+      {32, 8, 20480, 2048, 64, true, 48, false, "x 1.46: d48 1.40; 83d7db2 bands: 4x3 k64 1.28"},
+      {32, 8, 20480, 2048, 128, true, 56, true, "x 2.91: w56 1.21; 83d7db2 bands: 4x3 k64 1.14"},
+      {32, 32, 4096, 512, 8, false, 64, false, "x 2.12: d64 1.14; 83d7db2 bands: d64 1.14"},
+      {32, 32, 4096, 1024, 8, false, 64, false, "x 1.36: d64 1.28; best w64 1.29; 83d7db2 bands: d64 1.28"},
+      {32, 32, 20480, 2048, 8, false, 24, false, "x 0.74: d24 1.11; 83d7db2 bands: 4x3 k32 1.00"},
+      {32, 32, 20480, 2048, 16, false, 64, false, "x 1.46: d64 1.24; 83d7db2 bands: d64 1.24"},
       {32, 32, 16384, 2048, 4, false, 0, false, "(not measured: x < 0.7 stays serial)"},
   };
   for (const Row& r : rows) {
