@@ -75,12 +75,14 @@ def main(argv):
     has = lambda k: [c for c in kept if k in c["extra"]]
     # Ablation rows (each variant's mean speedup over serial), where this run timed them: the
     # fused bindings and splits (6d33c1b / 76f083f), the SM partition and its k sweep (later runs).
-    for k in ("fused_5050_ms", "fused_static_ms", "partition_ms", "part_k16_ms", "part_k32_ms", "part_k48_ms",
-              "part_k64_ms"):
+    # The pinned k of the run: part_k<k>_ms (16, 32, 48, 64 by default; WEFT_BENCH_POD_K's otherwise).
+    part_ks = sorted((k for k in (kept[0]["extra"] if kept else {}) if k.startswith("part_k") and k.endswith("_ms")),
+                     key=lambda k: int(k[6:-3]))
+    for k in ("fused_5050_ms", "fused_static_ms", "partition_ms", *part_ks):
         if kept and k in kept[0]["extra"]:
             ex["mean_" + k[:-3] + "_speedup_vs_serial"] = mean([c["extra"]["serial_ms"] / c["extra"][k] for c in kept])
     if kept and "partition_ms" in kept[0]["extra"]:
-        ks = ("partition_ms", "part_k16_ms", "part_k32_ms", "part_k48_ms", "part_k64_ms")
+        ks = ("partition_ms", *part_ks)
         best = [c["extra"]["serial_ms"] / min(c["extra"][k] for k in ks) for c in kept]
         ex["mean_partition_best_of_sweep_speedup_vs_serial"] = mean(best)
         ex["min_partition_best_of_sweep_speedup_vs_serial"] = min(best)

@@ -9,8 +9,10 @@ Per batch: the configurations timed are serial (the interleaved median), the par
 each k with the default decode shape ("4x2") and with each alt shape ("WxS"). A band table maps
 (tensor-core decode?, sm90 tiles per SM, x = the planner's predicted decode / sm90 prefill ratio)
 to serial or (shape, k); its replay = serial / time of the configuration it picks, per batch.
---bands prints the replay of the bands as they are in heuristics.cpp at the old fit (83d7db2) or
-the new one (this file's NEW, kept equal to heuristics.cpp by hand; the host test pins its rows).
+Always printed: the measured kAuto, the old bands (83d7db2) replayed, every pinned configuration,
+the per-batch oracle, and the current bands (NEW below, kept equal to heuristics.cpp by hand; the
+host test pins its rows) replayed. Older files without partition_x get x and tiles from the
+planner's formulas (x_tiles).
 --fit searches, per (decode path, chunk class), the piecewise-in-x table with at most 4 segments
 maximizing the sum of log speedups with a loss penalty (speedup < 1 counted 4x), and prints it.
 --cv: the fit's out-of-sample replay, leaving one context length out at a time.
@@ -92,7 +94,7 @@ def old_bands(x, tiles, tc):
 
 # Table form: {(tc, chunk class): [(x_lo, config), ...]} ascending x_lo; below the first x_lo: serial.
 # The bands refit on h100_podfit_d9292c4 (the --fit tables with 4x2 and 8x2, thresholds rounded;
-# kept equal to heuristics.cpp pod_partition_band by hand, pinned by the host test's rows).
+# kept equal to heuristics.cpp's pod_partition_* table by hand, pinned by the host test's rows).
 DEEP = "8x2"
 NEW = {
     (False, 0): [(0.7, (SHAPE_DEFAULT, 24)), (1.1, (SHAPE_DEFAULT, 64))],

@@ -236,6 +236,9 @@ const PodCost& pod_cost() {
 // leaving one context length out at a time: 1.187 (in-sample, so the measured gain is the check);
 // each threshold moved by 10% changes the replayed mean by <= 0.003 (min stays 1.000). 4 x 3 as the
 // deep shape replays 1.188 (it never beats 8 x 2 by more than the timing spread); 4 x 2 alone 1.182.
+// Measured with these bands (bench/results/h100_podfit_verify_1332ea6.json, kAuto interleaved with
+// serial, 153 batches): 1.194, min 0.991 (a serial row: the serial kernels, timing spread), 19% of
+// the batches within 10% of the ideal bound; the 83d7db2 bands measured 1.171 in the d9292c4 call.
 namespace {
 struct PodBand {
   double x_lo;        // the band starts at this x (serial below a class's first band)
