@@ -260,6 +260,20 @@ PodBounds bounds_of(const Shape& s, int64_t tokens, int32_t pre, int32_t dec) {
   return b;
 }
 
+// One workspace for several partition decode shapes: the largest of their sizes (a shape with
+// more CTAs per SM -- 2 warps at head_dim 64 -- has a larger decode grid than the default).
+template <class Shapes>
+std::size_t workspace_for_shapes(const PodBounds& b, const Shapes& shapes) {
+  std::size_t bytes = 0;
+  for (const auto& sh : shapes) {
+    PodOptions o;
+    o.partition_decode_warps = sh.decode_warps;
+    o.partition_decode_stages = sh.decode_stages;
+    bytes = std::max(bytes, BatchPODAttention::workspace_size(b, o));
+  }
+  return bytes;
+}
+
 AttentionVariant causal_lse() {
   AttentionVariant v;
   v.mask = MaskMode::kCausal;
@@ -315,16 +329,7 @@ TEST_P(PodRandom, MatchesReferenceInEveryMode) {
                      {PodMode::kPartition, PodBinding::kProportional, "partition/w8s2", false, 0, 8, 2},
                      {PodMode::kPartition, PodBinding::kProportional, "partition/k16/w2s6", false, 16, 2, 6},
                      {PodMode::kAuto, PodBinding::kProportional, "auto"}};
-  // One workspace for every mode: the largest of their sizes (a partition decode shape with more
-  // CTAs per SM -- 2 warps at head_dim 64 -- has a larger decode grid than the default).
-  std::size_t ws_bytes = 0;
-  for (const M& md : modes) {
-    PodOptions o;
-    o.partition_decode_warps = md.decode_warps;
-    o.partition_decode_stages = md.decode_stages;
-    ws_bytes = std::max(ws_bytes, BatchPODAttention::workspace_size(b, o));
-  }
-  DeviceBuffer ws(ws_bytes);
+  DeviceBuffer ws(workspace_for_shapes(b, modes));  // one workspace for every mode
   int32_t split_merges = 0;  // merges of the split fused plans: the split + merge path ran
   int32_t partition_runs = 0;  // partition plans whose prefill is the sm90 kernel (a partition proper)
   for (int iter = 0; iter < 2; ++iter) {
@@ -437,24 +442,17 @@ TEST(PodEdges, PartitionEdgeCases) {
   const PodBounds b = bounds_of(s, 512, 3, 8);
   const std::vector<std::pair<Mix, AttentionVariant>> cases = edge_cases();
   struct P {
-    int32_t k, warps, stages;  // pinned k (0: the planner's); the decode CTA shape (0: default)
+    int32_t k, decode_warps, decode_stages;  // pinned k (0: the planner's); the decode CTA shape (0: default)
   };
   const P shapes[] = {P{0, 0, 0}, P{64, 0, 0}, P{0, 4, 3}, P{0, 8, 2}, P{16, 2, 6}};
-  std::size_t ws_bytes = 0;  // one workspace for every shape: the largest of their sizes
-  for (const P& pc : shapes) {
-    PodOptions o;
-    o.partition_decode_warps = pc.warps;
-    o.partition_decode_stages = pc.stages;
-    ws_bytes = std::max(ws_bytes, BatchPODAttention::workspace_size(b, o));
-  }
-  DeviceBuffer ws(ws_bytes);
+  DeviceBuffer ws(workspace_for_shapes(b, shapes));
   for (const P& pc : shapes) {
     const int32_t k = pc.k;
     PodOptions o;
     o.mode = PodMode::kPartition;
     o.partition_free_sms = k;
-    o.partition_decode_warps = pc.warps;
-    o.partition_decode_stages = pc.stages;
+    o.partition_decode_warps = pc.decode_warps;
+    o.partition_decode_stages = pc.decode_stages;
     BatchPODAttention pod(b, o);
     for (const auto& [mix, var] : cases) {
       h.load(mix, rng);
@@ -465,8 +463,8 @@ TEST(PodEdges, PartitionEdgeCases) {
       if (k > 0) EXPECT_EQ(pod.plan_info().free_sms, k);
       h.run(pod);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      h.check(var, "partition k " + std::to_string(pod.plan_info().free_sms) + " w" + std::to_string(pc.warps) + "s" +
-                       std::to_string(pc.stages) + " edge " + describe(mix));
+      h.check(var, "partition k " + std::to_string(pod.plan_info().free_sms) + " w" + std::to_string(pc.decode_warps) + "s" +
+                       std::to_string(pc.decode_stages) + " edge " + describe(mix));
     }
   }
   // A k that is not a candidate is rejected at construction.
@@ -479,11 +477,11 @@ TEST(PodEdges, PartitionEdgeCases) {
   for (const P& pc : {P{0, 1, 0}, P{0, 9, 0}, P{0, 0, 1}, P{0, 0, 9}, P{0, 8, 8}}) {
     PodOptions o;
     o.mode = PodMode::kPartition;
-    o.partition_decode_warps = pc.warps;
-    o.partition_decode_stages = pc.stages;
-    const std::string want = pc.warps == 1 || pc.warps == 9 ? "options.partition_decode_warps"
-                                                            : "options.partition_decode_stages";
-    EXPECT_EQ(test::thrown_argument([&] { BatchPODAttention x(b, o); }), want) << pc.warps << "x" << pc.stages;
+    o.partition_decode_warps = pc.decode_warps;
+    o.partition_decode_stages = pc.decode_stages;
+    const std::string want = pc.decode_warps == 1 || pc.decode_warps == 9 ? "options.partition_decode_warps"
+                                                                          : "options.partition_decode_stages";
+    EXPECT_EQ(test::thrown_argument([&] { BatchPODAttention x(b, o); }), want) << pc.decode_warps << "x" << pc.decode_stages;
     EXPECT_EQ(test::thrown_argument([&] { (void)BatchPODAttention::workspace_size(b, o); }), want);
   }
 }
