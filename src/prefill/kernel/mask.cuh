@@ -11,7 +11,7 @@
 // Masks run only on boundary tiles: a tile is interior when no row of the item can exclude any
 // of its keys (tile_needs_mask is uniform over the CTA, so the branch does not diverge).
 // ALiBi: a runtime-uniform branch on PrefillParams::alibi_slopes per tile in the FA2 kernel; the
-// sm90 mainloop has ALiBi kernels of their own (sm90_kernel.cuh Sm90PlanRowsT, same bias step).
+// sm90 mainloop has ALiBi kernels of its own (sm90_kernel.cuh Sm90PlanRowsT, sm90_alibi.cuh).
 #pragma once
 #include "common/rtc_compat.h"  // <cmath>, <cstdint> (CCCL under NVRTC)
 

@@ -11,6 +11,7 @@
 #include "prefill/kernel/mainloop.cuh"
 #include "prefill/kernel/mask.cuh"
 #include "prefill/kernel/params.h"
+#include "prefill/sm90/sm90_alibi.cuh"
 #include "prefill/sm90/sm90_params.h"
 #include "prefill/sm90/sm90_pipeline.cuh"
 
@@ -166,17 +167,14 @@ __device__ __forceinline__ void consumer(const KernelParams& P, const Rows& rows
   // 1.07-1.20x, non-causal L8192 1.06x (Nsight Compute: weft issued 1376 uniform-datapath warp
   // instructions per 128 x 128 tile against FlashInfer's 505; each consumer warp's wgmma issue
   // competes for its sub-partition's issue slot with the other warpgroup's softmax).
-  // ALiBi (Rows::kBias: the prefill plan's ALiBi kernels, 16-bit pools; sm90_kernel.cuh): the
-  // FA2 kernel's apply_bias_logits with AlibiVariant replaces prepare_logits in EVERY tile, the
-  // unmasked ones of um included (the bias depends on the key), and leaves log2-domain logits
-  // (softmax scale 1). Its cost: docs/perf-notes-prefill.md "ALiBi on the sm90 mainloop".
+  // ALiBi (Rows::kBias: the prefill plan's ALiBi kernels, 16-bit pools; sm90_kernel.cuh):
+  // apply_alibi_rows (sm90_alibi.cuh) replaces prepare_logits in EVERY tile, the unmasked ones of
+  // um included (the bias depends on the key), and leaves log2-domain logits (softmax scale 1).
   constexpr bool kBias = Rows::kBias && !kF8;
   auto mask_softmax = [&](float (&sacc)[1][Tr::kFragS][4], SoftmaxState<Tr>& st, const ItemGeom& g, int ts,
                           float (&fac)[2], float scale, const float* kq_ptr, const attn::KVRange& um) {
-    if constexpr (kBias)
-      apply_bias_logits<Tr>(sacc, p, g, attn::AlibiVariant(variant_params_of(p)), warp_row0, ts, lane);
-    else
-      prepare_logits<Tr>(sacc, p, kq_ptr);
+    if constexpr (kBias) apply_alibi_rows<Tr>(sacc, p, g, warp_row0, ts, lane);
+    else prepare_logits<Tr>(sacc, p, kq_ptr);
     if (ts < um.begin || ts + kBlockN > um.end) {
       if (p.custom_mask == nullptr) apply_mask_rows<Tr>(sacc, p, g, warp_row0, ts, lane);
       else apply_mask<Tr>(sacc, p, g, warp_row0, ts, lane);

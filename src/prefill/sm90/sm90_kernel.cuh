@@ -80,8 +80,8 @@ namespace weft::prefill::sm90 {
 //                        (q_token(p, g, j): the token of tile rows j * group ..), the map's box
 //                        one token deep (Shapes::q_box_tokens); smaller groups: the one box of
 //                        128 / group consecutive tokens from g.token_abs0
-//   kBias                the ALiBi kernel (sm90_consumer.cuh: apply_bias_logits on every tile);
-//                        launched where p.alibi_slopes is set (launch_prefill_sm90)
+//   kBias                the ALiBi kernel (sm90_consumer.cuh, sm90_alibi.cuh): every tile's logits
+//                        get the bias; launched where p.alibi_slopes is set (launch_prefill_sm90)
 // kAlibi: the plan's ALiBi kernels (16-bit pools) are instances of their own rather than a branch
 // in the plain ones: a launch-uniform branch (per tile or per item) in one kernel changed the
 // plain path's register allocation (d256: 56 -> 64-100 spill bytes stored, ptxas) and cost it 1-3%
