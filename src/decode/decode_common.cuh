@@ -70,8 +70,32 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
-// cp.async.wait_group takes an immediate: dispatch a runtime count (stage count - 1).
+// swz<D>(row0 + dr, chunk0 ^ dc) from off0 = swz<D>(row0, chunk0), for compile-time dr and dc,
+// when row0 % 8 and dr % 8 share no bit and add without a carry (row0 % 8 < the lowest set bit
+// of dr % 8: a lane's first row r0 < R and steps of R rows, R a power of two), and chunk0 < 8 when
+// dc >= 8. Then (row0 + dr) % 8 = row0 % 8 ^ dr % 8, so the new offset is off0 with its chunk
+// bits XORed by a constant plus a constant: one LOP3 per distinct (dr ^ dc) % 8 of a warp tile
+// and immediate address offsets for the rest, where swz of per-copy rows and chunks recomputed
+// the row, the XOR and the multiply-add for every copy and ldmatrix of every tile (~130 of the
+// ~456 instructions of a d128 one-page tile; perf-notes-decode.md "Swizzle offsets ...").
+template <int D>
+__device__ __forceinline__ int swz_add(int off0, int dr, int dc) {
+  return (off0 ^ (((dr ^ dc) & 7) << 3)) + dr * D + ((dc & ~7) << 3);
+}
+
+// cp.async.wait_group takes an immediate: dispatch a runtime count (stage count - 1). The
+// default stage count (2, heuristics::decode_default_stages) and the POD partition's deep shape
+// (3) are tested first: a uniform compare and branch each, where the switch compiled to an
+// indexed constant load and a BRX jump table in every warp tile (perf-notes-decode.md).
 __device__ __forceinline__ void cp_async_wait_dyn(int n) {
+  if (n == 1) {
+    ptx::cp_async_wait<1>();
+    return;
+  }
+  if (n == 2) {
+    ptx::cp_async_wait<2>();
+    return;
+  }
   switch (n) {
     case 0: ptx::cp_async_wait<0>(); break;
     case 1: ptx::cp_async_wait<1>(); break;
@@ -242,9 +266,14 @@ __device__ __forceinline__ int64_t kv_row_offset(const P& p, int32_t page, int k
 // instructions of a d128 bf16 tile, perf-notes-decode.md "What holds a decode warp on few SMs").
 // Uniform per item; the same bytes land in the same shared-memory places (rows >= kv_end are
 // zero-filled through src-size 0, their addresses stay inside the tile's page).
+// kv_issue_page's 32-bit row steps: slot strides (elements) below 2^27, i.e. below 2^28 bytes
+// (16-bit) and 2^32 bytes for 16 rows; any pool layout of real head dims has far smaller ones
+// (NHD: heads x D, HND: D), the generic path takes the others.
 template <class P, class I>
 __device__ __forceinline__ bool kv_one_page(const P& p, const I& it) {
-  return p.page_shift >= 4 && (it.kv_begin & (kWarpKeys - 1)) == 0;
+  constexpr uint64_t kMaxSlotStride = uint64_t(1) << 27;
+  return p.page_shift >= 4 && (it.kv_begin & (kWarpKeys - 1)) == 0 &&
+         uint64_t(p.kv.k.slot_stride) < kMaxSlotStride && uint64_t(p.kv.v.slot_stride) < kMaxSlotStride;
 }
 // The lane kv_lookup_page uses for lane `lane` of an item: 0 on one-page items (k0's page).
 __device__ __forceinline__ int kv_lookup_lane(bool one_page, int lane) { return one_page ? 0 : lane; }
@@ -271,6 +300,13 @@ __device__ __forceinline__ int fp8_swz(int row, int chunk) {
   constexpr int kChunks = D / 16;
   return row * D + ((chunk ^ (row & (kChunks < 8 ? kChunks - 1 : 7))) << 4);
 }
+// fp8_swz<D>(row0 + dr, chunk0 ^ dc) from off0 = fp8_swz<D>(row0, chunk0): swz_add's rule with
+// fp8_swz's row mask M (7, or kChunks - 1 below 8 chunks) and 16-byte chunks of bytes.
+template <int D>
+__device__ __forceinline__ int fp8_swz_add(int off0, int dr, int dc) {
+  constexpr int kChunks = D / 16, M = kChunks < 8 ? kChunks - 1 : 7;
+  return (off0 ^ (((dr ^ dc) & M) << 4)) + dr * D + ((dc & ~M) << 4);
+}
 
 // fp8 pools (P::kQuantizedKV): a row is D bytes (D / 16 chunks); the tile lands in fp8_tile's
 // layout, and either the mainloop reads it as fp8 (the tensor-core path) or dequant_tile widens
@@ -281,31 +317,46 @@ __device__ __forceinline__ void kv_issue(const P& p, int64_t off, int lane, T* s
   constexpr int kElemsPerChunk = 16 / sizeof(KV);
   constexpr int kChunks = D / kElemsPerChunk;     // 16-byte chunks per row
   constexpr int kRowsPerInstr = 32 / kChunks;     // rows one warp-wide copy covers (4/2/1; fp8: 8/4/2)
-  const int c = lane % kChunks;
+  const int c = lane % kChunks, r0 = lane / kChunks;
   const uint64_t pol = ptx::l2_policy_evict_first();
+  const int d0 = P::kQuantizedKV ? fp8_swz<D>(r0, c) : swz<D>(r0, c);  // row r0's chunk c (swz_add)
 #pragma unroll
   for (int i = 0; i < kWarpKeys / kRowsPerInstr; ++i) {
-    const int r = i * kRowsPerInstr + lane / kChunks;
+    const int r = i * kRowsPerInstr + r0;
     const int64_t ko = __shfl_sync(0xffffffffu, off, r);
     const int64_t vo = __shfl_sync(0xffffffffu, off, 16 + r);
     const bool valid = ko >= 0;
     const KV* ks = valid ? p.kv.k.data + ko + c * kElemsPerChunk : p.kv.k.data;
     const KV* vs = valid ? p.kv.v.data + vo + c * kElemsPerChunk : p.kv.v.data;
     if constexpr (P::kQuantizedKV) {
-      unsigned char* dk = const_cast<unsigned char*>(fp8_tile<D>(sK)) + fp8_swz<D>(r, c);
-      unsigned char* dv = const_cast<unsigned char*>(fp8_tile<D>(sV)) + fp8_swz<D>(r, c);
-      ptx::cp_async_16_policy(dk, ks, valid ? 16 : 0, pol);
-      ptx::cp_async_16_policy(dv, vs, valid ? 16 : 0, pol);
+      const int d = fp8_swz_add<D>(d0, i * kRowsPerInstr, 0);
+      ptx::cp_async_16_policy(const_cast<unsigned char*>(fp8_tile<D>(sK)) + d, ks, valid ? 16 : 0, pol);
+      ptx::cp_async_16_policy(const_cast<unsigned char*>(fp8_tile<D>(sV)) + d, vs, valid ? 16 : 0, pol);
     } else {
-      ptx::cp_async_16_policy(sK + swz<D>(r, c), ks, valid ? 16 : 0, pol);
-      ptx::cp_async_16_policy(sV + swz<D>(r, c), vs, valid ? 16 : 0, pol);
+      const int d = swz_add<D>(d0, i * kRowsPerInstr, 0);
+      ptx::cp_async_16_policy(sK + d, ks, valid ? 16 : 0, pol);
+      ptx::cp_async_16_policy(sV + d, vs, valid ? 16 : 0, pol);
     }
   }
 }
 
+// c + a * b with a 32 x 32 -> 64-bit product (one IMAD.WIDE.U32): kv_issue_page's address steps.
+__device__ __forceinline__ const char* mad_wide(uint32_t a, uint32_t b, const char* c) {
+  uint64_t r;
+  asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(r) : "r"(a), "r"(b), "l"(reinterpret_cast<uint64_t>(c)));
+  return reinterpret_cast<const char*>(r);
+}
+
 // kv_issue for a one-page tile (kv_one_page): keys [k0, k0 + 16) at slots k0 % page_size + r of
 // page `page`; lane l copies chunk l % kChunks of rows l / kChunks + i * kRowsPerInstr, rows
-// >= kv_end - k0 zero-filled. Same destinations and bytes as kv_issue.
+// >= kv_end - k0 zero-filled. Same destinations and bytes as kv_issue. Addresses, cheapest first:
+//   source: the lane's head / row / chunk part per item (kv_head and lane are fixed through the
+//           KV loop, so it is computed before the loop), then per tile + page * page stride and
+//           one 32 x 32 -> 64-bit multiply-add for the slot, and per copy a 64-bit add of a
+//           32-bit row step (slot strides below 2^27 elements: kv_one_page), instead of 64-bit
+//           products of every term in every tile;
+//   destination: the lane's first row's offset, then per copy a constant XOR and offset
+//           (swz_add / fp8_swz_add) instead of swz of every copy's row and chunk.
 template <class T, int D, class P>
 __device__ __forceinline__ void kv_issue_page(const P& p, int32_t page, int k0, int kv_end, int kv_head,
                                               int lane, T* sK, T* sV) {
@@ -314,26 +365,34 @@ __device__ __forceinline__ void kv_issue_page(const P& p, int32_t page, int k0, 
   constexpr int kChunks = D / kElemsPerChunk;
   constexpr int kRowsPerInstr = 32 / kChunks;
   const int c = lane % kChunks, r0 = lane / kChunks;
-  const int64_t slot = (k0 & (p.kv.table.page_size - 1)) + r0;
-  const KV* ks = p.kv.k.data + (int64_t(page) * p.kv.k.page_stride + slot * p.kv.k.slot_stride +
-                                int64_t(kv_head) * p.kv.k.head_stride + c * kElemsPerChunk);
-  const KV* vs = p.kv.v.data + (int64_t(page) * p.kv.v.page_stride + slot * p.kv.v.slot_stride +
-                                int64_t(kv_head) * p.kv.v.head_stride + c * kElemsPerChunk);
-  const int64_t kstep = kRowsPerInstr * p.kv.k.slot_stride, vstep = kRowsPerInstr * p.kv.v.slot_stride;
+  const char* kh = reinterpret_cast<const char*>(
+      p.kv.k.data + (int64_t(kv_head) * p.kv.k.head_stride + int64_t(r0) * p.kv.k.slot_stride + c * kElemsPerChunk));
+  const char* vh = reinterpret_cast<const char*>(
+      p.kv.v.data + (int64_t(kv_head) * p.kv.v.head_stride + int64_t(r0) * p.kv.v.slot_stride + c * kElemsPerChunk));
+  const uint32_t kslot = uint32_t(p.kv.k.slot_stride) * uint32_t(sizeof(KV));  // bytes (< 2^28)
+  const uint32_t vslot = uint32_t(p.kv.v.slot_stride) * uint32_t(sizeof(KV));
+  const uint32_t slot0 = uint32_t(k0) & uint32_t(p.kv.table.page_size - 1);
+  const uint64_t kpage = uint64_t(p.kv.k.page_stride) * sizeof(KV), vpage = uint64_t(p.kv.v.page_stride) * sizeof(KV);
+  const char* ks = mad_wide(slot0, kslot, kh + uint64_t(uint32_t(page)) * kpage);  // page >= 0: issued
+  const char* vs = mad_wide(slot0, vslot, vh + uint64_t(uint32_t(page)) * vpage);
+  const uint32_t kstep = uint32_t(kRowsPerInstr) * kslot, vstep = uint32_t(kRowsPerInstr) * vslot;
   const int nvalid = kv_end - k0;  // >= 1: the tile was issued
   const uint64_t pol = ptx::l2_policy_evict_first();
+  const int d0 = P::kQuantizedKV ? fp8_swz<D>(r0, c) : swz<D>(r0, c);  // row r0's chunk c
 #pragma unroll
   for (int i = 0; i < kWarpKeys / kRowsPerInstr; ++i) {
     const int r = i * kRowsPerInstr + r0;
     const int bytes = r < nvalid ? 16 : 0;
+    const char* ksi = ks + uint64_t(kstep) * uint32_t(i);  // compiled as a 64-bit add chain of
+    const char* vsi = vs + uint64_t(vstep) * uint32_t(i);  // the 32-bit step: 2 instructions each
     if constexpr (P::kQuantizedKV) {
-      unsigned char* dk = const_cast<unsigned char*>(fp8_tile<D>(sK)) + fp8_swz<D>(r, c);
-      unsigned char* dv = const_cast<unsigned char*>(fp8_tile<D>(sV)) + fp8_swz<D>(r, c);
-      ptx::cp_async_16_policy(dk, ks + i * kstep, bytes, pol);
-      ptx::cp_async_16_policy(dv, vs + i * vstep, bytes, pol);
+      const int d = fp8_swz_add<D>(d0, i * kRowsPerInstr, 0);
+      ptx::cp_async_16_policy(const_cast<unsigned char*>(fp8_tile<D>(sK)) + d, ksi, bytes, pol);
+      ptx::cp_async_16_policy(const_cast<unsigned char*>(fp8_tile<D>(sV)) + d, vsi, bytes, pol);
     } else {
-      ptx::cp_async_16_policy(sK + swz<D>(r, c), ks + i * kstep, bytes, pol);
-      ptx::cp_async_16_policy(sV + swz<D>(r, c), vs + i * vstep, bytes, pol);
+      const int d = swz_add<D>(d0, i * kRowsPerInstr, 0);
+      ptx::cp_async_16_policy(sK + d, ksi, bytes, pol);
+      ptx::cp_async_16_policy(sV + d, vsi, bytes, pol);
     }
   }
 }

@@ -99,11 +99,23 @@ template <class A>
 struct SameMainloop<A, A> {
   static constexpr bool value = true;
 };
-template <class T, int D, int QR, class Mainloop, bool kPacked = false, class P, class Small = Mainloop>
+// kStages: the stage count when the caller knows it at compile time (the fused POD kernel, whose
+// launch sets p.stages = pod::decode_stages(D)); 0: p.stages. A compile-time count makes every
+// cp.async wait an immediate and the stage offsets constants (fewer registers and spills in the
+// fused kernel); the decode kernels keep one instance for every stage count (cp_async_wait_dyn).
+template <int kStages>
+__device__ __forceinline__ void wait_stages(int S) {
+  if constexpr (kStages > 0)
+    ptx::cp_async_wait<kStages - 1>();
+  else
+    cp_async_wait_dyn(S - 1);
+}
+template <class T, int D, int QR, class Mainloop, bool kPacked = false, class P, class Small = Mainloop,
+          int kStages = 0>
 __device__ __forceinline__ void decode_items(const P& p, int cta) {
   using L = SmemLayout<T, D, QR>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  const int S = p.stages;
+  const int S = kStages > 0 ? kStages : p.stages;
   const int W = p.warps;  // = blockDim.x / 32
   T* sPipe = reinterpret_cast<T*>(smem_raw);
   float* red_o = reinterpret_cast<float*>(smem_raw + (S - 1) * L::stage_all_warps(W));  // aliases stage S-1
@@ -168,7 +180,7 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
       nx_pg0 = kv_lookup_page(p, nx_pages, nx.kv_begin + warp * kWarpKeys, nx.kv_end,
                               kv_lookup_lane(kv_one_page(p, nx), lane));
     }
-    cp_async_wait_dyn(S - 1);  // this item's Q group (the oldest pending) has landed here ...
+    wait_stages<kStages>(S);   // this item's Q group (the oldest pending) has landed here ...
     __syncthreads();           // ... and everywhere; the previous epilogue is done with smem
     WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0, kTraceItemReady);
 
@@ -198,7 +210,7 @@ __device__ __forceinline__ void decode_items(const P& p, int cta) {
           ptx::cp_async_commit();
           wr = wr + 1 == S ? 0 : wr + 1;
         }
-        cp_async_wait_dyn(S - 1);  // tile t has landed (this lane's copies) ...
+        wait_stages<kStages>(S);   // tile t has landed (this lane's copies) ...
         __syncwarp();              // ... and every lane's
         WEFT_DECODE_TRACE_FIRST_ITEM_POINT(ii == i0 && t == 0, kTraceFirstTile);
         T* sK = stage(rd);

@@ -33,6 +33,21 @@
 
 namespace weft::decode {
 
+// Whether variant v's logits take the soft cap (variants with attn::VariantParams p: soft_cap > 0;
+// others, such as JIT variants: assumed, so tile() keeps one copy of their logit code).
+template <class V, class = void>
+struct HasSoftCapParam : cuda::std::false_type {};
+template <class V>
+struct HasSoftCapParam<V, cuda::std::void_t<decltype(cuda::std::declval<const V&>().p.soft_cap)>>
+    : cuda::std::true_type {};
+template <class V>
+__device__ __forceinline__ bool soft_cap_on(const V& v) {
+  if constexpr (HasSoftCapParam<V>::value)
+    return v.p.soft_cap > 0.f;
+  else
+    return true;
+}
+
 template <class T, int D, int NT, class V, class KV = T>
 struct TcMainloop {
   using Variant = V;  // logits: V::logit (attention/variant.cuh)
@@ -106,15 +121,17 @@ struct TcMainloop {
     for (int c = 0; c < kChains; ++c)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) s[c][nt][0] = s[c][nt][1] = s[c][nt][2] = s[c][nt][3] = 0.f;
+    // This lane's ldmatrix row: row lane%8 of matrix j = lane / 8 of the x4. Its offsets for the
+    // k step pair kk from the first pair's by a constant XOR (swz_add: chunks kk*2 = 0 ^ kk*2).
+    const int j = lane / 8;
+    const int k_off0 = kReadsFp8 ? fp8_swz<D>(lane % 8 + (j % 2) * 8, j / 2) : swz<D>(lane % 8 + (j % 2) * 8, j / 2);
 #pragma unroll
     for (int kk = 0; kk < kK; kk += 2) {
       uint32_t a0[4], a1[4];
-      const int j = lane / 8;  // this lane addresses row lane%8 of matrix j of the x4
       if constexpr (kReadsFp8) {
         // Matrices (rows 0-7 | 8-15) x (chunks kk | kk + 1): both k steps in one ldmatrix.
         uint32_t r[4];
-        const int row = lane % 8 + (j % 2) * 8;
-        ptx::ldmatrix_x4(r, fp8_tile<D>(sK) + fp8_swz<D>(row, kk + j / 2));
+        ptx::ldmatrix_x4(r, fp8_tile<D>(sK) + fp8_swz_add<D>(k_off0, 0, kk));
         a0[0] = widen_fp8_pair<T, KV>(__byte_perm(r[0], 0u, 0x1404));
         a0[1] = widen_fp8_pair<T, KV>(__byte_perm(r[1], 0u, 0x1404));
         a0[2] = widen_fp8_pair<T, KV>(__byte_perm(r[0], 0u, 0x3424));
@@ -124,8 +141,8 @@ struct TcMainloop {
         a1[2] = widen_fp8_pair<T, KV>(__byte_perm(r[2], 0u, 0x3424));
         a1[3] = widen_fp8_pair<T, KV>(__byte_perm(r[3], 0u, 0x3424));
       } else {
-        ptx::ldmatrix_x4(a0, sK + swz<D>(lane % 8 + (j % 2) * 8, kk * 2 + j / 2));
-        ptx::ldmatrix_x4(a1, sK + swz<D>(lane % 8 + (j % 2) * 8, kk * 2 + 2 + j / 2));
+        ptx::ldmatrix_x4(a0, sK + swz_add<D>(k_off0, 0, kk * 2));
+        ptx::ldmatrix_x4(a1, sK + swz_add<D>(k_off0, 0, kk * 2 + 2));
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -166,12 +183,21 @@ struct TcMainloop {
         }
       }
       float pr[4];
+      auto logits = [&] {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key_lo + (e >> 1) * 8;
-        const float qk = kChains == 2 ? s[0][nt][e] + s[kChains - 1][nt][e] : s[0][nt][e];
-        pr[e] = key < kv_end ? v.logit(qk, vr[e & 1], key) : -INFINITY;
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int key = key_lo + (e >> 1) * 8;
+          const float qk = kChains == 2 ? s[0][nt][e] + s[kChains - 1][nt][e] : s[0][nt][e];
+          pr[e] = key < kv_end ? v.logit(qk, vr[e & 1], key) : -INFINITY;
+        }
+      };
+      // The variant's soft-cap test taken once for the 4 logits: inside each branch the compiler
+      // folds the logit's own test, where it was a uniform branch (and a constant load of the
+      // scale) per element. The same function of the same values: the same bits.
+      if (soft_cap_on(v))
+        logits();
+      else
+        logits();
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         float mx = fmaxf(pr[j], pr[2 + j]);
@@ -201,11 +227,11 @@ struct TcMainloop {
     if constexpr (kReadsFp8) {
       // Matrices (keys 0-7 | 8-15) x (chunks md | md + 1): two m16 tiles per ldmatrix.trans;
       // lane (g, c) holds keys 2c, 2c + 1 (+8) at dims 2g (bytes 0, 2) and 2g + 1 (bytes 1, 3).
+      const int v_off0 = fp8_swz<D>(lane % 8 + (j % 2) * 8, j / 2);  // chunk md + j/2 = j/2 ^ md (md even)
 #pragma unroll
       for (int md = 0; md < kM; md += 2) {
-        const int j = lane / 8;
         uint32_t r[4];
-        ptx::ldmatrix_x4_trans(r, fp8_tile<D>(sV) + fp8_swz<D>(lane % 8 + (j % 2) * 8, md + j / 2));
+        ptx::ldmatrix_x4_trans(r, fp8_tile<D>(sV) + fp8_swz_add<D>(v_off0, 0, md));
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           uint32_t a[4];
@@ -218,11 +244,11 @@ struct TcMainloop {
         }
       }
     } else {
+      const int v_off0 = swz<D>(lane % 8 + (j / 2) * 8, j % 2);  // chunk md*2 + j%2 = j%2 ^ md*2
 #pragma unroll
       for (int md = 0; md < kM; ++md) {
-        const int j = lane / 8;
         uint32_t a[4];
-        ptx::ldmatrix_x4_trans(a, sV + swz<D>(lane % 8 + (j / 2) * 8, md * 2 + j % 2));
+        ptx::ldmatrix_x4_trans(a, sV + swz_add<D>(v_off0, 0, md * 2));
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) ptx::mma_16816<T>(acc[md][nt], a, pb[nt]);
       }

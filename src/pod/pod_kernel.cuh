@@ -54,7 +54,8 @@ __device__ __forceinline__ void run_side(const PodParams<T>& p, int* s_v) {
     if constexpr (kOp == 0)
       prefill::prefill_item_range<typename Tr::Prefill>(p.pre, v, v + 1, prefill::NoJitVariant{}, /*fold=*/0);
     else
-      decode::decode_items<T, D, decode::kTileQ, typename Tr::Mainloop>(p.dec, v);
+      decode::decode_items<T, D, decode::kTileQ, typename Tr::Mainloop, false, decode::DecodeParams<T>,
+                           typename Tr::Mainloop, Tr::kStages>(p.dec, v);  // p.dec.stages = kStages
   }
 }
 
