@@ -83,10 +83,11 @@ __device__ __forceinline__ int swz_add(int off0, int dr, int dc) {
   return (off0 ^ (((dr ^ dc) & 7) << 3)) + dr * D + ((dc & ~7) << 3);
 }
 
-// cp.async.wait_group takes an immediate: dispatch a runtime count (stage count - 1). The
-// default stage count (2, heuristics::decode_default_stages) and the POD partition's deep shape
-// (3) are tested first: a uniform compare and branch each, where the switch compiled to an
-// indexed constant load and a BRX jump table in every warp tile (perf-notes-decode.md).
+// cp.async.wait_group takes an immediate: dispatch a runtime count (stage count - 1). Counts 1
+// and 2 are tested first (S = 2: heuristics::decode_default_stages and the POD partition's 8 x 2
+// deep shape; S = 3: the 4 x 3 shapes), a uniform compare and branch each, where the switch
+// compiled to an indexed constant load and a BRX jump table in every warp tile
+// (perf-notes-decode.md "Warp-tile addresses once, the wait without a jump table").
 __device__ __forceinline__ void cp_async_wait_dyn(int n) {
   if (n == 1) {
     ptx::cp_async_wait<1>();
