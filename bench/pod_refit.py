@@ -23,6 +23,7 @@ import sys
 from collections import defaultdict
 
 SHAPE_DEFAULT = "4x2"
+FUSED = ("fused", 0)  # the fused kernel as a configuration (kAuto's fused band)
 MIN_ROWS = 4  # batches a fitted band spans at least
 
 
@@ -36,6 +37,8 @@ def load(paths):
             if "partition_x" not in e:  # older files: the planner's formulas (pod_plan.cpp, pod_cost)
                 e["partition_x"], e["sm90_tiles_per_sm"] = x_tiles(c["params"], c.get("sm_count", 132))
             t = {"serial": e["serial_ms"]}
+            if "fused_ms" in e:  # the fused kernel (PodMode::kFused, proportional), interleaved with serial
+                t[FUSED] = e["fused_ms"]
             for key, v in e.items():
                 if key.startswith("part_k") and key.endswith("_ms"):
                     t[(SHAPE_DEFAULT, int(key[6:-3]))] = v
@@ -54,7 +57,7 @@ def load(paths):
                 "tc": heads != "32/32",  # group 1 (Llama-2-7B): the CUDA-core decode
                 "x": e["partition_x"], "tiles": e["sm90_tiles_per_sm"],
                 "ideal": max(e["prefill_ms"], e["decode_ms"]), "t": t,
-                "pod_ms": c["ms"], "pod_k": int(e.get("pod_free_sms", 0)) if e.get("pod_partition") else 0,
+                "pod_ms": c["ms"], "pod_fused": bool(e.get("pod_fused", 0)), "pod_k": int(e.get("pod_free_sms", 0)) if e.get("pod_partition") else 0,
                 "pod_shape": f"{int(e.get('pod_decode_warps', 0))}x{int(e.get('pod_decode_stages', 0))}",
             })
     return rows
@@ -94,7 +97,8 @@ def old_bands(x, tiles, tc):
 
 # Table form: {(tc, chunk class): [(x_lo, config), ...]} ascending x_lo; below the first x_lo: serial.
 # The bands refit on h100_podfit_d9292c4 (the --fit tables with 4x2 and 8x2, thresholds rounded;
-# kept equal to heuristics.cpp's pod_partition_* table by hand, pinned by the host test's rows).
+# kept equal to heuristics.cpp's pod_partition_* table by hand, pinned by the host test's rows),
+# chunk 2K's last band fused since h100_podfit2_0e04bc4 (heuristics::pod_band_fuses).
 DEEP = "8x2"
 NEW = {
     (False, 0): [(0.7, (SHAPE_DEFAULT, 24)), (1.1, (SHAPE_DEFAULT, 64))],
@@ -102,8 +106,12 @@ NEW = {
     (False, 2): [(0.7, (SHAPE_DEFAULT, 24)), (1.1, (SHAPE_DEFAULT, 64))],
     (True, 0): [(0.85, (DEEP, 40)), (1.7, (DEEP, 64))],
     (True, 1): [(0.5, (DEEP, 24)), (1.0, (SHAPE_DEFAULT, 40)), (1.9, (DEEP, 64))],
-    (True, 2): [(0.2, (DEEP, 8)), (0.44, (SHAPE_DEFAULT, 24)), (1.1, (SHAPE_DEFAULT, 48)), (2.2, (DEEP, 56))],
+    (True, 2): [(0.2, (DEEP, 8)), (0.44, (SHAPE_DEFAULT, 24)), (1.1, (SHAPE_DEFAULT, 48)), (2.2, FUSED)],
 }
+
+# Before the fused band (h100_podfit2_0e04bc4): chunk 2K's last band ran the partition, 8 x 2 at k 56.
+PREV = dict(NEW)
+PREV[(True, 2)] = NEW[(True, 2)][:3] + [(2.2, (DEEP, 56))]
 
 
 def table_bands(table):
@@ -224,14 +232,25 @@ def main(argv):
         argv = argv[:i] + argv[i + 2:]
     paths = [a for a in argv if not a.startswith("--")]
     rows = load(paths)
-    if shapes:
+    if shapes:  # the fused kernel stays a candidate unless --no-fused
         for r in rows:
-            r["t"] = {c: v for c, v in r["t"].items() if c == "serial" or c[0] in shapes}
+            r["t"] = {c: v for c, v in r["t"].items() if c in ("serial", FUSED) or c[0] in shapes}
+    if "--no-fused" in argv:
+        for r in rows:
+            r["t"].pop(FUSED, None)
     print(f"{len(rows)} batches, configurations: {len(configs(rows))}")
-    # The old bands against what kAuto picked in the same call (checks this file's x/tiles mirror).
-    agree = sum(1 for r in rows if (old_bands(r["x"], r["tiles"], r["tc"]) == "serial") == (r["pod_k"] == 0)
-                and (r["pod_k"] == 0 or old_bands(r["x"], r["tiles"], r["tc"])[1] == r["pod_k"]))
-    print(f"old bands' k agree with the measured kAuto's k on {agree} of {len(rows)} batches")
+    # The current bands (NEW; PREV before the fused band) against what kAuto picked in the same call
+    # (checks the x/tiles mirror).
+    def pick(r, table):
+        c = table_bands(table)(r["x"], r["tiles"], r["tc"])
+        return c if c != "serial" else ("serial", 0)
+    def measured(r):
+        if r["pod_fused"]:
+            return FUSED
+        return (r["pod_shape"], r["pod_k"]) if r["pod_k"] else ("serial", 0)
+    for label, table in (("current", NEW), ("pre-fused-band", PREV)):
+        agree = sum(1 for r in rows if pick(r, table) == measured(r))
+        print(f"{label} bands' choice agrees with the measured kAuto's on {agree} of {len(rows)} batches")
     n = len(rows)
     sp = [r["t"]["serial"] / r["pod_ms"] for r in rows]
     print(f"measured kAuto (interleaved with serial): mean {sum(sp) / n:.3f} min {min(sp):.3f} within10 "
@@ -247,6 +266,7 @@ def main(argv):
         print(f"  pinned {c[0]} k{c[1]:>2}: mean {sum(s) / len(s):.3f} min {min(s):.3f}")
     if NEW:
         replay(rows, table_bands(NEW), "new bands (heuristics.cpp) replayed")
+        replay(rows, table_bands(PREV), "the bands before the fused band (d9292c4 fit) replayed")
     if do_fit:
         table = fit(rows)
         print("fitted table (x_lo -> config; serial below the first):")

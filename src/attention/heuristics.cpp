@@ -239,11 +239,27 @@ const PodCost& pod_cost() {
 // Measured with these bands (bench/results/h100_podfit_verify_1332ea6.json, kAuto interleaved with
 // serial, 153 batches): 1.194, min 0.991 (a serial row: the serial kernels, timing spread), 19% of
 // the batches within 10% of the ideal bound; the 83d7db2 bands measured 1.171 in the d9292c4 call.
+//   0e04bc4 (bench/results/h100_podfit2_0e04bc4.json, the same grid after the decode KV-loop cuts
+//   92a6031: decode alone on k SMs reads 104-109 GB/s per SM at k 16 with 4 x 2, was 75-79): kAuto
+//   with these bands measured 1.212 (min 0.997, 16.4% within 10% of the ideal bound, 152 batches),
+//   the bands replayed on the pinned times 1.210; the per-batch best of serial and the 16 pinned
+//   4 x 2 / 8 x 2 partitions 1.222. The best single k moved down (k 24 1.138, k 40 1.124), yet the
+//   --fit table replays only 1.215 in-sample and 1.211 leaving one context out: the k bands are
+//   kept (within 0.002-0.008 of the refit per class, below the timing spread). What changed: the
+//   fused kernel (interleaved with serial) now beats the partition clearly in one band, tensor-core
+//   chunk 2K at x >= 2.2 (Llama-3-8B b128, Yi-6B b256, 10 batches): fused 1.20..1.24x serial
+//   against the band's 8 x 2 k 56 1.11..1.19x measured as kAuto (+0.7..9.9% per batch, mean
+//   +5.8%; in the 1332ea6 call +1.4..5.0%, mean +2.9%; d9292c4 the same batches +6..11% over the
+//   83d7db2 bands), and above the best pinned k of each of those batches. That band fuses (the
+//   fused flag; its k / shape stay kPartition's): replayed 1.214 (21.1% within 10%), from the
+//   interleaved rows 1.2165. Elsewhere fused stays below the partition (chunk 512/1K at x >= 2.5:
+//   -1..+3%, within the spread), so no other band fuses.
 namespace {
 struct PodBand {
   double x_lo;        // the band starts at this x (serial below a class's first band)
   int32_t free_sms;   // k
   bool deep;          // decode at kPodDeepDecodeWarps x kPodDeepDecodeStages
+  bool fused = false; // kAuto runs the fused kernel here (k / deep stay kPartition's choice)
 };
 struct PodBandClass {
   const PodBand* bands;
@@ -251,7 +267,7 @@ struct PodBandClass {
 };
 constexpr PodBand kTcChunk512[] = {{0.85, 40, true}, {1.7, 64, true}};
 constexpr PodBand kTcChunk1K[] = {{0.5, 24, true}, {1.0, 40, false}, {1.9, 64, true}};
-constexpr PodBand kTcChunk2K[] = {{0.2, 8, true}, {0.44, 24, false}, {1.1, 48, false}, {2.2, 56, true}};
+constexpr PodBand kTcChunk2K[] = {{0.2, 8, true}, {0.44, 24, false}, {1.1, 48, false}, {2.2, 56, true, true}};
 constexpr PodBand kCudaCore[] = {{0.7, 24, false}, {1.1, 64, false}};
 
 PodBandClass pod_band_class(double tiles_per_sm, bool tensor_core_decode) {
@@ -284,6 +300,11 @@ int32_t pod_partition_free_sms(double x, double tiles_per_sm, bool tensor_core_d
 bool pod_partition_deep_decode(double x, double tiles_per_sm, bool tensor_core_decode) {
   const PodBand* b = pod_band(x, tiles_per_sm, tensor_core_decode);
   return b != nullptr ? b->deep : pod_band_class(tiles_per_sm, tensor_core_decode).bands[0].deep;
+}
+
+bool pod_band_fuses(double x, double tiles_per_sm, bool tensor_core_decode) {
+  const PodBand* b = pod_band(x, tiles_per_sm, tensor_core_decode);
+  return b != nullptr && b->fused;
 }
 
 }  // namespace weft::heuristics

@@ -255,6 +255,9 @@ int32_t pod_partition_free_sms(double x, double tiles_per_sm, bool tensor_core_d
 // kPodDeepDecodeStages) instead of the decode wrapper's default (PodOptions::partition_decode_*
 // left 0 and k chosen by the bands; measured in heuristics.cpp).
 bool pod_partition_deep_decode(double x, double tiles_per_sm, bool tensor_core_decode);
+// Whether kAuto runs the fused kernel instead of the partition in x's band (where the partition
+// pays: the band's k and shape stay kPartition's; measured in heuristics.cpp, 0e04bc4).
+bool pod_band_fuses(double x, double tiles_per_sm, bool tensor_core_decode);
 // The deeper shape: 8 warps x 2 per-warp stages (one CTA per SM at d128, 8 warps each; measured
 // at d9292c4 against 4 x 3, the deep shape before: 8 x 2 won where either beat the default).
 inline constexpr int32_t kPodDeepDecodeWarps = 8, kPodDeepDecodeStages = 2;

@@ -175,11 +175,12 @@ Decision decide(const PlanInput& in) {
                 d.t_decode_us >= c.min_decode_over_prefill * p_fa2 &&
                 d.t_fused_us < d.t_serial_us * (1.0 - c.min_gain);
       // The partition in its measured bands (heuristics::pod_partition_pays; there it measured
-      // above the fused kernel too): it needs the sm90 prefill (one CTA per SM) and both sides.
+      // above the fused kernel too, except in the bands marked fused: heuristics::pod_band_fuses):
+      // it needs the sm90 prefill (one CTA per SM) and both sides.
       if (in.sm90_prefill && k_best > 0 && wp > 0 && wd > 0 &&
           heuristics::pod_partition_pays(x, tiles_per_sm, in.tensor_core_decode)) {
-        d.fused = false;
-        d.partition = true;
+        d.fused = in.fused_supported && heuristics::pod_band_fuses(x, tiles_per_sm, in.tensor_core_decode);
+        d.partition = !d.fused;
       }
       break;
   }
