@@ -229,6 +229,15 @@ struct TcMainloop {
     // The O rescale (2 * kM * NT FMULs per lane and a dependency of the PV mma on them) only when
     // some column of the warp raised its max: a warp-uniform branch, skipped on most tiles once
     // the max has settled. Columns that kept theirs multiply by 1 (exact).
+    // 16-bit tiles: the V^T fragments are loaded before the branch, so their ldmatrix latency
+    // overlaps the vote and the (rare) rescale instead of following the join.
+    constexpr int kVa = kReadsFp8 ? 1 : kM;
+    uint32_t va[kVa][4];
+    const int v_off0 = kReadsFp8 ? fp8_swz<D>(lane % 8 + (j % 2) * 8, j / 2) : swz<D>(lane % 8 + (j / 2) * 8, j % 2);
+    if constexpr (!kReadsFp8) {
+#pragma unroll
+      for (int md = 0; md < kM; ++md) ptx::ldmatrix_x4_trans(va[md], sV + swz_add<D>(v_off0, 0, md * 2));
+    }
     if (__any_sync(0xffffffffu, raised)) {
 #pragma unroll
       for (int md = 0; md < kM; ++md)
@@ -245,7 +254,7 @@ struct TcMainloop {
     if constexpr (kReadsFp8) {
       // Matrices (keys 0-7 | 8-15) x (chunks md | md + 1): two m16 tiles per ldmatrix.trans;
       // lane (g, c) holds keys 2c, 2c + 1 (+8) at dims 2g (bytes 0, 2) and 2g + 1 (bytes 1, 3).
-      const int v_off0 = fp8_swz<D>(lane % 8 + (j % 2) * 8, j / 2);  // chunk md + j/2 = j/2 ^ md (md even)
+      // v_off0: chunk md + j/2 = j/2 ^ md (md even)
 #pragma unroll
       for (int md = 0; md < kM; md += 2) {
         uint32_t r[4];
@@ -262,14 +271,11 @@ struct TcMainloop {
         }
       }
     } else {
-      const int v_off0 = swz<D>(lane % 8 + (j / 2) * 8, j % 2);  // chunk md*2 + j%2 = j%2 ^ md*2
+      // v_off0: chunk md*2 + j%2 = j%2 ^ md*2; the fragments va were loaded above.
 #pragma unroll
-      for (int md = 0; md < kM; ++md) {
-        uint32_t a[4];
-        ptx::ldmatrix_x4_trans(a, sV + swz_add<D>(v_off0, 0, md * 2));
+      for (int md = 0; md < kM; ++md)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) ptx::mma_16816<T>(acc[md][nt], a, pb[nt]);
-      }
+        for (int nt = 0; nt < NT; ++nt) ptx::mma_16816<T>(acc[md][nt], va[md], pb[nt]);
     }
   }
 
