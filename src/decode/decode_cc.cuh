@@ -105,19 +105,14 @@ struct CcMainloop {
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-    // Lazy rescale (kLazyRescaleLog2): the max is raised only when the tile's exceeds it by more
-    // than 8 (then mx is finite; a row that has seen no key stays at -inf: NaN compares false).
-    // Every lane holds the row's mx, so the branch is warp-uniform.
-    float scale = 1.f;
-    if (mx - m[r] > kLazyRescaleLog2) {
-      scale = ptx::exp2_approx(m[r] - mx);  // m = -inf (first keys) -> 0
-      m[r] = mx;
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc[r][e] *= scale;
-    }
-    const float m_use = m[r] == -INFINITY ? 0.f : m[r];  // all masked so far: keep 0s
+    const float m_new = fmaxf(m[r], mx);
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: keep 0s
+    const float scale = ptx::exp2_approx(m[r] - m_use);
+    m[r] = m_new;
     const float pv = ptx::exp2_approx(s - m_use);  // 0 for masked keys (zero-filled V)
     l[r] = l[r] * scale + pv;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[r][e] *= scale;
     return pv;
   }
 

@@ -33,12 +33,6 @@ static_assert(kTileQ == kPlanTileQ && 2 * kTileQ == kPlanTileQWide && kWarpKeys 
               "planner and kernel tiles must agree");
 constexpr int kMaxThreads = kMaxWarps * 32;
 constexpr int kMaxStages = 8;
-// Lazy O rescale of the mainloops (log2 units; the prefill FA2 mainloop's kLazyRescaleLog2, same
-// value and reason): a row's running max m is raised only when a tile's max exceeds it by more than
-// this, so p = exp2(s - m) <= 2^8 (fp32 O / l and 16-bit P operands hold it). O, l and m stay one
-// consistent state (the combine and LSE use the m applied), and the O rescale runs only on the tiles
-// that raise some row's max.
-constexpr float kLazyRescaleLog2 = 8.f;
 
 // Shared memory of one CTA for `stages` per-warp pipeline stages (runtime: the stage count is a
 // launch argument, not a template parameter), in this order:

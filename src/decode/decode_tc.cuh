@@ -168,8 +168,6 @@ struct TcMainloop {
     const V v = make_variant<V>(p, rs);
     const int key_lo = k0 + lane / 4;  // accumulator elements 0, 1; elements 2, 3 are key_lo + 8
     uint32_t pb[NT][2];                // B fragments of P^T for the PV mma
-    float scale[NT][2];                // O rescale of query column nt*8 + 2*(lane%4) + j (1: kept max)
-    bool raised = false;               // some column of this lane raised its max
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       // Per-column constants of the logit (ALiBi: the head's slope), for query columns
@@ -206,19 +204,18 @@ struct TcMainloop {
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        // Lazy rescale (kLazyRescaleLog2): the running max is raised only when the tile's exceeds
-        // it by more than 8, so every p <= 2^8. -inf - -inf = NaN compares false: a column that
-        // has seen no key stays at -inf; its first finite max raises it (scale exp2(-inf) = 0).
-        const float m_old = m[nt][j];
-        const bool raise = mx - m_old > kLazyRescaleLog2;
-        const float m_new = raise ? mx : m_old;
+        const float m_new = fmaxf(m[nt][j], mx);
         const float m_use = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: keep 0s
-        scale[nt][j] = raise ? ptx::exp2_approx(m_old - m_use) : 1.f;
-        raised |= raise;
+        const float scale = ptx::exp2_approx(m[nt][j] - m_use);
         m[nt][j] = m_new;
         pr[j] = ptx::exp2_approx(pr[j] - m_use);
         pr[2 + j] = ptx::exp2_approx(pr[2 + j] - m_use);
-        l[nt][j] = l[nt][j] * scale[nt][j] + pr[j] + pr[2 + j];
+        l[nt][j] = l[nt][j] * scale + pr[j] + pr[2 + j];
+#pragma unroll
+        for (int md = 0; md < kM; ++md) {
+          acc[md][nt][j] *= scale;
+          acc[md][nt][2 + j] *= scale;
+        }
       }
       // P^T as the k16 x n8 B operand: keys 0-7 (elements 0, 1) and 8-15 (2, 3), each an 8x8
       // [key][query] block in the accumulator layout; B wants [query][key] blocks: transpose.
@@ -226,35 +223,11 @@ struct TcMainloop {
       pb[nt][1] = ptx::movmatrix_trans(ptx::pack2<T>(pr[2], pr[3]));
     }
 
-    // The O rescale (2 * kM * NT FMULs per lane and a dependency of the PV mma on them) only when
-    // some column of the warp raised its max: a warp-uniform branch, skipped on most tiles once
-    // the max has settled. Columns that kept theirs multiply by 1 (exact).
-    // 16-bit tiles: the V^T fragments are loaded before the branch, so their ldmatrix latency
-    // overlaps the vote and the (rare) rescale instead of following the join.
-    constexpr int kVa = kReadsFp8 ? 1 : kM;
-    uint32_t va[kVa][4];
-    const int v_off0 = kReadsFp8 ? fp8_swz<D>(lane % 8 + (j % 2) * 8, j / 2) : swz<D>(lane % 8 + (j / 2) * 8, j % 2);
-    if constexpr (!kReadsFp8) {
-#pragma unroll
-      for (int md = 0; md < kM; ++md) ptx::ldmatrix_x4_trans(va[md], sV + swz_add<D>(v_off0, 0, md * 2));
-    }
-    if (__any_sync(0xffffffffu, raised)) {
-#pragma unroll
-      for (int md = 0; md < kM; ++md)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            acc[md][nt][j] *= scale[nt][j];
-            acc[md][nt][2 + j] *= scale[nt][j];
-          }
-    }
-
     // O^T += V^T P^T: A = V^T (m16 dims x k16 keys) by ldmatrix.trans of the V rows.
     if constexpr (kReadsFp8) {
       // Matrices (keys 0-7 | 8-15) x (chunks md | md + 1): two m16 tiles per ldmatrix.trans;
       // lane (g, c) holds keys 2c, 2c + 1 (+8) at dims 2g (bytes 0, 2) and 2g + 1 (bytes 1, 3).
-      // v_off0: chunk md + j/2 = j/2 ^ md (md even)
+      const int v_off0 = fp8_swz<D>(lane % 8 + (j % 2) * 8, j / 2);  // chunk md + j/2 = j/2 ^ md (md even)
 #pragma unroll
       for (int md = 0; md < kM; md += 2) {
         uint32_t r[4];
@@ -271,11 +244,14 @@ struct TcMainloop {
         }
       }
     } else {
-      // v_off0: chunk md*2 + j%2 = j%2 ^ md*2; the fragments va were loaded above.
+      const int v_off0 = swz<D>(lane % 8 + (j / 2) * 8, j % 2);  // chunk md*2 + j%2 = j%2 ^ md*2
 #pragma unroll
-      for (int md = 0; md < kM; ++md)
+      for (int md = 0; md < kM; ++md) {
+        uint32_t a[4];
+        ptx::ldmatrix_x4_trans(a, sV + swz_add<D>(v_off0, 0, md * 2));
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) ptx::mma_16816<T>(acc[md][nt], va[md], pb[nt]);
+        for (int nt = 0; nt < NT; ++nt) ptx::mma_16816<T>(acc[md][nt], a, pb[nt]);
+      }
     }
   }
 
