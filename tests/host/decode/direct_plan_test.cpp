@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -97,6 +99,80 @@ TEST(DecodeDirectPlan, ImageIdenticalToSerializedPlanOnRandomBatches) {
   // Not vacuous: most of the random steps are direct ones.
   EXPECT_GT(direct_steps, steps / 3) << direct_steps << " of " << steps;
   EXPECT_LT(direct_steps, steps) << "no step fell back to the general planner";
+}
+
+// Named edge cases against the general path (serialize(plan_decode()) into a zeroed buffer),
+// fresh and after every other case in one long-lived buffer: one request of 0 / 1 keys, all
+// requests empty, the longest request exactly at the chunk bound L0 and one key past it, one
+// and two CTA grids (folded and not), lengths near INT32_MAX (the cost / sort-key limits).
+TEST(DecodeDirectPlan, EdgeCasesMatchTheGeneralPath) {
+  struct Edge {
+    int32_t hq, hkv, grid;
+    std::vector<int32_t> lens;
+  };
+  // L0 of n equal requests on C CTAs at H heads: ceil(n * len * H / C) rounded up to kPlanKVTile
+  // (at least kMinChunk); at 8 heads on 264 CTAs (fold 8: 33 CTAs, 1 head) 33 requests of 4096
+  // keys give L0 = 4096: the longest exactly at the bound (whole); one key more on one request
+  // moves the bound up a granule (still whole); a request of twice the rest is a split candidate.
+  std::vector<int32_t> at_bound(33, 4096), past_bound(33, 4096), split_cand(33, 4096);
+  past_bound[5] = 4097;
+  split_cand[5] = 8192;
+  std::vector<int32_t> mixed_zero = {0, 1, 0, 2, 0, 255, 256, 257, 0};
+  const int32_t big = INT32_MAX - 1;
+  const Edge edges[] = {
+      {32, 8, 264, {0}},          {32, 8, 264, {1}},          {32, 8, 264, {0, 0, 0, 0}},
+      {32, 8, 264, mixed_zero},   {32, 8, 264, at_bound},     {32, 8, 264, past_bound}, {32, 8, 264, split_cand},
+      {8, 1, 1, {0}},             {8, 1, 1, {7, 3, 9}},       {8, 1, 1, {70000, 1, 0}},
+      {32, 8, 1, {5, 0, 300}},    {32, 8, 2, {5, 0, 300, 4}}, {32, 8, 8, {1, 2, 3}},
+      {32, 8, 16, {1000, 2000}},  {16, 16, 3, {9, 8, 7, 6}},  {8, 1, 1, {big}},
+      {8, 1, 264, {big, big}},    {32, 8, 264, {big, 0, 1}},  {8, 1, 2, {big, big, 5}},
+      {64, 8, 264, {1, 1, 1}},    {32, 4, 132, {2048}},       {32, 32, 1, {3, 3, 3}},
+  };
+  for (const Edge& e : edges) {
+    const int32_t batch = static_cast<int32_t>(e.lens.size());
+    SCOPED_TRACE(::testing::Message() << "heads " << e.hq << "/" << e.hkv << " grid " << e.grid << " batch " << batch
+                                      << " first len " << e.lens[0]);
+    const int32_t fold = decode_head_fold(e.hkv, e.grid);
+    const int32_t max_batch = std::max(batch, 40);
+    const plan::WorkspaceLayout layout(plan_bounds(max_batch, e.hq, e.hkv, 128, e.grid, kPlanTileQ, fold));
+    const std::size_t bytes = layout.metadata_bytes();
+    const plan::BatchShape shape = batch_shape(e.lens.data(), batch, -1);
+    const int32_t rows = plan_tile_rows(shape, e.hkv, e.hq / e.hkv, e.grid, kPlanTileQ);
+    const plan::BalanceConfig cfg = balance_config(e.grid, e.hq, e.hkv, rows, fold);
+    plan::Planner planner;
+    plan::Plan p;
+    plan_decode(shape, cfg, planner, p);
+    std::vector<unsigned char> ref(bytes, 0x5a), fresh(bytes, 0xcd);
+    layout.serialize(p, ref.data());
+    DirectPlanner direct;
+    const bool took = direct.plan(e.lens.data(), batch, cfg);
+    if (!took) {
+      // Only split plans (or split candidates) may fall back.
+      EXPECT_GT(p.max_chunk, 0);
+      EXPECT_GT(*std::max_element(e.lens.begin(), e.lens.end()), planner.chunk_bound(cfg.min_chunk))
+          << "an unsplit plan within the bound was not taken";
+      continue;
+    }
+    EXPECT_FALSE(p.split);
+    ASSERT_EQ(direct.num_items(), p.num_items());
+    ASSERT_EQ(direct.max_chunk(), p.max_chunk);
+    ASSERT_EQ(direct.records(), plan::launch_records_used(p).records);
+    plan::WorkspaceLayout::Image img;
+    direct.write(layout, fresh.data(), &img);
+    EXPECT_EQ(std::memcmp(ref.data(), fresh.data(), bytes), 0) << "fresh";
+    // Incremental: the image of a different plan first (the general path's, of a longer batch),
+    // then the direct one over it.
+    std::vector<int32_t> other(static_cast<std::size_t>(max_batch), 300);
+    const plan::BatchShape oshape = batch_shape(other.data(), max_batch, -1);
+    plan::Plan op;
+    plan_decode(oshape, balance_config(e.grid, e.hq, e.hkv, rows, fold), planner, op);
+    std::vector<unsigned char> inc(bytes, 0xab);
+    plan::WorkspaceLayout::Image inc_image;
+    layout.serialize(op, inc.data(), &inc_image);
+    ASSERT_TRUE(direct.plan(e.lens.data(), batch, cfg));
+    direct.write(layout, inc.data(), &inc_image);
+    EXPECT_EQ(std::memcmp(ref.data(), inc.data(), bytes), 0) << "incremental";
+  }
 }
 
 // The configurations it leaves to the general planner: a group above the tile, non-integral
