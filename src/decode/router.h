@@ -167,15 +167,25 @@ struct RouteFilter {
 //
 // The vote is a pure function of the table, the step's cell on the feature grid and which options
 // are admitted (filter, fill rule, task limit: exact per step); `memo` (optional, one per caller)
-// keeps the last (grid point, admitted options) -> pick and returns it for a step with the same
-// key without the O(calibration steps) search: the same pick as without the memo, whatever came
-// before. The linear model's picks are not memoized.
+// keeps the last kRouteMemoEntries (grid point, admitted options) -> pick and returns the pick of
+// a step whose key it holds without the O(calibration steps) search: the same pick as without the
+// memo, whatever came before. Why several entries: a serving batch's total keys wander back and
+// forth over a few neighbouring cells as requests finish and arrive (a cell is 1.1% of the keys
+// wide; one request of 256 replaced moves them by a fraction of that), and one entry missed on
+// every return to the previous cell (the b256 family's routed plan spent 1.5-1.7 us p50 in
+// choose_route on H100, against 0.3 us on the shared family whose cells move slowly:
+// bench/results/h100_dplan_phases_7db0abd.txt). The linear model's picks are not memoized.
+inline constexpr int kRouteMemoEntries = 8;
 struct RouteMemo {
-  const RouterModel* model = nullptr;
-  std::array<int32_t, kStepFeatures> q{};  // the step's cell: round(features / kStepFeatureQuantum)
-  uint32_t bits = 0;                       // bit o: option o admitted
-  int32_t pick = -1;                       // -1: empty
-  int64_t hits = 0;                        // steps answered from the memo (for tests and benches)
+  struct Entry {
+    std::array<int32_t, kStepFeatures> q{};  // the step's cell: round(features / kStepFeatureQuantum)
+    uint32_t bits = 0;                       // bit o: option o admitted
+    int32_t pick = -1;                       // -1: empty
+  };
+  const RouterModel* model = nullptr;  // the table the entries were voted on
+  std::array<Entry, kRouteMemoEntries> entries{};
+  int32_t next = 0;   // the entry the next vote replaces (round robin)
+  int64_t hits = 0;   // steps answered from the memo (for tests and benches)
 };
 int32_t choose_route(const RouterModel& model, const StepSummary& step, const RouteFilter& filter = {},
                      RouteMemo* memo = nullptr);

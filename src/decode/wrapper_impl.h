@@ -138,7 +138,7 @@ struct BatchDecodeWrapper::Impl {
   std::size_t wq_offset = 0;
   std::unique_ptr<decode::WorkQueueDecode> wq;
   decode::RouterModel router;
-  decode::RouteMemo route_memo;  // kAuto: the last vote (choose_route: the same picks as without it)
+  decode::RouteMemo route_memo;  // kAuto: the last votes (choose_route: the same picks as without it)
   bool wq_planned = false;
   // kAuto with share_prefixes: a step whose rows share no leading pages runs the balanced plan
   // (which the prefix-sharing plan replaces as the persistent candidate only where it can save

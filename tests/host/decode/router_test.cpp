@@ -404,6 +404,20 @@ TEST(Router, MemoGivesThePicksOfNoMemoWhateverCameBefore) {
     // Consecutive steps mostly share a grid point: most answers come from the memo.
     EXPECT_GT(memo.hits, steps / 2) << "k " << k;
   }
+  // Steps alternating between a few cells (a batch's keys wandering back and forth): after the
+  // first visit of each, every pick comes from the memo, and equals the memo-less pick.
+  {
+    VoteCase c = vote_case(900, 80, 8);
+    std::vector<std::vector<int32_t>> cells;
+    for (int32_t i = 0; i < kRouteMemoEntries; ++i) cells.push_back(std::vector<int32_t>(size_t(8 + i), 3000 + 700 * i));
+    RouteMemo memo;
+    for (int round = 0; round < 5; ++round)
+      for (const auto& l : cells) {
+        const StepSummary s{l.data(), int32_t(l.size()), 0};
+        ASSERT_EQ(choose_route(c.m, s, {}, &memo), choose_route(c.m, s));
+      }
+    EXPECT_EQ(memo.hits, 4 * kRouteMemoEntries);
+  }
   // A memo of another table is not used.
   VoteCase a = vote_case(1, 30, 1), b = vote_case(2, 30, 1);
   const std::vector<int32_t> one{5000};
@@ -416,8 +430,9 @@ TEST(Router, MemoGivesThePicksOfNoMemoWhateverCameBefore) {
 
 TEST(Router, VoteIsTheLowestSumOfRelativeTimesOverTheNearestSteps) {
   Rng rng(4);
-  for (int32_t k : {1, 3, 8}) {
-    VoteCase c = vote_case(100 + k, 50, k);
+  // 1100 calibration steps: past the vote's kept distances (1024; the rest measured again).
+  for (int32_t k : {1, 3, 8, 9}) {
+    VoteCase c = vote_case(100 + k, k == 9 ? 1100 : 50, k == 9 ? 8 : k);
     for (int trial = 0; trial < 100; ++trial) {
       std::vector<int32_t> lens(size_t(rng.randint(1, 64)));
       for (auto& l : lens) l = int32_t(rng.randint(1, 70000));
