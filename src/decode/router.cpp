@@ -11,13 +11,6 @@
 #include "decode/decode_plan.h"
 #include "weft/error.h"
 
-// A read hint (no effect on results): the cache line of p is fetched while other work proceeds.
-#if defined(__GNUC__) || defined(__clang__)
-#define WEFT_PREFETCH(p) __builtin_prefetch(p)
-#else
-#define WEFT_PREFETCH(p) ((void)(p))
-#endif
-
 namespace weft::decode {
 
 const char* route_name(Route r) {
@@ -298,8 +291,8 @@ int32_t choose_route(const RouterModel& m, const StepSummary& s, const RouteFilt
     const StepTotals t = step_totals(s);
     const std::array<int32_t, kStepFeatures> q = feature_grid(s, t);
     const uint32_t bits = admission_bits(m, s, filter, t);
-    // The vote is a function of (q, bits) and the table only: the previous step's pick when they
-    // are the same (RouteMemo), else the vote.
+    // The vote is a function of (q, bits) and the table only: a recent step's pick for the same
+    // (q, bits) (RouteMemo, kRouteMemoEntries of them), else the vote.
     if (memo != nullptr && memo->model == &m)
       for (const RouteMemo::Entry& e : memo->entries)
         if (e.pick >= 0 && e.bits == bits && e.q == q) {
@@ -342,20 +335,13 @@ int32_t choose_route(const RouterModel& m, const StepSummary& s, const RouteFilt
 int64_t shared_prefix_keys(const int32_t* ids, int64_t row_stride, const int32_t* kv_len, int32_t batch,
                            int32_t page_size) {
   if (batch < 2 || page_size < 1) return 0;
-  // Three passes over the rows in order. (1) Prefetch every row's first page id: the serving
-  // loop's block table is cold when plan() starts (the GPU's upload does not pass through the
-  // CPU's caches), and the rows' first ids lie a row stride apart (b256: 256 misses on 64 pages
-  // of 4 KiB), so the misses are issued back to back instead of one per probe. (2) An
-  // open-addressing table from first page id to the group's leader (the first row seen with that
-  // id, so the lowest: the sorted reference's leader, tests/host/decode/router_reference.h); a
-  // row whose first id is taken is recorded as (row, leader). (3) Each recorded row compared with
-  // its leader, the NEXT recorded row's shared pages prefetched meanwhile (a 4K-key shared prefix
-  // is 256 ids, 1 KiB, per row). O(batch + the shared pages compared); an unshared step (every
-  // first id distinct, the serving case without prefix caching) costs one probe per row and no
-  // page comparison. Capacity: a power of two >= 2 x batch (load <= 1/2: ~1.5 probes per row); on
-  // the stack up to kStackSlots (batch <= 2048: 32 KiB of slots and 16 KiB of pairs, cleared only
-  // up to cap), above that one heap array per call. The sum is the same as comparing in pass (2)
-  // (integer adds, any order).
+  // One pass over the rows in order, an open-addressing table from first page id to the group's
+  // leader (the first row seen with that id, so the lowest: the sorted reference's leader,
+  // tests/host/decode/router_reference.h); a row whose first id is taken is compared with its
+  // leader. O(batch + the shared pages compared); an unshared step (every first id distinct, the
+  // serving case without prefix caching) costs one probe per row and no page comparison.
+  // Capacity: a power of two >= 2 x batch (load <= 1/2: ~1.5 probes per row); on the stack up to
+  // kStackSlots (batch <= 2048: 32 KiB, cleared only up to cap), above that one heap array per call.
   struct Slot {
     int32_t id, row;  // row < 0: empty
   };
@@ -364,23 +350,18 @@ int64_t shared_prefix_keys(const int32_t* ids, int64_t row_stride, const int32_t
   while (bits < 31 && (int64_t(1) << bits) < 2 * int64_t(batch)) ++bits;
   const uint32_t cap = uint32_t(1) << bits, mask = cap - 1;
   Slot stack_slots[kStackSlots];
-  int32_t stack_pairs[kStackSlots];  // (row, leader) per sharing row: <= batch - 1 pairs
   std::vector<Slot> heap_slots;
-  std::vector<int32_t> heap_pairs;
   Slot* slots = stack_slots;
-  int32_t* pairs = stack_pairs;
   if (cap > uint32_t(kStackSlots)) {
     heap_slots.resize(cap);
-    heap_pairs.resize(size_t(2) * size_t(batch));
     slots = heap_slots.data();
-    pairs = heap_pairs.data();
   }
-  for (int32_t b = 0; b < batch; ++b) WEFT_PREFETCH(ids + b * row_stride);
   for (uint32_t i = 0; i < cap; ++i) slots[i].row = -1;
-  int32_t npairs = 0;
+  int64_t keys = 0;
   for (int32_t b = 0; b < batch; ++b) {
     if (kv_len[b] < page_size) continue;  // no full page: shares nothing
-    const int32_t id = ids[b * row_stride];
+    const int32_t* mp = ids + b * row_stride;
+    const int32_t id = mp[0];
     // Fibonacci hashing: the top bits of id x 2^32 / phi (scattered and sequential ids alike).
     uint32_t h = (uint32_t(id) * 0x9E3779B1u) >> (32 - bits);
     while (slots[h].row >= 0 && slots[h].id != id) h = (h + 1) & mask;
@@ -388,28 +369,11 @@ int64_t shared_prefix_keys(const int32_t* ids, int64_t row_stride, const int32_t
       slots[h] = {id, b};
       continue;
     }
-    pairs[2 * npairs] = b;
-    pairs[2 * npairs + 1] = slots[h].row;
-    ++npairs;
-  }
-  // A row's shared pages to compare: at most its and its leader's full pages.
-  auto full_of = [&](int32_t i) { return std::min(kv_len[pairs[2 * i]], kv_len[pairs[2 * i + 1]]) / page_size; };
-  // Prefetch of row i's first `full` ids, one line (16 ids) at a time, at most kPrefetchLines.
-  constexpr int32_t kLineIds = 16, kPrefetchLines = 32;
-  auto prefetch_row = [&](int32_t i) {
-    const int32_t* mp = ids + pairs[2 * i] * row_stride;
-    const int32_t lines = std::min(kPrefetchLines, (full_of(i) + kLineIds - 1) / kLineIds);
-    for (int32_t l = 0; l < lines; ++l) WEFT_PREFETCH(mp + l * kLineIds);
-  };
-  if (npairs > 0) prefetch_row(0);
-  int64_t keys = 0;
-  for (int32_t i = 0; i < npairs; ++i) {
-    if (i + 1 < npairs) prefetch_row(i + 1);
-    const int32_t* mp = ids + pairs[2 * i] * row_stride;
-    const int32_t* lp = ids + pairs[2 * i + 1] * row_stride;
-    const int32_t full = full_of(i);
+    const int32_t lead = slots[h].row;
+    const int32_t* lp = ids + lead * row_stride;
+    const int32_t full = std::min(kv_len[lead], kv_len[b]) / page_size;
     // The first differing page: blocks of 64 ids compared with memcmp, the first unequal block
-    // scanned.
+    // scanned (a 4K-key shared prefix is 256 pages per row).
     int32_t p = 0;
     constexpr int32_t kBlock = 64;
     while (p + kBlock <= full && std::memcmp(mp + p, lp + p, kBlock * sizeof(int32_t)) == 0) p += kBlock;
