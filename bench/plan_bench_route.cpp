@@ -11,7 +11,9 @@
 #include "common/plan_phases.h"
 #include "decode/decode_plan.h"
 #include "decode/direct_plan.h"
+#include "attention/plan/pack_planner.h"
 #include "decode/router.h"
+#include "prefix_tree.h"
 #include "paged/block_table.h"
 #include "plan_bench.h"
 #include "tests/host/decode/router_reference.h"
@@ -39,6 +41,11 @@ using weft::plan::WorkspaceLayout;
 //                                  L1/L2 when the routed plan starts)
 //   route/<case>  balanced plan    batch_shape + plan_decode + serialize (the fixed balanced
 //                                  route's planning, for scale)
+//   route/<case>  share step       the routed prefix_share step: feature + choose_route + pack
+//                                  plan; ref: shared_prefix_keys then PackPlanner::plan, new:
+//                                  PackPlanner::prepare then plan(prepared) (ids walked once);
+//                                  warm and cold (lazy updates), and "share full (cold)" (reset:
+//                                  a full plan after a structural change)
 // Cases: b1 (one 32K row), b8 (bimodal), b32-shared (a 4096-key prefix shared by all), b256
 // (512..4096 keys, unshared).
 void route_cases(const std::string& filter, const std::string& router_path) {
@@ -206,6 +213,67 @@ void route_cases(const std::string& filter, const std::string& router_path) {
     };
     print_row(c.name, "direct plan (cold)", time_calls(cold_plan(false)), time_calls(cold_plan(true)),
               "after 32 MiB of writes");
+    // The routed prefix-sharing step (plan(BlockTable) under kAuto with share_prefixes where the
+    // pick is prefix_share: the feature, choose_route with the wrapper's memo, the pack plan over
+    // the rows view; not the image copy): ref = decode::shared_prefix_keys then PackPlanner::plan
+    // (the ids walked twice), new = PackPlanner::prepare then plan(prepared) (once; the hash pass
+    // where prepare declines: an unshared table whose key does not hold). Warm and cold steps of
+    // an unchanged table (a lazy update), and cold steps after a structural change (reset: a full
+    // plan; new builds the forest in prepare and reuses it).
+    {
+      const weft::plan::PackPlanConfig pc = weft::bench::pack_bench_config(kPage, kGrid, kHkv, kHq / kHkv, kHeadDim);
+      std::vector<int32_t> offsets(size_t(c.batch) + 1);
+      for (int32_t b = 0; b <= c.batch; ++b)
+        offsets[b] = b < c.batch ? b * max_blocks : (c.batch - 1) * max_blocks + max_blocks;
+      weft::plan::PackPlanner pk_old, pk_new;
+      weft::decode::RouteMemo memo_old, memo_new;
+      int64_t last_new = 0;
+      int32_t pick_old = -1, pick_new = -1;
+      int64_t sh_old = -1, sh_new = -1;
+      weft::decode::RouteFilter rf;
+      rf.max_tasks = 65536;
+      auto step = [&](bool use_new, bool reset) {
+        weft::plan::PackPlanner& pk = use_new ? pk_new : pk_old;
+        if (reset) pk.reset();
+        int64_t sh = -1;
+        if (use_new)
+          sh = pk.prepare(offsets.data(), ids.data(), lens.data(), c.batch, kPage, last_new > 0);
+        const bool prepared = sh >= 0;
+        if (sh < 0) sh = weft::decode::shared_prefix_keys(ids.data(), max_blocks, lens.data(), c.batch, kPage);
+        if (use_new) last_new = sh;
+        weft::decode::RouteFilter f = rf;
+        f.balanced = sh <= 0;
+        const int32_t pk_pick =
+            weft::decode::choose_route(model, {lens.data(), c.batch, sh}, f, use_new ? &memo_new : &memo_old);
+        pk.plan(offsets.data(), ids.data(), lens.data(), c.batch, pc, use_new && prepared);
+        (use_new ? pick_new : pick_old) = pk_pick;
+        (use_new ? sh_new : sh_old) = sh;
+      };
+      auto timed = [&](bool use_new, bool reset) {
+        return [&, use_new, reset] {
+          std::memset(evict.data(), ++evict_round, evict.size());
+          const auto t0 = Clock::now();
+          step(use_new, reset);
+          return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        };
+      };
+      step(false, false);
+      step(true, false);
+      const weft::plan::WorkPlanLayout wl(weft::bench::pack_bench_bounds(c.batch, kGrid, kHkv, kHeadDim));
+      std::vector<unsigned char> im_old(wl.metadata_bytes()), im_new(wl.metadata_bytes());
+      wl.serialize(pk_old.current(), im_old.data());
+      wl.serialize(pk_new.current(), im_new.data());
+      std::snprintf(note, sizeof note, "shared keys %lld/%lld, pick %s, %s", static_cast<long long>(sh_old),
+                    static_cast<long long>(sh_new),
+                    pick_old == pick_new ? (pick_new >= 0 ? model.options[pick_new].name.c_str() : "none") : "DIFFERS",
+                    im_old == im_new ? "same image" : "IMAGE DIFFERS");
+      print_row(c.name, "share step", time_calls([&] { step(false, false); }), time_calls([&] { step(true, false); }),
+                note);
+      print_row(c.name, "share step (cold)", time_calls(timed(false, false)), time_calls(timed(true, false)),
+                "after 32 MiB of writes");
+      print_row(c.name, "share full (cold)", time_calls(timed(false, true)), time_calls(timed(true, true)),
+                "structure changed (reset), after 32 MiB of writes");
+    }
 #if defined(WEFT_PLAN_PHASES)
     // -DWEFT_PLAN_PHASES=ON: the balanced plan(BlockTable)'s host parts with the phase clock of
     // src/common/plan_phases.h (the wrapper's marks: rows check, shape, plan_decode's four, image

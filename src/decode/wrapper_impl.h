@@ -128,6 +128,11 @@ struct BatchDecodeWrapper::Impl {
   // row offsets b * row_stride (no copy of the page ids).
   std::vector<int32_t> row_offsets;
   PageTable rows_view;
+  void set_rows_view(const BlockTable& table);  // row_offsets and rows_view of the table
+  // During plan(BlockTable) under kAuto: packer.prepare() read the rows view for the router's
+  // sharing feature; plan_lengths's packer.plan() does not read the ids again.
+  bool share_prepared = false;
+  int64_t last_shared_keys = 0;  // the feature of the previous kAuto plan (> 0: prepare builds the forest)
 
   // DecodeOptions::route other than kBalanced: the work queue (its workspace after the balanced
   // plan's, at wq_offset), the router table of kAuto, and whether the current plan is the work

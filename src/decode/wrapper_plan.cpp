@@ -52,8 +52,12 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
   im.lens_checked = table.seq_lens.host;
   struct ClearChecked {
     const int32_t*& p;
-    ~ClearChecked() { p = nullptr; }
-  } clear_checked{im.lens_checked};
+    bool& prepared;
+    ~ClearChecked() {
+      p = nullptr;
+      prepared = false;
+    }
+  } clear_checked{im.lens_checked, im.share_prepared};
   if (im.route != DecodeRoute::kBalanced) {
     int32_t chunk = -1;  // -1: the balanced plan
     if (im.route == DecodeRoute::kWorkQueue) {
@@ -64,10 +68,25 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
       // With share_prefixes the persistent candidate is the prefix-sharing plan where rows share
       // leading pages (its shared keys estimated from the rows' leading page ids) and the balanced
       // plan (the twin) where none do; without, the balanced plan.
-      const int64_t shared =
-          im.share ? decode::shared_prefix_keys(table.block_ids.host, table.row_stride, table.seq_lens.host,
-                                                table.batch_size, page_size)
-                   : 0;
+      // The shared keys (decode::shared_prefix_keys' value) come from the pack planner's
+      // prepare() over the rows view where it can: one walk over the ids serves the feature and,
+      // where the pick is prefix_share, the pack plan below (its structural key, or its forest
+      // where the previous step shared: an unshared table's forest costs more than the hash pass).
+      int64_t shared = 0;
+      if (im.share) {
+        // (Row offsets past int32, which the rows view cannot hold: the hash pass alone.)
+        const bool view_fits =
+            table.batch_size == 0 || (int64_t(table.batch_size) - 1) * table.row_stride + table.max_blocks <= INT32_MAX;
+        im.set_rows_view(table);
+        shared = !view_fits ? -1
+                            : im.packer.prepare(im.row_offsets.data(), table.block_ids.host, table.seq_lens.host,
+                                                table.batch_size, page_size, im.last_shared_keys > 0);
+        im.share_prepared = shared >= 0;
+        if (shared < 0)
+          shared = decode::shared_prefix_keys(table.block_ids.host, table.row_stride, table.seq_lens.host,
+                                              table.batch_size, page_size);
+        im.last_shared_keys = shared;
+      }
       WEFT_PLAN_PHASE(kPhSharedKeys);
       decode::RouteFilter filter;
       filter.balanced = !im.share || shared <= 0;
@@ -98,15 +117,10 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
                  layout, variant, workspace, workspace_bytes, stream);
     return;
   }
-  // Prefix sharing: the forest and the pack plan see row b's ids at offset b * row_stride.
+  // Prefix sharing: the forest and the pack plan see row b's ids at offset b * row_stride (the
+  // view kAuto's decision already set).
   const int32_t batch = table.batch_size;
-  im.row_offsets.resize(size_t(batch) + 1);
-  for (int32_t b = 0; b <= batch; ++b)
-    im.row_offsets[b] = b < batch ? static_cast<int32_t>(b * table.row_stride)
-                                  : static_cast<int32_t>(batch == 0 ? 0 : (batch - 1) * table.row_stride + table.max_blocks);
-  im.rows_view.batch_size = batch;
-  im.rows_view.indptr = {nullptr, im.row_offsets.data(), int64_t(batch) + 1};
-  im.rows_view.indices = {table.block_ids.device, table.block_ids.host, table.block_ids.size};
+  if (!im.share_prepared) im.set_rows_view(table);
   im.share_table = &im.rows_view;
   struct Clear {
     const PageTable*& t;
@@ -115,6 +129,17 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
   WEFT_PLAN_PHASE(kPhRowsView);
   plan_lengths(table.seq_lens.host, batch, num_qo_heads, num_kv_heads, head_dim, page_size, dtype, layout, variant,
                workspace, workspace_bytes, stream);
+}
+
+void BatchDecodeWrapper::Impl::set_rows_view(const BlockTable& table) {
+  const int32_t batch = table.batch_size;
+  row_offsets.resize(size_t(batch) + 1);
+  for (int32_t b = 0; b <= batch; ++b)
+    row_offsets[b] = b < batch ? static_cast<int32_t>(b * table.row_stride)
+                               : static_cast<int32_t>(batch == 0 ? 0 : (batch - 1) * table.row_stride + table.max_blocks);
+  rows_view.batch_size = batch;
+  rows_view.indptr = {nullptr, row_offsets.data(), int64_t(batch) + 1};
+  rows_view.indices = {table.block_ids.device, table.block_ids.host, table.block_ids.size};
 }
 
 void BatchDecodeWrapper::plan_cascade(const PageTable& table, const std::vector<CascadeLevel>& levels,
@@ -245,7 +270,8 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
           specs.data(), static_cast<int32_t>(specs.size()), t.indptr.host, t.indices.host, kv_lens, batch, page_size);
       im.packer.plan_forest(forest, t.indptr.host, kv_lens, pc);
     } else {
-      lazy = im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc) == plan::PackPlanner::Update::kLazy &&
+      lazy = im.packer.plan(t.indptr.host, t.indices.host, kv_lens, batch, pc, im.share_prepared) ==
+                 plan::PackPlanner::Update::kLazy &&
              im.share_image_ws == workspace;
     }
     // A full re-plan with the options changed below (the same forest for a cascade).

@@ -28,15 +28,63 @@ int32_t chunk_count(int64_t len, int64_t clen) { return len == 0 ? 1 : static_ca
 
 }  // namespace
 
+int64_t PackPlanner::prepare(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
+                             int32_t page_size, bool build_forest) {
+  prep_ = Prep::kNone;
+  int64_t keys = shared_keys_;
+  const Prep p = key_ids_hold(indptr, indices, kv_len, batch, page_size) ? Prep::kProbed : Prep::kForest;
+  if (p == Prep::kForest) {
+    if (!build_forest) return -1;
+    forest_builder_.build(indptr, indices, kv_len, batch, page_size, pending_, &keys);
+  }
+  prep_ = p;
+  prep_indptr_ = indptr;
+  prep_indices_ = indices;
+  prep_kv_len_ = kv_len;
+  prep_batch_ = batch;
+  prep_page_size_ = page_size;
+  prep_keys_ = keys;
+  return keys;
+}
+
+// The structural key's checks that read the table (try_lazy's first ones, without its rewrite):
+// the same t_b (kv_len in [lo, hi]), the keys held by the list, the shared ids and the first
+// private id.
+bool PackPlanner::key_ids_hold(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
+                               int32_t page_size) const {
+  if (!lazy_ok_ || batch != plan_.batch || batch == 0 || page_size != cfg_.page_size) return false;
+  const int32_t* const path = path_ids_.data();
+  for (int32_t b = 0; b < batch; ++b) {
+    const ReqKey& k = key_[b];
+    const int32_t len = kv_len[b], at = indptr[b];
+    if (len < k.lo || len > k.hi || (int64_t(indptr[b + 1]) - at) * page_size < len) return false;
+    const int32_t* ids = indices + at;
+    if (k.shared > 0 && std::memcmp(ids, path + k.path, size_t(k.shared) * sizeof(int32_t)) != 0) return false;
+    if (k.has_priv && ids[k.shared] != k.first_priv) return false;
+  }
+  return true;
+}
+
 PackPlanner::Update PackPlanner::plan(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len,
-                                      int32_t batch, const PackPlanConfig& cfg) {
-  if (lazy_ok_ && try_lazy(indptr, indices, kv_len, batch, cfg)) {
+                                      int32_t batch, const PackPlanConfig& cfg, bool prepared) {
+  // prepare()'s work where it was of this table (and, for a forest, of this page size).
+  const bool same = prepared && prep_indptr_ == indptr && prep_indices_ == indices && prep_kv_len_ == kv_len &&
+                    prep_batch_ == batch && prep_page_size_ == cfg.page_size;
+  const Prep prep = same ? prep_ : Prep::kNone;
+  prep_ = Prep::kNone;
+  // (kForest: the key did not hold, so neither would try_lazy, which checks it and more.)
+  if (prep != Prep::kForest && lazy_ok_ && try_lazy(indptr, indices, kv_len, batch, cfg, prep == Prep::kProbed)) {
     ++version_;
     return Update::kLazy;
   }
   lazy_ok_ = false;
   moved_ = 7;
-  forest_builder_.build(indptr, indices, kv_len, batch, cfg.page_size, forest_);
+  if (prep == Prep::kForest) {
+    std::swap(forest_, pending_);  // (pending_ keeps the old one's buffers for the next prepare)
+    shared_keys_ = prep_keys_;
+  } else {
+    forest_builder_.build(indptr, indices, kv_len, batch, cfg.page_size, forest_, &shared_keys_);
+  }
   make_pack_plan(forest_, indptr, kv_len, cfg, plan_, scratch_);
   cfg_ = cfg;
   chunk_ = scratch_.max_chunk;
@@ -135,7 +183,7 @@ void PackPlanner::build_key(const int32_t* indptr, const int32_t* indices, const
 }
 
 bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
-                           const PackPlanConfig& cfg) {
+                           const PackPlanConfig& cfg, bool ids_checked) {
   if (batch != plan_.batch || !same_config(cfg, cfg_) || batch == 0) return false;
   const int32_t ps = cfg.page_size;
   // One pass over the requests: each one's checks in order of cost (the first failure ends it)
@@ -158,9 +206,10 @@ bool PackPlanner::try_lazy(const int32_t* indptr, const int32_t* indices, const 
     // the keys (build_prefix_forest's check, which a full plan throws on: refuse the lazy path
     // and let it).
     if (len < k.lo || len > k.hi || (int64_t(indptr[b + 1]) - at) * ps < len) return false;
-    const int32_t* ids = indices + at;
-    if (k.shared > 0 && std::memcmp(ids, path + k.path, size_t(k.shared) * sizeof(int32_t)) != 0) return false;
-    if (k.has_priv && ids[k.shared] != k.first_priv) return false;
+    const int32_t* ids = indices + at;  // (ids_checked: key_ids_hold read them for prepare())
+    if (!ids_checked && k.shared > 0 && std::memcmp(ids, path + k.path, size_t(k.shared) * sizeof(int32_t)) != 0)
+      return false;
+    if (!ids_checked && k.has_priv && ids[k.shared] != k.first_priv) return false;
     base_moved |= at != k.base;
     k.base = at;
     if (k.chunks == 1) {

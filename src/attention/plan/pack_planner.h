@@ -51,8 +51,26 @@ class PackPlanner {
   // update of the previous plan when the structural key matches, else a full plan. Throws
   // weft::Error on bad input (as build_prefix_forest / make_pack_plan); the previous plan is
   // then dropped (the next call plans fully).
+  // prepared: the same table's prepare() came just before (the same pointers, batch and page
+  // size; else it is ignored): its walk over the ids is not repeated.
   Update plan(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
-              const PackPlanConfig& cfg);
+              const PackPlanConfig& cfg, bool prepared = false);
+  // The decode router's sharing feature of the table (decode::shared_prefix_keys of the rows
+  // indices + indptr[b]: the same value), read with the one walk over the ids that the following
+  // plan(..., prepared = true) then does not repeat (BatchDecodeWrapper's kAuto route with
+  // share_prefixes: the feature decides, and where it picks prefix_share this planner plans).
+  // - The structural key of the last full plan holds: the forest is that plan's, and so is the
+  //   feature (a function of the lists truncated to t_b as well: every two requests' common full
+  //   pages are at most min(t_a, t_b), and a request has a full page iff t_b >= 1), so the value
+  //   cached at that plan; plan() then skips the key's id comparisons (the rest of the lazy checks
+  //   stay).
+  // - Else, with build_forest, the forest, built now with the feature read off its insertions
+  //   (PrefixForestBuilder::build's lead_keys); plan() then plans fully from it. Without, -1
+  //   (nothing read: the caller computes the feature; a forest costs more than the feature's
+  //   hash pass on a table that shares nothing, where the router rarely picks this planner).
+  // Nothing of the current plan changes here. Throws as build_prefix_forest.
+  int64_t prepare(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
+                  int32_t page_size, bool build_forest);
   // A full plan of an explicitly given forest (cascade levels, make_cascade_forest); never
   // updated lazily (the next plan() plans fully).
   void plan_forest(const PrefixForest& forest, const int32_t* indptr, const int32_t* kv_len, const PackPlanConfig& cfg);
@@ -75,7 +93,9 @@ class PackPlanner {
 
  private:
   bool try_lazy(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
-                const PackPlanConfig& cfg);
+                const PackPlanConfig& cfg, bool ids_checked);
+  bool key_ids_hold(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
+                    int32_t page_size) const;
   void index_private_items();
   void build_key(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch);
 
@@ -83,6 +103,16 @@ class PackPlanner {
   PackPlanScratch scratch_;
   PrefixForest forest_;
   PrefixForestBuilder forest_builder_;
+  int64_t shared_keys_ = 0;  // the sharing feature of the last full plan's table (prepare)
+  // What the last prepare() left for the next plan(): kProbed, the key's ids checked; kForest,
+  // the table's forest in pending_ with its feature; of the table (indptr, indices, kv_len, batch,
+  // page size) in prep_*.
+  enum class Prep { kNone, kProbed, kForest };
+  Prep prep_ = Prep::kNone;
+  const int32_t *prep_indptr_ = nullptr, *prep_indices_ = nullptr, *prep_kv_len_ = nullptr;
+  int32_t prep_batch_ = 0, prep_page_size_ = 0;
+  int64_t prep_keys_ = 0;
+  PrefixForest pending_;
   PackPlanConfig cfg_{};
   bool lazy_ok_ = false;
   uint64_t version_ = 0;

@@ -87,7 +87,8 @@ PrefixForest build_prefix_forest(const int32_t* indptr, const int32_t* indices, 
 }
 
 void PrefixForestBuilder::build(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len,
-                                int32_t batch, int32_t page_size, PrefixForest& f) {
+                                int32_t batch, int32_t page_size, PrefixForest& f, int64_t* lead_keys) {
+  if (lead_keys != nullptr) *lead_keys = 0;
   WEFT_CHECK_ARG(batch >= 0, "batch", "must be >= 0, got " << batch);
   WEFT_CHECK_ARG(page_size >= 1, "page_size", "must be >= 1, got " << page_size);
   f.nodes.clear();
@@ -133,9 +134,19 @@ void PrefixForestBuilder::build(const int32_t* indptr, const int32_t* indices, c
   // The node it reaches is the one the lookups would find (same first page under the same node).
   std::vector<int32_t>& path = st.path;
   path.clear();
+  // The sharing feature (lead_keys): the lowest request with a given first page id created the
+  // root's child of that id, and every node on its path is labelled by its list (splits keep the
+  // owner), so the nodes a request passes that the leader owns are a prefix of its path, and its
+  // common pages with the leader end at the last of them (or inside it, where it splits it).
+  int64_t lead_pages = 0;
   for (int32_t b = 0; b < batch; ++b) {
     int32_t cur = 0, pos = 0;
     const int32_t n = full[b];
+    int32_t lead = -1, with_lead = 0;  // the root child's owner; common pages with it so far
+    auto passed = [&](int32_t x) {     // b's path holds tree node x whole
+      if (lead < 0) lead = t[x].owner;
+      if (t[x].owner == lead) with_lead = t[x].end;
+    };
     if (b > 0) {
       const int32_t* mine = indices + indptr[b];
       const int32_t* prev = indices + indptr[b - 1];
@@ -144,6 +155,7 @@ void PrefixForestBuilder::build(const int32_t* indptr, const int32_t* indices, c
         if (e > n || std::memcmp(mine + pos, prev + pos, size_t(e - pos) * sizeof(int32_t)) != 0) break;
         cur = x;
         pos = e;
+        passed(x);
       }
     }
     int32_t end_node = -1;
@@ -181,8 +193,11 @@ void PrefixForestBuilder::build(const int32_t* indptr, const int32_t* indices, c
       if (l == label) {  // the whole label matches: descend
         cur = c;
         pos += l;
+        passed(c);
         continue;
       }
+      if (lead < 0) lead = t[c].owner;
+      if (t[c].owner == lead) with_lead = pos + l;  // the split's common part is the leader's
       // Split c after l pages: mid takes the common part and c's place among cur's children; c
       // keeps the rest, as mid's only child.
       const int32_t mid = static_cast<int32_t>(t.size());
@@ -208,10 +223,13 @@ void PrefixForestBuilder::build(const int32_t* indptr, const int32_t* indices, c
       cur = mid;
       pos += l;
     }
+    lead_pages += with_lead;  // 0 for a leader (it creates the root child) and a row of no full page
     path.clear();
     for (int32_t x = end_node; x != 0; x = t[x].parent) path.push_back(x);
     std::reverse(path.begin(), path.end());
   }
+
+  if (lead_keys != nullptr) *lead_keys = lead_pages * page_size;
 
   // Pass 1, depth-first (iterative: a page-size-1 cache makes paths deep): the request order
   // (requests ending at a node before those below it, children in creation order) and each

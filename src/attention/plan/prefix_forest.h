@@ -49,8 +49,12 @@ class PrefixForestBuilder {
   ~PrefixForestBuilder();
   PrefixForestBuilder(const PrefixForestBuilder&) = delete;
   PrefixForestBuilder& operator=(const PrefixForestBuilder&) = delete;
+  // lead_keys (optional): also the decode router's sharing feature of the same table
+  // (decode::shared_prefix_keys: per request with a full page, page_size x its common full pages
+  // with the lowest request of the same first page id), read off the insertions below instead of
+  // a second walk over the ids (PackPlanner::prepare).
   void build(const int32_t* indptr, const int32_t* indices, const int32_t* kv_len, int32_t batch,
-             int32_t page_size, PrefixForest& out);
+             int32_t page_size, PrefixForest& out, int64_t* lead_keys = nullptr);
 
  private:
   struct State;
