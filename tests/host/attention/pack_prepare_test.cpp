@@ -29,7 +29,8 @@ int64_t reference_keys(const Batch& bt) {
   for (int32_t b = 0; b < B; ++b) stride = std::max(stride, bt.indptr[b + 1] - bt.indptr[b]);
   std::vector<int32_t> rows(size_t(std::max(1, B)) * size_t(stride), -1);
   for (int32_t b = 0; b < B; ++b)
-    std::copy(bt.indices.begin() + bt.indptr[b], bt.indices.begin() + bt.indptr[b + 1], rows.begin() + size_t(b) * stride);
+    std::copy(bt.indices.begin() + bt.indptr[b], bt.indices.begin() + bt.indptr[b + 1],
+              rows.begin() + size_t(b) * stride);
   return decode::reference::shared_prefix_keys(rows.data(), stride, bt.kv_len.data(), B, bt.page_size);
 }
 
@@ -64,7 +65,8 @@ TEST(PackPrepare, FeatureEqualsSharedPrefixKeysReference) {
       for (int32_t p = 0; p < max_blocks; ++p) row[p] = p < keep ? g[size_t(p)] : next++;
     }
     std::vector<int32_t> offsets(size_t(batch) + 1);
-    for (int32_t b = 0; b <= batch; ++b) offsets[b] = b < batch ? b * stride : batch == 0 ? 0 : (batch - 1) * stride + max_blocks;
+    for (int32_t b = 0; b <= batch; ++b)
+      offsets[b] = b < batch ? b * stride : batch == 0 ? 0 : (batch - 1) * stride + max_blocks;
     const int64_t want = decode::reference::shared_prefix_keys(ids.data(), stride, lens.data(), batch, ps);
     PrefixForestBuilder builder;
     PrefixForest f;
@@ -113,7 +115,8 @@ TEST(PackPrepare, PreparedPlansEqualPlainPlans) {
       SCOPED_TRACE(::testing::Message() << "iter " << iter << " step " << step << " batch " << bt.batch());
       const int32_t B = bt.batch();
       const int64_t want = reference_keys(bt);
-      int64_t got = now.prepare(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), B, ps, last > 0 || step % 5 == 0);
+      const int64_t got =
+          now.prepare(bt.indptr.data(), bt.indices.data(), bt.kv_len.data(), B, ps, last > 0 || step % 5 == 0);
       const bool prepared = got >= 0;
       declined += !prepared;
       if (prepared) ASSERT_EQ(got, want);
