@@ -85,6 +85,15 @@ __device__ __forceinline__ void prepare_logits(float (&s)[Tr::kMB][Tr::kFragS][4
       for (int e = 0; e < 4; ++e) s[mb][n][e] = v.softcap(s[mb][n][e] * kq);
 }
 
+// The variant's per-row constants of an item's packed row: rows are the item's tokens x the GQA
+// group (row = token * group + head in group), at KV position pos0 + token (apply_bias_logits and
+// the sm90 mainloop's ALiBi step).
+template <class V>
+__device__ __forceinline__ typename V::Row variant_row(const V& v, const PrefillParams& p, const ItemGeom& g, int row) {
+  const int tok = row / p.group_size;
+  return v.row(g.pos0 + tok, g.kv_head * p.group_size + (row - tok * p.group_size));
+}
+
 // A variant with a bias (replaces prepare_logits): raw scores -> v's log2-domain logits. ALiBi
 // (p.alibi_slopes != nullptr, v = AlibiVariant): scale or soft cap, then slope[h] * log2(e) *
 // (j - pos); a run-time compiled variant (weft::jit): its own logit. Element layout as
@@ -97,10 +106,7 @@ __device__ __forceinline__ void apply_bias_logits(float (&s)[Tr::kMB][Tr::kFragS
   for (int mb = 0; mb < Tr::kMB; ++mb) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = g.row_begin + warp_row0 + mb * 16 + (lane >> 2) + 8 * h;
-      const int tok = row / p.group_size;
-      const int head = g.kv_head * p.group_size + (row - tok * p.group_size);
-      const typename V::Row vr = v.row(g.pos0 + tok, head);
+      const typename V::Row vr = variant_row(v, p, g, g.row_begin + warp_row0 + mb * 16 + (lane >> 2) + 8 * h);
 #pragma unroll
       for (int n = 0; n < Tr::kFragS; ++n) {
 #pragma unroll

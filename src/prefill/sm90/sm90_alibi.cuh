@@ -24,9 +24,7 @@ __device__ __forceinline__ void alibi_logits(float (&s)[Tr::kMB][Tr::kFragS][4],
   for (int mb = 0; mb < Tr::kMB; ++mb) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = g.row_begin + warp_row0 + mb * 16 + (lane >> 2) + 8 * h;
-      const int tok = row / p.group_size;
-      const attn::AlibiVariant::Row r = v.row(g.pos0 + tok, g.kv_head * p.group_size + (row - tok * p.group_size));
+      const attn::AlibiVariant::Row r = variant_row(v, p, g, g.row_begin + warp_row0 + mb * 16 + (lane >> 2) + 8 * h);
       const float base = r.slope_log2 * static_cast<float>(key0 + 2 * (lane & 3) - r.q_pos);
 #pragma unroll
       for (int n = 0; n < Tr::kFragS; ++n) {

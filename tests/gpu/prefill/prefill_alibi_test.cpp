@@ -195,6 +195,25 @@ TEST(PrefillAlibiSmall, CustomMask) {
   run_and_check(c, 300);
 }
 
+// c (no ALiBi) against c with all-zero slopes, the same inputs (same salt): the same bits of O and
+// LSE; sm90: both plans run the sm90 mainloop.
+void expect_zero_slopes_match_no_alibi(const Case& c, bool sm90) {
+  Prepared a, b;
+  prepare(a, c, 7);
+  Case cz = c;
+  cz.alibi_slopes.assign(c.num_qo_heads, 0.f);
+  prepare(b, cz, 7);  // same salt: same inputs
+  BatchPrefillWrapper wa, wb;
+  plan_and_run(wa, a);
+  plan_and_run(wb, b);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  if (sm90) ASSERT_TRUE(wa.plan_info().sm90 && wb.plan_info().sm90);
+  EXPECT_EQ(download_out(a), download_out(b)) << c.describe();
+  const std::vector<float> la = download_lse(a), lb = download_lse(b);
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) ASSERT_EQ(la[i], lb[i]) << "lse " << i;
+}
+
 // All-zero slopes run the ALiBi kernel path with a zero bias: bit-identical to no ALiBi when
 // both hold log2-domain logits, i.e. with a soft cap (without one the default path keeps raw
 // scores and folds the scale into its exp2 FFMA: one rounding fewer).
@@ -210,19 +229,7 @@ TEST(PrefillAlibiSmall, ZeroSlopesMatchNoAlibiBitwise) {
     c.q_lens = {50, 9};
     c.kv_lens = {80, 300};
     c.opt.cta_q = 64;
-    Prepared a, b;
-    prepare(a, c, 7);
-    Case cz = c;
-    cz.alibi_slopes.assign(c.num_qo_heads, 0.f);
-    prepare(b, cz, 7);  // same salt: same inputs
-    BatchPrefillWrapper wa, wb;
-    plan_and_run(wa, a);
-    plan_and_run(wb, b);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(download_out(a), download_out(b)) << c.describe();
-    const std::vector<float> la = download_lse(a), lb = download_lse(b);
-    ASSERT_EQ(la.size(), lb.size());
-    for (size_t i = 0; i < la.size(); ++i) ASSERT_EQ(la[i], lb[i]) << "lse " << i;
+    expect_zero_slopes_match_no_alibi(c, /*sm90=*/false);
   }
 }
 
@@ -434,20 +441,7 @@ TEST(PrefillAlibiSm90Small, ZeroSlopesMatchNoAlibiBitwise) {
     c.q_lens = {150, 9};
     c.kv_lens = {200, 300};
     c.opt.mainloop = PrefillMainloop::kSm90;
-    Prepared a, b;
-    prepare(a, c, 7);
-    Case cz = c;
-    cz.alibi_slopes.assign(c.num_qo_heads, 0.f);
-    prepare(b, cz, 7);  // same salt: same inputs
-    BatchPrefillWrapper wa, wb;
-    plan_and_run(wa, a);
-    plan_and_run(wb, b);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_TRUE(wa.plan_info().sm90 && wb.plan_info().sm90);
-    EXPECT_EQ(download_out(a), download_out(b)) << c.describe();
-    const std::vector<float> la = download_lse(a), lb = download_lse(b);
-    ASSERT_EQ(la.size(), lb.size());
-    for (size_t i = 0; i < la.size(); ++i) ASSERT_EQ(la[i], lb[i]) << "lse " << i;
+    expect_zero_slopes_match_no_alibi(c, /*sm90=*/true);
   }
 }
 

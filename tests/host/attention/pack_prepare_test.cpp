@@ -13,6 +13,7 @@
 
 #include "attention/plan/pack_planner.h"
 #include "tests/host/attention/pack_plan_check.h"
+#include "tests/host/decode/random_block_table.h"
 #include "tests/host/decode/router_reference.h"
 
 namespace weft::plan {
@@ -20,6 +21,8 @@ namespace {
 
 using pack_check::Batch;
 using pack_check::random_batch;
+using test::random_block_table;
+using test::RandomBlockTable;
 using test::Rng;
 
 // The reference feature of a CSR batch: its lists copied into rows of one stride.
@@ -34,36 +37,17 @@ int64_t reference_keys(const Batch& bt) {
   return decode::reference::shared_prefix_keys(rows.data(), stride, bt.kv_len.data(), B, bt.page_size);
 }
 
-// Random block tables as the router's test draws them (router_test.cpp): unshared rows, groups
-// sharing prefixes diverging at any page, rows with only the first id in common, empty and
-// sub-page rows, negative ids, page size 1, strides wider than the rows; read through row
+// Random block tables as the router's test draws them (random_block_table.h), read through row
 // offsets b * stride as the wrapper's rows view.
 TEST(PackPrepare, FeatureEqualsSharedPrefixKeysReference) {
   Rng rng(2222);
   int64_t shared_tables = 0;
   for (int trial = 0; trial < 500; ++trial) {
     const int32_t batch = int32_t(rng.randint(0, 300));
-    const int32_t ps = trial % 7 == 0 ? 1 : 16;
-    const int32_t max_blocks = int32_t(rng.randint(1, 40));
-    const int32_t stride = max_blocks + int32_t(rng.randint(0, 3));
-    const int32_t groups = int32_t(rng.randint(1, 6));
-    std::vector<std::vector<int32_t>> prefix(static_cast<size_t>(groups));
-    int32_t next = int32_t(rng.randint(-50, 50));
-    for (auto& g : prefix) {
-      g.resize(size_t(rng.randint(1, max_blocks)));
-      for (auto& id : g) id = next++;
-    }
-    std::vector<int32_t> ids(size_t(std::max(1, batch)) * size_t(stride), -7), lens(size_t(std::max(1, batch)));
-    for (int32_t b = 0; b < batch; ++b) {
-      const int32_t pages = int32_t(rng.randint(0, max_blocks));
-      lens[b] = pages == 0 ? int32_t(rng.randint(0, 1)) * int32_t(rng.randint(0, ps - 1))
-                           : (pages - 1) * ps + int32_t(rng.randint(1, ps));
-      int32_t* row = ids.data() + size_t(b) * size_t(stride);
-      const bool in_group = trial % 3 != 0 && rng.randint(0, 3) != 0;
-      const auto& g = prefix[size_t(rng.randint(0, groups - 1))];
-      const int32_t keep = !in_group ? 0 : rng.randint(0, 7) == 0 ? 1 : int32_t(rng.randint(1, int64_t(g.size())));
-      for (int32_t p = 0; p < max_blocks; ++p) row[p] = p < keep ? g[size_t(p)] : next++;
-    }
+    const RandomBlockTable t = random_block_table(rng, trial, batch);
+    const std::vector<int32_t>& ids = t.ids;
+    const std::vector<int32_t>& lens = t.lens;
+    const int32_t ps = t.page_size, max_blocks = t.max_blocks, stride = int32_t(t.stride);
     std::vector<int32_t> offsets(size_t(batch) + 1);
     for (int32_t b = 0; b <= batch; ++b)
       offsets[b] = b < batch ? b * stride : batch == 0 ? 0 : (batch - 1) * stride + max_blocks;

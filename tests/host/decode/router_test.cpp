@@ -10,6 +10,7 @@
 
 #include "attention/plan/work_queue.h"
 #include "decode/router.h"
+#include "tests/host/decode/random_block_table.h"
 #include "tests/host/decode/router_reference.h"
 #include "tests/common/test_util.h"
 #include "weft/error.h"
@@ -17,6 +18,8 @@
 namespace weft::decode {
 namespace {
 
+using test::random_block_table;
+using test::RandomBlockTable;
 using test::Rng;
 using test::thrown_argument;
 
@@ -196,29 +199,11 @@ TEST(Router, SharedPrefixKeysHashEqualsSortedReference) {
   int64_t shared_tables = 0;
   for (int trial = 0; trial < 600; ++trial) {
     const int32_t batch = trial % 50 == 49 ? int32_t(rng.randint(2049, 5000)) : int32_t(rng.randint(0, 300));
-    const int32_t ps = trial % 7 == 0 ? 1 : 16;
-    const int32_t max_blocks = int32_t(rng.randint(1, 40));
-    const int64_t stride = max_blocks + int32_t(rng.randint(0, 3));
-    const int32_t groups = int32_t(rng.randint(1, 6));  // prefix groups (trial % 3 == 0: none)
-    std::vector<std::vector<int32_t>> prefix(static_cast<size_t>(groups));
-    int32_t next = int32_t(rng.randint(-50, 50));
-    for (auto& g : prefix) {
-      g.resize(size_t(rng.randint(1, max_blocks)));
-      for (auto& id : g) id = next++;
-    }
-    std::vector<int32_t> ids(size_t(std::max(1, batch)) * size_t(stride), -7), lens(size_t(std::max(1, batch)));
-    for (int32_t b = 0; b < batch; ++b) {
-      const int32_t pages = int32_t(rng.randint(0, max_blocks));
-      lens[b] = pages == 0 ? int32_t(rng.randint(0, 1)) * int32_t(rng.randint(0, ps - 1))
-                           : (pages - 1) * ps + int32_t(rng.randint(1, ps));
-      int32_t* row = ids.data() + size_t(b) * size_t(stride);
-      const bool in_group = trial % 3 != 0 && rng.randint(0, 3) != 0;
-      const auto& g = prefix[size_t(rng.randint(0, groups - 1))];
-      // A grouped row lists its group's prefix (up to a random divergence point) then private
-      // pages; one in 8 takes only the first id (equal first ids, nothing else shared).
-      const int32_t keep = !in_group ? 0 : rng.randint(0, 7) == 0 ? 1 : int32_t(rng.randint(1, int64_t(g.size())));
-      for (int32_t p = 0; p < max_blocks; ++p) row[p] = p < keep ? g[size_t(p)] : next++;
-    }
+    const RandomBlockTable t = random_block_table(rng, trial, batch);
+    const std::vector<int32_t>& ids = t.ids;
+    const std::vector<int32_t>& lens = t.lens;
+    const int64_t stride = t.stride;
+    const int32_t ps = t.page_size;
     const int64_t want = reference::shared_prefix_keys(ids.data(), stride, lens.data(), batch, ps);
     ASSERT_EQ(shared_prefix_keys(ids.data(), stride, lens.data(), batch, ps), want)
         << "trial " << trial << " batch " << batch << " page " << ps;
