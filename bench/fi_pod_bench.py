@@ -61,6 +61,10 @@ def main():
     ap.add_argument("--budget", type=float, default=0)
     ap.add_argument("--reps", type=int, default=0)
     ap.add_argument("--alone", action="store_true")
+    # --no-fa3: no fa3 prefill wrapper (no fi-serial-fa3 / fi-prefill-fa3 rows). Its module is not
+    # JIT-built then, which takes minutes on the device when no pre-built one is carried (the kit with
+    # that module no longer fits the carry next to the tree).
+    ap.add_argument("--no-fa3", action="store_true")
     args = ap.parse_args()
     t_start = time.perf_counter()
     fb = load_kit(args.kit)
@@ -116,7 +120,7 @@ def main():
                 pod.plan(qo_p, ip_p, ix_p, la_p, qo_d, ip_d, ix_d, la_d, hq, hkv, D, PAGE,
                          q_data_type=bf, kv_data_type=bf)
                 pres = {}
-                for be in ("fa2", "fa3"):
+                for be in ("fa2",) if args.no_fa3 else ("fa2", "fa3"):
                     w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(b.ws, "NHD", backend=be)
                     w.plan(qo_p, ip_p, ix_p, la_p, hq, hkv, D, PAGE, causal=True, q_data_type=bf, kv_data_type=bf)
                     pres[be] = w
@@ -127,11 +131,15 @@ def main():
                     "fi-prefill-fa3": lambda: pres["fa3"].run(q_p, (k, v), out=o_p),
                     "fi-decode": lambda: dec.run(q_d, (k, v), out=o_d),
                 }
+                if args.no_fa3:
+                    del alone["fi-prefill-fa3"]
                 fns = {
                     "fi-pod": lambda: pod.run(q_p, (k, v), q_d, (k, v), causal_p=True),
                     "fi-serial-fa2": lambda: (alone["fi-prefill-fa2"](), alone["fi-decode"]()),
                     "fi-serial-fa3": lambda: (alone["fi-prefill-fa3"](), alone["fi-decode"]()),
                 }
+                if args.no_fa3:
+                    del fns["fi-serial-fa3"]
                 if args.alone:
                     fns.update(alone)
                 # Correctness: the fused outputs against the serial (FA2 + decode) ones.

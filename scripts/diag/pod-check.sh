@@ -11,6 +11,7 @@
 # KIT=<FlashInfer kit dir> (default ../.baselines; absent: no FlashInfer rows).
 # FI_WEFT_JSON=<weft pod JSON of an earlier run>: FlashInfer times that run's kept batches WHILE
 #   weft builds (FI_BUDGET s, default 110), instead of after weft's bench (a shorter call).
+#   FI_ARGS: more fi_pod_bench.py arguments in that mode (e.g. --no-fa3).
 # TESTS_FILTER: gtest filter of the POD GPU tests before the bench (default all); the rest
 #   (PodRandom) then runs after the bench when time is left. NO_SANITIZER=1 skips the sanitizers,
 #   NO_RACECHECK=1 racecheck alone; SANITIZER_LAST=1 runs them after the bench (the bench first).
@@ -33,7 +34,7 @@ if [ -d "$KIT/whl" ]; then  # FlashInfer into /tmp/site while weft builds
     # (a subshell cannot wait for its parent's child: poll the install's rc line instead; the
     # FlashInfer kit's modules must be installed before flashinfer imports, or it JIT-builds them)
     ( until grep -q '^rc=' "$TMP/pip.log" 2>/dev/null; do sleep 1; done; PYTHONPATH=/tmp/site timeout $(( ${FI_BUDGET:-110} + 20 )) python3 bench/fi_pod_bench.py \
-        --kit "$KIT" --weft "$FI_WEFT_JSON" --aot fi_aot --budget "${FI_BUDGET:-110}" --out "$OUT/fi_pod.json" \
+        --kit "$KIT" --weft "$FI_WEFT_JSON" --aot fi_aot --budget "${FI_BUDGET:-110}" ${FI_ARGS:-} --out "$OUT/fi_pod.json" \
         >"$TMP/fi.log" 2>&1; echo "rc=$?" >>"$TMP/fi.log" ) &
     FI_PID=$!
   fi
