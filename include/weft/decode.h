@@ -218,6 +218,10 @@ struct CascadeLevel {
   std::vector<int32_t> num_pages;
 };
 
+namespace detail {
+struct DecodeWrapperAccess;  // the library's own callers (src/decode/wrapper_impl.h)
+}
+
 class BatchDecodeWrapper {
  public:
   // Bytes of device workspace for plans of up to `max_batch` requests on the current device.
@@ -279,6 +283,7 @@ class BatchDecodeWrapper {
   int32_t num_ctas() const;
 
  private:
+  friend struct detail::DecodeWrapperAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
   DecodePlanInfo info_;

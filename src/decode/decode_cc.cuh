@@ -211,6 +211,7 @@ struct CcMainloop {
 template <class T, int D, class V = attn::DefaultVariant, class KV = T>
 __global__ void __launch_bounds__(kMaxThreads, 1) decode_cc_kernel(const DecodeParams<T, KV> p) {
   decode_items<T, D, kTileQ, CcMainloop<T, D, V>>(p);
+  if (blockIdx.x == gridDim.x - 1) ptx::grid_dependency_wait();  // as decode_tc_kernel
 }
 
 }  // namespace weft::decode

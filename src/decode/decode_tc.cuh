@@ -297,6 +297,9 @@ template <class T, int D, int NT, class V = attn::DefaultVariant, bool kPacked =
 __global__ void __launch_bounds__(kMaxThreads, 1) decode_tc_kernel(const DecodeParams<T, KV> p) {
   static_assert(!kPacked || !V::kHasBias, "generic items: one query position per item row is not tracked");
   decode_items<T, D, NT == 4 ? 2 * kTileQ : kTileQ, TcMainloop<T, D, NT, V, KV>, kPacked>(p);
+  // Launched programmatically (LaunchArgs::programmatic): the grid completes only after the one
+  // before it (the last CTA, dispatched last, waits for it; a no-op in any other launch).
+  if (blockIdx.x == gridDim.x - 1) ptx::grid_dependency_wait();
 }
 
 }  // namespace weft::decode

@@ -7,6 +7,7 @@
 #include "attention/heuristics.h"
 #include "attention/merge.cuh"
 #include "common/cuda_check.h"
+#include "common/pdl_launch.h"
 #include "decode/decode_cc.cuh"
 #include "decode/decode_tc.cuh"
 #include "decode/launch.h"
@@ -31,16 +32,21 @@ namespace {
 
 // V: the attention variant (attention/variant.cuh), chosen per launch by launch_path.
 // KV: the pools' element type (T, or fp8: the same kernels with dequantized tiles, decode_params.cuh).
+// programmatic: LaunchArgs::programmatic (the kernels' last CTA waits for the grid before them).
 template <class T, int D, class V, class KV>
-void launch_variant(const DecodeParams<T, KV>& p, DecodePath path, int tile_rows, int grid, cudaStream_t stream) {
+void launch_variant(const DecodeParams<T, KV>& p, DecodePath path, int tile_rows, int grid, bool programmatic,
+                    cudaStream_t stream) {
   // The dynamic shared memory limit was raised by ctas_per_sm() (wrapper construction), and the
   // fixed grid is the smallest residency of all kernels of this head_dim.
   // Tensor cores: one n8 tile of query columns covers groups <= 8, two cover 9..16 and the
   // 16-row tiles of larger groups at D256, four the 32-row items (tile_rows 32).
   if constexpr (D <= 128) {
     if (tile_rows == kPlanTileQWide) {
-      decode_tc_kernel<T, D, 4, V, false, KV><<<grid, p.warps * 32, SmemLayout<T, D, kPlanTileQWide>::bytes(p.stages, p.warps),
-                                     stream>>>(p);
+      const size_t smem = SmemLayout<T, D, kPlanTileQWide>::bytes(p.stages, p.warps);
+      if (programmatic)
+        launch_programmatic(decode_tc_kernel<T, D, 4, V, false, KV>, dim3(grid), dim3(p.warps * 32), smem, stream, p);
+      else
+        decode_tc_kernel<T, D, 4, V, false, KV><<<grid, p.warps * 32, smem, stream>>>(p);
       WEFT_CUDA_CHECK_LAUNCH();
       return;
     }
@@ -48,7 +54,11 @@ void launch_variant(const DecodeParams<T, KV>& p, DecodePath path, int tile_rows
   auto kernel = path == DecodePath::kCudaCore ? decode_cc_kernel<T, D, V, KV>
                 : p.group_size <= 8            ? decode_tc_kernel<T, D, 1, V, false, KV>
                                                : decode_tc_kernel<T, D, 2, V, false, KV>;
-  kernel<<<grid, p.warps * 32, SmemLayout<T, D>::bytes(p.stages, p.warps), stream>>>(p);
+  const size_t smem = SmemLayout<T, D>::bytes(p.stages, p.warps);
+  if (programmatic)
+    launch_programmatic(kernel, dim3(grid), dim3(p.warps * 32), smem, stream, p);
+  else
+    kernel<<<grid, p.warps * 32, smem, stream>>>(p);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -56,11 +66,13 @@ void launch_variant(const DecodeParams<T, KV>& p, DecodePath path, int tile_rows
 // plan) and ALiBi (slopes given). The default kernels compute nothing per element for the bias.
 // fp8 pools: the default variant only (run() rejects ALiBi with an fp8 cache: fewer instances).
 template <class T, int D, class KV>
-void launch_path(const DecodeParams<T, KV>& p, DecodePath path, int tile_rows, int grid, cudaStream_t stream) {
+void launch_path(const DecodeParams<T, KV>& p, DecodePath path, int tile_rows, int grid, bool programmatic,
+                 cudaStream_t stream) {
   if constexpr (std::is_same_v<T, KV>) {
-    if (p.var.alibi_slopes != nullptr) return launch_variant<T, D, attn::AlibiVariant>(p, path, tile_rows, grid, stream);
+    if (p.var.alibi_slopes != nullptr)
+      return launch_variant<T, D, attn::AlibiVariant>(p, path, tile_rows, grid, programmatic, stream);
   }
-  launch_variant<T, D, attn::DefaultVariant>(p, path, tile_rows, grid, stream);
+  launch_variant<T, D, attn::DefaultVariant>(p, path, tile_rows, grid, programmatic, stream);
 }
 
 int log2_exact(int32_t x) {
@@ -115,7 +127,8 @@ void dispatch(const LaunchArgs& a, cudaStream_t stream) {
   if (std::is_same_v<T, TYPE> && kv == detail::TypeOf<KV_TYPE>::value && a.head_dim == DIM &&               \
       a.path == path_of(#PATH)) {                                                                           \
     if constexpr (std::is_same_v<T, TYPE>)                                                                  \
-      return launch_path<TYPE, DIM>(make_decode_params<TYPE, KV_TYPE>(a), a.path, a.tile_rows, a.grid, stream); \
+      return launch_path<TYPE, DIM>(make_decode_params<TYPE, KV_TYPE>(a), a.path, a.tile_rows, a.grid, a.programmatic, \
+                                    stream);                                                                      \
   }
   WEFT_DECODE_INSTANCES(WEFT_DECODE_INSTANCE)
 #undef WEFT_DECODE_INSTANCE

@@ -24,7 +24,7 @@ namespace {
 //    256 accumulator registers per lane (the register bound of PAT §5.2 (1)).
 // The kernel follows the plan's tile rows (LaunchArgs::tile_rows, the partial slots' stride): 32
 // runs the multi-tile kernel, 16 the 16-row one.
-// Overlapped beside the wide-pack kernel (LaunchArgs::after_wide: programmatic stream
+// Overlapped beside the wide-pack kernel (LaunchArgs::programmatic: programmatic stream
 // serialization, disjoint CTAs of one plan), the grid's last CTA waits for the wide grid before it
 // exits (griddepcontrol.wait: its completion and memory), so this grid completes only after the
 // wide one and the merge after it reads both kernels' partial states. The last CTA: dispatched
@@ -43,11 +43,11 @@ template <class T, int D>
 constexpr auto packed16_kernel = decode_tc_kernel<T, D, 2, attn::DefaultVariant, true>;
 
 template <class T, int D>
-void launch_packed(const DecodeParams<T>& p, int tile_rows, int grid, bool after_wide, cudaStream_t stream) {
+void launch_packed(const DecodeParams<T>& p, int tile_rows, int grid, bool programmatic, cudaStream_t stream) {
   if constexpr (D <= 128) {
     if (tile_rows == kPlanTileQWide) {
       const size_t smem = SmemLayout<T, D, kPlanTileQWide>::bytes(p.stages, p.warps);
-      if (after_wide) {  // beside the wide-pack kernel (LaunchArgs::after_wide; a graph's programmatic edge)
+      if (programmatic) {  // beside the wide-pack kernel (LaunchArgs::programmatic; a graph's programmatic edge)
         launch_programmatic(decode_multitile_kernel<T, D>, dim3(grid), dim3(p.warps * 32), smem, stream, p);
       } else {
         decode_multitile_kernel<T, D><<<grid, p.warps * 32, smem, stream>>>(p);
@@ -76,9 +76,9 @@ void dispatch_packed(const LaunchArgs& a, const plan::WorkPlanPointers& work, cu
   DecodeParams<T> p = make_decode_params<T, T>(a);
   p.work = work;
   switch (a.head_dim) {
-    case 64: return launch_packed<T, 64>(p, a.tile_rows, a.grid, a.after_wide, stream);
-    case 128: return launch_packed<T, 128>(p, a.tile_rows, a.grid, a.after_wide, stream);
-    case 256: return launch_packed<T, 256>(p, a.tile_rows, a.grid, a.after_wide, stream);
+    case 64: return launch_packed<T, 64>(p, a.tile_rows, a.grid, a.programmatic, stream);
+    case 128: return launch_packed<T, 128>(p, a.tile_rows, a.grid, a.programmatic, stream);
+    case 256: return launch_packed<T, 256>(p, a.tile_rows, a.grid, a.programmatic, stream);
     default: throw Error("head_dim", "expected 64, 128 or 256, got " + std::to_string(a.head_dim));
   }
 }

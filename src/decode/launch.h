@@ -35,11 +35,18 @@ struct LaunchArgs {
   int32_t stages = 3;  // per-warp pipeline stages (decode_stages)
   int32_t warps = 4;   // warps per CTA (decode_warps)
   int32_t tile_rows = kPlanTileQ;  // rows per item of the plan (decode_tile_rows)
-  // Work plans: the wide-pack kernel was launched just before, overlapped
-  // (DecodeOptions::prefix_wide_overlap): launch_decode_work_plan starts the decode kernel with
-  // programmatic stream serialization (it may run beside the wide kernel; its last CTA waits for
-  // the wide grid before exiting, so the merge after it sees both kernels' partial states).
-  bool after_wide = false;
+  // The decode kernel is launched with programmatic stream serialization (common/pdl_launch.h): it
+  // may be scheduled while the kernel just before it on the stream runs, once that kernel's CTAs
+  // triggered their dependents at their start; its last CTA waits for that grid before exiting
+  // (ptx::grid_dependency_wait), so the grid completes only after both, and work after it sees
+  // both complete. Set by (1) work plans whose wide-pack kernel was launched just before,
+  // overlapped (DecodeOptions::prefix_wide_overlap; the merge after it then reads both kernels'
+  // partial states), and (2) the POD wrapper's SM partition, after its capped sm90 prefill
+  // (pod_wrapper.cpp: decode CTAs are dispatched only once every prefill CTA holds its SM). Only
+  // the balanced path honours it (launch_decode) and the work plan path (launch_decode_work_plan);
+  // the run-time compiled kernels launch as before. Nothing the kernel reads may be written by the
+  // kernel before it.
+  bool programmatic = false;
 };
 
 // Launches the decode kernel of (dtype, head_dim, path) with args.grid persistent CTAs.

@@ -2,6 +2,7 @@
 // the plan() forms are in wrapper_plan.cpp, the shared state in wrapper_impl.h.
 #include <cstring>
 
+#include "decode/wrapper_access.h"
 #include "decode/wrapper_impl.h"
 
 namespace weft {
@@ -308,7 +309,20 @@ void BatchDecodeWrapper::Impl::check_run_fp8(const PagedKVCache& cache) const {
 
 void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, const PageTable& table,
                              const TensorView& out, const TensorView* lse, cudaStream_t stream) {
-  Impl& im = *impl_;
+  impl_->run_paged(q, cache, table, out, lse, stream, /*programmatic=*/false);
+}
+
+void detail::DecodeWrapperAccess::run_after_trigger(BatchDecodeWrapper& w, const TensorView& q,
+                                                    const PagedKVCache& cache, const PageTable& table,
+                                                    const TensorView& out, const TensorView* lse,
+                                                    cudaStream_t stream) {
+  w.impl_->run_paged(q, cache, table, out, lse, stream, /*programmatic=*/true);
+}
+
+void BatchDecodeWrapper::Impl::run_paged(const TensorView& q, const PagedKVCache& cache, const PageTable& table,
+                                         const TensorView& out, const TensorView* lse, cudaStream_t stream,
+                                         bool programmatic) {
+  Impl& im = *this;
   WEFT_CHECK_ARG(!im.wq_planned && !im.twin_planned, "table",
                  "the current plan was made from a block table by the "
                      << (im.wq_planned ? "work queue" : "router's balanced route") << ": run it with run(BlockTable)");
@@ -327,7 +341,7 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
   // never read by a kernel: lengths come from the plan.)
   const bool bound = table.indptr.device != nullptr && table.indices.device != nullptr;
   if ((im.work_plan_active() ? im.planned_items : im.plan_items) == 0 && !bound) return;
-  im.launch(q, cache, &table, nullptr, out, lse, stream);
+  im.launch(q, cache, &table, nullptr, out, lse, stream, programmatic);
 }
 
 void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, const BlockTable& table,
@@ -354,7 +368,7 @@ void BatchDecodeWrapper::run(const TensorView& q, const PagedKVCache& cache, con
 
 void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& cache, const PageTable* table,
                                       const BlockTable* blocks, const TensorView& out, const TensorView* lse,
-                                      cudaStream_t stream) {
+                                      cudaStream_t stream, bool programmatic) {
   const bool bound = q.data != nullptr && out.data != nullptr && (lse == nullptr || lse->data != nullptr) &&
                      cache.k_pages.data != nullptr && cache.v_pages.data != nullptr;
   if ((work_plan_active() ? planned_items : plan_items) == 0 && !bound) return;
@@ -393,7 +407,7 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
       // the decode kernel the same way: its CTAs take the SMs the wave leaves free (132 - 128 on
       // an H100 at 8 KV heads) and each SM as its wide CTA exits, instead of waiting for the last
       // wide CTA and the launch after it. Same bits: the decode items write their own slots.
-      a.after_wide = wide_split || (wide_overlap && wide_sm90 && wide_grid > 0);
+      a.programmatic = wide_split || (wide_overlap && wide_sm90 && wide_grid > 0);
     }
     decode::launch_decode_work_plan(a, wlayout.pointers(workspace), stream);
     return;
@@ -406,6 +420,7 @@ void BatchDecodeWrapper::Impl::launch(const TensorView& q, const PagedKVCache& c
                                       static_cast<int32_t>(plan.batch), num_qo_heads, head_dim, stream);
     return;
   }
+  a.programmatic = programmatic;
   decode::launch_decode(a, stream);
   // No merge kernel: split tiles are merged inside the decode kernel by the CTA that finishes
   // their last slot (merge_tile_if_last), so run() is one launch whatever the plan.

@@ -174,8 +174,13 @@ struct BatchDecodeWrapper::Impl {
                      "kv_len of request " << b << " is " << len(b) << " but the plan has " << plan.kv_len[b]
                                           << " (call plan() again)");
   }
+  // run(PageTable): its checks, then launch (programmatic: decode::LaunchArgs::programmatic).
+  void run_paged(const TensorView& q, const PagedKVCache& cache, const PageTable& table, const TensorView& out,
+                 const TensorView* lse, cudaStream_t stream, bool programmatic);
+  // programmatic: the balanced kernel's launch only (a work plan sets its own; run-time compiled
+  // kernels launch as before).
   void launch(const TensorView& q, const PagedKVCache& cache, const PageTable* table, const BlockTable* blocks,
-              const TensorView& out, const TensorView* lse, cudaStream_t stream);
+              const TensorView& out, const TensorView* lse, cudaStream_t stream, bool programmatic = false);
 };
 
 }  // namespace weft

@@ -30,6 +30,7 @@
 #include "common/cuda_check.h"
 #include "decode/decode_plan.h"
 #include "decode/launch.h"
+#include "decode/wrapper_access.h"
 #include "pod/pod_launch.h"
 #include "pod/pod_plan.h"
 #include "prefill/kernel/params.h"
@@ -496,6 +497,21 @@ void BatchPODAttention::run(const TensorView& pq, const TensorView& dq, const Pa
   check_table_matches(dtable, "decode_table", im.dec_batch, im.page_size, im.dec_kv);
 
   if (im.partition) {
+    BatchDecodeWrapper& dec = im.part_own_decode ? *im.part_decode : *im.serial_decode;
+    const PrefillPlanInfo& pinfo = im.serial_prefill.plan_info();
+    if (pinfo.sm90 && pinfo.num_items > 0) {
+      // One stream, in a fixed order: the capped sm90 prefill (SMs - k persistent CTAs, one per
+      // SM, each triggering its dependents at its start: one sm90 launch, which the items make
+      // certain), then the decode kernel launched programmatically after it. Decode CTAs are
+      // dispatched only once every prefill CTA holds its SM, so they take the k free SMs, then
+      // each SM a prefill CTA leaves; the decode grid's last CTA waits for the prefill grid, so
+      // work after run() sees both complete. With two graph branches (below) the decode CTAs
+      // could reach the SMs first: the whole decode grid spreads over every SM and the prefill
+      // runs after it on fewer SMs, slower than serial (perf-notes-pod, the slow rows of 3b127c0).
+      im.serial_prefill.run_paged(pq, cache, ptable, pout, plse, stream);
+      detail::DecodeWrapperAccess::run_after_trigger(dec, dq, cache, dtable, dout, dlse, stream);
+      return;
+    }
     // Fork: the decode stream waits for the work before run(); the prefill (SMs - k persistent
     // CTAs) is issued first, then decode on the side stream fills the k free SMs; join: the
     // caller's stream waits for decode. Under stream capture the events make the side stream
@@ -503,7 +519,7 @@ void BatchPODAttention::run(const TensorView& pq, const TensorView& dq, const Pa
     WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(im.side, im.fork, 0));
     im.serial_prefill.run_paged(pq, cache, ptable, pout, plse, stream);
-    (im.part_own_decode ? *im.part_decode : *im.serial_decode).run(dq, cache, dtable, dout, dlse, im.side);
+    dec.run(dq, cache, dtable, dout, dlse, im.side);
     WEFT_CUDA_CHECK(cudaEventRecord(im.join, im.side));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.join, 0));
     return;

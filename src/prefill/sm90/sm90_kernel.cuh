@@ -88,11 +88,15 @@ namespace weft::prefill::sm90 {
 // (H100, interleaved old/new processes: causal d128 L8192 0.989 -> 1.021 ms, L16384 3.508 ->
 // 3.556, d256 L8192 1.565 -> 1.594; bench/results/h100_prefill_sm90_ab_64dccee.txt). Six more
 // kernels (d64/d128/d256 x bf16/fp16) in the same translation units.
+// kTriggerDependents: every prefill plan's grid is one wave of persistent CTAs (at most one per
+// SM), so a kernel launched programmatically after it (the POD partition's decode,
+// LaunchArgs::programmatic) is dispatched once every prefill CTA holds its SM, onto the SMs the
+// capped grid leaves free; a plain launch after it is unaffected.
 template <bool kAlibi>
 struct Sm90PlanRowsT {
   static constexpr bool kStageMaps = true;
   static constexpr bool kBias = kAlibi;
-  static constexpr bool kTriggerDependents = false;
+  static constexpr bool kTriggerDependents = true;
   static constexpr bool kGatherQ = false;
   __device__ __forceinline__ CtaItems items(const PrefillParams& p) const { return cta_items(p); }
   __device__ __forceinline__ ItemGeom geometry(const PrefillParams& p, int w, int fold) const {
