@@ -219,7 +219,7 @@ struct CascadeLevel {
 };
 
 namespace detail {
-struct DecodeWrapperAccess;  // the library's own callers (src/decode/wrapper_impl.h)
+struct WEFT_HIDDEN DecodeWrapperAccess;  // the library's own callers (src/decode/wrapper_access.h)
 }
 
 class BatchDecodeWrapper {

@@ -14,6 +14,10 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define WEFT_API __attribute__((visibility("default")))
+#define WEFT_HIDDEN __attribute__((visibility("hidden")))
 #else
 #define WEFT_API
+#define WEFT_HIDDEN
 #endif
+// WEFT_HIDDEN: a name a public header must declare (a friend of a public class) that stays inside
+// the library.
