@@ -66,11 +66,14 @@ enum class PodMode : int32_t {
   kFused = 1,   // always the fused kernel (weft::Error when the batch has no fused kernel)
   kSerial = 2,  // always the standard prefill kernel then the decode kernel
   // SM partition: the standard prefill kernel with its persistent grid capped at SMs - k CTAs,
-  // launched first, and the decode kernel on a second stream forked from the caller's (events,
-  // joined before run() returns; graph capturable), so decode CTAs run on the k SMs the prefill
-  // leaves free and on every SM once it ends. A partition proper with the Hopper sm90 prefill
-  // (one CTA per SM; kAuto partitions only then); with the FA2 prefill (other GPUs, page sizes
-  // the sm90 kernel does not tile) it runs correctly on the capped grid. The prefill runs its
+  // launched first, so decode CTAs run on the k SMs the prefill leaves free and on every SM once
+  // it ends. A partition proper with the Hopper sm90 prefill (one CTA per SM; kAuto partitions
+  // only then): both kernels on the caller's stream, the decode kernel launched with programmatic
+  // stream serialization after the prefill, whose CTAs release it at their start, so decode is
+  // dispatched only once every prefill CTA holds its SM (graph capturable: a programmatic edge).
+  // With the FA2 prefill (other GPUs, page sizes the sm90 kernel does not tile) the decode kernel
+  // runs on a second stream forked from the caller's (events, joined before run() returns) and the
+  // partition runs correctly on the capped grid. The prefill runs its
   // 128-row query tile in this mode (a fixed kernel across re-plans, for graphs).
   kPartition = 3,
 };
@@ -101,7 +104,7 @@ struct PodOptions {
   // re-plans only while k and the decode shape stay the same: pin k (and PodMode::kPartition)
   // for graph use (a pinned k keeps one decode shape, partition_decode_*).
   int32_t partition_free_sms = 0;
-  // SM partition: the decode CTA shape of the forked decode launch (DecodeOptions::warps_per_cta
+  // SM partition: the decode CTA shape of the partition's decode launch (DecodeOptions::warps_per_cta
   // and pipeline_stages of its own decode wrapper), which reads on the k free SMs while the
   // prefill runs. Both 0: with the bands' k (partition_free_sms 0, kAuto or kPartition) the
   // planner picks per step between the decode wrapper's defaults (4 warps x 2 stages) and 8 x 2
