@@ -18,7 +18,8 @@
 // itself; weft/attention.h). Decode requests: decode_q / decode_out [batch, Hq, D], one token each,
 // attending to all kv_len keys of their decode_table entry. LSE (optional, natural log):
 // [total_q, Hq] and [batch, Hq] f32. Both tables index the same cache (pools, layout NHD or HND).
-// Variant: sm_scale, causal (prefill), logits_soft_cap, window_left; no ALiBi, no custom mask.
+// Variant: sm_scale, causal (prefill), logits_soft_cap, window_left; no ALiBi, no custom mask, no
+// run-time compiled variant (weft::Error naming the field at plan()).
 //
 // How a step runs (PodPlanInfo::fused / partition): the planner estimates the serial time (the
 // fastest prefill -- the Hopper sm90 kernel where eligible -- then decode), the fused time and the

@@ -295,6 +295,9 @@ void BatchPODAttention::plan(const int32_t* qo_indptr, const PageTable& ptable, 
   prefill::check_variant(variant);
   WEFT_CHECK_ARG(variant.mask != MaskMode::kCustom, "variant.mask", "custom masks are not supported by POD");
   WEFT_CHECK_ARG(variant.alibi_slopes == nullptr, "variant.alibi_slopes", "ALiBi is not supported by POD");
+  // The fused kernel computes the built-in variant only: a run-time compiled one would be ignored
+  // on the steps kAuto fuses (plain results, not the variant's).
+  WEFT_CHECK_ARG(variant.jit == nullptr, "variant.jit", "run-time compiled variants are not supported by POD");
   check::workspace(workspace, workspace_bytes, im.layout.total, "workspace");
   const std::vector<int32_t> pre_kv = kv_lens(ptable, page_size);
   const std::vector<int32_t> dec_kv = kv_lens(dtable, page_size);

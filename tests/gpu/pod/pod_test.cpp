@@ -588,6 +588,9 @@ TEST(PodNegative, RejectsAndWritesNothing) {
   AttentionVariant alibi = var;
   alibi.alibi_slopes = static_cast<const float*>(ws.get());
   EXPECT_EQ(test::thrown_argument([&] { h.plan(pod, alibi, ws, ws.bytes()); }), "variant.alibi_slopes");
+  AttentionVariant compiled = var;  // rejected before the pointer is read: any non-null one will do
+  compiled.jit = reinterpret_cast<const jit::Variant*>(ws.get());
+  EXPECT_EQ(test::thrown_argument([&] { h.plan(pod, compiled, ws, ws.bytes()); }), "variant.jit");
   std::vector<int32_t> qo_bad = {0, 300};  // 300 tokens > kv_len 150
   EXPECT_EQ(test::thrown_argument([&] {
               pod.plan(qo_bad.data(), h.pt, h.dt, s.page_size, s.dtype, var, ws.get(), ws.bytes(), nullptr);
