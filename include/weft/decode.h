@@ -105,7 +105,8 @@ enum class DecodeRoute : int32_t {
   kAuto = 3,       // per plan(), the route with the lowest predicted wall time (plan + upload +
                    // kernels) under a calibrated router table (router_table): balanced (with
                    // share_prefixes: the prefix-sharing plan), work queue at the table's chunks,
-                   // or no split
+                   // or no split (these two only for variants the work queue runs: no custom mask,
+                   // window, ALiBi or run-time compiled variant; other steps plan balanced)
 };
 const char* decode_route_name(DecodeRoute r);
 inline constexpr int32_t kDecodeMaxPipelineStages = 8;

@@ -13,6 +13,10 @@
 
 namespace weft::decode {
 
+bool work_queue_runs_variant(const AttentionVariant& v) {
+  return v.mask != MaskMode::kCustom && v.window_left < 0 && v.alibi_slopes == nullptr && v.jit == nullptr;
+}
+
 const char* route_name(Route r) {
   switch (r) {
     case Route::kBalanced: return "balanced";
@@ -187,7 +191,7 @@ int64_t grid_tasks(const StepSummary& s, int64_t chunk, int32_t hkv) {
 bool admitted(const RouteOption& o, const StepSummary& s, const RouteFilter& f) {
   if (o.route == Route::kPrefixShare) return s.shared_keys > 0 && f.prefix_share;
   if (o.route == Route::kBalanced) return f.balanced;
-  return true;
+  return f.work_queue;  // kWorkQueue, kNoSplit
 }
 
 // Bit o: option o may be voted for at this step: the filter admits it and, for a 1-D grid, its

@@ -48,6 +48,8 @@
 #include <string>
 #include <vector>
 
+#include "weft/attention.h"
+
 namespace weft::decode {
 
 enum class Route : int32_t { kBalanced = 0, kWorkQueue = 1, kNoSplit = 2, kPrefixShare = 3 };
@@ -152,9 +154,18 @@ int64_t shared_prefix_keys(const int32_t* ids, int64_t row_stride, const int32_t
 // Which options a caller can run (BatchDecodeWrapper's DecodeRoute::kAuto: balanced without
 // share_prefixes, prefix sharing with it, and no 1-D-grid plan with more tasks than its workspace
 // holds).
+// Whether the work queue runs this variant: no custom mask, window, ALiBi or run-time compiled
+// variant (WorkQueueDecode::plan and the decode wrapper's plan_work_queue reject those, naming the
+// field). kAuto admits the 1-D grid routes only for such variants (RouteFilter::work_queue).
+bool work_queue_runs_variant(const AttentionVariant& v);
+
 struct RouteFilter {
   bool balanced = true;
   bool prefix_share = true;
+  // The 1-D grid routes (work queue, no split): false where the step's variant is one the work
+  // queue does not run (custom mask, window, ALiBi, a run-time compiled variant:
+  // work_queue_runs_variant), so kAuto never picks a route whose plan() would reject it.
+  bool work_queue = true;
   int64_t max_tasks = INT64_MAX;
 };
 // Index of the option the table picks among those the filter admits (prefix_share only when

@@ -64,6 +64,8 @@ void WorkQueueDecode::plan(const BlockTable& table, int32_t chunk, int32_t page_
                  "must be <= max_batch = " << max_batch_ << ", got " << table.batch_size);
   WEFT_CHECK_ARG(dtype == DType::kFloat16 || dtype == DType::kBFloat16, "dtype",
                  "expected f16 or bf16, got " << dtype_name(dtype));
+  // (decode::work_queue_runs_variant, router.h: these three and, checked by the wrapper, a run-time
+  // compiled variant)
   WEFT_CHECK_ARG(variant.mask != MaskMode::kCustom && variant.window_left < 0 && variant.alibi_slopes == nullptr,
                  "variant", "the work queue supports neither custom masks, windows nor ALiBi yet");
   WEFT_CHECK_ARG(variant.sm_scale >= 0 && std::isfinite(variant.sm_scale), "variant.sm_scale",

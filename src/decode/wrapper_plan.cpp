@@ -91,6 +91,7 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
       decode::RouteFilter filter;
       filter.balanced = !im.share || shared <= 0;
       filter.prefix_share = im.share;
+      filter.work_queue = decode::work_queue_runs_variant(variant);
       filter.max_tasks = im.max_tasks;
       const decode::StepSummary step{table.seq_lens.host, table.batch_size, shared};
       const int32_t pick = decode::choose_route(im.router, step, filter, &im.route_memo);

@@ -532,6 +532,53 @@ TEST(Router, VoteSkipsOneDGridsThatLeaveSMsIdle) {
   EXPECT_EQ(choose_route(m, {at8k.data(), 1, 0}, f), 1);
 }
 
+// A variant the work queue does not run (RouteFilter::work_queue false): neither the vote nor the
+// linear model picks a 1-D grid, even where it was fastest; with balanced not admitted either, no
+// option (the wrapper then plans balanced or prefix sharing). work_queue_runs_variant names the
+// variants.
+TEST(Router, NoOneDGridForAVariantTheWorkQueueDoesNotRun) {
+  RouterModel m;
+  m.num_kv_heads = 8;
+  m.slots = 264;
+  m.neighbours = 1;
+  m.options = {option(Route::kBalanced, 0, {5, 0, 0, 0, 0}), option(Route::kWorkQueue, 2048, {1, 0, 0, 0, 0}),
+               option(Route::kNoSplit, 0, {1, 0, 0, 0, 0})};
+  const std::vector<int32_t> at64k{65536};
+  const StepSummary s{at64k.data(), 1, 0};
+  m.steps.assign(1, CalibrationStep{step_features(s), {100, 50, 400}});
+  EXPECT_EQ(choose_route(m, s), 1);  // c2048 fastest at its neighbour
+  RouteFilter f;
+  f.work_queue = false;
+  EXPECT_EQ(choose_route(m, s, f), 0);
+  RouteMemo memo;  // a memo entry made with the 1-D grids admitted is not reused without them
+  EXPECT_EQ(choose_route(m, s, RouteFilter{}, &memo), 1);
+  EXPECT_EQ(choose_route(m, s, f, &memo), 0);
+  RouterModel linear = m;  // no calibration steps: the linear model (1-D grids predicted faster)
+  linear.steps.clear();
+  linear.neighbours = 0;
+  EXPECT_NE(linear.options[choose_route(linear, s)].route, Route::kBalanced);
+  EXPECT_EQ(choose_route(linear, s, f), 0);
+  f.balanced = false;
+  EXPECT_EQ(choose_route(m, s, f), -1);
+  EXPECT_EQ(choose_route(linear, s, f), -1);
+
+  AttentionVariant v;
+  EXPECT_TRUE(work_queue_runs_variant(v));
+  AttentionVariant w = v;
+  w.window_left = 128;
+  EXPECT_FALSE(work_queue_runs_variant(w));
+  AttentionVariant a = v;
+  const float slopes[1] = {0.5f};
+  a.alibi_slopes = slopes;
+  EXPECT_FALSE(work_queue_runs_variant(a));
+  AttentionVariant c = v;
+  c.mask = MaskMode::kCustom;
+  EXPECT_FALSE(work_queue_runs_variant(c));
+  AttentionVariant j = v;
+  j.jit = reinterpret_cast<const jit::Variant*>(slopes);  // only compared with null
+  EXPECT_FALSE(work_queue_runs_variant(j));
+}
+
 TEST(Router, FitHostTimeIsTheLeastAbsoluteDeviationsLine) {
   // host = 20 + 0.1 x batch on 60 steps, 6 of them hit by +40..+200 us disturbances: the fit
   // follows the 54 clean ones (least squares would move by several us).
