@@ -215,9 +215,8 @@ void decode_cases(const std::string& filter) {
         // The CTA records the folded image holds (plan::launch_records_used: per launched CTA up to
         // the last busy one) and the bytes serialize writes (the wrapper's estimate).
         const weft::plan::LaunchRecords ll = weft::plan::launch_records_used(plan_new);
-        const std::size_t written = 4 * (8 * std::size_t(plan_new.num_items()) + std::size_t(plan_new.num_ctas) +
-                                         12 * std::size_t(ll.records) + 5 * std::size_t(plan_new.num_merges()) +
-                                         2 * std::size_t(batch));
+        const std::size_t written = weft::plan::launch_plan_array_bytes(plan_new.num_items(), plan_new.num_ctas,
+                                                                        ll.records, plan_new.num_merges(), batch);
         char note[200];
         std::snprintf(note, sizeof note, "items %d merges %d | fold %d: %d x %d, makespan %.3fx | records %d, %zu B",
                       last_ref.num_items(), last_ref.num_merges(), fold, plan_new.num_items(), fold,

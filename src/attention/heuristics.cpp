@@ -2,6 +2,7 @@
 #include "attention/heuristics.h"
 
 #include <algorithm>
+#include <cstddef>
 
 #include "prefill/prefill_config.h"  // the tiles' resource model: smem_bytes_of, acc_regs_of
 #include "weft/error.h"
@@ -270,11 +271,16 @@ constexpr PodBand kTcChunk1K[] = {{0.5, 24, true}, {1.0, 40, false}, {1.9, 64, t
 constexpr PodBand kTcChunk2K[] = {{0.2, 8, true}, {0.44, 24, false}, {1.1, 48, false}, {2.2, 56, true, true}};
 constexpr PodBand kCudaCore[] = {{0.7, 24, false}, {1.1, 64, false}};
 
+template <std::size_t N>
+constexpr PodBandClass band_class(const PodBand (&bands)[N]) {
+  return {bands, static_cast<int32_t>(N)};
+}
+
 PodBandClass pod_band_class(double tiles_per_sm, bool tensor_core_decode) {
-  if (!tensor_core_decode) return {kCudaCore, 2};
-  if (tiles_per_sm < 1.5) return {kTcChunk512, 2};
-  if (tiles_per_sm < 3.0) return {kTcChunk1K, 3};
-  return {kTcChunk2K, 4};
+  if (!tensor_core_decode) return band_class(kCudaCore);
+  if (tiles_per_sm < 1.5) return band_class(kTcChunk512);
+  if (tiles_per_sm < 3.0) return band_class(kTcChunk1K);
+  return band_class(kTcChunk2K);
 }
 
 // The band x falls in; below the first: nullptr (serial).

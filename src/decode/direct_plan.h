@@ -39,9 +39,7 @@ class DirectPlanner {
   // CtaRecords written (plan::launch_records_used of the same plan) and the image's array bytes
   // (what the wrapper's staging rotation looks at).
   int32_t records() const { return busy_end_ * cfg_.head_fold; }
-  std::size_t image_bytes() const {
-    return 4 * (8 * std::size_t(n_) + std::size_t(cfg_.num_ctas) + 12 * std::size_t(records()) + 2 * std::size_t(batch_));
-  }
+  std::size_t image_bytes() const { return plan::launch_plan_array_bytes(n_, cfg_.num_ctas, records(), 0, batch_); }
   // Step 2: the image into dst (layout.metadata_bytes() bytes) as layout.serialize(plan, dst,
   // image) writes it, incremental clears included. layout must be a decode layout (launch records)
   // for cfg's CTAs and fold.

@@ -151,14 +151,14 @@ double predict_us(const RouteOption& opt, const StepSummary& step, int32_t num_k
 int64_t shared_prefix_keys(const int32_t* ids, int64_t row_stride, const int32_t* kv_len, int32_t batch,
                            int32_t page_size);
 
-// Which options a caller can run (BatchDecodeWrapper's DecodeRoute::kAuto: balanced without
-// share_prefixes, prefix sharing with it, and no 1-D-grid plan with more tasks than its workspace
-// holds).
 // Whether the work queue runs this variant: no custom mask, window, ALiBi or run-time compiled
 // variant (WorkQueueDecode::plan and the decode wrapper's plan_work_queue reject those, naming the
 // field). kAuto admits the 1-D grid routes only for such variants (RouteFilter::work_queue).
 bool work_queue_runs_variant(const AttentionVariant& v);
 
+// Which options a caller can run (BatchDecodeWrapper's DecodeRoute::kAuto: balanced without
+// share_prefixes, prefix sharing with it, the 1-D grids only for variants the work queue runs, and
+// no 1-D-grid plan with more tasks than its workspace holds).
 struct RouteFilter {
   bool balanced = true;
   bool prefix_share = true;

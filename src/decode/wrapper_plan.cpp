@@ -77,10 +77,12 @@ void BatchDecodeWrapper::plan(const BlockTable& table, int32_t num_qo_heads, int
         // (Row offsets past int32, which the rows view cannot hold: the hash pass alone.)
         const bool view_fits =
             table.batch_size == 0 || (int64_t(table.batch_size) - 1) * table.row_stride + table.max_blocks <= INT32_MAX;
-        im.set_rows_view(table);
-        shared = !view_fits ? -1
-                            : im.packer.prepare(im.row_offsets.data(), table.block_ids.host, table.seq_lens.host,
-                                                table.batch_size, page_size, im.last_shared_keys > 0);
+        shared = -1;
+        if (view_fits) {
+          im.set_rows_view(table);
+          shared = im.packer.prepare(im.row_offsets.data(), table.block_ids.host, table.seq_lens.host,
+                                     table.batch_size, page_size, im.last_shared_keys > 0);
+        }
         im.share_prepared = shared >= 0;
         if (shared < 0)
           shared = decode::shared_prefix_keys(table.block_ids.host, table.row_stride, table.seq_lens.host,
@@ -412,12 +414,10 @@ void BatchDecodeWrapper::plan_lengths(const int32_t* kv_lens, int32_t batch, int
       cfg = decode::balance_config(im.grid, num_qo_heads, num_kv_heads, rows, im.head_fold);
       WEFT_PLAN_PHASE(kPhShape);
       decode::plan_decode(shape, cfg, im.planner, im.next);
-      // What serialize writes: 8 item arrays, indptr, the CTA records (12 words, one per launched
-      // CTA up to the last busy one: plan::launch_records_used), 5 merge arrays, 2 per request.
+      // What serialize writes (the CTA records up to the last busy one: plan::launch_records_used).
       const std::size_t image_bytes =
-          4 * (8 * std::size_t(im.next.num_items()) + std::size_t(cfg.num_ctas) +
-               12 * std::size_t(plan::launch_records_used(im.next).records) + 5 * std::size_t(im.next.num_merges()) +
-               2 * std::size_t(batch));
+          plan::launch_plan_array_bytes(im.next.num_items(), cfg.num_ctas, plan::launch_records_used(im.next).records,
+                                        im.next.num_merges(), batch);
       WEFT_PLAN_PHASE(kPhRecords);
       staging_free(image_bytes <= heuristics::kRotateStagingMaxBytes);
       im.layout.serialize(im.next, staging, &im.staging_images[std::size_t(slot)]);

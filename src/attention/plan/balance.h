@@ -449,6 +449,15 @@ inline LaunchRecords launch_records_used(const Plan& plan) {
   l.records = l.busy_end * plan.head_fold;
   return l;
 }
+// Bytes of the arrays serialize() writes for a plan with launch records: 8 item arrays, one word
+// per plan CTA, the CTA records up to the last busy one, 5 merge arrays and 2 words per request
+// (what the decode wrapper's staging rotation looks at; decode/direct_plan.h writes the same).
+inline std::size_t launch_plan_array_bytes(int32_t items, int32_t ctas, int32_t records, int32_t merges,
+                                           int32_t batch) {
+  return sizeof(int32_t) * (8 * std::size_t(items) + std::size_t(ctas) + 5 * std::size_t(merges) +
+                            2 * std::size_t(batch)) +
+         sizeof(CtaRecord) * std::size_t(records);
+}
 
 class WorkspaceLayout {
  public:
